@@ -1,0 +1,2 @@
+//! Placeholder until the arq benchmarks land.
+fn main() {}

@@ -1,0 +1,2 @@
+//! Placeholder until the crypto benchmarks land.
+fn main() {}

@@ -1,0 +1,2 @@
+//! The crypto layer (see docs/DESIGN.md).
+#![deny(clippy::disallowed_methods, clippy::disallowed_types)]

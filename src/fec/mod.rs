@@ -1,0 +1,2 @@
+//! The fec layer (see docs/DESIGN.md).
+#![deny(clippy::disallowed_methods, clippy::disallowed_types)]

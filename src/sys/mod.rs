@@ -1,0 +1,1 @@
+//! Batched datagram I/O; knows nothing of KCP.
