@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use socket2::SockRef;
 
-use super::{RecvMeta, SysStats, Transmit, UdpState, canonical};
+use super::{RecvMeta, SysStats, Transmit, UdpState};
 
 /// How long any one wait may take before the test gives up.
 const DEADLINE: Duration = Duration::from_secs(5);
@@ -747,9 +747,9 @@ fn mapped_sources_become_ipv4() {
     let v4: SocketAddr = (Ipv4Addr::new(10, 1, 2, 3), 9).into();
     let mapped: SocketAddr = (Ipv4Addr::new(10, 1, 2, 3).to_ipv6_mapped(), 9).into();
     let v6: SocketAddr = (Ipv6Addr::LOCALHOST, 9).into();
-    assert_eq!(canonical(mapped), v4);
-    assert_eq!(canonical(v4), v4);
-    assert_eq!(canonical(v6), v6);
+    assert_eq!(super::canonical(mapped), v4);
+    assert_eq!(super::canonical(v4), v4);
+    assert_eq!(super::canonical(v6), v6);
 }
 
 #[test]
