@@ -204,7 +204,9 @@ impl UdpState {
     /// `UDP_SEGMENT` option (4.18+; reading it changes nothing), and uses
     /// `sendmmsg`/`recvmmsg`. It does not set `IP_RECVERR`, so ICMP errors
     /// only reach connected sockets. With `batching == false`, or on other
-    /// systems, every call moves one datagram per system call.
+    /// systems, every call moves one datagram per system call. Once GRO is on,
+    /// read the socket only through [`recv`](Self::recv): a plain `recv_from`
+    /// would get coalesced runs without their segment size.
     ///
     /// # Errors
     ///

@@ -753,6 +753,12 @@ fn mapped_sources_become_ipv4() {
 }
 
 #[test]
+fn udp_state_is_send_and_sync() {
+    fn shareable<T: Send + Sync>() {}
+    shareable::<UdpState>();
+}
+
+#[test]
 fn non_udp_sockets_are_refused() {
     let listener = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
     let err = UdpState::new(SockRef::from(&listener), true).unwrap_err();
