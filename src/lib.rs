@@ -20,9 +20,9 @@ pub mod arq;
 pub mod crypto;
 #[forbid(unsafe_code)]
 pub mod fec;
-// The runtime-dispatched GF(2^8) SIMD kernels used by the FEC codec.
+// Runtime-dispatched SIMD kernels (GF(2^8) for the FEC codec, stream ciphers).
 #[allow(unsafe_code)]
-mod gf256;
+mod simd;
 // Batched datagram syscalls; the only other place `unsafe` is allowed.
 #[allow(unsafe_code)]
 mod sys;

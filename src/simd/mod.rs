@@ -1,0 +1,7 @@
+//! Runtime-dispatched SIMD kernels: the one place besides `sys` where `unsafe`
+//! is allowed. Each kernel picks its implementation once with
+//! `is_x86_feature_detected!` (or the target's equivalent), keeps a portable
+//! fallback, and is proven byte-identical to that fallback by property tests.
+//! Every `unsafe` block carries a `// SAFETY:` comment.
+
+pub(crate) mod gf256;
