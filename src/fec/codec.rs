@@ -26,7 +26,7 @@ pub(crate) enum CodecError {
 }
 
 /// An erasure code over flat shard arenas.
-pub(crate) trait ErasureCodec: Send {
+pub(crate) trait ErasureCodec: Send + Sync {
     /// Data shards per group.
     fn data_shards(&self) -> usize;
     /// Parity shards per group.

@@ -617,3 +617,10 @@ fn decoder_memory_stays_bounded_under_an_endless_stream_of_random_shards() {
         "the stream made the decoder relearn its shape"
     );
 }
+
+#[test]
+fn encoder_and_decoder_can_move_between_threads_and_sit_behind_a_mutex() {
+    fn check<T: Send + Sync>() {}
+    check::<FecEncoder>();
+    check::<FecDecoder>();
+}
