@@ -14,8 +14,10 @@ const WINDOW: usize = 4;
 /// The FEC decoder of one session.
 ///
 /// Keeps at most four groups (the newest seen and the three before it) of at
-/// most `data + parity` shards, in arenas allocated when a group slot is
-/// first used and reused afterwards, so memory is bounded whatever arrives.
+/// most `data + parity` shards. A group's shards live in one arena taken from
+/// a small pool and given back as soon as the group is decoded or dropped, so
+/// at most four arenas ever exist (usually one or two) and memory is bounded
+/// whatever arrives.
 /// As soon as a group holds `data` shards, its missing data shards are
 /// rebuilt and queued for [`poll_recovered`](Self::poll_recovered); the group
 /// then drops any late shard.
@@ -40,6 +42,8 @@ pub struct FecDecoder {
     /// Newest group id seen.
     newest: Option<u32>,
     slots: Vec<Slot>,
+    /// Arenas not held by a slot.
+    spare: Vec<Vec<u8>>,
     codec: Box<dyn ErasureCodec>,
     /// Rebuilt shards of the last recovery, `SHARD_STRIDE` apart.
     recovered: Vec<u8>,
@@ -113,6 +117,7 @@ impl FecDecoder {
             groups: 0,
             newest: None,
             slots: Vec::new(),
+            spare: Vec::new(),
             codec: Box::new(NoCodec),
             recovered: Vec::new(),
             queue: Vec::new(),
@@ -142,7 +147,10 @@ impl FecDecoder {
             .iter()
             .map(|s| s.arena.capacity() + s.present.capacity() + 2 * s.lens.capacity())
             .sum();
+        let spare: usize = self.spare.iter().map(Vec::capacity).sum();
         slots
+            + spare
+            + self.spare.capacity() * size_of::<Vec<u8>>()
             + self.slots.capacity() * size_of::<Slot>()
             + self.recovered.capacity()
             + self.queue.capacity() * size_of::<(usize, usize)>()
@@ -159,6 +167,7 @@ impl FecDecoder {
         self.groups = self.paws / self.total as u32;
         self.newest = None;
         self.slots = (0..WINDOW).map(|_| Slot::new(d + p)).collect();
+        self.spare = Vec::with_capacity(WINDOW);
         self.codec = codec;
         self.recovered = vec![0; d * SHARD_STRIDE];
         self.queue = Vec::with_capacity(d);
@@ -283,7 +292,10 @@ impl FecDecoder {
         let total = self.total;
         let slot = &mut self.slots[i];
         if slot.arena.is_empty() {
-            slot.arena = vec![0; total * SHARD_STRIDE];
+            slot.arena = self
+                .spare
+                .pop()
+                .unwrap_or_else(|| vec![0; total * SHARD_STRIDE]);
         }
         slot.reset(group);
         Some(i)
@@ -299,6 +311,9 @@ impl FecDecoder {
                     self.stats.unrecoverable += 1;
                 }
                 s.used = false;
+                if !s.arena.is_empty() {
+                    self.spare.push(core::mem::take(&mut s.arena));
+                }
             }
         }
     }
@@ -334,9 +349,13 @@ impl FecDecoder {
         s.decoded = true;
         if s.data_count == self.data {
             self.stats.full_groups += 1;
-            return;
+        } else {
+            self.recover(slot);
         }
-        self.recover(slot);
+        // A decoded group only needs to remember that it was: its arena goes back.
+        if let Some(s) = self.slots.get_mut(slot) {
+            self.spare.push(core::mem::take(&mut s.arena));
+        }
     }
 
     /// Rebuilds the missing data shards of a slot holding `data` shards.
