@@ -276,13 +276,15 @@ impl ErasureCodec for VandermondeCodec {
         }
         self.offsets.clear();
         self.offsets.extend((0..d).map(|j| j * stride));
-        for (k, row) in self.parity_tables.chunks_exact(d).enumerate() {
-            let out = parity
-                .get_mut(k * stride..k * stride + len)
-                .ok_or(CodecError::BadArguments)?;
-            if !gf256::dot(row, data, &self.offsets, out) {
-                return Err(CodecError::BadArguments);
-            }
+        if !gf256::dot_rows(
+            &self.parity_tables,
+            data,
+            &self.offsets,
+            parity,
+            stride,
+            len,
+        ) {
+            return Err(CodecError::BadArguments);
         }
         Ok(())
     }
@@ -307,13 +309,8 @@ impl ErasureCodec for VandermondeCodec {
         self.offsets.clear();
         self.offsets
             .extend(plan.sources.iter().map(|&s| s * stride));
-        for (n, row) in plan.tables.chunks_exact(d).enumerate() {
-            let dst = out
-                .get_mut(n * stride..n * stride + len)
-                .ok_or(CodecError::BadArguments)?;
-            if !gf256::dot(row, shards, &self.offsets, dst) {
-                return Err(CodecError::BadArguments);
-            }
+        if !gf256::dot_rows(&plan.tables, shards, &self.offsets, out, stride, len) {
+            return Err(CodecError::BadArguments);
         }
         Ok(())
     }
