@@ -624,3 +624,42 @@ fn encoder_and_decoder_can_move_between_threads_and_sit_behind_a_mutex() {
     check::<FecEncoder>();
     check::<FecDecoder>();
 }
+
+/// Writes a deadline-closed group (two real KCP packets, 8 fillers, 3 parity)
+/// as hex lines to `$KCPIO_FILLER_DUMP`, for `scripts/kcpgo_filler_check.sh`,
+/// which feeds them to a real kcp-go session.
+#[test]
+#[ignore = "run by scripts/kcpgo_filler_check.sh"]
+fn dump_deadline_group_for_kcp_go() {
+    let seg = |sn: u32, body: &[u8]| {
+        let mut p = Vec::new();
+        p.extend_from_slice(&0x1122_3344u32.to_le_bytes());
+        p.extend_from_slice(&[81, 0]);
+        p.extend_from_slice(&128u16.to_le_bytes());
+        p.extend_from_slice(&5u32.to_le_bytes());
+        p.extend_from_slice(&sn.to_le_bytes());
+        p.extend_from_slice(&0u32.to_le_bytes());
+        p.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        p.extend_from_slice(body);
+        p
+    };
+    let mut enc = FecEncoder::new(10, 3).unwrap();
+    enc.set_group_deadline(Some(20));
+    let mut lines = Vec::new();
+    for (sn, body) in [
+        (0u32, &b"first message, lost on the wire"[..]),
+        (1, &b"second"[..]),
+    ] {
+        let (d, x) = encode(&mut enc, ms(sn), &seg(sn, body));
+        lines.push(hex::encode(d));
+        assert!(x.is_empty());
+    }
+    enc.handle_timeout(ms(20));
+    let mut buf = vec![0u8; MAX_PACKET];
+    while let Some(n) = enc.poll_parity(&mut buf) {
+        lines.push(hex::encode(&buf[..n]));
+    }
+    let path =
+        std::env::var("KCPIO_FILLER_DUMP").unwrap_or_else(|_| "/tmp/kcpio_fillers.txt".into());
+    std::fs::write(path, lines.join("\n")).unwrap();
+}
