@@ -663,3 +663,85 @@ fn dump_deadline_group_for_kcp_go() {
         std::env::var("KCPIO_FILLER_DUMP").unwrap_or_else(|_| "/tmp/kcpio_fillers.txt".into());
     std::fs::write(path, lines.join("\n")).unwrap();
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(40))]
+    /// Reordering across neighbouring groups and duplicated packets do not
+    /// stop recovery of up to `parity` losses per group, and nothing is
+    /// handed out twice from one group.
+    #[test]
+    fn reordered_and_duplicated_shards_still_recover(d in 1usize..=10, p in 1usize..=4, seed in any::<u64>()) {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let mut enc = FecEncoder::new(d, p).unwrap();
+        let mut dec = FecDecoder::new(d, p);
+        let groups = 8;
+        let mut sent = Vec::new();
+        let mut wire = Vec::new();
+        for g in 0..groups {
+            let mut group = Vec::new();
+            for _ in 0..d {
+                let kcp = kcp_packet(sent.len() as u32, rng.random_range(24..=600));
+                let (data, parity) = encode(&mut enc, ms(1000 + g as u32), &kcp);
+                sent.push(kcp);
+                group.push(data);
+                group.extend(parity);
+            }
+            // A first one-shard group has no parity (continuity rule): no loss there.
+            let lost = if group.len() == d + p { { let k = rng.random_range(0..=p); lose_k(&mut rng, d + p, k) } } else { vec![false; group.len()] };
+            for (pkt, l) in group.into_iter().zip(lost) {
+                if !l {
+                    if rng.random_range(0..5) == 0 {
+                        wire.push(pkt.clone());
+                    }
+                    wire.push(pkt);
+                }
+            }
+        }
+        // Local reordering: each packet moves at most `d + p` places.
+        let mut keyed: Vec<(usize, Vec<u8>)> =
+            wire.into_iter().enumerate().map(|(i, w)| (i + rng.random_range(0..=d + p), w)).collect();
+        keyed.sort_by_key(|(k, _)| *k);
+        let wire: Vec<Vec<u8>> = keyed.into_iter().map(|(_, w)| w).collect();
+        let mut delivered = std::collections::BTreeSet::new();
+        let mut recovered = Vec::new();
+        for pkt in &wire {
+            if let Some(k) = data_payload(pkt) {
+                delivered.insert(k.to_vec());
+            }
+            dec.handle(pkt).unwrap();
+            for r in drain(&mut dec) {
+                prop_assert!(sent.contains(&r));
+                recovered.push(r.clone());
+                delivered.insert(r);
+            }
+        }
+        prop_assert_eq!(delivered.len(), sent.len());
+        let unique: std::collections::BTreeSet<_> = recovered.iter().collect();
+        prop_assert_eq!(unique.len(), recovered.len(), "a packet recovered twice");
+    }
+}
+
+#[test]
+fn the_skip_parity_capture_decodes_without_recovery() {
+    let g = group("rs_3_2_skip_parity");
+    let mut dec = FecDecoder::new(3, 2);
+    for p in &g.packets {
+        dec.handle(&p.fec()).unwrap();
+        assert!(drain(&mut dec).is_empty());
+    }
+    assert_eq!(dec.stats().full_groups, 2);
+    assert_eq!(
+        dec.stats().dropped_stale,
+        2,
+        "the second group's parity arrives after it completed"
+    );
+    // Losing a data shard of the second group is repaired by its parity.
+    let mut dec = FecDecoder::new(3, 2);
+    let mut got = Vec::new();
+    for p in g.packets.iter().filter(|p| p.seqid != 6) {
+        dec.handle(&p.fec()).unwrap();
+        got.extend(drain(&mut dec));
+    }
+    let lost = g.packets.iter().find(|p| p.seqid == 6).unwrap().fec();
+    assert_eq!(got, vec![lost[8..].to_vec()]);
+}
