@@ -215,10 +215,11 @@ pub(crate) fn dot_with(
     {
         match kernel {
             Kernel::Avx2 if std::is_x86_feature_detected!("avx2") => {
-                // SAFETY: AVX2 is present (checked just above), and every
-                // `offsets[j] + out.len() <= src.len()` was checked at entry, which is
-                // the bound `x86::dot_avx2` reads within.
-                unsafe { x86::dot_avx2(tables, src, offsets, out) };
+                // SAFETY: AVX2 is present (checked just above); one row of
+                // `tables.len() == offsets.len()` tables, every
+                // `offsets[j] + n <= src.len()` was checked at entry, and the single
+                // output row is `out[..n]` (stride `n`).
+                unsafe { x86::rows_avx2::<1>(tables, src, offsets, out, n, n) };
                 return true;
             }
             Kernel::Ssse3 if std::is_x86_feature_detected!("ssse3") => {
@@ -351,6 +352,11 @@ fn dot_portable(
 
 #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
 mod x86 {
+    // Since Rust 1.87 the register-only intrinsics are safe inside a
+    // `#[target_feature]` function; the crate's MSRV (1.85) still needs them in
+    // `unsafe` blocks, which newer compilers call unused.
+    #![allow(unused_unsafe, reason = "MSRV 1.85: intrinsics are unsafe fns there")]
+
     #[cfg(target_arch = "x86")]
     use core::arch::x86::*;
     #[cfg(target_arch = "x86_64")]
@@ -358,103 +364,10 @@ mod x86 {
 
     use super::{NibbleTable, dot_portable};
 
-    /// AVX2 body: 64 bytes per step (two accumulators), then 32, then the
-    /// portable tail.
-    ///
-    /// # Safety
-    /// The CPU supports AVX2, `tables.len() == offsets.len()`, and
-    /// `offsets[j] + out.len() <= src.len()` for every `j`.
-    #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn dot_avx2(
-        tables: &[NibbleTable],
-        src: &[u8],
-        offsets: &[usize],
-        out: &mut [u8],
-    ) {
-        let n = out.len();
-        let base = src.as_ptr();
-        let dst = out.as_mut_ptr();
-        let mask = _mm256_set1_epi8(0x0f);
-        let mut i = 0;
-        while i + 64 <= n {
-            let mut acc0 = _mm256_setzero_si256();
-            let mut acc1 = _mm256_setzero_si256();
-            for (t, &off) in tables.iter().zip(offsets) {
-                // SAFETY: `off + i + 64 <= off + n <= src.len()` (caller's bound),
-                // so both 32-byte unaligned loads stay inside `src`; the tables are
-                // 16-byte arrays read with unaligned loads.
-                unsafe {
-                    let tlo = _mm256_broadcastsi128_si256(_mm_loadu_si128(t.lo.as_ptr().cast()));
-                    let thi = _mm256_broadcastsi128_si256(_mm_loadu_si128(t.hi.as_ptr().cast()));
-                    let p = base.add(off + i);
-                    let x0 = _mm256_loadu_si256(p.cast());
-                    let x1 = _mm256_loadu_si256(p.add(32).cast());
-                    let l0 = _mm256_and_si256(x0, mask);
-                    let h0 = _mm256_and_si256(_mm256_srli_epi64(x0, 4), mask);
-                    let l1 = _mm256_and_si256(x1, mask);
-                    let h1 = _mm256_and_si256(_mm256_srli_epi64(x1, 4), mask);
-                    acc0 = _mm256_xor_si256(
-                        acc0,
-                        _mm256_xor_si256(
-                            _mm256_shuffle_epi8(tlo, l0),
-                            _mm256_shuffle_epi8(thi, h0),
-                        ),
-                    );
-                    acc1 = _mm256_xor_si256(
-                        acc1,
-                        _mm256_xor_si256(
-                            _mm256_shuffle_epi8(tlo, l1),
-                            _mm256_shuffle_epi8(thi, h1),
-                        ),
-                    );
-                }
-            }
-            // SAFETY: `i + 64 <= n == out.len()`, so both stores are inside `out`.
-            unsafe {
-                _mm256_storeu_si256(dst.add(i).cast(), acc0);
-                _mm256_storeu_si256(dst.add(i + 32).cast(), acc1);
-            }
-            i += 64;
-        }
-        // A ragged end is one more 32-byte chunk ending at `n`, overlapping
-        // bytes already written (outputs are recomputed, not accumulated).
-        loop {
-            if i + 32 > n {
-                if i < n && n >= 32 {
-                    i = n - 32;
-                } else {
-                    break;
-                }
-            }
-            let mut acc = _mm256_setzero_si256();
-            for (t, &off) in tables.iter().zip(offsets) {
-                // SAFETY: `off + i + 32 <= src.len()` as above.
-                unsafe {
-                    let tlo = _mm256_broadcastsi128_si256(_mm_loadu_si128(t.lo.as_ptr().cast()));
-                    let thi = _mm256_broadcastsi128_si256(_mm_loadu_si128(t.hi.as_ptr().cast()));
-                    let x = _mm256_loadu_si256(base.add(off + i).cast());
-                    let l = _mm256_and_si256(x, mask);
-                    let h = _mm256_and_si256(_mm256_srli_epi64(x, 4), mask);
-                    acc = _mm256_xor_si256(
-                        acc,
-                        _mm256_xor_si256(_mm256_shuffle_epi8(tlo, l), _mm256_shuffle_epi8(thi, h)),
-                    );
-                }
-            }
-            // SAFETY: `i + 32 <= out.len()`.
-            unsafe { _mm256_storeu_si256(dst.add(i).cast(), acc) };
-            if i + 32 == n {
-                break;
-            }
-            i += 32;
-        }
-        if n < 32 {
-            dot_portable(tables, src, offsets, out, 0);
-        }
-    }
-
     /// AVX2 body of [`super::dot_rows`] for `R` rows at once: each 32-byte
-    /// input chunk is loaded and split into nibbles once for all rows.
+    /// input chunk is loaded and split into nibbles once for all rows. A ragged
+    /// end is one more chunk ending at `len`, overlapping bytes already written
+    /// (outputs are recomputed, not accumulated); `len < 32` runs portably.
     ///
     /// # Safety
     /// The CPU supports AVX2, `tables.len() == R * offsets.len()`,
@@ -470,43 +383,57 @@ mod x86 {
         len: usize,
     ) {
         let k = offsets.len();
+        if len < 32 {
+            for r in 0..R {
+                let row = &tables[r * k..(r + 1) * k];
+                dot_portable(
+                    row,
+                    src,
+                    offsets,
+                    &mut out[r * out_stride..r * out_stride + len],
+                    0,
+                );
+            }
+            return;
+        }
         let base = src.as_ptr();
         let dst = out.as_mut_ptr();
-        let mask = _mm256_set1_epi8(0x0f);
+        // SAFETY: register-only intrinsic; AVX2 is enabled on this function.
+        let mask = unsafe { _mm256_set1_epi8(0x0f) };
         let mut i = 0;
-        // Whole 32-byte chunks; a ragged end is one more chunk ending at `len`,
-        // overlapping bytes already written (outputs are recomputed, not accumulated).
         loop {
             if i + 32 > len {
-                if i < len && len >= 32 {
-                    i = len - 32;
-                } else {
-                    break;
-                }
+                i = len - 32;
             }
-            let mut acc = [_mm256_setzero_si256(); R];
+            // SAFETY: register-only intrinsic.
+            let mut acc = [unsafe { _mm256_setzero_si256() }; R];
             for (j, &off) in offsets.iter().enumerate() {
-                // SAFETY: `off + i + 32 <= off + len <= src.len()`, so the load is
-                // inside `src`.
-                let x = unsafe { _mm256_loadu_si256(base.add(off + i).cast()) };
-                let lo = _mm256_and_si256(x, mask);
-                let hi = _mm256_and_si256(_mm256_srli_epi64(x, 4), mask);
+                // SAFETY: `off + i + 32 <= off + len <= src.len()`, so the 32-byte
+                // unaligned load is inside `src`; the rest are register operations.
+                let (lo, hi) = unsafe {
+                    let x = _mm256_loadu_si256(base.add(off + i).cast());
+                    (
+                        _mm256_and_si256(x, mask),
+                        _mm256_and_si256(_mm256_srli_epi64(x, 4), mask),
+                    )
+                };
                 for (r, a) in acc.iter_mut().enumerate() {
                     let t = &tables[r * k + j];
-                    // SAFETY: each table half is a 16-byte array, read unaligned.
-                    let (tlo, thi) = unsafe {
-                        (
-                            _mm256_broadcastsi128_si256(_mm_loadu_si128(t.lo.as_ptr().cast())),
-                            _mm256_broadcastsi128_si256(_mm_loadu_si128(t.hi.as_ptr().cast())),
+                    // SAFETY: each table half is a 16-byte array read with an
+                    // unaligned 16-byte load; the rest are register operations.
+                    *a = unsafe {
+                        let tlo =
+                            _mm256_broadcastsi128_si256(_mm_loadu_si128(t.lo.as_ptr().cast()));
+                        let thi =
+                            _mm256_broadcastsi128_si256(_mm_loadu_si128(t.hi.as_ptr().cast()));
+                        _mm256_xor_si256(
+                            *a,
+                            _mm256_xor_si256(
+                                _mm256_shuffle_epi8(tlo, lo),
+                                _mm256_shuffle_epi8(thi, hi),
+                            ),
                         )
                     };
-                    *a = _mm256_xor_si256(
-                        *a,
-                        _mm256_xor_si256(
-                            _mm256_shuffle_epi8(tlo, lo),
-                            _mm256_shuffle_epi8(thi, hi),
-                        ),
-                    );
                 }
             }
             for (r, a) in acc.iter().enumerate() {
@@ -518,16 +445,10 @@ mod x86 {
             }
             i += 32;
         }
-        if len < 32 {
-            for r in 0..R {
-                let row = &tables[r * k..(r + 1) * k];
-                let o = &mut out[r * out_stride..r * out_stride + len];
-                dot_portable(row, src, offsets, o, i);
-            }
-        }
     }
 
-    /// SSSE3 body: 16 bytes per step, then the portable tail.
+    /// SSSE3 body of [`super::dot_with`]: 16 bytes per step, a ragged end as
+    /// one overlapping step; `n < 16` runs portably.
     ///
     /// # Safety
     /// The CPU supports SSSE3, `tables.len() == offsets.len()`, and
@@ -540,44 +461,42 @@ mod x86 {
         out: &mut [u8],
     ) {
         let n = out.len();
+        if n < 16 {
+            dot_portable(tables, src, offsets, out, 0);
+            return;
+        }
         let base = src.as_ptr();
         let dst = out.as_mut_ptr();
-        let mask = _mm_set1_epi8(0x0f);
+        // SAFETY: register-only intrinsic; SSSE3 is enabled on this function.
+        let mask = unsafe { _mm_set1_epi8(0x0f) };
         let mut i = 0;
-        // Whole 16-byte chunks; a ragged end is one more chunk ending at `n`,
-        // overlapping bytes already written (outputs are recomputed, not accumulated).
         loop {
             if i + 16 > n {
-                if i < n && n >= 16 {
-                    i = n - 16;
-                } else {
-                    break;
-                }
+                i = n - 16;
             }
-            let mut acc = _mm_setzero_si128();
+            // SAFETY: register-only intrinsic.
+            let mut acc = unsafe { _mm_setzero_si128() };
             for (t, &off) in tables.iter().zip(offsets) {
-                // SAFETY: `off + i + 16 <= off + n <= src.len()` (caller's bound).
-                unsafe {
+                // SAFETY: `off + i + 16 <= off + n <= src.len()` (caller's bound) and
+                // the table halves are 16-byte arrays; all loads are unaligned.
+                acc = unsafe {
                     let tlo = _mm_loadu_si128(t.lo.as_ptr().cast());
                     let thi = _mm_loadu_si128(t.hi.as_ptr().cast());
                     let x = _mm_loadu_si128(base.add(off + i).cast());
                     let l = _mm_and_si128(x, mask);
                     let h = _mm_and_si128(_mm_srli_epi64(x, 4), mask);
-                    acc = _mm_xor_si128(
+                    _mm_xor_si128(
                         acc,
                         _mm_xor_si128(_mm_shuffle_epi8(tlo, l), _mm_shuffle_epi8(thi, h)),
-                    );
-                }
+                    )
+                };
             }
-            // SAFETY: `i + 16 <= out.len()`.
+            // SAFETY: `i + 16 <= n == out.len()`.
             unsafe { _mm_storeu_si128(dst.add(i).cast(), acc) };
             if i + 16 == n {
                 break;
             }
             i += 16;
-        }
-        if n < 16 {
-            dot_portable(tables, src, offsets, out, 0);
         }
     }
 }
