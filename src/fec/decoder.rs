@@ -513,11 +513,12 @@ impl Tuner {
         }
         self.since_try = 0;
         let n = self.len;
-        let newest = self.ring[(self.head + SAMPLES - 1) % SAMPLES].0;
+        let last = self.ring[(self.head + SAMPLES - 1) % SAMPLES].0;
         let s = &mut self.scratch[..n];
         s.copy_from_slice(&self.ring[..n]);
-        // Order by distance behind the newest sample, oldest first (wrap-safe).
-        s.sort_unstable_by_key(|&(seq, _)| core::cmp::Reverse(newest.wrapping_sub(seq)));
+        // Order by signed distance from the last sample, so seqids within 2^31
+        // either side of it (late arrivals included) sort right across the wrap.
+        s.sort_unstable_by_key(|&(seq, _)| seq.wrapping_sub(last) as i32);
         // Drop duplicate seqids (kept: the first of each).
         let mut w = 0;
         for r in 0..n {
@@ -560,5 +561,62 @@ impl Tuner {
             i = k + 1;
         }
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Feeds a sender's `(seqid, is_data)` stream for `d + p` shards per group,
+    /// starting at `first`, skipping `lost`, and returns the first shape found.
+    fn learn(
+        d: usize,
+        p: usize,
+        first: u32,
+        count: usize,
+        lost: &[u32],
+        late: Option<u32>,
+    ) -> Option<(usize, usize)> {
+        let total = d + p;
+        let wrap = paws(total);
+        let mut t = Tuner::new();
+        let mut seq = first;
+        let mut found = None;
+        for _ in 0..count {
+            if !lost.contains(&seq) && Some(seq) != late {
+                t.sample(seq, (seq % total as u32) < d as u32);
+                found = found.or_else(|| t.find_shape());
+            }
+            seq = (seq + 1) % wrap;
+        }
+        if let Some(l) = late {
+            t.sample(l, (l % total as u32) < d as u32);
+            t.since_try = TUNE_EVERY;
+            found = found.or_else(|| t.find_shape());
+        }
+        found
+    }
+
+    #[test]
+    fn learns_the_ratio_from_a_framed_group() {
+        assert_eq!(learn(10, 3, 0, 40, &[], None), Some((10, 3)));
+        assert_eq!(learn(1, 1, 0, 10, &[], None), Some((1, 1)));
+        assert_eq!(learn(200, 56, 0, 600, &[], None), Some((200, 56)));
+        // Losses break runs; a later intact group still gives the answer.
+        assert_eq!(learn(10, 3, 0, 60, &[5, 18, 31], None), Some((10, 3)));
+        // Not enough to see a whole framed group.
+        assert_eq!(learn(10, 3, 1, 12, &[], None), None);
+    }
+
+    #[test]
+    fn learns_across_the_seqid_wrap_and_with_a_late_arrival() {
+        let total = 13u32;
+        let start = paws(13) - 2 * total + 4;
+        assert_eq!(learn(10, 3, start, 40, &[], None), Some((10, 3)));
+        // Only the late packet completes the framing; it sorts into place.
+        let gap = 13 * 3 + 5;
+        let found = learn(10, 3, 13 * 3 - 1, 18, &[], Some(gap));
+        assert_eq!(found, Some((10, 3)));
     }
 }
