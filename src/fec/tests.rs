@@ -745,3 +745,41 @@ fn the_skip_parity_capture_decodes_without_recovery() {
     let lost = g.packets.iter().find(|p| p.seqid == 6).unwrap().fec();
     assert_eq!(got, vec![lost[8..].to_vec()]);
 }
+
+#[test]
+fn steady_lossy_traffic_keeps_decoder_memory_within_four_arenas() {
+    let mut rng = ChaCha8Rng::seed_from_u64(11);
+    let mut enc = FecEncoder::new(10, 3).unwrap();
+    let mut dec = FecDecoder::new(10, 3);
+    let mut snapshot = None;
+    let mut buf = vec![0u8; MAX_PACKET];
+    let mut out = vec![0u8; MAX_PACKET];
+    for g in 0..600u32 {
+        if g == 100 {
+            snapshot = Some(dec.heap_bytes());
+        }
+        for i in 0..10 {
+            let len = rng.random_range(24..=1392);
+            buf[DATA_HEADER..DATA_HEADER + len].copy_from_slice(&kcp_packet(g * 10 + i, len));
+            let n = enc.encode(ms(g), &mut buf, len);
+            if rng.random_range(0..14) != 0 {
+                dec.handle(&buf[..n]).unwrap();
+                while dec.poll_recovered(&mut out).is_some() {}
+            }
+            while let Some(m) = enc.poll_parity(&mut out) {
+                if rng.random_range(0..14) != 0 {
+                    let parity = out[..m].to_vec();
+                    dec.handle(&parity).unwrap();
+                    while dec.poll_recovered(&mut out).is_some() {}
+                }
+            }
+        }
+    }
+    assert!(dec.stats().recovered > 100);
+    // Arenas come from a pool: an undecodable group keeps one until it leaves the
+    // window, so at most four exist; the rest is the recovery arena and the
+    // learner's ring.
+    let bound = 4 * 13 * SHARD_STRIDE + 10 * SHARD_STRIDE + 16 * 1024;
+    assert!(dec.heap_bytes() <= bound, "{} > {bound}", dec.heap_bytes());
+    assert!(snapshot.unwrap() <= dec.heap_bytes());
+}
