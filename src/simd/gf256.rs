@@ -113,7 +113,7 @@ impl NibbleTable {
     }
 }
 
-/// Which implementation [`dot`] runs on this CPU.
+/// Which implementation [`dot_rows`] and [`dot_with`] run on this CPU.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Kernel {
     /// Byte-at-a-time table lookups; runs everywhere.
@@ -188,8 +188,10 @@ pub(crate) fn dot(tables: &[NibbleTable], src: &[u8], offsets: &[usize], out: &m
     dot_with(Kernel::detect(), tables, src, offsets, out)
 }
 
-/// [`dot`] with an explicit kernel. A kernel the CPU cannot run falls back
-/// to the portable one.
+/// One dot product, `out[i] = XOR over j of tables[j] * src[offsets[j] + i]`,
+/// with an explicit kernel (tests compare them; a kernel the CPU cannot run
+/// falls back to the portable one). `false`, with `out` untouched, when the
+/// arguments do not fit.
 pub(crate) fn dot_with(
     kernel: Kernel,
     tables: &[NibbleTable],
