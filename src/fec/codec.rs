@@ -429,7 +429,7 @@ mod tests {
         fn codec_matches_reed_solomon_erasure(
             d in 1usize..=32,
             m in 1usize..=16,
-            len in 1usize..=200,
+            len in prop_oneof![1usize..=200, 1400usize..=1500],
             stride_extra in 0usize..40,
             seed in any::<u64>(),
             erase_seed in any::<u64>(),
