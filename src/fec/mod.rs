@@ -299,6 +299,17 @@ pub mod bench_support {
             VandermondeCodec::new(data, parity).map(Self)
         }
 
+        /// Forces a kernel: `"avx2"`, `"ssse3"` or `"portable"` (unknown names
+        /// and kernels the CPU lacks run portably).
+        pub fn set_kernel(&mut self, name: &str) {
+            use crate::simd::gf256::Kernel;
+            self.0.set_kernel(match name {
+                "avx2" => Kernel::Avx2,
+                "ssse3" => Kernel::Ssse3,
+                _ => Kernel::Portable,
+            });
+        }
+
         /// Parity of `data` shards `stride` apart into `parity`; `false` on bad sizes.
         pub fn encode(
             &mut self,

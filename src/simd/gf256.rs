@@ -113,7 +113,7 @@ impl NibbleTable {
     }
 }
 
-/// Which implementation [`dot_rows`] and [`dot_with`] run on this CPU.
+/// Which implementation [`dot_rows_with`] and [`dot_with`] run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Kernel {
     /// Byte-at-a-time table lookups; runs everywhere.
@@ -237,14 +237,8 @@ pub(crate) fn dot_with(
     true
 }
 
-/// Several dot products over the same inputs in one pass:
-/// `out[r * out_stride + i] = XOR over j of tables[r * k + j] * src[offsets[j] + i]`
-/// for every row `r < tables.len() / k` and `i < len`, where `k = offsets.len()`.
-/// This is a matrix-times-shards product (parity rows, or decode rows).
-///
-/// The SIMD kernels split each input chunk (32 or 16 bytes) into nibbles
-/// once and feed up to four rows from it; the portable one runs row by row.
-/// Returns `false` (and writes nothing) when the arguments do not fit.
+/// [`dot_rows_with`] on the CPU's best kernel.
+#[cfg(test)]
 pub(crate) fn dot_rows(
     tables: &[NibbleTable],
     src: &[u8],
@@ -256,7 +250,15 @@ pub(crate) fn dot_rows(
     dot_rows_with(Kernel::detect(), tables, src, offsets, out, out_stride, len)
 }
 
-/// [`dot_rows`] with an explicit kernel.
+/// Several dot products over the same inputs in one pass:
+/// `out[r * out_stride + i] = XOR over j of tables[r * k + j] * src[offsets[j] + i]`
+/// for every row `r < tables.len() / k` and `i < len`, where `k = offsets.len()`.
+/// This is a matrix-times-shards product (parity rows, or decode rows).
+///
+/// The SIMD kernels split each input chunk (32 or 16 bytes) into nibbles
+/// once and feed up to four rows from it; the portable one runs row by row.
+/// The kernel is explicit (one the CPU lacks runs portably). Returns `false`
+/// (and writes nothing) when the arguments do not fit.
 pub(crate) fn dot_rows_with(
     kernel: Kernel,
     tables: &[NibbleTable],
@@ -372,7 +374,7 @@ mod x86 {
 
     use super::{NibbleTable, dot_portable};
 
-    /// AVX2 body of [`super::dot_rows`] for `R` rows at once: each 32-byte
+    /// AVX2 body of [`super::dot_rows_with`] for `R` rows at once: each 32-byte
     /// input chunk is loaded and split into nibbles once for all rows. A ragged
     /// end is one more chunk ending at `len`, overlapping bytes already written
     /// (outputs are recomputed, not accumulated); `len < 32` runs portably.
@@ -455,7 +457,7 @@ mod x86 {
         }
     }
 
-    /// SSSE3 body of [`super::dot_rows`] for `R` rows at once, 16 bytes per
+    /// SSSE3 body of [`super::dot_rows_with`] for `R` rows at once, 16 bytes per
     /// step; same scheme and contract as [`rows_avx2`], `len < 16` portable.
     ///
     /// # Safety
