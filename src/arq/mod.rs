@@ -211,8 +211,15 @@ impl Kcp {
             rtt: Rtt::new(config.nodelay, interval),
             // kcp-go guesses the peer's window as its own default (C: 128).
             rmt_wnd: 32,
-            cwnd: 0,
-            incr: 0,
+            // A kcp-go session runs one flush when it is created; on an empty
+            // connection its only effect is raising cwnd from 0 to 1 (a raw
+            // kcp-go or C KCP starts at 0 and admits nothing on its first flush).
+            cwnd: if config.no_congestion { 0 } else { 1 },
+            incr: if config.no_congestion {
+                0
+            } else {
+                (config.mtu - HEADER_LEN) as u32
+            },
             ssthresh: THRESH_MIN,
             probe: 0,
             ts_probe: 0,
@@ -250,11 +257,12 @@ impl Kcp {
             self.parked = false;
         } else if self.parked {
             let late = now.diff(self.next_timer);
-            if late >= 0 {
-                // Ticks at next_timer, +interval, ... up to now happened while
+            if late > 0 {
+                // Ticks at next_timer, +interval, ... before now happened while
                 // idle and sent nothing; each also cleared the probe timer
-                // because the peer's window was open.
-                let k = late as u32 / self.p.interval + 1;
+                // because the peer's window was open. A tick falling exactly
+                // on `now` is left to run.
+                let k = (late as u32 - 1) / self.p.interval + 1;
                 self.next_timer = self.next_timer.add_millis(k * self.p.interval);
                 self.ts_probe = 0;
                 self.probe_wait = 0;
@@ -309,9 +317,18 @@ impl Kcp {
     /// bookkeeping. Call `poll_transmit` afterwards.
     pub fn handle_timeout(&mut self, now: Timestamp) {
         self.enter(now);
-        if now.is_at_or_after(self.next_timer) && !self.is_idle() {
-            let next = self.flush(now, Flush::Full);
-            self.next_timer = now.add_millis(next);
+        if now.is_at_or_after(self.next_timer) {
+            if self.is_idle() {
+                // kcp-go's flush would send nothing; its only effects are
+                // re-arming the timer a full interval later (nothing is in
+                // flight) and clearing the probe timer (the window is open).
+                self.next_timer = now.add_millis(self.p.interval);
+                self.ts_probe = 0;
+                self.probe_wait = 0;
+            } else {
+                let next = self.flush(now, Flush::Full);
+                self.next_timer = now.add_millis(next);
+            }
         }
         self.leave();
     }
