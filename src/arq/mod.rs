@@ -141,15 +141,15 @@ pub struct Kcp {
     acklist: Vec<(u32, u32)>,
     out: OutQueue,
 
-    rtt: Rtt,
-    rmt_wnd: u32,
-    cwnd: u32,
+    pub(crate) rtt: Rtt,
+    pub(crate) rmt_wnd: u32,
+    pub(crate) cwnd: u32,
     incr: u32,
-    ssthresh: u32,
+    pub(crate) ssthresh: u32,
 
     probe: u8,
     ts_probe: u32,
-    probe_wait: u32,
+    pub(crate) probe_wait: u32,
 
     dead: bool,
 

@@ -4,4 +4,9 @@
 mod util;
 
 mod basic;
+mod link;
+mod modes;
+mod probe;
+mod reassembly;
+mod retransmit;
 mod vectors;
