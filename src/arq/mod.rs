@@ -1063,6 +1063,27 @@ impl Kcp {
         self.rtt.rto()
     }
 
+    /// Start both sequence spaces at `sn` instead of 0, so tests can cross the
+    /// 2^32 wrap without sending 4 billion segments. Both ends must use the
+    /// same value. Only allowed before any traffic; returns `false` (and
+    /// changes nothing) afterwards. Not part of the stable API.
+    #[doc(hidden)]
+    pub fn set_initial_sn(&mut self, sn: u32) -> bool {
+        if self.snd.len() != 0
+            || self.rcv.queue_len() != 0
+            || self.rcv.buffered != 0
+            || self.snd.nxt != 0
+            || self.rcv.nxt != 0
+        {
+            return false;
+        }
+        self.snd.una = sn;
+        self.snd.nxt = sn;
+        self.rcv.head = sn;
+        self.rcv.nxt = sn;
+        true
+    }
+
     /// Sizes of every growable structure, for bound checks in tests.
     #[cfg(test)]
     pub(crate) fn footprint(&self) -> Footprint {
