@@ -7,6 +7,7 @@ mod basic;
 mod link;
 mod modes;
 mod probe;
+mod prop;
 mod reassembly;
 mod retransmit;
 mod vectors;
