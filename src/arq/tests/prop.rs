@@ -7,12 +7,15 @@ use super::util::t;
 use crate::arq::segment::Header;
 use crate::arq::{ArqConfig, Kcp, Origin, control_cap};
 
+/// `(cmd, frg, wnd, ts, sn, una, payload, len - payload.len())`.
+type RawSeg = (u8, u8, u16, u32, u32, u32, Vec<u8>, i8);
+
 #[derive(Debug, Clone)]
 enum Op {
     /// Raw bytes, as an attacker would send them.
     Raw(Vec<u8>, bool),
     /// Segments with our conv and adversarial fields.
-    Segs(Vec<(u8, u8, u16, u32, u32, u32, Vec<u8>, i8)>, bool),
+    Segs(Vec<RawSeg>, bool),
     Send(usize),
     SendMessage(usize),
     Recv(usize),
@@ -78,7 +81,7 @@ fn config() -> impl Strategy<Value = ArqConfig> {
         )
 }
 
-fn encode(segs: &[(u8, u8, u16, u32, u32, u32, Vec<u8>, i8)]) -> Vec<u8> {
+fn encode(segs: &[RawSeg]) -> Vec<u8> {
     let mut out = Vec::new();
     for (cmd, frg, wnd, ts, sn, una, data, len_delta) in segs {
         let len = (data.len() as i64 + i64::from(*len_delta)).max(0) as u32;
