@@ -264,6 +264,14 @@ impl SendRing {
     pub(crate) fn capacity(&self) -> usize {
         self.metas.len()
     }
+
+    /// Every heap capacity this ring holds, summed (changes iff it allocated).
+    #[cfg(test)]
+    pub(crate) fn heap_fingerprint(&self) -> usize {
+        self.metas.capacity()
+            + self.datas.capacity()
+            + self.datas.iter().map(Vec::capacity).sum::<usize>()
+    }
 }
 
 /// One slot of the receive ring.
@@ -404,6 +412,12 @@ impl RecvRing {
     pub(crate) fn capacity(&self) -> usize {
         self.slots.len()
     }
+
+    /// Every heap capacity this ring holds, summed (changes iff it allocated).
+    #[cfg(test)]
+    pub(crate) fn heap_fingerprint(&self) -> usize {
+        self.slots.capacity() + self.slots.iter().map(|s| s.data.capacity()).sum::<usize>()
+    }
 }
 
 /// What the next datagrams will carry, decided by a flush.
@@ -508,5 +522,10 @@ impl OutQueue {
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.items.len()
+    }
+
+    #[cfg(test)]
+    pub(crate) fn heap_fingerprint(&self) -> usize {
+        self.items.capacity()
     }
 }

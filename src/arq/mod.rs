@@ -663,6 +663,8 @@ impl Kcp {
 
     /// kcp-go `flush`: decide what to send at `now` and queue it for
     /// `poll_transmit`. Returns kcp-go's suggested delay to the next flush.
+    /// kcp-go's flush has no gate; C's `ikcp_flush` does nothing until
+    /// `ikcp_update` has run once.
     fn flush(&mut self, now: Timestamp, kind: Flush) -> u32 {
         // All segments of one flush share these (WIRE.md 2.4).
         let wnd = self.wnd_unused();
@@ -1229,6 +1231,19 @@ impl Kcp {
             acklist: self.acklist.len(),
             out_items: self.out.len(),
         }
+    }
+
+    /// Heap capacities of every container, as a tuple; equal values before
+    /// and after some work mean nothing grew, i.e. nothing was allocated
+    /// (slot buffers are cleared and refilled within their capacity).
+    #[cfg(test)]
+    pub(crate) fn heap_fingerprint(&self) -> [usize; 4] {
+        [
+            self.snd.heap_fingerprint(),
+            self.rcv.heap_fingerprint(),
+            self.out.heap_fingerprint(),
+            self.acklist.capacity(),
+        ]
     }
 }
 

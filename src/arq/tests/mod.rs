@@ -3,6 +3,7 @@
 
 mod util;
 
+mod alloc;
 mod basic;
 mod link;
 mod modes;
