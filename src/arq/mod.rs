@@ -368,19 +368,24 @@ impl Kcp {
     // ---------------------------------------------------------------- clock
 
     /// Bring the timer up to `now` and run a flush `send*` requested.
-    fn enter(&mut self, now: Timestamp) {
+    fn enter(&mut self, now: Timestamp, tick_at_now_ran: bool) {
         if !self.started {
             // kcp-go sessions run their first timer flush on creation.
             self.started = true;
             self.next_timer = now;
             self.parked = false;
         } else if self.parked {
-            let late = now.diff(self.next_timer);
+            // Ticks at next_timer, +interval, ... before now happened while
+            // idle and sent nothing; each also cleared the probe timer
+            // because the peer's window was open. A tick falling exactly on
+            // `now` is left to run for input and timer calls (kcp-go's
+            // Input may precede its timer in the same millisecond), and
+            // counted as run for `poll_transmit`: the caller skipped it
+            // because we were idle, before `send*`/`recv*` woke us.
+            let late = now
+                .diff(self.next_timer)
+                .wrapping_add(i32::from(tick_at_now_ran));
             if late > 0 {
-                // Ticks at next_timer, +interval, ... before now happened while
-                // idle and sent nothing; each also cleared the probe timer
-                // because the peer's window was open. A tick falling exactly
-                // on `now` is left to run.
                 let k = (late as u32 - 1) / self.p.interval + 1;
                 self.next_timer = self.next_timer.add_millis(k * self.p.interval);
                 self.ts_probe = 0;
@@ -435,7 +440,7 @@ impl Kcp {
     /// Run kcp-go's periodic flush if its tick is due at `now`; otherwise only
     /// bookkeeping. Call `poll_transmit` afterwards.
     pub fn handle_timeout(&mut self, now: Timestamp) {
-        self.enter(now);
+        self.enter(now, false);
         if now.is_at_or_after(self.next_timer) {
             if self.is_idle() {
                 // kcp-go's flush would send nothing; its only effects are
@@ -465,7 +470,7 @@ impl Kcp {
         packet: &[u8],
         origin: Origin,
     ) -> Result<(), InputError> {
-        self.enter(now);
+        self.enter(now, false);
         self.stats.datagrams_in += 1;
         let r = self.input(now, packet, origin);
         if r.is_err() && self.acklist.len() >= self.mtu / HEADER_LEN {
@@ -846,7 +851,7 @@ impl Kcp {
     /// of each flush. `buf` should hold at least `mtu` bytes; a shorter buffer
     /// gets what fits, and a segment that fits no empty `buf` stays queued.
     pub fn poll_transmit(&mut self, now: Timestamp, buf: &mut [u8]) -> Option<usize> {
-        self.enter(now);
+        self.enter(now, true);
         let n = self.assemble(buf);
         self.leave();
         if n > 0 {
@@ -1214,7 +1219,7 @@ impl Kcp {
     /// delay to the next flush. For benchmarks; not part of the stable API.
     #[doc(hidden)]
     pub fn flush_for_bench(&mut self, now: Timestamp) -> u32 {
-        self.enter(now);
+        self.enter(now, true);
         let next = self.flush(now, Flush::Full);
         self.leave();
         next

@@ -5,6 +5,7 @@ mod util;
 
 mod alloc;
 mod basic;
+mod kcpgo_trace;
 mod link;
 mod modes;
 mod probe;
