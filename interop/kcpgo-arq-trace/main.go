@@ -55,6 +55,7 @@ type scenario struct {
 	DupPercent uint32  `json:"dup_percent"`
 	Base       uint32  `json:"clock_base"`
 	InitialSn  uint32  `json:"initial_sn"`
+	MsgSegs    int     `json:"message_segments"`
 	EndMs      uint32  `json:"end_ms"`
 	Trace      []dgram `json:"trace"`
 }
@@ -133,7 +134,7 @@ func run(s *scenario) {
 	ends := []*kcp.KCP{c, sv}
 	timers := []uint32{0, 0}
 	mss := s.Mtu - 24
-	sent, got := 0, 0
+	sent, got, msgs := 0, 0, 0
 	buf := make([]byte, 1<<20)
 	for {
 		// 1. deliveries due now, in (at, seq) order
@@ -165,6 +166,12 @@ func run(s *scenario) {
 		if now%5 == 0 {
 			for sent < s.Bytes && c.WaitSnd() < s.SndWnd {
 				n := min(mss, s.Bytes-sent)
+				if s.MsgSegs > 0 {
+					// Raw KCP message mode: one Send per message, fragmented
+					// by KCP itself with frg counting down.
+					n = min(1+int((uint32(msgs)*7919+s.Seed*31)%uint32(s.MsgSegs*mss)), s.Bytes-sent)
+					msgs++
+				}
 				piece := make([]byte, n)
 				for i := range piece {
 					piece[i] = pattern(sent + i)
@@ -209,6 +216,8 @@ func main() {
 		{Name: "fast3_loss30_cwnd", Mtu: 1400, SndWnd: 32, RcvWnd: 32, NoDelay: 1, Interval: 10, Resend: 2, Nc: 0, Loss: 30, Delay: 40, Jitter: 10, Seed: 7, Bytes: 32 << 10},
 		{Name: "fast3_wrap_dup_loss10", Mtu: 1400, SndWnd: 128, RcvWnd: 128, NoDelay: 1, Interval: 10, Resend: 2, Nc: 1, Stream: true, Loss: 10, Delay: 25, Jitter: 20, Seed: 8, Bytes: 256 << 10, DupPercent: 5, Base: 0xFFFFFF00, InitialSn: 0xFFFFFFC0},
 		{Name: "default_wrap_dup_tiny_rcvwnd", Mtu: 1000, SndWnd: 16, RcvWnd: 4, NoDelay: 0, Interval: 100, Resend: 0, Nc: 0, Loss: 15, Delay: 30, Jitter: 40, Seed: 9, Bytes: 48 << 10, DupPercent: 10, Base: 0xFFFF0000, InitialSn: 0xFFFFFFF8, PauseFrom: 500, PauseTo: 1900},
+		{Name: "fast3_messages_3_segments", Mtu: 1400, SndWnd: 32, RcvWnd: 32, NoDelay: 1, Interval: 10, Resend: 2, Nc: 1, Loss: 10, Delay: 20, Jitter: 20, Seed: 11, Bytes: 128 << 10, DupPercent: 3, MsgSegs: 3},
+		{Name: "default_messages_small_rcvwnd_paused", Mtu: 700, SndWnd: 16, RcvWnd: 8, NoDelay: 0, Interval: 100, Resend: 0, Nc: 0, Loss: 10, Delay: 30, Jitter: 10, Seed: 12, Bytes: 48 << 10, MsgSegs: 4, PauseFrom: 300, PauseTo: 1500, Base: 0xFFFFF000, InitialSn: 0xFFFFFFF0},
 		{Name: "fast_acknodelay_dup_reorder", Mtu: 1400, SndWnd: 64, RcvWnd: 32, NoDelay: 0, Interval: 30, Resend: 2, Nc: 0, AckNoDelay: true, Loss: 8, Delay: 10, Jitter: 30, Seed: 10, Bytes: 96 << 10, DupPercent: 8},
 	}
 	for _, s := range scenarios {
