@@ -1,0 +1,15 @@
+//! Unit tests of the state machine, grouped by mechanism and written as
+//! transcripts at explicit timestamps.
+
+mod util;
+
+mod alloc;
+mod basic;
+mod kcpgo_trace;
+mod link;
+mod modes;
+mod probe;
+mod prop;
+mod reassembly;
+mod retransmit;
+mod vectors;
