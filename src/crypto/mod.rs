@@ -35,6 +35,7 @@
 #![deny(clippy::disallowed_methods, clippy::disallowed_types)]
 
 mod cfb;
+mod des3;
 mod salsa;
 mod tea;
 mod twofish256;
@@ -308,7 +309,7 @@ enum Engine {
     Blowfish(Box<blowfish::Blowfish>),
     Twofish(Box<twofish256::Twofish256>),
     Cast5(Box<cast5::Cast5>),
-    TripleDes(Box<des::TdesEde3>),
+    TripleDes(Box<des3::TripleDes>),
     Tea(Box<tea::Tea16>),
     Xtea(Box<tea::XteaBe>),
     Sm4(Box<sm4::Sm4>),
@@ -390,9 +391,9 @@ impl PacketCrypto {
                     cast5::Cast5::new_from_slice(&key).map_err(|_| bad())?,
                 ))
             }
-            Method::TripleDes => Engine::TripleDes(Box::new(
-                des::TdesEde3::new_from_slice(key).map_err(|_| bad())?,
-            )),
+            Method::TripleDes => Engine::TripleDes(Box::new(des3::TripleDes::new(
+                &key_array::<24>(method, key)?,
+            ))),
             Method::Tea => Engine::Tea(Box::new(tea::Tea16::new(&key_array::<16>(method, key)?))),
             Method::Xtea => {
                 Engine::Xtea(Box::new(tea::XteaBe::new(&key_array::<16>(method, key)?)))
