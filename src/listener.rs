@@ -198,7 +198,12 @@ impl KcpListener {
             notified.as_mut().enable();
             {
                 let mut q = lock(&self.driver.accept);
-                if let Some((session, peer)) = q.queue.pop_front() {
+                while let Some((session, peer)) = q.queue.pop_front() {
+                    // A session that failed while waiting (idle timeout, taken
+                    // over by a restarted peer) is not worth handing out.
+                    if lock(&session.state).error.is_some() {
+                        continue;
+                    }
                     // More may be waiting for other accept callers.
                     if !q.queue.is_empty() {
                         self.driver.accept_notify.notify_one();

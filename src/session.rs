@@ -227,7 +227,8 @@ impl KcpStream {
     }
 
     /// Receives one whole message into `buf` (message mode), returning its
-    /// length.
+    /// length. A session keeps one read waker: receive from one task at a
+    /// time (as with `AsyncRead`).
     ///
     /// # Errors
     ///

@@ -845,3 +845,30 @@ async fn socket_options_apply() {
     .await
     .unwrap();
 }
+
+#[tokio::test]
+async fn accept_skips_sessions_that_failed_in_the_backlog() {
+    let config = fast().build().unwrap();
+    let listener = KcpListener::bind("127.0.0.1:0", &config).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let raw = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    timeout(Duration::from_secs(10), async {
+        raw.send_to(&push_segment(1, 0, b"one"), addr)
+            .await
+            .unwrap();
+        while listener.stats().backlog < 1 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // The peer restarts before anyone accepted its first session.
+        raw.send_to(&push_segment(2, 0, b"two"), addr)
+            .await
+            .unwrap();
+        while listener.stats().sessions_opened < 2 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let (s, _) = listener.accept().await.unwrap();
+        assert_eq!(s.conv(), 2);
+    })
+    .await
+    .unwrap();
+}
