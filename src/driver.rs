@@ -251,6 +251,8 @@ pub(crate) struct Counters {
     pub(crate) sessions_opened: AtomicU64,
     pub(crate) sessions_closed: AtomicU64,
     pub(crate) sessions_live: AtomicU64,
+    /// Session deadlines that fired (ARQ ticks, idle, linger).
+    pub(crate) timer_fires: AtomicU64,
 }
 
 fn bump(c: &AtomicU64) {
@@ -1007,6 +1009,7 @@ impl Driver {
                 continue; // stale entry
             }
             st.deadline = None;
+            bump(&self.shared.counters.timer_fires);
             if !st.queued {
                 st.queued = true;
                 self.ready.push_back(id);

@@ -64,6 +64,9 @@ pub struct ListenerStats {
     pub send_syscalls: u64,
     /// Datagrams cut short by a small receive buffer, dropped.
     pub truncated: u64,
+    /// Session deadlines that fired (ARQ ticks, idle timeouts, lingers): a
+    /// quiet session with nothing in flight and no idle timeout adds none.
+    pub timer_fires: u64,
 }
 
 pub(crate) fn socket_stats(d: &DriverShared) -> ListenerStats {
@@ -93,6 +96,7 @@ pub(crate) fn socket_stats(d: &DriverShared) -> ListenerStats {
         recv_syscalls: sys.recv_syscalls,
         send_syscalls: sys.send_syscalls,
         truncated: sys.truncated,
+        timer_fires: get(&c.timer_fires),
     }
 }
 

@@ -872,3 +872,40 @@ async fn accept_skips_sessions_that_failed_in_the_backlog() {
     .await
     .unwrap();
 }
+
+#[tokio::test]
+async fn quiet_sessions_cost_no_timer_wakeups() {
+    let config = fast().build().unwrap();
+    let (addr, l) = echo_server(&config).await;
+    let mut streams = Vec::new();
+    timeout(Duration::from_secs(10), async {
+        for _ in 0..16 {
+            let mut s = KcpStream::connect(addr, &config).await.unwrap();
+            s.write_all(b"hi").await.unwrap();
+            let mut b = [0u8; 2];
+            s.read_exact(&mut b).await.unwrap();
+            streams.push(s);
+        }
+    })
+    .await
+    .unwrap();
+    // Let the last ACKs go out, then watch a quiet period: fast3 ticks every
+    // 10 ms, so 16 sessions ticking would fire ~800 times in 500 ms.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = l.stats().timer_fires;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let after = l.stats().timer_fires;
+    assert!(after - before <= 2, "{before} -> {after}");
+}
+
+#[tokio::test]
+async fn write_delay_and_ack_nodelay_echo() {
+    let config = fast().write_delay(true).ack_nodelay(true).build().unwrap();
+    let (addr, _l) = echo_server(&config).await;
+    timeout(Duration::from_secs(20), async {
+        let stream = KcpStream::connect(addr, &config).await.unwrap();
+        echo_roundtrip(stream, random_bytes(300_000, 30), 31, 10_000).await;
+    })
+    .await
+    .unwrap();
+}
