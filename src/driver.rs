@@ -1251,6 +1251,16 @@ impl Driver {
                     .copied()
                     .unwrap_or(self.shared.local_addr);
                 let first = self.tx_len.get(i).copied().unwrap_or(0);
+                if first == 0 {
+                    // A slot that failed to seal is never sent: skip it when
+                    // it leads the batch, else end the batch before it.
+                    if n == 0 {
+                        self.tx_sent += 1;
+                        i += 1;
+                        continue;
+                    }
+                    break;
+                }
                 // A GSO run: full-stride datagrams to one peer, the last may be
                 // shorter; they are contiguous because slots are `stride` apart.
                 let mut j = i + 1;
@@ -1280,6 +1290,9 @@ impl Driver {
                 }
                 n += 1;
                 i = j;
+            }
+            if n == 0 {
+                continue;
             }
             let batch = transmits.get(..n).unwrap_or_default();
             let res = self.socket.try_io(Interest::WRITABLE, || {
