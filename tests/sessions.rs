@@ -937,3 +937,16 @@ async fn fec_group_deadline_closes_groups_at_low_rates() {
     .unwrap();
     assert_eq!(l.stats().bad_fec, 0);
 }
+
+#[test]
+fn public_types_are_send_and_sync() {
+    fn check<T: Send + Sync + 'static>() {}
+    check::<KcpStream>();
+    check::<kcpio::OwnedReadHalf>();
+    check::<kcpio::OwnedWriteHalf>();
+    check::<KcpListener>();
+    check::<Config>();
+    check::<kcpio::ConfigError>();
+    check::<kcpio::SessionStats>();
+    check::<kcpio::ListenerStats>();
+}
