@@ -1,6 +1,1090 @@
-//! The arq layer (see docs/DESIGN.md).
+//! The KCP ARQ state machine, sans-IO, as kcp-go v5.6.72 runs it.
+//!
+//! [`Kcp`] is one conversation: bytes and `now` go in, KCP packets and a
+//! deadline come out. It reads no clock, owns no socket and spawns nothing
+//! (clippy's `disallowed_methods`/`disallowed_types` are denied here).
+//! The wire format and the behaviour it reproduces are specified in
+//! `shared/spec/WIRE.md` sections 2 and 3; where kcp-go and skywind3000's C
+//! KCP differ, kcp-go's behaviour is implemented and the difference is noted
+//! where it lives.
 #![deny(clippy::disallowed_methods, clippy::disallowed_types)]
 
+mod buffers;
+pub mod config;
+mod error;
+mod rtt;
+pub mod segment;
+mod stats;
 pub mod time;
 
+#[cfg(test)]
+mod tests;
+
+pub use config::{ArqConfig, ArqConfigError, Preset};
+pub use error::{InputError, RecvError, SendError};
+pub use stats::ArqStats;
 pub use time::Timestamp;
+
+use buffers::{OutItem, OutKind, OutQueue, RecvRing, SendRing};
+use rtt::Rtt;
+use segment::{Command, HEADER_LEN, Header, ParseError, Segments};
+
+/// Where a KCP packet handed to [`Kcp::handle_datagram`] came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Origin {
+    /// Received from the network as is.
+    Regular,
+    /// Rebuilt by the FEC decoder. As in kcp-go, such packets neither update
+    /// the peer's window (it may be stale) nor give an RTT sample, and their
+    /// duplicates are not counted as repeats.
+    Recovered,
+}
+
+/// `IKCP_THRESH_INIT` / `IKCP_THRESH_MIN`.
+const THRESH_MIN: u32 = 2;
+/// `IKCP_PROBE_INIT`: first window-probe wait in kcp-go (C: 7000 ms).
+const PROBE_INIT: u32 = 500;
+/// `IKCP_PROBE_LIMIT`.
+const PROBE_LIMIT: u32 = 120_000;
+/// Probe flag: send WASK at the next flush.
+const ASK_SEND: u8 = 1;
+/// Probe flag: send WINS at the next flush.
+const ASK_TELL: u8 = 2;
+/// kcp-go's "fast retransmit disabled until the next RTO" marker.
+const FASTACK_OFF: u32 = u32::MAX;
+
+/// The two flush kinds of kcp-go (`IKCP_FLUSH_ACKONLY`, `IKCP_FLUSH_FULL`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Flush {
+    AckOnly,
+    Full,
+}
+
+/// Parameters that stay fixed for the life of a [`Kcp`].
+#[derive(Clone, Debug)]
+struct Params {
+    interval: u32,
+    snd_wnd: u32,
+    rcv_wnd: u32,
+    /// `fastresend` as kcp-go compares it in `parse_fastack` (0 = always).
+    fastack_threshold: u32,
+    /// kcp-go's `resent` in flush: the threshold, or "never" when off.
+    resent: u32,
+    no_congestion: bool,
+    stream: bool,
+    write_delay: bool,
+    ack_nodelay: bool,
+    dead_link: u32,
+}
+
+/// One KCP conversation as a sans-IO state machine.
+///
+/// # Call contract
+///
+/// Methods fall into four groups, in the manner of quinn-proto's `Connection`:
+///
+/// * **getters** ([`conv`](Self::conv), [`mss`](Self::mss),
+///   [`send_capacity`](Self::send_capacity), [`peek_size`](Self::peek_size),
+///   [`readable`](Self::readable), [`is_dead`](Self::is_dead),
+///   [`wait_snd`](Self::wait_snd), [`is_flushed`](Self::is_flushed),
+///   [`stats`](Self::stats), [`srtt`](Self::srtt), [`rto`](Self::rto)) change
+///   nothing.
+/// * **`handle_*`** feed events with the caller's clock:
+///   [`handle_datagram`](Self::handle_datagram) for every KCP packet
+///   received, [`handle_timeout`](Self::handle_timeout) when the deadline from
+///   [`poll_timeout`](Self::poll_timeout) has passed.
+/// * **application calls** [`send`](Self::send),
+///   [`send_message`](Self::send_message), [`recv`](Self::recv),
+///   [`recv_message`](Self::recv_message) take no clock.
+/// * **`poll_*`** drain output: [`poll_transmit`](Self::poll_transmit)
+///   writes one KCP packet per call, [`poll_timeout`](Self::poll_timeout)
+///   says when to call `handle_timeout` next.
+///
+/// After **every** `handle_*`, `send*` or `recv*` call the driver must call
+/// `poll_transmit(now, buf)` until it returns `None`, sending each packet as
+/// it comes, and then re-arm its timer from `poll_timeout()`. This is how the
+/// flushes kcp-go performs inside `Input`, `Write` and its timer come out:
+///
+/// * kcp-go's session timer flushes every `interval` ms (sooner when a
+///   retransmission is due): `poll_timeout` returns exactly that tick, and
+///   `handle_timeout` runs it. While the connection is idle (nothing queued or
+///   in flight, no ACK or probe pending, peer window open) `poll_timeout`
+///   returns `None`; kcp-go's ticks in that state send nothing, and the tick
+///   phase is kept so the first tick after idleness falls where kcp-go's would.
+/// * kcp-go's `Input` flushes at once when `una` released segments or a fast
+///   retransmit is due, and flushes ACKs at once when a packet's worth is
+///   pending or `ack_nodelay` is on: `handle_datagram` queues that output.
+/// * kcp-go's `Write` flushes at once unless write-delay is on: `send` and
+///   `send_message` request that flush, which runs at the next call that
+///   carries `now` (normally the `poll_transmit` right after).
+///
+/// `now` must not go backwards by more than a few seconds between calls and
+/// must stay within 2^31 ms of the previous call (wrapping arithmetic).
+///
+/// # Memory
+///
+/// The send side holds at most `2 * snd_wnd` segments (in flight plus queued),
+/// the receive side at most `2 * rcv_wnd` (unread plus out of order); both
+/// rings start small and grow on demand, and each slot reuses its payload
+/// buffer, so steady state allocates nothing per segment. Pending control
+/// output is capped as well (see [`ArqStats::output_dropped`]).
+#[derive(Debug)]
+pub struct Kcp {
+    conv: u32,
+    mtu: usize,
+    mss: usize,
+    p: Params,
+
+    snd: SendRing,
+    rcv: RecvRing,
+    /// Pending `(sn, ts)` acknowledgements (kcp-go `acklist`).
+    acklist: Vec<(u32, u32)>,
+    out: OutQueue,
+
+    rtt: Rtt,
+    rmt_wnd: u32,
+    cwnd: u32,
+    incr: u32,
+    ssthresh: u32,
+
+    probe: u8,
+    ts_probe: u32,
+    probe_wait: u32,
+
+    dead: bool,
+
+    /// A flush requested by `send*`, run at the next call that has `now`.
+    pending: Option<Flush>,
+    /// kcp-go's session timer: when the next periodic flush is due.
+    next_timer: Timestamp,
+    /// The connection was idle at the end of the last call: timer ticks are
+    /// virtual (they would send nothing) until the next call with `now`.
+    parked: bool,
+    /// A call with `now` has happened.
+    started: bool,
+    /// The latest `now` seen.
+    last_now: Timestamp,
+
+    stats: ArqStats,
+}
+
+impl Kcp {
+    /// A conversation `conv` with `config` (validated; `interval` clamped).
+    ///
+    /// # Errors
+    /// [`ArqConfigError`] if [`ArqConfig::validate`] fails.
+    pub fn new(conv: u32, config: &ArqConfig) -> Result<Self, ArqConfigError> {
+        config.validate()?;
+        let interval = config.clamped_interval();
+        let snd_wnd = u32::from(config.snd_wnd);
+        let rcv_wnd = u32::from(config.rcv_wnd);
+        let mss = config.mtu - HEADER_LEN;
+        // kcp-go keeps `fastresend` as int32: values above i32::MAX would be
+        // negative there, which disables fast retransmit in flush.
+        let fast = config.fast_resend;
+        let resent = if fast == 0 || fast > i32::MAX as u32 {
+            u32::MAX
+        } else {
+            fast
+        };
+        let acks_per_packet = config.mtu / HEADER_LEN;
+        Ok(Self {
+            conv,
+            mtu: config.mtu,
+            mss,
+            p: Params {
+                interval,
+                snd_wnd,
+                rcv_wnd,
+                fastack_threshold: fast,
+                resent,
+                no_congestion: config.no_congestion,
+                stream: config.stream,
+                write_delay: config.write_delay,
+                ack_nodelay: config.ack_nodelay,
+                dead_link: config.dead_link,
+            },
+            snd: SendRing::new(2 * snd_wnd),
+            rcv: RecvRing::new(rcv_wnd),
+            acklist: Vec::new(),
+            out: OutQueue::new(4 * acks_per_packet + 2 * rcv_wnd as usize + 64),
+            rtt: Rtt::new(config.nodelay, interval),
+            // kcp-go guesses the peer's window as its own default (C: 128).
+            rmt_wnd: 32,
+            // A kcp-go session runs one flush when it is created; on an empty
+            // connection its only effect is raising cwnd from 0 to 1 (a raw
+            // kcp-go or C KCP starts at 0 and admits nothing on its first flush).
+            cwnd: if config.no_congestion { 0 } else { 1 },
+            incr: if config.no_congestion {
+                0
+            } else {
+                (config.mtu - HEADER_LEN) as u32
+            },
+            ssthresh: THRESH_MIN,
+            probe: 0,
+            ts_probe: 0,
+            probe_wait: 0,
+            dead: false,
+            pending: None,
+            next_timer: Timestamp::from_millis(0),
+            parked: true,
+            started: false,
+            last_now: Timestamp::from_millis(0),
+            stats: ArqStats::default(),
+        })
+    }
+
+    /// The conversation id.
+    #[must_use]
+    pub fn conv(&self) -> u32 {
+        self.conv
+    }
+
+    /// Largest payload of one segment: `mtu - 24`.
+    #[must_use]
+    pub fn mss(&self) -> usize {
+        self.mss
+    }
+
+    // ---------------------------------------------------------------- clock
+
+    /// Bring the timer up to `now` and run a flush `send*` requested.
+    fn enter(&mut self, now: Timestamp) {
+        if !self.started {
+            // kcp-go sessions run their first timer flush on creation.
+            self.started = true;
+            self.next_timer = now;
+            self.parked = false;
+        } else if self.parked {
+            let late = now.diff(self.next_timer);
+            if late > 0 {
+                // Ticks at next_timer, +interval, ... before now happened while
+                // idle and sent nothing; each also cleared the probe timer
+                // because the peer's window was open. A tick falling exactly
+                // on `now` is left to run.
+                let k = (late as u32 - 1) / self.p.interval + 1;
+                self.next_timer = self.next_timer.add_millis(k * self.p.interval);
+                self.ts_probe = 0;
+                self.probe_wait = 0;
+            } else if late < -(self.p.interval as i32) {
+                // The timer can never be more than one interval ahead; the
+                // clock jumped. Restart the phase.
+                self.next_timer = now;
+            }
+            self.parked = false;
+        }
+        self.last_now = now;
+        if let Some(kind) = self.pending.take() {
+            self.flush(now, kind);
+        }
+    }
+
+    /// Park the timer if the connection went idle.
+    fn leave(&mut self) {
+        self.parked = self.is_idle();
+    }
+
+    /// kcp-go's ticks would send nothing: no ACK or probe pending, nothing
+    /// queued or in flight, and the peer's window open (else the probe timer runs).
+    fn is_idle(&self) -> bool {
+        self.acklist.is_empty()
+            && self.probe == 0
+            && self.snd.len() == 0
+            && self.rmt_wnd != 0
+            && self.pending.is_none()
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) must run next; `None` when idle.
+    ///
+    /// Idle means nothing queued or in flight, no ACK or window probe
+    /// pending, and the peer's window open: skipping those ticks is
+    /// wire-identical to kcp-go because its flush then sends nothing.
+    /// If output is pending (a `send*` not followed by `poll_transmit`) the
+    /// latest `now` seen is returned, i.e. "immediately".
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Timestamp> {
+        if self.pending.is_some() || !self.out.is_empty() {
+            return Some(self.last_now);
+        }
+        if self.is_idle() {
+            None
+        } else {
+            Some(self.next_timer)
+        }
+    }
+
+    /// Run kcp-go's periodic flush if its tick is due at `now`; otherwise only
+    /// bookkeeping. Call `poll_transmit` afterwards.
+    pub fn handle_timeout(&mut self, now: Timestamp) {
+        self.enter(now);
+        if now.is_at_or_after(self.next_timer) {
+            if self.is_idle() {
+                // kcp-go's flush would send nothing; its only effects are
+                // re-arming the timer a full interval later (nothing is in
+                // flight) and clearing the probe timer (the window is open).
+                self.next_timer = now.add_millis(self.p.interval);
+                self.ts_probe = 0;
+                self.probe_wait = 0;
+            } else {
+                let next = self.flush(now, Flush::Full);
+                self.next_timer = now.add_millis(next);
+            }
+        }
+        self.leave();
+    }
+
+    // ---------------------------------------------------------------- input
+
+    /// Feed one KCP packet (several segments) received at `now`.
+    ///
+    /// # Errors
+    /// [`InputError`] for the first bad segment; segments before it were
+    /// applied (as in kcp-go), the rest of the packet is dropped.
+    pub fn handle_datagram(
+        &mut self,
+        now: Timestamp,
+        packet: &[u8],
+        origin: Origin,
+    ) -> Result<(), InputError> {
+        self.enter(now);
+        self.stats.datagrams_in += 1;
+        let r = self.input(now, packet, origin);
+        if let Err(e) = r {
+            match e {
+                InputError::Truncated => self.stats.input_truncated += 1,
+                InputError::ConvMismatch => self.stats.input_conv_mismatch += 1,
+                InputError::BadLength => self.stats.input_bad_length += 1,
+                InputError::BadCommand => self.stats.input_bad_command += 1,
+            }
+        }
+        self.leave();
+        r
+    }
+
+    fn input(&mut self, now: Timestamp, packet: &[u8], origin: Origin) -> Result<(), InputError> {
+        let regular = origin == Origin::Regular;
+        let una_before = self.snd.una;
+        let mut latest_ack_ts = 0u32;
+        let mut saw_ack = false;
+        let mut flush_full = false;
+
+        for seg in Segments::new(packet) {
+            let seg = match seg {
+                Ok(s) => s,
+                Err(ParseError::Truncated) => return Err(InputError::Truncated),
+                Err(ParseError::BadLength { conv }) => {
+                    // kcp-go checks conv before the length.
+                    return Err(if conv != self.conv {
+                        InputError::ConvMismatch
+                    } else {
+                        InputError::BadLength
+                    });
+                }
+            };
+            if seg.conv() != self.conv {
+                return Err(InputError::ConvMismatch);
+            }
+            let Some(cmd) = seg.command() else {
+                return Err(InputError::BadCommand);
+            };
+            // kcp-go trusts window updates only from regular packets; C
+            // updates rmt_wnd from every segment.
+            if regular {
+                self.rmt_wnd = u32::from(seg.wnd());
+            }
+            if self.snd.remove_before(seg.una()) > 0 {
+                flush_full = true;
+            }
+            let (sn, ts) = (seg.sn(), seg.ts());
+            match cmd {
+                Command::Ack => {
+                    self.stats.acks_in += 1;
+                    self.parse_ack(sn);
+                    if self.parse_fastack(sn, ts) {
+                        flush_full = true;
+                    }
+                    saw_ack = true;
+                    latest_ack_ts = ts;
+                }
+                Command::Push => {
+                    self.stats.push_in += 1;
+                    let mut repeat = true;
+                    let rcv_nxt = self.rcv.nxt;
+                    if (sn.wrapping_sub(rcv_nxt.wrapping_add(self.p.rcv_wnd)) as i32) < 0 {
+                        self.acklist.push((sn, ts));
+                        if (sn.wrapping_sub(rcv_nxt) as i32) >= 0 {
+                            repeat = self.rcv.insert(sn, seg.frg(), seg.payload());
+                            self.rcv.advance();
+                        }
+                    }
+                    if regular && repeat {
+                        self.stats.repeat_segments += 1;
+                    }
+                }
+                Command::Wask => {
+                    self.stats.wask_in += 1;
+                    self.probe |= ASK_TELL;
+                }
+                Command::Wins => self.stats.wins_in += 1,
+            }
+            self.stats.segments_in += 1;
+        }
+
+        // kcp-go samples once per packet, with the last ACK's ts and the
+        // current clock; C samples every ACK against the last update time.
+        // Recovered (FEC) packets give no sample.
+        if saw_ack && regular {
+            let rtt = now.diff(Timestamp::from_millis(latest_ack_ts));
+            if rtt >= 0 {
+                self.rtt.sample(rtt);
+            }
+        }
+
+        if !self.p.no_congestion
+            && (self.snd.una.wrapping_sub(una_before) as i32) > 0
+            && self.cwnd < self.rmt_wnd
+        {
+            self.grow_cwnd();
+        }
+
+        // kcp-go flushes from Input; C leaves that to the next update.
+        if flush_full {
+            self.flush(now, Flush::Full);
+        } else if self.acklist.len() >= self.mtu / HEADER_LEN
+            || (self.p.ack_nodelay && !self.acklist.is_empty())
+        {
+            self.flush(now, Flush::AckOnly);
+        }
+        Ok(())
+    }
+
+    /// Mark in-flight segment `sn` acknowledged. kcp-go leaves it in
+    /// `snd_buf` until `una` passes it; C removes it at once.
+    fn parse_ack(&mut self, sn: u32) {
+        if let Some(m) = self.snd.get_mut(sn) {
+            m.acked = true;
+        }
+    }
+
+    /// Count one skipping ACK on every earlier segment not sent after it.
+    /// kcp-go counts per ACK segment; C once per packet with the largest sn.
+    fn parse_fastack(&mut self, sn: u32, ts: u32) -> bool {
+        if self.snd.get_mut(sn).is_none() {
+            return false;
+        }
+        let threshold = self.p.fastack_threshold;
+        let mut hit = false;
+        self.snd.for_each_before(sn, |m| {
+            if (m.ts.wrapping_sub(ts) as i32) <= 0 && m.fastack != FASTACK_OFF {
+                m.fastack += 1;
+                if m.fastack >= threshold {
+                    hit = true;
+                }
+            }
+        });
+        hit
+    }
+
+    /// Reno-like growth on una advance (same as C).
+    fn grow_cwnd(&mut self) {
+        let mss = self.mss as u32;
+        if self.cwnd < self.ssthresh {
+            self.cwnd += 1;
+            self.incr = self.incr.wrapping_add(mss);
+        } else {
+            if self.incr < mss {
+                self.incr = mss;
+            }
+            self.incr = self
+                .incr
+                .wrapping_add((mss.wrapping_mul(mss)) / self.incr + mss / 16);
+            if (self.cwnd.wrapping_add(1)).wrapping_mul(mss) <= self.incr {
+                self.cwnd = self.incr.div_ceil(mss.max(1));
+            }
+        }
+        if self.cwnd > self.rmt_wnd {
+            self.cwnd = self.rmt_wnd;
+            self.incr = self.rmt_wnd.wrapping_mul(mss);
+        }
+    }
+
+    // ---------------------------------------------------------------- flush
+
+    /// kcp-go `wnd_unused`.
+    fn wnd_unused(&self) -> u16 {
+        let q = self.rcv.queue_len();
+        if q < self.p.rcv_wnd {
+            (self.p.rcv_wnd - q) as u16
+        } else {
+            0
+        }
+    }
+
+    fn push_control(&mut self, kind: OutKind, wnd: u16, ts: u32, sn: u32, una: u32) {
+        if !self.out.push_control(OutItem {
+            kind,
+            wnd,
+            ts,
+            sn,
+            una,
+        }) {
+            self.stats.output_dropped += 1;
+        }
+    }
+
+    /// kcp-go `flush`: decide what to send at `now` and queue it for
+    /// `poll_transmit`. Returns kcp-go's suggested delay to the next flush.
+    fn flush(&mut self, now: Timestamp, kind: Flush) -> u32 {
+        // All segments of one flush share these (WIRE.md 2.4).
+        let wnd = self.wnd_unused();
+        let una = self.rcv.nxt;
+        // WASK/WINS reuse the ACK scratch header: sn/ts of the last ACK written.
+        let (mut last_sn, mut last_ts) = (0u32, 0u32);
+
+        // Phase 1: ACKs. kcp-go skips those below rcv_nxt (covered by una)
+        // except the last entry; C writes them all.
+        let n = self.acklist.len();
+        for i in 0..n {
+            let Some(&(sn, ts)) = self.acklist.get(i) else {
+                break;
+            };
+            if (sn.wrapping_sub(una) as i32) >= 0 || i + 1 == n {
+                self.push_control(OutKind::Ack, wnd, ts, sn, una);
+                (last_sn, last_ts) = (sn, ts);
+            }
+        }
+        self.acklist.clear();
+
+        // Phase 2: probe timer while the peer's window is closed.
+        // kcp-go starts at 500 ms (C: 7000 ms), x1.5 up to 120 s.
+        let current = now.as_millis();
+        if self.rmt_wnd == 0 {
+            if self.probe_wait == 0 {
+                self.probe_wait = PROBE_INIT;
+                self.ts_probe = current.wrapping_add(self.probe_wait);
+            } else if (current.wrapping_sub(self.ts_probe) as i32) >= 0 {
+                self.probe_wait = self.probe_wait.max(PROBE_INIT);
+                self.probe_wait += self.probe_wait / 2;
+                self.probe_wait = self.probe_wait.min(PROBE_LIMIT);
+                self.ts_probe = current.wrapping_add(self.probe_wait);
+                self.probe |= ASK_SEND;
+            }
+        } else {
+            self.ts_probe = 0;
+            self.probe_wait = 0;
+        }
+
+        // Phase 3: probes.
+        if self.probe & ASK_SEND != 0 {
+            self.push_control(OutKind::Wask, wnd, last_ts, last_sn, una);
+        }
+        if self.probe & ASK_TELL != 0 {
+            self.push_control(OutKind::Wins, wnd, last_ts, last_sn, una);
+        }
+        self.probe = 0;
+
+        // Phase 4: admit queued segments into the window.
+        let mut win = self.p.snd_wnd.min(self.rmt_wnd);
+        if !self.p.no_congestion {
+            win = win.min(self.cwnd);
+        }
+        let mut admitted = 0u32;
+        while (self.snd.nxt.wrapping_sub(self.snd.una.wrapping_add(win)) as i32) < 0
+            && self.snd.queued > 0
+        {
+            self.snd.admit();
+            admitted += 1;
+        }
+
+        // Phase 5: (re)transmit.
+        let mut next_update = self.p.interval;
+        if kind == Flush::Full {
+            self.transmit(current, wnd, una, win, admitted == 0, &mut next_update);
+        }
+        self.out.push_end();
+        next_update
+    }
+
+    /// Flush phases 5 and 6.
+    fn transmit(
+        &mut self,
+        current: u32,
+        wnd: u16,
+        una: u32,
+        win: u32,
+        none_admitted: bool,
+        next: &mut u32,
+    ) {
+        let resent = self.p.resent;
+        let dead_link = self.p.dead_link;
+        let rtt = &self.rtt;
+        let rx_rto = rtt.initial();
+        let out = &mut self.out;
+        let (mut lost, mut fast, mut early) = (0u64, 0u64, 0u64);
+        let mut dead = false;
+        let mut next_update = *next;
+        self.snd.for_each_in_flight(|m, _len| {
+            if m.acked {
+                return;
+            }
+            let send = if m.xmit == 0 {
+                m.rto = rx_rto;
+                m.resendts = current.wrapping_add(m.rto);
+                true
+            } else if m.fastack >= resent && m.fastack != FASTACK_OFF {
+                // Fast retransmit; disabled until this segment's next RTO.
+                // C resets fastack to 0 instead and only allows it while
+                // xmit <= fastlimit (5).
+                m.fastack = FASTACK_OFF;
+                m.rto = rx_rto;
+                m.resendts = current.wrapping_add(m.rto);
+                fast += 1;
+                true
+            } else if m.fastack > 0 && m.fastack != FASTACK_OFF && none_admitted {
+                // kcp-go's early retransmit (absent from C): one skipping ACK
+                // is enough when this flush admitted no new data.
+                m.fastack = FASTACK_OFF;
+                m.rto = rx_rto;
+                m.resendts = current.wrapping_add(m.rto);
+                early += 1;
+                true
+            } else if (current.wrapping_sub(m.resendts) as i32) >= 0 {
+                m.rto = rtt.backoff(m.rto);
+                m.fastack = 0;
+                m.resendts = current.wrapping_add(m.rto);
+                lost += 1;
+                true
+            } else {
+                false
+            };
+            if send {
+                m.xmit = m.xmit.wrapping_add(1);
+                m.ts = current;
+                m.wnd = wnd;
+                m.una = una;
+                if !m.queued_out {
+                    m.queued_out = true;
+                    out.push_segment(m.sn);
+                }
+                if m.xmit >= dead_link {
+                    // kcp-go sets state = -1 and never reads it; we expose it.
+                    dead = true;
+                }
+            }
+            let wait = m.resendts.wrapping_sub(current) as i32;
+            if wait > 0 && (wait as u32) < next_update {
+                next_update = wait as u32;
+            }
+        });
+        *next = next_update;
+        if dead {
+            self.dead = true;
+        }
+        self.stats.retransmit_rto += lost;
+        self.stats.retransmit_fast += fast;
+        self.stats.retransmit_early += early;
+
+        // Phase 6: congestion response. kcp-go counts early retransmits as
+        // a "change" too; C only fast ones.
+        if !self.p.no_congestion {
+            let mss = self.mss as u32;
+            if fast + early > 0 {
+                let inflight = self.snd.nxt.wrapping_sub(self.snd.una);
+                self.ssthresh = (inflight / 2).max(THRESH_MIN);
+                // u32 arithmetic as in kcp-go: with fast resend off this wraps
+                // to ssthresh - 1.
+                self.cwnd = self.ssthresh.wrapping_add(resent);
+                self.incr = self.cwnd.wrapping_mul(mss);
+            }
+            if lost > 0 {
+                // `win` is phase 4's window, as in C 1.7 (C 2.0 halves cwnd).
+                self.ssthresh = (win / 2).max(THRESH_MIN);
+                self.cwnd = 1;
+                self.incr = mss;
+            }
+            if self.cwnd < 1 {
+                self.cwnd = 1;
+                self.incr = mss;
+            }
+        }
+    }
+}
+
+/// Output, application side and state.
+impl Kcp {
+    /// Write the next KCP packet (at most `mtu` bytes) into `buf[..n]` and
+    /// return `n`; `None` when nothing is due.
+    ///
+    /// Call until `None` after every `handle_*`, `send*` or `recv*` call.
+    /// Segments are packed exactly as kcp-go packs one flush: a packet is
+    /// closed when the next segment would push it past `mtu`, and at the end
+    /// of each flush. `buf` should hold at least `mtu` bytes; a shorter buffer
+    /// gets what fits, and a segment that fits no empty `buf` stays queued.
+    pub fn poll_transmit(&mut self, now: Timestamp, buf: &mut [u8]) -> Option<usize> {
+        self.enter(now);
+        let n = self.assemble(buf);
+        self.leave();
+        if n > 0 {
+            self.stats.datagrams_out += 1;
+            Some(n)
+        } else {
+            None
+        }
+    }
+
+    fn assemble(&mut self, buf: &mut [u8]) -> usize {
+        let limit = self.mtu.min(buf.len());
+        let mut used = 0usize;
+        while let Some(&item) = self.out.front() {
+            let hdr = Header {
+                conv: self.conv,
+                cmd: 0,
+                frg: 0,
+                wnd: item.wnd,
+                ts: item.ts,
+                sn: item.sn,
+                una: item.una,
+                len: 0,
+            };
+            let (cmd, counter) = match item.kind {
+                OutKind::End => {
+                    self.out.pop();
+                    if used > 0 {
+                        break;
+                    }
+                    continue;
+                }
+                OutKind::Push => {
+                    let Some((m, data)) = self.snd.get_with_data(item.sn) else {
+                        // Acknowledged and released before it was written
+                        // (the caller did not drain in time): nothing to send.
+                        self.out.pop();
+                        continue;
+                    };
+                    if m.sn != item.sn || !m.queued_out {
+                        self.out.pop();
+                        continue;
+                    }
+                    if used + HEADER_LEN + data.len() > limit {
+                        break;
+                    }
+                    let hdr = Header {
+                        cmd: Command::Push as u8,
+                        frg: m.frg,
+                        wnd: m.wnd,
+                        ts: m.ts,
+                        sn: m.sn,
+                        una: m.una,
+                        len: data.len() as u32,
+                        ..hdr
+                    };
+                    match hdr.encode_at(buf, used, data) {
+                        Some(end) => used = end,
+                        None => break,
+                    }
+                    m.queued_out = false;
+                    self.out.pop();
+                    self.stats.segments_out += 1;
+                    self.stats.push_out += 1;
+                    continue;
+                }
+                OutKind::Ack => (Command::Ack, &mut self.stats.acks_out),
+                OutKind::Wask => (Command::Wask, &mut self.stats.wask_out),
+                OutKind::Wins => (Command::Wins, &mut self.stats.wins_out),
+            };
+            if used + HEADER_LEN > limit {
+                break;
+            }
+            let hdr = Header {
+                cmd: cmd as u8,
+                ..hdr
+            };
+            match hdr.encode_at(buf, used, &[]) {
+                Some(end) => used = end,
+                None => break,
+            }
+            *counter += 1;
+            self.stats.segments_out += 1;
+            self.out.pop();
+        }
+        used
+    }
+
+    /// Request the flush kcp-go's `Write` performs after queueing data.
+    fn after_send(&mut self) {
+        if !self.p.write_delay || self.snd.len() >= self.p.snd_wnd {
+            self.pending = Some(Flush::Full);
+        }
+    }
+
+    /// Queue bytes as a stream; returns how many were accepted (0 when the
+    /// send buffer is full).
+    ///
+    /// Like a kcp-go session's `Write`: the bytes are cut into pieces of at
+    /// most `mss`, each its own segment with `frg = 0`; in stream mode the
+    /// first piece is appended to the last segment still waiting for a
+    /// sequence number when it has room (kcp-go `Send` in stream mode).
+    /// Accepts up to [`send_capacity`](Self::send_capacity) bytes. kcp-go
+    /// takes a whole write whenever fewer than `snd_wnd` segments wait; here
+    /// the buffer is bounded at `2 * snd_wnd` segments instead.
+    pub fn send(&mut self, data: &[u8]) -> usize {
+        let mut rest = data;
+        if self.p.stream && !rest.is_empty() {
+            let mss = self.mss;
+            if let Some(tail) = self.snd.mergeable_tail() {
+                let take = mss.saturating_sub(tail.len()).min(rest.len());
+                let (head, tail_rest) = rest.split_at(take);
+                tail.extend_from_slice(head);
+                rest = tail_rest;
+            }
+        }
+        while !rest.is_empty() {
+            let take = self.mss.min(rest.len());
+            let (piece, more) = rest.split_at(take);
+            if !self.snd.push_queued(0, piece, self.p.stream) {
+                break;
+            }
+            rest = more;
+        }
+        let accepted = data.len() - rest.len();
+        if accepted > 0 {
+            self.after_send();
+        }
+        accepted
+    }
+
+    /// Queue one message, cut into `ceil(len / mss)` segments with `frg`
+    /// counting down to 0 (C KCP's message mode; kcp-go sessions never
+    /// fragment). The message is never merged with other data.
+    ///
+    /// # Errors
+    /// [`SendError::Empty`] for an empty message (kcp-go rejects it, C sends
+    /// an empty segment); [`SendError::TooLarge`] when it needs more
+    /// fragments than `min(rcv_wnd, 255, 2 * snd_wnd)` (a receiver with our
+    /// window could never reassemble it; kcp-go's limit is 255, C's 127);
+    /// [`SendError::WouldBlock`] when the send buffer lacks room now.
+    pub fn send_message(&mut self, msg: &[u8]) -> Result<(), SendError> {
+        if msg.is_empty() {
+            return Err(SendError::Empty);
+        }
+        let count = msg.len().div_ceil(self.mss).max(1);
+        if count > self.max_fragments() {
+            return Err(SendError::TooLarge);
+        }
+        if count > self.snd.free() as usize {
+            return Err(SendError::WouldBlock);
+        }
+        for (i, piece) in msg.chunks(self.mss).enumerate() {
+            let frg = (count - 1 - i) as u8;
+            if !self.snd.push_queued(frg, piece, false) {
+                // Unreachable given the free-slot check; never leave half a message.
+                return Err(SendError::WouldBlock);
+            }
+        }
+        self.after_send();
+        Ok(())
+    }
+
+    fn max_fragments(&self) -> usize {
+        (self.p.rcv_wnd as usize)
+            .min(255)
+            .min(self.snd.limit as usize)
+    }
+
+    /// Bytes [`send`](Self::send) would accept now.
+    #[must_use]
+    pub fn send_capacity(&self) -> usize {
+        let room = if self.p.stream {
+            self.snd.tail_room(self.mss)
+        } else {
+            0
+        };
+        self.snd.free() as usize * self.mss + room
+    }
+
+    /// kcp-go `PeekSize`, or what remains of a message `recv` started.
+    #[must_use]
+    pub fn peek_size(&self) -> Option<usize> {
+        let (frg0, first) = self.rcv.queued(0)?;
+        if self.rcv.in_message || self.rcv.head_off > 0 {
+            let mut total = first.len().saturating_sub(self.rcv.head_off);
+            if frg0 == 0 {
+                return Some(total);
+            }
+            let mut k = 1;
+            while let Some((frg, data)) = self.rcv.queued(k) {
+                total += data.len();
+                if frg == 0 {
+                    break;
+                }
+                k += 1;
+            }
+            return Some(total);
+        }
+        if frg0 == 0 {
+            return Some(first.len());
+        }
+        if self.rcv.queue_len() < u32::from(frg0) + 1 {
+            return None;
+        }
+        let mut total = 0;
+        let mut k = 0;
+        while let Some((frg, data)) = self.rcv.queued(k) {
+            total += data.len();
+            if frg == 0 {
+                break;
+            }
+            k += 1;
+        }
+        Some(total)
+    }
+
+    /// A complete message (or the rest of a started one) can be read.
+    #[must_use]
+    pub fn readable(&self) -> bool {
+        self.peek_size().is_some()
+    }
+
+    /// After a read: refill the queue from out-of-order segments and, if the
+    /// queue was full before and is not now, announce the window (kcp-go's
+    /// "fast recover" WINS).
+    fn after_recv(&mut self, was_full: bool) {
+        self.rcv.advance();
+        if was_full && self.rcv.queue_len() < self.p.rcv_wnd {
+            self.probe |= ASK_TELL;
+        }
+    }
+
+    /// Read bytes as a stream into `buf`; returns how many (0 when nothing
+    /// is readable).
+    ///
+    /// Whole messages only become readable once complete (kcp-go
+    /// `PeekSize`), but a message may be handed out over several calls, as a
+    /// kcp-go session's `Read` does with its internal buffer; consecutive
+    /// messages are concatenated.
+    pub fn recv(&mut self, buf: &mut [u8]) -> usize {
+        let was_full = self.rcv.queue_len() >= self.p.rcv_wnd;
+        let mut n = 0;
+        let mut consumed = false;
+        while n < buf.len() {
+            if !self.rcv.in_message && self.rcv.head_off == 0 && self.peek_size().is_none() {
+                break;
+            }
+            let Some((frg, data)) = self.rcv.queued(0) else {
+                break;
+            };
+            let src = data.get(self.rcv.head_off..).unwrap_or_default();
+            let dst = buf.get_mut(n..).unwrap_or_default();
+            let take = src.len().min(dst.len());
+            if let (Some(d), Some(s)) = (dst.get_mut(..take), src.get(..take)) {
+                d.copy_from_slice(s);
+            }
+            n += take;
+            if take == src.len() {
+                self.rcv.in_message = frg != 0;
+                self.rcv.pop_front();
+                consumed = true;
+            } else {
+                self.rcv.head_off += take;
+            }
+        }
+        if consumed || n > 0 {
+            self.after_recv(was_full);
+        }
+        n
+    }
+
+    /// Read one whole message into `buf` and return its length (kcp-go `Recv`).
+    ///
+    /// If [`recv`](Self::recv) already handed out part of a message, the rest
+    /// of that message is returned.
+    ///
+    /// # Errors
+    /// [`RecvError::NotReady`] when no complete message is queued;
+    /// [`RecvError::BufferTooSmall`] when `buf` is shorter than the message
+    /// (nothing is consumed).
+    pub fn recv_message(&mut self, buf: &mut [u8]) -> Result<usize, RecvError> {
+        let size = self.peek_size().ok_or(RecvError::NotReady)?;
+        if size > buf.len() {
+            return Err(RecvError::BufferTooSmall { needed: size });
+        }
+        let was_full = self.rcv.queue_len() >= self.p.rcv_wnd;
+        let mut n = 0;
+        while let Some((frg, data)) = self.rcv.queued(0) {
+            let src = data.get(self.rcv.head_off..).unwrap_or_default();
+            if let Some(d) = buf.get_mut(n..n + src.len()) {
+                d.copy_from_slice(src);
+                n += src.len();
+            }
+            self.rcv.pop_front();
+            if frg == 0 {
+                break;
+            }
+        }
+        self.rcv.in_message = false;
+        self.after_recv(was_full);
+        Ok(n)
+    }
+
+    /// A segment reached `dead_link` transmissions. kcp-go records this and
+    /// never acts on it (its sessions retransmit forever); the driver decides.
+    #[must_use]
+    pub fn is_dead(&self) -> bool {
+        self.dead
+    }
+
+    /// Segments queued plus in flight (kcp-go `WaitSnd`).
+    #[must_use]
+    pub fn wait_snd(&self) -> usize {
+        self.snd.len() as usize
+    }
+
+    /// Nothing queued, nothing unacknowledged.
+    #[must_use]
+    pub fn is_flushed(&self) -> bool {
+        self.snd.len() == 0
+    }
+
+    /// Counters.
+    #[must_use]
+    pub fn stats(&self) -> &ArqStats {
+        &self.stats
+    }
+
+    /// Smoothed RTT in ms (kcp-go `rx_srtt`, 0 before the first sample).
+    #[must_use]
+    pub fn srtt(&self) -> u32 {
+        self.rtt.srtt().max(0) as u32
+    }
+
+    /// Current retransmission timeout in ms (kcp-go `rx_rto`).
+    #[must_use]
+    pub fn rto(&self) -> u32 {
+        self.rtt.rto()
+    }
+
+    /// Sizes of every growable structure, for bound checks in tests.
+    #[cfg(test)]
+    pub(crate) fn footprint(&self) -> Footprint {
+        Footprint {
+            snd_slots: self.snd.capacity(),
+            rcv_slots: self.rcv.capacity(),
+            rcv_buffered: self.rcv.buffered as usize,
+            rcv_queue: self.rcv.queue_len() as usize,
+            acklist: self.acklist.len(),
+            out_items: self.out.len(),
+        }
+    }
+}
+
+/// See [`Kcp::footprint`].
+#[cfg(test)]
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Footprint {
+    pub(crate) snd_slots: usize,
+    pub(crate) rcv_slots: usize,
+    pub(crate) rcv_buffered: usize,
+    pub(crate) rcv_queue: usize,
+    pub(crate) acklist: usize,
+    pub(crate) out_items: usize,
+}

@@ -1,1 +1,487 @@
-//! GF(2^8) multiply-accumulate kernels with runtime CPU dispatch.
+//! GF(2^8) arithmetic and the multiply-accumulate kernel behind the FEC codec.
+//!
+//! The field is the one kcp-go's Reed-Solomon code uses: polynomial
+//! x^8 + x^4 + x^3 + x^2 + 1 (0x11D), generator 2.
+//!
+//! The hot operation is a dot product of shards with constants:
+//! `out[i] = c_0 * in_0[i] ^ c_1 * in_1[i] ^ ...`. A product `c * x` is split
+//! by nibbles, `c * x = c * (x & 15) ^ c * (x & 0xF0)`, so two 16-entry tables
+//! per constant ([`NibbleTable`]) answer it; `pshufb` looks up 16 or 32 bytes
+//! at once. The implementation (AVX2, SSSE3 or portable) is chosen once per
+//! process with `is_x86_feature_detected!` and all three give identical bytes.
+
+use std::sync::atomic::{AtomicU8, Ordering};
+
+/// The field's reducing polynomial (without the x^8 term: 0x11D & 0xFF).
+const POLY: u16 = 0x11D;
+
+/// `EXP[i] = 2^i`, doubled in length so `EXP[log a + log b]` needs no reduction.
+static EXP: [u8; 512] = build_exp();
+/// `LOG[a]` = discrete log of `a` base 2; `LOG[0]` is unused.
+static LOG: [u8; 256] = build_log();
+
+const fn build_exp() -> [u8; 512] {
+    let mut t = [0u8; 512];
+    let mut x: u16 = 1;
+    let mut i = 0;
+    while i < 255 {
+        t[i] = x as u8;
+        t[i + 255] = x as u8;
+        x <<= 1;
+        if x & 0x100 != 0 {
+            x ^= POLY;
+        }
+        i += 1;
+    }
+    // Entries 510 and 511 are never read (log a + log b <= 508).
+    t
+}
+
+const fn build_log() -> [u8; 256] {
+    let exp = build_exp();
+    let mut t = [0u8; 256];
+    let mut i = 0;
+    while i < 255 {
+        t[exp[i] as usize] = i as u8;
+        i += 1;
+    }
+    t
+}
+
+/// `a * b` in GF(2^8).
+#[inline]
+pub(crate) fn mul(a: u8, b: u8) -> u8 {
+    if a == 0 || b == 0 {
+        0
+    } else {
+        EXP[LOG[a as usize] as usize + LOG[b as usize] as usize]
+    }
+}
+
+/// The multiplicative inverse of `a`; `None` for zero.
+#[inline]
+pub(crate) fn inv(a: u8) -> Option<u8> {
+    if a == 0 {
+        None
+    } else {
+        Some(EXP[255 - LOG[a as usize] as usize])
+    }
+}
+
+/// `a^n`, with `a^0 = 1` for every `a` (also 0), as the Vandermonde
+/// construction of kcp-go's codec defines it.
+pub(crate) fn pow(a: u8, n: usize) -> u8 {
+    if n == 0 {
+        1
+    } else if a == 0 {
+        0
+    } else {
+        EXP[(LOG[a as usize] as usize * n) % 255]
+    }
+}
+
+/// The two 16-entry lookup tables of one constant `c`: `lo[x] = c * x` and
+/// `hi[x] = c * (x << 4)` for `x < 16`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C, align(32))]
+pub(crate) struct NibbleTable {
+    lo: [u8; 16],
+    hi: [u8; 16],
+}
+
+impl NibbleTable {
+    /// The tables of multiplication by `c`.
+    pub(crate) fn new(c: u8) -> Self {
+        // Multiplication by `c` is linear over XOR: build each table from the
+        // products of its four bits (8 multiplications instead of 32).
+        let mut lo = [0u8; 16];
+        let mut hi = [0u8; 16];
+        for bit in 0..4 {
+            let step = 1usize << bit;
+            let (pl, ph) = (mul(c, 1 << bit), mul(c, 16 << bit));
+            for x in step..2 * step {
+                lo[x] = lo[x - step] ^ pl;
+                hi[x] = hi[x - step] ^ ph;
+            }
+        }
+        Self { lo, hi }
+    }
+
+    #[inline(always)]
+    fn apply(&self, x: u8) -> u8 {
+        self.lo[(x & 15) as usize] ^ self.hi[(x >> 4) as usize]
+    }
+}
+
+/// Which implementation [`dot`] runs on this CPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kernel {
+    /// Byte-at-a-time table lookups; runs everywhere.
+    Portable,
+    /// 16 bytes per `pshufb`.
+    Ssse3,
+    /// 32 bytes per `vpshufb`.
+    Avx2,
+}
+
+const UNKNOWN: u8 = 0;
+static SELECTED: AtomicU8 = AtomicU8::new(UNKNOWN);
+
+impl Kernel {
+    /// The best kernel this CPU supports, detected once per process.
+    pub(crate) fn detect() -> Kernel {
+        match SELECTED.load(Ordering::Relaxed) {
+            1 => Kernel::Portable,
+            2 => Kernel::Ssse3,
+            3 => Kernel::Avx2,
+            _ => {
+                let k = Self::probe();
+                let code = match k {
+                    Kernel::Portable => 1,
+                    Kernel::Ssse3 => 2,
+                    Kernel::Avx2 => 3,
+                };
+                SELECTED.store(code, Ordering::Relaxed);
+                k
+            }
+        }
+    }
+
+    fn probe() -> Kernel {
+        #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+        {
+            if std::is_x86_feature_detected!("avx2") {
+                return Kernel::Avx2;
+            }
+            if std::is_x86_feature_detected!("ssse3") {
+                return Kernel::Ssse3;
+            }
+        }
+        Kernel::Portable
+    }
+
+    /// Every kernel this CPU can run (for tests and benchmarks).
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn available() -> Vec<Kernel> {
+        let mut v = vec![Kernel::Portable];
+        #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+        {
+            if std::is_x86_feature_detected!("ssse3") {
+                v.push(Kernel::Ssse3);
+            }
+            if std::is_x86_feature_detected!("avx2") {
+                v.push(Kernel::Avx2);
+            }
+        }
+        v
+    }
+}
+
+/// `out[i] = XOR over j of tables[j] * src[offsets[j] + i]` for every
+/// `i < out.len()`, with the kernel chosen for this CPU.
+///
+/// Returns `false` (and leaves `out` untouched) when the arguments do not fit:
+/// `tables` and `offsets` differ in length or some `offsets[j] + out.len()`
+/// exceeds `src.len()`.
+pub(crate) fn dot(tables: &[NibbleTable], src: &[u8], offsets: &[usize], out: &mut [u8]) -> bool {
+    dot_with(Kernel::detect(), tables, src, offsets, out)
+}
+
+/// [`dot`] with an explicit kernel. A kernel the CPU cannot run falls back
+/// to the portable one.
+pub(crate) fn dot_with(
+    kernel: Kernel,
+    tables: &[NibbleTable],
+    src: &[u8],
+    offsets: &[usize],
+    out: &mut [u8],
+) -> bool {
+    if tables.len() != offsets.len() {
+        return false;
+    }
+    let n = out.len();
+    for &off in offsets {
+        match off.checked_add(n) {
+            Some(end) if end <= src.len() => {}
+            _ => return false,
+        }
+    }
+    if tables.is_empty() {
+        out.fill(0);
+        return true;
+    }
+    #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+    {
+        match kernel {
+            Kernel::Avx2 if std::is_x86_feature_detected!("avx2") => {
+                // SAFETY: AVX2 is present (checked just above), and every
+                // `offsets[j] + out.len() <= src.len()` was checked at entry, which is
+                // the bound `x86::dot_avx2` reads within.
+                unsafe { x86::dot_avx2(tables, src, offsets, out) };
+                return true;
+            }
+            Kernel::Ssse3 if std::is_x86_feature_detected!("ssse3") => {
+                // SAFETY: SSSE3 is present, and the same bounds as above were checked.
+                unsafe { x86::dot_ssse3(tables, src, offsets, out) };
+                return true;
+            }
+            _ => {}
+        }
+    }
+    let _ = kernel;
+    dot_portable(tables, src, offsets, out, 0);
+    true
+}
+
+/// The portable kernel over `out[start..]`; the SIMD kernels finish their
+/// tails with it. Bounds were checked by the caller; slicing keeps it safe.
+fn dot_portable(
+    tables: &[NibbleTable],
+    src: &[u8],
+    offsets: &[usize],
+    out: &mut [u8],
+    start: usize,
+) {
+    let n = out.len();
+    let Some(out) = out.get_mut(start..) else {
+        return;
+    };
+    let mut first = true;
+    for (t, &off) in tables.iter().zip(offsets) {
+        let Some(input) = src.get(off + start..off + n) else {
+            return;
+        };
+        if first {
+            for (o, &x) in out.iter_mut().zip(input) {
+                *o = t.apply(x);
+            }
+            first = false;
+        } else {
+            for (o, &x) in out.iter_mut().zip(input) {
+                *o ^= t.apply(x);
+            }
+        }
+    }
+}
+
+#[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+mod x86 {
+    #[cfg(target_arch = "x86")]
+    use core::arch::x86::*;
+    #[cfg(target_arch = "x86_64")]
+    use core::arch::x86_64::*;
+
+    use super::{NibbleTable, dot_portable};
+
+    /// AVX2 body: 64 bytes per step (two accumulators), then 32, then the
+    /// portable tail.
+    ///
+    /// # Safety
+    /// The CPU supports AVX2, `tables.len() == offsets.len()`, and
+    /// `offsets[j] + out.len() <= src.len()` for every `j`.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn dot_avx2(
+        tables: &[NibbleTable],
+        src: &[u8],
+        offsets: &[usize],
+        out: &mut [u8],
+    ) {
+        let n = out.len();
+        let base = src.as_ptr();
+        let dst = out.as_mut_ptr();
+        let mask = _mm256_set1_epi8(0x0f);
+        let mut i = 0;
+        while i + 64 <= n {
+            let mut acc0 = _mm256_setzero_si256();
+            let mut acc1 = _mm256_setzero_si256();
+            for (t, &off) in tables.iter().zip(offsets) {
+                // SAFETY: `off + i + 64 <= off + n <= src.len()` (caller's bound),
+                // so both 32-byte unaligned loads stay inside `src`; the tables are
+                // 16-byte arrays read with unaligned loads.
+                unsafe {
+                    let tlo = _mm256_broadcastsi128_si256(_mm_loadu_si128(t.lo.as_ptr().cast()));
+                    let thi = _mm256_broadcastsi128_si256(_mm_loadu_si128(t.hi.as_ptr().cast()));
+                    let p = base.add(off + i);
+                    let x0 = _mm256_loadu_si256(p.cast());
+                    let x1 = _mm256_loadu_si256(p.add(32).cast());
+                    let l0 = _mm256_and_si256(x0, mask);
+                    let h0 = _mm256_and_si256(_mm256_srli_epi64(x0, 4), mask);
+                    let l1 = _mm256_and_si256(x1, mask);
+                    let h1 = _mm256_and_si256(_mm256_srli_epi64(x1, 4), mask);
+                    acc0 = _mm256_xor_si256(
+                        acc0,
+                        _mm256_xor_si256(
+                            _mm256_shuffle_epi8(tlo, l0),
+                            _mm256_shuffle_epi8(thi, h0),
+                        ),
+                    );
+                    acc1 = _mm256_xor_si256(
+                        acc1,
+                        _mm256_xor_si256(
+                            _mm256_shuffle_epi8(tlo, l1),
+                            _mm256_shuffle_epi8(thi, h1),
+                        ),
+                    );
+                }
+            }
+            // SAFETY: `i + 64 <= n == out.len()`, so both stores are inside `out`.
+            unsafe {
+                _mm256_storeu_si256(dst.add(i).cast(), acc0);
+                _mm256_storeu_si256(dst.add(i + 32).cast(), acc1);
+            }
+            i += 64;
+        }
+        while i + 32 <= n {
+            let mut acc = _mm256_setzero_si256();
+            for (t, &off) in tables.iter().zip(offsets) {
+                // SAFETY: `off + i + 32 <= src.len()` as above.
+                unsafe {
+                    let tlo = _mm256_broadcastsi128_si256(_mm_loadu_si128(t.lo.as_ptr().cast()));
+                    let thi = _mm256_broadcastsi128_si256(_mm_loadu_si128(t.hi.as_ptr().cast()));
+                    let x = _mm256_loadu_si256(base.add(off + i).cast());
+                    let l = _mm256_and_si256(x, mask);
+                    let h = _mm256_and_si256(_mm256_srli_epi64(x, 4), mask);
+                    acc = _mm256_xor_si256(
+                        acc,
+                        _mm256_xor_si256(_mm256_shuffle_epi8(tlo, l), _mm256_shuffle_epi8(thi, h)),
+                    );
+                }
+            }
+            // SAFETY: `i + 32 <= out.len()`.
+            unsafe { _mm256_storeu_si256(dst.add(i).cast(), acc) };
+            i += 32;
+        }
+        dot_portable(tables, src, offsets, out, i);
+    }
+
+    /// SSSE3 body: 16 bytes per step, then the portable tail.
+    ///
+    /// # Safety
+    /// The CPU supports SSSE3, `tables.len() == offsets.len()`, and
+    /// `offsets[j] + out.len() <= src.len()` for every `j`.
+    #[target_feature(enable = "ssse3")]
+    pub(super) unsafe fn dot_ssse3(
+        tables: &[NibbleTable],
+        src: &[u8],
+        offsets: &[usize],
+        out: &mut [u8],
+    ) {
+        let n = out.len();
+        let base = src.as_ptr();
+        let dst = out.as_mut_ptr();
+        let mask = _mm_set1_epi8(0x0f);
+        let mut i = 0;
+        while i + 16 <= n {
+            let mut acc = _mm_setzero_si128();
+            for (t, &off) in tables.iter().zip(offsets) {
+                // SAFETY: `off + i + 16 <= off + n <= src.len()` (caller's bound).
+                unsafe {
+                    let tlo = _mm_loadu_si128(t.lo.as_ptr().cast());
+                    let thi = _mm_loadu_si128(t.hi.as_ptr().cast());
+                    let x = _mm_loadu_si128(base.add(off + i).cast());
+                    let l = _mm_and_si128(x, mask);
+                    let h = _mm_and_si128(_mm_srli_epi64(x, 4), mask);
+                    acc = _mm_xor_si128(
+                        acc,
+                        _mm_xor_si128(_mm_shuffle_epi8(tlo, l), _mm_shuffle_epi8(thi, h)),
+                    );
+                }
+            }
+            // SAFETY: `i + 16 <= out.len()`.
+            unsafe { _mm_storeu_si128(dst.add(i).cast(), acc) };
+            i += 16;
+        }
+        dot_portable(tables, src, offsets, out, i);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Bit-by-bit multiplication, independent of the tables.
+    fn slow_mul(mut a: u8, mut b: u8) -> u8 {
+        let mut p = 0u8;
+        while b != 0 {
+            if b & 1 != 0 {
+                p ^= a;
+            }
+            let carry = a & 0x80 != 0;
+            a <<= 1;
+            if carry {
+                a ^= (POLY & 0xFF) as u8;
+            }
+            b >>= 1;
+        }
+        p
+    }
+
+    #[test]
+    fn tables_agree_with_carryless_multiplication() {
+        for a in 0..=255u8 {
+            for b in 0..=255u8 {
+                assert_eq!(mul(a, b), slow_mul(a, b), "{a} * {b}");
+                let t = NibbleTable::new(a);
+                assert_eq!(t.apply(b), slow_mul(a, b));
+            }
+            if a != 0 {
+                assert_eq!(mul(a, inv(a).unwrap()), 1);
+            }
+        }
+        assert_eq!(inv(0), None);
+        assert_eq!(pow(0, 0), 1);
+        assert_eq!(pow(0, 3), 0);
+        assert_eq!(pow(2, 8), 0x1D);
+        assert_eq!(pow(3, 2), mul(3, 3));
+    }
+
+    fn reference_dot(coefs: &[u8], src: &[u8], offsets: &[usize], n: usize) -> Vec<u8> {
+        (0..n)
+            .map(|i| {
+                coefs
+                    .iter()
+                    .zip(offsets)
+                    .fold(0u8, |acc, (&c, &o)| acc ^ slow_mul(c, src[o + i]))
+            })
+            .collect()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+        #[test]
+        fn every_kernel_matches_the_bitwise_reference(
+            coefs in proptest::collection::vec(any::<u8>(), 0..12),
+            n in 0usize..300,
+            seed in any::<u64>(),
+            slack in 0usize..40,
+        ) {
+            let mut rng = seed;
+            let mut next = || { rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407); (rng >> 33) as u8 };
+            let len = coefs.len() * (n + slack) + slack;
+            let src: Vec<u8> = (0..len).map(|_| next()).collect();
+            // Unaligned, overlapping-free offsets.
+            let offsets: Vec<usize> = (0..coefs.len()).map(|j| j * (n + slack) + (slack / 2)).collect();
+            let tables: Vec<NibbleTable> = coefs.iter().map(|&c| NibbleTable::new(c)).collect();
+            let want = reference_dot(&coefs, &src, &offsets, n);
+            for k in Kernel::available() {
+                let mut out = vec![0xAAu8; n];
+                prop_assert!(dot_with(k, &tables, &src, &offsets, &mut out));
+                prop_assert_eq!(&out, &want, "kernel {:?}", k);
+            }
+        }
+    }
+
+    #[test]
+    fn out_of_bounds_arguments_are_refused() {
+        let t = [NibbleTable::new(7)];
+        let src = [1u8; 10];
+        let mut out = [9u8; 8];
+        assert!(!dot(&t, &src, &[3], &mut out));
+        assert_eq!(out, [9u8; 8]);
+        assert!(!dot(&t, &src, &[usize::MAX], &mut out));
+        assert!(!dot(&t, &src, &[0, 1], &mut out));
+        assert!(dot(&t, &src, &[2], &mut out));
+        assert_eq!(out, [mul(7, 1); 8]);
+    }
+}

@@ -1,0 +1,513 @@
+//! Sequence-number-indexed rings for both directions, and the output queue.
+//!
+//! kcp-go keeps four containers (`snd_queue`, `snd_buf`, `rcv_buf` as a heap,
+//! `rcv_queue`) and moves segments between them. Here each direction is one
+//! ring indexed by `sn & mask`, so the moves become index bumps:
+//!
+//! * send: `[una, nxt)` is kcp-go's `snd_buf` (in flight), `[nxt, nxt + queued)`
+//!   its `snd_queue` (accepted, no sn yet). Admitting a segment to the window is
+//!   `nxt += 1`; `una` dropping acknowledged segments is `una += k`; looking up
+//!   the segment an ACK names is one index. kcp-go walks `snd_buf` for that.
+//! * receive: `[head, nxt)` is `rcv_queue` (in order, unread), slots flagged
+//!   present in `[nxt, nxt + rcv_wnd)` are `rcv_buf` (out of order).
+//!   Insertion and duplicate detection are one index; kcp-go uses a heap plus a
+//!   map.
+//!
+//! The wire behaviour is unchanged: the same sets of segments, visited in the
+//! same sn order. Rings start small and double up to their bound (twice the
+//! window); each slot keeps its payload `Vec` once allocated, so a session in
+//! steady state allocates nothing per segment.
+
+use std::collections::VecDeque;
+
+/// Per-segment send state (kcp-go `segment` minus the payload).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct SendMeta {
+    pub(crate) sn: u32,
+    pub(crate) ts: u32,
+    pub(crate) rto: u32,
+    pub(crate) resendts: u32,
+    pub(crate) xmit: u32,
+    pub(crate) fastack: u32,
+    pub(crate) una: u32,
+    pub(crate) wnd: u16,
+    pub(crate) frg: u8,
+    pub(crate) acked: bool,
+    /// A PUSH item for this segment waits in the output queue.
+    pub(crate) queued_out: bool,
+    /// Stream mode may still append to this (queued) segment.
+    pub(crate) mergeable: bool,
+}
+
+/// The send ring: in-flight segments followed by queued ones.
+#[derive(Debug)]
+pub(crate) struct SendRing {
+    metas: Vec<SendMeta>,
+    datas: Vec<Vec<u8>>,
+    mask: u32,
+    /// kcp-go `snd_una`: sn of the oldest segment still in `snd_buf`.
+    pub(crate) una: u32,
+    /// kcp-go `snd_nxt`.
+    pub(crate) nxt: u32,
+    /// Segments queued behind `nxt` (kcp-go `snd_queue` length).
+    pub(crate) queued: u32,
+    /// Most segments held at once (in flight + queued).
+    pub(crate) limit: u32,
+    max_cap: usize,
+}
+
+const INITIAL_SLOTS: usize = 16;
+
+impl SendRing {
+    pub(crate) fn new(limit: u32) -> Self {
+        let max_cap = (limit as usize).next_power_of_two();
+        let cap = INITIAL_SLOTS.min(max_cap);
+        Self {
+            metas: vec![SendMeta::default(); cap],
+            datas: (0..cap).map(|_| Vec::new()).collect(),
+            mask: (cap - 1) as u32,
+            una: 0,
+            nxt: 0,
+            queued: 0,
+            limit,
+            max_cap,
+        }
+    }
+
+    /// Segments in flight (`snd_buf` length).
+    #[inline]
+    pub(crate) fn in_flight(&self) -> u32 {
+        self.nxt.wrapping_sub(self.una)
+    }
+
+    /// Segments in flight plus queued.
+    #[inline]
+    pub(crate) fn len(&self) -> u32 {
+        self.in_flight().wrapping_add(self.queued)
+    }
+
+    /// Free segment slots before `limit` is reached.
+    #[inline]
+    pub(crate) fn free(&self) -> u32 {
+        self.limit.saturating_sub(self.len())
+    }
+
+    #[inline]
+    fn idx(&self, sn: u32) -> usize {
+        (sn & self.mask) as usize
+    }
+
+    fn grow(&mut self) {
+        let old_cap = self.metas.len();
+        let cap = (old_cap * 2).min(self.max_cap);
+        if cap <= old_cap {
+            return;
+        }
+        let mut metas = vec![SendMeta::default(); cap];
+        let mut datas: Vec<Vec<u8>> = (0..cap).map(|_| Vec::new()).collect();
+        let new_mask = (cap - 1) as u32;
+        // Walk every old slot once (old_cap consecutive sns from `una`), so
+        // spare payload buffers move along with the live ones.
+        for k in 0..old_cap as u32 {
+            let sn = self.una.wrapping_add(k);
+            let from = (sn & self.mask) as usize;
+            let to = (sn & new_mask) as usize;
+            if let (Some(m), Some(d), Some(mt), Some(dt)) = (
+                self.metas.get(from),
+                self.datas.get_mut(from),
+                metas.get_mut(to),
+                datas.get_mut(to),
+            ) {
+                *mt = *m;
+                *dt = core::mem::take(d);
+            }
+        }
+        self.metas = metas;
+        self.datas = datas;
+        self.mask = new_mask;
+    }
+
+    /// Append a new queued segment holding `bytes` (caller checked `free() > 0`).
+    /// Returns `false` if the ring is at its bound.
+    pub(crate) fn push_queued(&mut self, frg: u8, bytes: &[u8], mergeable: bool) -> bool {
+        if self.free() == 0 {
+            return false;
+        }
+        if self.len() as usize >= self.metas.len() {
+            self.grow();
+            if self.len() as usize >= self.metas.len() {
+                return false;
+            }
+        }
+        let pos = self.una.wrapping_add(self.len());
+        let i = self.idx(pos);
+        if let (Some(m), Some(d)) = (self.metas.get_mut(i), self.datas.get_mut(i)) {
+            *m = SendMeta {
+                frg,
+                mergeable,
+                ..SendMeta::default()
+            };
+            d.clear();
+            d.extend_from_slice(bytes);
+            self.queued += 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Payload of the last queued segment if stream mode may append to it.
+    pub(crate) fn mergeable_tail(&mut self) -> Option<&mut Vec<u8>> {
+        if self.queued == 0 {
+            return None;
+        }
+        let pos = self.una.wrapping_add(self.len()).wrapping_sub(1);
+        let i = self.idx(pos);
+        match (self.metas.get(i), self.datas.get_mut(i)) {
+            (Some(m), Some(d)) if m.mergeable => Some(d),
+            _ => None,
+        }
+    }
+
+    /// Bytes stream mode could still append to the tail segment.
+    pub(crate) fn tail_room(&self, mss: usize) -> usize {
+        if self.queued == 0 {
+            return 0;
+        }
+        let i = self.idx(self.una.wrapping_add(self.len()).wrapping_sub(1));
+        match (self.metas.get(i), self.datas.get(i)) {
+            (Some(m), Some(d)) if m.mergeable => mss.saturating_sub(d.len()),
+            _ => 0,
+        }
+    }
+
+    /// Give the head of the queue sequence number `nxt` (kcp-go phase 4).
+    pub(crate) fn admit(&mut self) {
+        if self.queued == 0 {
+            return;
+        }
+        let sn = self.nxt;
+        let i = self.idx(sn);
+        if let Some(m) = self.metas.get_mut(i) {
+            // kcp-go's queued segments carry ts = 0 until first sent.
+            *m = SendMeta {
+                sn,
+                frg: m.frg,
+                ..SendMeta::default()
+            };
+        }
+        self.nxt = self.nxt.wrapping_add(1);
+        self.queued -= 1;
+    }
+
+    /// Drop in-flight segments with `sn < una` (kcp-go `parse_una`); returns how many.
+    pub(crate) fn remove_before(&mut self, una: u32) -> u32 {
+        let mut n = 0;
+        while self.una != self.nxt && (una.wrapping_sub(self.una) as i32) > 0 {
+            self.una = self.una.wrapping_add(1);
+            n += 1;
+        }
+        n
+    }
+
+    /// The in-flight segment `sn`, if any.
+    #[inline]
+    pub(crate) fn get_mut(&mut self, sn: u32) -> Option<&mut SendMeta> {
+        if sn.wrapping_sub(self.una) >= self.in_flight() {
+            return None;
+        }
+        let i = self.idx(sn);
+        self.metas.get_mut(i)
+    }
+
+    /// Metadata and payload of in-flight segment `sn`.
+    pub(crate) fn get_with_data(&mut self, sn: u32) -> Option<(&mut SendMeta, &[u8])> {
+        if sn.wrapping_sub(self.una) >= self.in_flight() {
+            return None;
+        }
+        let i = self.idx(sn);
+        match (self.metas.get_mut(i), self.datas.get(i)) {
+            (Some(m), Some(d)) => Some((m, d.as_slice())),
+            _ => None,
+        }
+    }
+
+    /// Call `f` on every in-flight segment in sn order (`snd_buf` order).
+    #[inline]
+    pub(crate) fn for_each_in_flight(&mut self, mut f: impl FnMut(&mut SendMeta, usize)) {
+        let mask = self.mask;
+        let (metas, datas) = (&mut self.metas, &self.datas);
+        let mut sn = self.una;
+        while sn != self.nxt {
+            let i = (sn & mask) as usize;
+            if let (Some(m), Some(d)) = (metas.get_mut(i), datas.get(i)) {
+                f(m, d.len());
+            }
+            sn = sn.wrapping_add(1);
+        }
+    }
+
+    /// Call `f` on in-flight segments with sn in `[una, end)`.
+    #[inline]
+    pub(crate) fn for_each_before(&mut self, end: u32, mut f: impl FnMut(&mut SendMeta)) {
+        let mask = self.mask;
+        let mut sn = self.una;
+        while sn != end && sn != self.nxt {
+            if let Some(m) = self.metas.get_mut((sn & mask) as usize) {
+                f(m);
+            }
+            sn = sn.wrapping_add(1);
+        }
+    }
+
+    /// Slots currently allocated (for bound checks in tests).
+    #[cfg(test)]
+    pub(crate) fn capacity(&self) -> usize {
+        self.metas.len()
+    }
+}
+
+/// One slot of the receive ring.
+#[derive(Debug, Default)]
+struct RecvSlot {
+    present: bool,
+    frg: u8,
+    data: Vec<u8>,
+}
+
+/// The receive ring: unread in-order segments followed by out-of-order ones.
+#[derive(Debug)]
+pub(crate) struct RecvRing {
+    slots: Vec<RecvSlot>,
+    mask: u32,
+    /// sn of the oldest unread segment (head of kcp-go `rcv_queue`).
+    pub(crate) head: u32,
+    /// kcp-go `rcv_nxt`.
+    pub(crate) nxt: u32,
+    /// Bytes of the head segment already handed out by a partial read.
+    pub(crate) head_off: usize,
+    /// A message has been partly read; its remaining fragments are queued.
+    pub(crate) in_message: bool,
+    /// kcp-go `rcv_wnd`.
+    pub(crate) wnd: u32,
+    /// Out-of-order segments held (kcp-go `rcv_buf` length).
+    pub(crate) buffered: u32,
+    max_cap: usize,
+}
+
+impl RecvRing {
+    pub(crate) fn new(wnd: u32) -> Self {
+        let max_cap = (2 * wnd as usize).next_power_of_two();
+        let cap = INITIAL_SLOTS.min(max_cap);
+        Self {
+            slots: (0..cap).map(|_| RecvSlot::default()).collect(),
+            mask: (cap - 1) as u32,
+            head: 0,
+            nxt: 0,
+            head_off: 0,
+            in_message: false,
+            wnd,
+            buffered: 0,
+            max_cap,
+        }
+    }
+
+    /// kcp-go `rcv_queue` length.
+    #[inline]
+    pub(crate) fn queue_len(&self) -> u32 {
+        self.nxt.wrapping_sub(self.head)
+    }
+
+    fn grow_to(&mut self, span: usize) -> bool {
+        while self.slots.len() < span {
+            let cap = (self.slots.len() * 2).min(self.max_cap);
+            if cap <= self.slots.len() {
+                return false;
+            }
+            let mut slots: Vec<RecvSlot> = (0..cap).map(|_| RecvSlot::default()).collect();
+            let new_mask = (cap - 1) as u32;
+            for k in 0..self.slots.len() as u32 {
+                let sn = self.head.wrapping_add(k);
+                let from = (sn & self.mask) as usize;
+                let to = (sn & new_mask) as usize;
+                if let (Some(f), Some(t)) = (self.slots.get_mut(from), slots.get_mut(to)) {
+                    core::mem::swap(f, t);
+                }
+            }
+            self.slots = slots;
+            self.mask = new_mask;
+        }
+        true
+    }
+
+    /// Store segment `sn` (caller checked `nxt <= sn < nxt + wnd`). Returns
+    /// `true` if it was a duplicate (kcp-go `parse_data`'s "repeat").
+    pub(crate) fn insert(&mut self, sn: u32, frg: u8, payload: &[u8]) -> bool {
+        let span = sn.wrapping_sub(self.head) as usize + 1;
+        if !self.grow_to(span) {
+            return true;
+        }
+        let i = (sn & self.mask) as usize;
+        match self.slots.get_mut(i) {
+            Some(s) if s.present => true,
+            Some(s) => {
+                s.present = true;
+                s.frg = frg;
+                s.data.clear();
+                s.data.extend_from_slice(payload);
+                self.buffered += 1;
+                false
+            }
+            None => true,
+        }
+    }
+
+    /// Move in-order segments into the queue while it has room (kcp-go's
+    /// `rcv_buf -> rcv_queue` loop).
+    pub(crate) fn advance(&mut self) {
+        while self.queue_len() < self.wnd {
+            let i = (self.nxt & self.mask) as usize;
+            match self.slots.get(i) {
+                Some(s) if s.present && self.buffered > 0 => {
+                    self.buffered -= 1;
+                    self.nxt = self.nxt.wrapping_add(1);
+                }
+                _ => break,
+            }
+        }
+    }
+
+    /// `(frg, bytes)` of the k-th queued segment.
+    #[inline]
+    pub(crate) fn queued(&self, k: u32) -> Option<(u8, &[u8])> {
+        if k >= self.queue_len() {
+            return None;
+        }
+        let i = (self.head.wrapping_add(k) & self.mask) as usize;
+        self.slots.get(i).map(|s| (s.frg, s.data.as_slice()))
+    }
+
+    /// Drop the head of the queue.
+    pub(crate) fn pop_front(&mut self) {
+        if self.queue_len() == 0 {
+            return;
+        }
+        let i = (self.head & self.mask) as usize;
+        if let Some(s) = self.slots.get_mut(i) {
+            s.present = false;
+        }
+        self.head = self.head.wrapping_add(1);
+        self.head_off = 0;
+    }
+
+    /// Slots currently allocated (for bound checks in tests).
+    #[cfg(test)]
+    pub(crate) fn capacity(&self) -> usize {
+        self.slots.len()
+    }
+}
+
+/// What the next datagrams will carry, decided by a flush.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum OutKind {
+    Ack,
+    Wask,
+    Wins,
+    /// The in-flight segment with this sn (header fields live in its meta).
+    Push,
+    /// The flush ended: close the current datagram.
+    End,
+}
+
+/// One entry of the output queue.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct OutItem {
+    pub(crate) kind: OutKind,
+    pub(crate) wnd: u16,
+    pub(crate) ts: u32,
+    pub(crate) sn: u32,
+    pub(crate) una: u32,
+}
+
+/// Output decided by flushes and not yet written by `poll_transmit`.
+///
+/// PUSH items are at most one per in-flight segment (a flag on the segment
+/// dedups them). Control items (ACK, WASK, WINS, End) are capped: if the
+/// caller stops draining, further control items are dropped and counted,
+/// which bounds memory under a flood.
+#[derive(Debug)]
+pub(crate) struct OutQueue {
+    items: VecDeque<OutItem>,
+    control: usize,
+    control_cap: usize,
+}
+
+impl OutQueue {
+    pub(crate) fn new(control_cap: usize) -> Self {
+        Self {
+            items: VecDeque::new(),
+            control: 0,
+            control_cap,
+        }
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// Queue a control item; `false` if the cap dropped it.
+    pub(crate) fn push_control(&mut self, item: OutItem) -> bool {
+        if self.control >= self.control_cap {
+            return false;
+        }
+        self.control += 1;
+        self.items.push_back(item);
+        true
+    }
+
+    /// Close the current datagram at the end of a flush (dropped when the
+    /// previous item already is an End marker).
+    pub(crate) fn push_end(&mut self) {
+        match self.items.back() {
+            None => {}
+            Some(it) if it.kind == OutKind::End => {}
+            Some(_) => {
+                self.control += 1;
+                self.items.push_back(OutItem {
+                    kind: OutKind::End,
+                    wnd: 0,
+                    ts: 0,
+                    sn: 0,
+                    una: 0,
+                });
+            }
+        }
+    }
+
+    pub(crate) fn push_segment(&mut self, sn: u32) {
+        self.items.push_back(OutItem {
+            kind: OutKind::Push,
+            wnd: 0,
+            ts: 0,
+            sn,
+            una: 0,
+        });
+    }
+
+    pub(crate) fn front(&self) -> Option<&OutItem> {
+        self.items.front()
+    }
+
+    pub(crate) fn pop(&mut self) {
+        if let Some(it) = self.items.pop_front() {
+            if it.kind != OutKind::Push {
+                self.control = self.control.saturating_sub(1);
+            }
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.items.len()
+    }
+}

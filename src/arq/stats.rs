@@ -1,0 +1,59 @@
+//! Per-connection counters (kcp-go keeps these in its global `DefaultSnmp`).
+
+/// Counters of one [`Kcp`](super::Kcp). All monotonically increasing.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ArqStats {
+    /// Packets given to `handle_datagram`.
+    pub datagrams_in: u64,
+    /// Segments accepted from input (kcp-go `InSegs`).
+    pub segments_in: u64,
+    /// PUSH segments received.
+    pub push_in: u64,
+    /// ACK segments received.
+    pub acks_in: u64,
+    /// WASK segments received.
+    pub wask_in: u64,
+    /// WINS segments received.
+    pub wins_in: u64,
+    /// Received PUSH segments that were duplicates or outside the window
+    /// (kcp-go `RepeatSegs`; regular packets only).
+    pub repeat_segments: u64,
+    /// Packets written by `poll_transmit`.
+    pub datagrams_out: u64,
+    /// Segments written by `poll_transmit` (kcp-go `OutSegs`).
+    pub segments_out: u64,
+    /// PUSH segments written, first transmissions and retransmissions.
+    pub push_out: u64,
+    /// ACK segments written.
+    pub acks_out: u64,
+    /// WASK (window probe) segments written.
+    pub wask_out: u64,
+    /// WINS (window announcement) segments written.
+    pub wins_out: u64,
+    /// Retransmissions after the segment's RTO expired (kcp-go `LostSegs`).
+    pub retransmit_rto: u64,
+    /// Fast retransmissions (skipped by `fast_resend` ACKs; kcp-go `FastRetransSegs`).
+    pub retransmit_fast: u64,
+    /// Early retransmissions (kcp-go `EarlyRetransSegs`).
+    pub retransmit_early: u64,
+    /// Packets dropped, shorter than a header.
+    pub input_truncated: u64,
+    /// Packets cut at a segment of another conversation.
+    pub input_conv_mismatch: u64,
+    /// Packets cut at a segment whose length exceeds the packet.
+    pub input_bad_length: u64,
+    /// Packets cut at an unknown command.
+    pub input_bad_command: u64,
+    /// Control segments (ACK/WASK/WINS) dropped because `poll_transmit` was
+    /// not called and the output queue reached its bound.
+    pub output_dropped: u64,
+}
+
+impl ArqStats {
+    /// All retransmissions (kcp-go `RetransSegs`).
+    #[must_use]
+    pub fn retransmits(&self) -> u64 {
+        self.retransmit_rto + self.retransmit_fast + self.retransmit_early
+    }
+}

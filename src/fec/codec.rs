@@ -1,0 +1,488 @@
+//! The Reed-Solomon erasure code kcp-go uses, behind a small internal trait.
+//!
+//! kcp-go's codec (klauspost/reedsolomon with default options) builds the
+//! `S x d` Vandermonde matrix `V[r][c] = r^c` over GF(2^8) (polynomial 0x11D)
+//! and multiplies it by the inverse of its top `d x d` square, so the first `d`
+//! rows are the identity and row `d + k` yields parity shard `k`.
+//! `reed-solomon-erasure` 6 builds the same matrix; tests prove this codec
+//! byte-identical to it.
+//!
+//! Shards live in flat arenas: shard `i` at `arena[i * stride ..][.. len]`,
+//! so no call builds a list of slices and nothing allocates per call once the
+//! decode-matrix cache is warm.
+
+use crate::simd::gf256::{self, NibbleTable};
+
+/// Why the codec refused a call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CodecError {
+    /// Shapes or buffer sizes do not fit the codec.
+    BadArguments,
+    /// Fewer than `data_shards` shards are present.
+    TooFewShards,
+    /// The chosen rows did not invert (impossible for this MDS code; kept
+    /// so a bug is an error, not a panic).
+    Singular,
+}
+
+/// An erasure code over flat shard arenas.
+pub(crate) trait ErasureCodec: Send {
+    /// Data shards per group.
+    fn data_shards(&self) -> usize;
+    /// Parity shards per group.
+    fn parity_shards(&self) -> usize;
+    /// Parity of the `d` data shards `data[j * stride ..][.. len]`, written to
+    /// `parity[k * stride ..][.. len]` for `k < m`.
+    fn encode(
+        &mut self,
+        data: &[u8],
+        stride: usize,
+        len: usize,
+        parity: &mut [u8],
+    ) -> Result<(), CodecError>;
+    /// Rebuilds the missing data shards of a group. `shards[i * stride ..][.. len]`
+    /// holds shard `i` (data then parity) where `present[i]`; the missing data
+    /// shards, in ascending index order, are written to `out[n * stride ..][.. len]`.
+    fn reconstruct_data(
+        &mut self,
+        shards: &[u8],
+        stride: usize,
+        len: usize,
+        present: &[bool],
+        out: &mut [u8],
+    ) -> Result<(), CodecError>;
+}
+
+/// Square matrix inverse over GF(2^8) by Gauss-Jordan elimination, row-major.
+fn invert(m: &[u8], n: usize) -> Option<Vec<u8>> {
+    if m.len() != n * n {
+        return None;
+    }
+    let mut a = m.to_vec();
+    let mut inv = vec![0u8; n * n];
+    for i in 0..n {
+        inv[i * n + i] = 1;
+    }
+    for col in 0..n {
+        let pivot = (col..n).find(|&r| a[r * n + col] != 0)?;
+        if pivot != col {
+            for c in 0..n {
+                a.swap(pivot * n + c, col * n + c);
+                inv.swap(pivot * n + c, col * n + c);
+            }
+        }
+        let scale = gf256::inv(a[col * n + col])?;
+        for c in 0..n {
+            a[col * n + c] = gf256::mul(a[col * n + c], scale);
+            inv[col * n + c] = gf256::mul(inv[col * n + c], scale);
+        }
+        for r in 0..n {
+            let f = a[r * n + col];
+            if r == col || f == 0 {
+                continue;
+            }
+            for c in 0..n {
+                a[r * n + c] ^= gf256::mul(f, a[col * n + c]);
+                inv[r * n + c] ^= gf256::mul(f, inv[col * n + c]);
+            }
+        }
+    }
+    Some(inv)
+}
+
+/// The `total x data` systematic encoding matrix (row-major).
+fn encoding_matrix(data: usize, total: usize) -> Option<Vec<u8>> {
+    let mut v = vec![0u8; total * data];
+    for r in 0..total {
+        for c in 0..data {
+            v[r * data + c] = gf256::pow(r as u8, c);
+        }
+    }
+    let top_inv = invert(&v[..data * data], data)?;
+    let mut m = vec![0u8; total * data];
+    for r in 0..total {
+        for c in 0..data {
+            let mut acc = 0u8;
+            for k in 0..data {
+                acc ^= gf256::mul(v[r * data + k], top_inv[k * data + c]);
+            }
+            m[r * data + c] = acc;
+        }
+    }
+    Some(m)
+}
+
+/// Set of shard indices (< 256) as a bitmask, the key of the decode cache.
+type Pattern = [u64; 4];
+
+/// A cached decode: for one present-shard pattern, the source shards used and
+/// one row of tables per missing data shard.
+struct DecodePlan {
+    pattern: Pattern,
+    /// Shard indices the missing data are computed from (the first `d` present).
+    sources: Vec<usize>,
+    /// `missing * d` tables, row-major.
+    tables: Vec<NibbleTable>,
+}
+
+/// Decode plans kept per codec. kcp-go's codec caches inversions too; a
+/// handful covers the patterns a lossy link repeats.
+const PLAN_CACHE: usize = 16;
+
+/// kcp-go's Reed-Solomon code on the runtime-dispatched GF(2^8) kernel.
+pub(crate) struct VandermondeCodec {
+    data: usize,
+    parity: usize,
+    /// The full `S x d` encoding matrix.
+    matrix: Vec<u8>,
+    /// Tables of the parity rows, `m * d`, row-major.
+    parity_tables: Vec<NibbleTable>,
+    plans: Vec<DecodePlan>,
+    next_victim: usize,
+    /// Scratch offsets (reused).
+    offsets: Vec<usize>,
+}
+
+impl VandermondeCodec {
+    /// The code with `data` data and `parity` parity shards; `None` unless
+    /// both are positive and the total is at most 256.
+    pub(crate) fn new(data: usize, parity: usize) -> Option<Self> {
+        if data == 0 || parity == 0 || data + parity > 256 {
+            return None;
+        }
+        let matrix = encoding_matrix(data, data + parity)?;
+        let parity_tables = matrix[data * data..]
+            .iter()
+            .map(|&c| NibbleTable::new(c))
+            .collect();
+        Some(Self {
+            data,
+            parity,
+            matrix,
+            parity_tables,
+            plans: Vec::with_capacity(PLAN_CACHE),
+            next_victim: 0,
+            offsets: Vec::with_capacity(data + parity),
+        })
+    }
+
+    #[cfg(test)]
+    pub(crate) fn matrix(&self) -> &[u8] {
+        &self.matrix
+    }
+
+    fn plan_for(&mut self, present: &[bool]) -> Result<usize, CodecError> {
+        let total = self.data + self.parity;
+        let mut pattern: Pattern = [0; 4];
+        for (i, _) in present.iter().enumerate().take(total).filter(|(_, p)| **p) {
+            pattern[i / 64] |= 1 << (i % 64);
+        }
+        if let Some(i) = self.plans.iter().position(|p| p.pattern == pattern) {
+            return Ok(i);
+        }
+        let d = self.data;
+        let sources: Vec<usize> = (0..total).filter(|&i| present[i]).take(d).collect();
+        if sources.len() < d {
+            return Err(CodecError::TooFewShards);
+        }
+        let mut sub = Vec::with_capacity(d * d);
+        for &s in &sources {
+            sub.extend_from_slice(&self.matrix[s * d..(s + 1) * d]);
+        }
+        let decode = invert(&sub, d).ok_or(CodecError::Singular)?;
+        let mut tables = Vec::new();
+        for i in (0..d).filter(|&i| !present[i]) {
+            tables.extend(
+                decode[i * d..(i + 1) * d]
+                    .iter()
+                    .map(|&c| NibbleTable::new(c)),
+            );
+        }
+        let plan = DecodePlan {
+            pattern,
+            sources,
+            tables,
+        };
+        if self.plans.len() < PLAN_CACHE {
+            self.plans.push(plan);
+            Ok(self.plans.len() - 1)
+        } else {
+            let v = self.next_victim;
+            self.next_victim = (v + 1) % PLAN_CACHE;
+            self.plans[v] = plan;
+            Ok(v)
+        }
+    }
+}
+
+impl ErasureCodec for VandermondeCodec {
+    fn data_shards(&self) -> usize {
+        self.data
+    }
+
+    fn parity_shards(&self) -> usize {
+        self.parity
+    }
+
+    fn encode(
+        &mut self,
+        data: &[u8],
+        stride: usize,
+        len: usize,
+        parity: &mut [u8],
+    ) -> Result<(), CodecError> {
+        let d = self.data;
+        if len > stride || parity.len() < (self.parity - 1) * stride + len {
+            return Err(CodecError::BadArguments);
+        }
+        self.offsets.clear();
+        self.offsets.extend((0..d).map(|j| j * stride));
+        for (k, row) in self.parity_tables.chunks_exact(d).enumerate() {
+            let out = parity
+                .get_mut(k * stride..k * stride + len)
+                .ok_or(CodecError::BadArguments)?;
+            if !gf256::dot(row, data, &self.offsets, out) {
+                return Err(CodecError::BadArguments);
+            }
+        }
+        Ok(())
+    }
+
+    fn reconstruct_data(
+        &mut self,
+        shards: &[u8],
+        stride: usize,
+        len: usize,
+        present: &[bool],
+        out: &mut [u8],
+    ) -> Result<(), CodecError> {
+        let d = self.data;
+        if present.len() != d + self.parity || len > stride {
+            return Err(CodecError::BadArguments);
+        }
+        if present[..d].iter().all(|&p| p) {
+            return Ok(());
+        }
+        let plan = self.plan_for(present)?;
+        let plan = &self.plans[plan];
+        self.offsets.clear();
+        self.offsets
+            .extend(plan.sources.iter().map(|&s| s * stride));
+        for (n, row) in plan.tables.chunks_exact(d).enumerate() {
+            let dst = out
+                .get_mut(n * stride..n * stride + len)
+                .ok_or(CodecError::BadArguments)?;
+            if !gf256::dot(row, shards, &self.offsets, dst) {
+                return Err(CodecError::BadArguments);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `reed-solomon-erasure` behind the same trait: the reference the tests
+/// compare [`VandermondeCodec`] with.
+#[cfg(test)]
+pub(crate) struct ReferenceCodec(reed_solomon_erasure::galois_8::ReedSolomon);
+
+#[cfg(test)]
+impl ReferenceCodec {
+    pub(crate) fn new(data: usize, parity: usize) -> Option<Self> {
+        reed_solomon_erasure::galois_8::ReedSolomon::new(data, parity)
+            .ok()
+            .map(Self)
+    }
+}
+
+#[cfg(test)]
+impl ErasureCodec for ReferenceCodec {
+    fn data_shards(&self) -> usize {
+        self.0.data_shard_count()
+    }
+
+    fn parity_shards(&self) -> usize {
+        self.0.parity_shard_count()
+    }
+
+    fn encode(
+        &mut self,
+        data: &[u8],
+        stride: usize,
+        len: usize,
+        parity: &mut [u8],
+    ) -> Result<(), CodecError> {
+        let d: Vec<&[u8]> = (0..self.data_shards())
+            .map(|j| &data[j * stride..j * stride + len])
+            .collect();
+        let mut p: Vec<Vec<u8>> = vec![vec![0; len]; self.parity_shards()];
+        self.0
+            .encode_sep(&d, &mut p)
+            .map_err(|_| CodecError::BadArguments)?;
+        for (k, s) in p.iter().enumerate() {
+            parity[k * stride..k * stride + len].copy_from_slice(s);
+        }
+        Ok(())
+    }
+
+    fn reconstruct_data(
+        &mut self,
+        shards: &[u8],
+        stride: usize,
+        len: usize,
+        present: &[bool],
+        out: &mut [u8],
+    ) -> Result<(), CodecError> {
+        let mut v: Vec<Option<Vec<u8>>> = present
+            .iter()
+            .enumerate()
+            .map(|(i, &p)| p.then(|| shards[i * stride..i * stride + len].to_vec()))
+            .collect();
+        self.0
+            .reconstruct_data(&mut v)
+            .map_err(|_| CodecError::TooFewShards)?;
+        let mut n = 0;
+        for i in 0..self.data_shards() {
+            if !present[i] {
+                let s = v[i].as_ref().ok_or(CodecError::TooFewShards)?;
+                out[n * stride..n * stride + len].copy_from_slice(s);
+                n += 1;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn fill(seed: u64, n: usize) -> Vec<u8> {
+        let mut x = seed | 1;
+        (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect()
+    }
+
+    #[test]
+    fn top_of_the_encoding_matrix_is_the_identity() {
+        for (d, m) in [(1, 1), (10, 3), (3, 2), (200, 56), (1, 255)] {
+            let c = VandermondeCodec::new(d, m).unwrap();
+            for r in 0..d {
+                for col in 0..d {
+                    assert_eq!(c.matrix()[r * d + col], u8::from(r == col));
+                }
+            }
+        }
+        assert!(VandermondeCodec::new(0, 1).is_none());
+        assert!(VandermondeCodec::new(1, 0).is_none());
+        assert!(VandermondeCodec::new(200, 57).is_none());
+        assert!(VandermondeCodec::new(255, 1).is_some());
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(120))]
+        /// Parity and reconstruction are byte-identical to reed-solomon-erasure
+        /// for random shapes (1..=32 data, 1..=16 parity), lengths and erasures.
+        #[test]
+        fn codec_matches_reed_solomon_erasure(
+            d in 1usize..=32,
+            m in 1usize..=16,
+            len in 1usize..=200,
+            stride_extra in 0usize..40,
+            seed in any::<u64>(),
+            erase_seed in any::<u64>(),
+        ) {
+            let stride = len + stride_extra;
+            let total = d + m;
+            let mut arena = fill(seed, total * stride);
+            let mut ours = VandermondeCodec::new(d, m).unwrap();
+            let mut reference = ReferenceCodec::new(d, m).unwrap();
+            let mut p1 = vec![0u8; m * stride];
+            let mut p2 = vec![0u8; m * stride];
+            ours.encode(&arena[..d * stride], stride, len, &mut p1).unwrap();
+            reference.encode(&arena[..d * stride], stride, len, &mut p2).unwrap();
+            for k in 0..m {
+                prop_assert_eq!(&p1[k * stride..k * stride + len], &p2[k * stride..k * stride + len]);
+            }
+            arena[d * stride..].copy_from_slice(&p1);
+            // Erase up to m shards, at least one data shard when possible.
+            let order = fill(erase_seed, total);
+            let mut idx: Vec<usize> = (0..total).collect();
+            idx.sort_by_key(|&i| order[i]);
+            let lost = 1 + (order[0] as usize % m);
+            let mut present = vec![true; total];
+            for &i in idx.iter().take(lost) {
+                present[i] = false;
+            }
+            let missing: Vec<usize> = (0..d).filter(|&i| !present[i]).collect();
+            let mut out1 = vec![0u8; d * stride];
+            let mut out2 = vec![0u8; d * stride];
+            let mut damaged = arena.clone();
+            for (i, _) in present.iter().enumerate().filter(|(_, p)| !**p) {
+                damaged[i * stride..(i + 1) * stride].fill(0x5A);
+            }
+            ours.reconstruct_data(&damaged, stride, len, &present, &mut out1).unwrap();
+            reference.reconstruct_data(&damaged, stride, len, &present, &mut out2).unwrap();
+            for (n, &i) in missing.iter().enumerate() {
+                prop_assert_eq!(&out1[n * stride..n * stride + len], &arena[i * stride..i * stride + len]);
+                prop_assert_eq!(&out2[n * stride..n * stride + len], &arena[i * stride..i * stride + len]);
+            }
+            // Same pattern again: served from the plan cache, same bytes.
+            let mut out3 = vec![0u8; d * stride];
+            ours.reconstruct_data(&damaged, stride, len, &present, &mut out3).unwrap();
+            prop_assert_eq!(out1, out3);
+        }
+    }
+
+    #[test]
+    fn large_and_lopsided_shapes_match_the_reference() {
+        for (d, m) in [
+            (128, 128),
+            (200, 56),
+            (255, 1),
+            (1, 255),
+            (100, 100),
+            (64, 32),
+        ] {
+            let len = 37;
+            let arena = fill((d * 1000 + m) as u64, d * len);
+            let mut p1 = vec![0u8; m * len];
+            let mut p2 = vec![0u8; m * len];
+            VandermondeCodec::new(d, m)
+                .unwrap()
+                .encode(&arena, len, len, &mut p1)
+                .unwrap();
+            ReferenceCodec::new(d, m)
+                .unwrap()
+                .encode(&arena, len, len, &mut p2)
+                .unwrap();
+            assert_eq!(p1, p2, "{d}+{m}");
+        }
+    }
+
+    #[test]
+    fn too_few_shards_is_an_error() {
+        let mut c = VandermondeCodec::new(3, 2).unwrap();
+        let shards = vec![0u8; 5 * 4];
+        let mut out = vec![0u8; 3 * 4];
+        let present = [true, false, false, false, true];
+        assert_eq!(
+            c.reconstruct_data(&shards, 4, 4, &present, &mut out),
+            Err(CodecError::TooFewShards)
+        );
+        assert_eq!(
+            c.reconstruct_data(&shards, 4, 4, &present[..4], &mut out),
+            Err(CodecError::BadArguments)
+        );
+        assert_eq!(
+            c.encode(&shards, 4, 5, &mut out),
+            Err(CodecError::BadArguments)
+        );
+    }
+}

@@ -1,0 +1,545 @@
+//! The receive side: groups shards, rebuilds missing data shards, learns the
+//! sender's shard ratio.
+
+use super::codec::{ErasureCodec, VandermondeCodec};
+use super::{
+    FLAG_DATA, FLAG_PARITY, FecDecodeError, FecStats, KCP_OVERHEAD, MAX_PACKET, MAX_SHARDS,
+    SHARD_OFFSET, SHARD_STRIDE, paws, read_u16, read_u32,
+};
+
+/// Groups kept: the newest and the 3 before it, as kcp-go keeps them
+/// (`maxShardSets`). Older shards are stale.
+const WINDOW: usize = 4;
+
+/// The FEC decoder of one session.
+///
+/// Keeps at most four groups (the newest seen and the three before it) of at
+/// most `data + parity` shards, in arenas allocated when a group slot is
+/// first used and reused afterwards, so memory is bounded whatever arrives.
+/// As soon as a group holds `data` shards, its missing data shards are
+/// rebuilt and queued for [`poll_recovered`](Self::poll_recovered); the group
+/// then drops any late shard.
+///
+/// The sender's shard ratio is not on the wire: the decoder starts from the
+/// ratio it is given and, when a shard's kind contradicts it, relearns the
+/// ratio from the recent seqids (a run of data shards framed by parity), as a
+/// kcp-go receiver does. It follows any shape up to 256 shards.
+///
+/// # Call contract
+///
+/// After every [`handle`](Self::handle), call `poll_recovered` until `None`:
+/// a later recovery replaces undrained packets (counted in
+/// [`FecStats::dropped_undrained`]).
+pub struct FecDecoder {
+    data: usize,
+    parity: usize,
+    total: usize,
+    paws: u32,
+    /// Groups per seqid cycle: `paws / total`.
+    groups: u32,
+    /// Newest group id seen.
+    newest: Option<u32>,
+    slots: Vec<Slot>,
+    codec: Box<dyn ErasureCodec>,
+    /// Rebuilt shards of the last recovery, `SHARD_STRIDE` apart.
+    recovered: Vec<u8>,
+    /// `(offset, len)` of the KCP packets in `recovered` not yet handed out.
+    queue: Vec<(usize, usize)>,
+    /// Next entry of `queue` to hand out.
+    queue_next: usize,
+    tuner: Tuner,
+    retuning: bool,
+    stats: FecStats,
+}
+
+struct Slot {
+    group: u32,
+    used: bool,
+    /// Rebuilt (or complete): late shards are dropped.
+    decoded: bool,
+    count: usize,
+    data_count: usize,
+    present: Vec<bool>,
+    lens: Vec<u16>,
+    /// `total` shards, `SHARD_STRIDE` apart; empty until first used.
+    arena: Vec<u8>,
+}
+
+impl Slot {
+    fn new(total: usize) -> Self {
+        Self {
+            group: 0,
+            used: false,
+            decoded: false,
+            count: 0,
+            data_count: 0,
+            present: vec![false; total],
+            lens: vec![0; total],
+            arena: Vec::new(),
+        }
+    }
+
+    fn reset(&mut self, group: u32) {
+        self.group = group;
+        self.used = true;
+        self.decoded = false;
+        self.count = 0;
+        self.data_count = 0;
+        self.present.fill(false);
+    }
+}
+
+impl FecDecoder {
+    /// A decoder expecting `initial_data` + `initial_parity` shards per group
+    /// (it relearns the ratio if the sender's differs). An invalid shape (a zero,
+    /// or more than 256 in total) starts from kcp-go's 1 + 1 guess.
+    #[must_use]
+    pub fn new(initial_data: usize, initial_parity: usize) -> Self {
+        let (d, p) = if initial_data == 0
+            || initial_parity == 0
+            || initial_data + initial_parity > MAX_SHARDS
+        {
+            (1, 1)
+        } else {
+            (initial_data, initial_parity)
+        };
+        // A valid shape always builds; 1 + 1 is the last resort.
+        let codec = VandermondeCodec::new(d, p).or_else(|| VandermondeCodec::new(1, 1));
+        let mut dec = Self {
+            data: 0,
+            parity: 0,
+            total: 0,
+            paws: 0,
+            groups: 0,
+            newest: None,
+            slots: Vec::new(),
+            codec: Box::new(NoCodec),
+            recovered: Vec::new(),
+            queue: Vec::new(),
+            queue_next: 0,
+            tuner: Tuner::new(),
+            retuning: false,
+            stats: FecStats::default(),
+        };
+        if let Some(c) = codec {
+            dec.install(Box::new(c));
+        }
+        dec
+    }
+
+    #[cfg(test)]
+    pub(crate) fn with_codec(codec: Box<dyn ErasureCodec>) -> Self {
+        let mut dec = Self::new(1, 1);
+        dec.install(codec);
+        dec
+    }
+
+    /// Heap bytes held (for the memory-bound test).
+    #[cfg(test)]
+    pub(crate) fn heap_bytes(&self) -> usize {
+        let slots: usize = self
+            .slots
+            .iter()
+            .map(|s| s.arena.capacity() + s.present.capacity() + 2 * s.lens.capacity())
+            .sum();
+        slots
+            + self.slots.capacity() * size_of::<Slot>()
+            + self.recovered.capacity()
+            + self.queue.capacity() * size_of::<(usize, usize)>()
+            + 2 * SAMPLES * size_of::<(u32, bool)>()
+    }
+
+    /// Switches to `codec`'s shape, dropping every stored group.
+    fn install(&mut self, codec: Box<dyn ErasureCodec>) {
+        let (d, p) = (codec.data_shards(), codec.parity_shards());
+        self.data = d;
+        self.parity = p;
+        self.total = d + p;
+        self.paws = paws(self.total);
+        self.groups = self.paws / self.total as u32;
+        self.newest = None;
+        self.slots = (0..WINDOW).map(|_| Slot::new(d + p)).collect();
+        self.codec = codec;
+        self.recovered = vec![0; d * SHARD_STRIDE];
+        self.queue = Vec::with_capacity(d);
+        self.queue_next = 0;
+    }
+
+    /// The shard ratio currently assumed: `(data, parity)`.
+    #[must_use]
+    pub fn shape(&self) -> (usize, usize) {
+        (self.data, self.parity)
+    }
+
+    /// Counters: shards in, recovered, unrecoverable, drops by reason.
+    #[must_use]
+    pub fn stats(&self) -> &FecStats {
+        &self.stats
+    }
+
+    /// Takes one FEC packet (data or parity shard, after decryption).
+    ///
+    /// For a data shard, the caller has already given its KCP bytes to the ARQ
+    /// ([`data_payload`](super::data_payload)). Duplicate and stale shards are
+    /// dropped and counted, not errors.
+    ///
+    /// # Errors
+    /// A packet shorter than 8 bytes or longer than [`MAX_PACKET`], one that is
+    /// not a data or parity shard, or one with a seqid beyond the wrap point.
+    /// Each is counted in [`FecStats`] and otherwise ignored.
+    pub fn handle(&mut self, packet: &[u8]) -> Result<(), FecDecodeError> {
+        let len = packet.len();
+        if len < super::DATA_HEADER {
+            self.stats.dropped_malformed += 1;
+            return Err(FecDecodeError::Truncated { len });
+        }
+        if len > MAX_PACKET {
+            self.stats.dropped_malformed += 1;
+            return Err(FecDecodeError::TooLong { len });
+        }
+        let (Some(seqid), Some(flag)) = (read_u32(packet, 0), read_u16(packet, 4)) else {
+            self.stats.dropped_malformed += 1;
+            return Err(FecDecodeError::Truncated { len });
+        };
+        let is_data = match flag {
+            FLAG_DATA => true,
+            FLAG_PARITY => false,
+            _ => {
+                self.stats.dropped_malformed += 1;
+                return Err(FecDecodeError::NotFec { flag });
+            }
+        };
+        if is_data {
+            self.stats.data_in += 1;
+        } else {
+            self.stats.parity_in += 1;
+        }
+        self.tuner.sample(seqid, is_data);
+
+        if seqid >= self.paws {
+            self.stats.dropped_beyond_paws += 1;
+            return Err(FecDecodeError::BeyondPaws { seqid });
+        }
+        let pos = (seqid % self.total as u32) as usize;
+        if (pos < self.data) != is_data {
+            self.retuning = true;
+        }
+        if self.retuning {
+            self.stats.dropped_mismatch += 1;
+            self.retune();
+            return Ok(());
+        }
+        let group = seqid / self.total as u32;
+        let Some(slot) = self.slot_for(group) else {
+            self.stats.dropped_stale += 1;
+            return Ok(());
+        };
+        self.store(slot, pos, is_data, packet);
+        Ok(())
+    }
+
+    /// Writes the next recovered KCP packet into `buf` and returns its length;
+    /// `None` when none is waiting. Packets longer than `buf` are dropped and
+    /// counted in [`FecStats::dropped_undrained`].
+    pub fn poll_recovered(&mut self, buf: &mut [u8]) -> Option<usize> {
+        while let Some(&(off, len)) = self.queue.get(self.queue_next) {
+            self.queue_next += 1;
+            let (Some(dst), Some(src)) = (buf.get_mut(..len), self.recovered.get(off..off + len))
+            else {
+                self.stats.dropped_undrained += 1;
+                continue;
+            };
+            dst.copy_from_slice(src);
+            return Some(len);
+        }
+        None
+    }
+
+    /// The slot holding `group`, claiming one if needed; `None` if the group
+    /// is stale.
+    fn slot_for(&mut self, group: u32) -> Option<usize> {
+        let groups = u64::from(self.groups);
+        let newest = match self.newest {
+            None => {
+                self.newest = Some(group);
+                group
+            }
+            Some(n) => n,
+        };
+        let ahead = (u64::from(group) + groups - u64::from(newest)) % groups;
+        if ahead != 0 && ahead < groups / 2 {
+            self.newest = Some(group);
+            self.evict_older_than(group);
+        } else {
+            let behind = (u64::from(newest) + groups - u64::from(group)) % groups;
+            if behind >= WINDOW as u64 {
+                return None;
+            }
+        }
+        if let Some(i) = self.slots.iter().position(|s| s.used && s.group == group) {
+            return Some(i);
+        }
+        let i = self.slots.iter().position(|s| !s.used)?;
+        let total = self.total;
+        let slot = &mut self.slots[i];
+        if slot.arena.is_empty() {
+            slot.arena = vec![0; total * SHARD_STRIDE];
+        }
+        slot.reset(group);
+        Some(i)
+    }
+
+    /// Frees the slots of groups that fell out of the window behind `newest`.
+    fn evict_older_than(&mut self, newest: u32) {
+        let groups = u64::from(self.groups);
+        for s in self.slots.iter_mut().filter(|s| s.used) {
+            let behind = (u64::from(newest) + groups - u64::from(s.group)) % groups;
+            if behind >= WINDOW as u64 {
+                if !s.decoded && s.data_count < self.data {
+                    self.stats.unrecoverable += 1;
+                }
+                s.used = false;
+            }
+        }
+    }
+
+    fn store(&mut self, slot: usize, pos: usize, is_data: bool, packet: &[u8]) {
+        let Some(s) = self.slots.get_mut(slot) else {
+            return;
+        };
+        if s.decoded {
+            self.stats.dropped_stale += 1;
+            return;
+        }
+        if s.present.get(pos).copied().unwrap_or(true) {
+            self.stats.dropped_duplicate += 1;
+            return;
+        }
+        let shard = packet.get(SHARD_OFFSET..).unwrap_or(&[]);
+        if let Some(dst) = s
+            .arena
+            .get_mut(pos * SHARD_STRIDE..pos * SHARD_STRIDE + shard.len())
+        {
+            dst.copy_from_slice(shard);
+        }
+        s.present[pos] = true;
+        s.lens[pos] = shard.len() as u16;
+        s.count += 1;
+        if is_data {
+            s.data_count += 1;
+        }
+        if s.count < self.data {
+            return;
+        }
+        s.decoded = true;
+        if s.data_count == self.data {
+            self.stats.full_groups += 1;
+            return;
+        }
+        self.recover(slot);
+    }
+
+    /// Rebuilds the missing data shards of a slot holding `data` shards.
+    fn recover(&mut self, slot: usize) {
+        let Some(s) = self.slots.get_mut(slot) else {
+            return;
+        };
+        let len = s
+            .lens
+            .iter()
+            .zip(&s.present)
+            .filter(|(_, p)| **p)
+            .map(|(l, _)| usize::from(*l))
+            .max()
+            .unwrap_or(0);
+        for (i, (&l, _)) in s
+            .lens
+            .iter()
+            .zip(&s.present)
+            .enumerate()
+            .filter(|(_, (_, p))| **p)
+        {
+            if let Some(tail) = s
+                .arena
+                .get_mut(i * SHARD_STRIDE + usize::from(l)..i * SHARD_STRIDE + len)
+            {
+                tail.fill(0);
+            }
+        }
+        let undrained = self.queue.len() - self.queue_next;
+        self.stats.dropped_undrained += undrained as u64;
+        self.queue.clear();
+        self.queue_next = 0;
+        if self
+            .codec
+            .reconstruct_data(&s.arena, SHARD_STRIDE, len, &s.present, &mut self.recovered)
+            .is_err()
+        {
+            self.stats.unrecoverable += 1;
+            return;
+        }
+        let missing = s.present.iter().take(self.data).filter(|p| !**p).count();
+        for n in 0..missing {
+            let off = n * SHARD_STRIDE;
+            let size = read_u16(&self.recovered, off).map_or(0, usize::from);
+            // kcp-go accepts `2 <= size <= len` and feeds `r[2..size]` to Input;
+            // anything shorter than a KCP header (a deadline filler) cannot be a
+            // KCP packet, so it is not handed out.
+            if size < 2 + KCP_OVERHEAD || size > len {
+                self.stats.dropped_bad_recovered += 1;
+                continue;
+            }
+            self.queue.push((off + 2, size - 2));
+            self.stats.recovered += 1;
+        }
+    }
+
+    /// Tries to learn the sender's ratio from recent samples; adopts it (and
+    /// leaves relearning mode) once one is found.
+    fn retune(&mut self) {
+        let Some((d, p)) = self.tuner.find_shape() else {
+            return;
+        };
+        self.retuning = false;
+        if (d, p) == (self.data, self.parity) {
+            return;
+        }
+        if let Some(c) = VandermondeCodec::new(d, p) {
+            self.install(Box::new(c));
+            self.stats.retunes += 1;
+        }
+    }
+}
+
+impl core::fmt::Debug for FecDecoder {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("FecDecoder")
+            .field("data", &self.data)
+            .field("parity", &self.parity)
+            .field("newest", &self.newest)
+            .field("retuning", &self.retuning)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Placeholder codec for the instant before `install` (never used to code).
+struct NoCodec;
+
+impl ErasureCodec for NoCodec {
+    fn data_shards(&self) -> usize {
+        1
+    }
+    fn parity_shards(&self) -> usize {
+        1
+    }
+    fn encode(
+        &mut self,
+        _: &[u8],
+        _: usize,
+        _: usize,
+        _: &mut [u8],
+    ) -> Result<(), super::codec::CodecError> {
+        Err(super::codec::CodecError::BadArguments)
+    }
+    fn reconstruct_data(
+        &mut self,
+        _: &[u8],
+        _: usize,
+        _: usize,
+        _: &[bool],
+        _: &mut [u8],
+    ) -> Result<(), super::codec::CodecError> {
+        Err(super::codec::CodecError::BadArguments)
+    }
+}
+
+/// Samples kept for learning the ratio: two of the largest groups plus edges.
+const SAMPLES: usize = 2 * MAX_SHARDS + 2;
+/// While relearning, look for a shape every this many samples.
+const TUNE_EVERY: u32 = 4;
+
+/// Learns the sender's shard ratio from recent `(seqid, is_data)` samples.
+struct Tuner {
+    ring: Box<[(u32, bool); SAMPLES]>,
+    scratch: Box<[(u32, bool); SAMPLES]>,
+    len: usize,
+    head: usize,
+    since_try: u32,
+}
+
+impl Tuner {
+    fn new() -> Self {
+        Self {
+            ring: Box::new([(0, false); SAMPLES]),
+            scratch: Box::new([(0, false); SAMPLES]),
+            len: 0,
+            head: 0,
+            since_try: TUNE_EVERY,
+        }
+    }
+
+    fn sample(&mut self, seqid: u32, is_data: bool) {
+        self.ring[self.head] = (seqid, is_data);
+        self.head = (self.head + 1) % SAMPLES;
+        self.len = (self.len + 1).min(SAMPLES);
+        self.since_try = self.since_try.saturating_add(1);
+    }
+
+    /// Finds a complete group framed by its neighbours in consecutive seqids:
+    /// `parity | data x d | parity x p | data` (or a group starting at seqid 0),
+    /// whose start is a multiple of `d + p`.
+    fn find_shape(&mut self) -> Option<(usize, usize)> {
+        if self.since_try < TUNE_EVERY {
+            return None;
+        }
+        self.since_try = 0;
+        let n = self.len;
+        let newest = self.ring[(self.head + SAMPLES - 1) % SAMPLES].0;
+        let s = &mut self.scratch[..n];
+        s.copy_from_slice(&self.ring[..n]);
+        // Order by distance behind the newest sample, oldest first (wrap-safe).
+        s.sort_unstable_by_key(|&(seq, _)| core::cmp::Reverse(newest.wrapping_sub(seq)));
+        // Drop duplicate seqids (kept: the first of each).
+        let mut w = 0;
+        for r in 0..n {
+            if w == 0 || s[w - 1].0 != s[r].0 {
+                s[w] = s[r];
+                w += 1;
+            }
+        }
+        let n = w;
+        let s = &s[..n];
+        let mut i = 0;
+        while i < n {
+            let (start, is_data) = s[i];
+            let framed = i > 0 && s[i - 1] == (start.wrapping_sub(1), false);
+            if !(is_data && (framed || start == 0)) {
+                i += 1;
+                continue;
+            }
+            // Data run.
+            let mut j = i;
+            while j + 1 < n && s[j + 1] == (s[j].0.wrapping_add(1), true) {
+                j += 1;
+            }
+            let d = s[j].0.wrapping_sub(start) as usize + 1;
+            // Parity run right after it.
+            let mut k = j + 1;
+            if k >= n || s[k] != (s[j].0.wrapping_add(1), false) {
+                i = j + 1;
+                continue;
+            }
+            while k + 1 < n && s[k + 1] == (s[k].0.wrapping_add(1), false) {
+                k += 1;
+            }
+            let p = s[k].0.wrapping_sub(s[j].0) as usize;
+            let closed = k + 1 < n && s[k + 1] == (s[k].0.wrapping_add(1), true);
+            let total = d + p;
+            if closed && total <= MAX_SHARDS && start % total as u32 == 0 {
+                return Some((d, p));
+            }
+            i = k + 1;
+        }
+        None
+    }
+}

@@ -1,0 +1,378 @@
+//! The send side: data headers, seqids and parity.
+
+use super::codec::{ErasureCodec, VandermondeCodec};
+use super::{
+    CONTINUITY_MS, DATA_HEADER, FLAG_DATA, FLAG_PARITY, FecError, FecStats, MAX_PACKET, MAX_SHARDS,
+    PARITY_HEADER, SHARD_OFFSET, SHARD_STRIDE, paws,
+};
+use crate::arq::Timestamp;
+
+/// Payload bytes of a group-deadline filler: a data shard of 12 bytes, the
+/// smallest FEC packet kcp-go's session accepts (it checks
+/// `len >= min(24, 8 + 4)` before looking at the flag). kcp-go stores it in its
+/// decoder, so the group completes, and its `Input` refuses 4 bytes quietly.
+const FILLER_PAYLOAD: usize = 4;
+
+/// The FEC encoder of one session: frames each KCP packet as a data shard
+/// and, once `data_shards` of them form a group, computes its parity.
+///
+/// # Call contract
+///
+/// 1. [`encode`](Self::encode) every outgoing KCP packet (ACK-only ones too).
+/// 2. After each `encode` (and each [`handle_timeout`](Self::handle_timeout)),
+///    call [`poll_parity`](Self::poll_parity) until it returns `None` and send
+///    each packet right away. Undrained packets are dropped when the next
+///    group completes (counted in [`FecStats::parity_undrained`]).
+///
+/// Nothing allocates after [`new`](Self::new): shards are copied into one
+/// arena owned by the encoder and parity is computed into another.
+pub struct FecEncoder {
+    data: usize,
+    parity: usize,
+    paws: u32,
+    /// Next seqid to assign.
+    next: u32,
+    /// Data shards in the current group.
+    filled: usize,
+    /// Reed-Solomon length of each data shard of the current group.
+    lens: Vec<u16>,
+    /// Longest shard of the current group.
+    max_len: usize,
+    /// When the previous data shard was encoded (kcp-go's `tsLatestPacket`).
+    last_data: Option<Timestamp>,
+    /// When the current group's first data shard was encoded.
+    group_start: Option<Timestamp>,
+    /// kcpio-only: close a group this many ms after its first shard.
+    deadline: Option<u32>,
+    /// `data` shards, `SHARD_STRIDE` apart.
+    arena: Vec<u8>,
+    /// `parity` shards, `SHARD_STRIDE` apart.
+    parity_arena: Vec<u8>,
+    /// Fillers then parity of the last closed group, waiting for `poll_parity`.
+    out: Pending,
+    codec: Box<dyn ErasureCodec>,
+    stats: FecStats,
+}
+
+/// Packets of a closed group not yet handed out.
+#[derive(Clone, Copy, Default)]
+struct Pending {
+    /// Seqid of the first filler (fillers are consecutive).
+    filler_seqid: u32,
+    fillers: usize,
+    /// Seqid of the first parity shard.
+    parity_seqid: u32,
+    /// Parity shards computed for the group.
+    parity: usize,
+    /// Parity shards already handed out.
+    parity_done: usize,
+    /// Parity length (the group's longest shard).
+    len: usize,
+}
+
+impl Pending {
+    fn remaining(&self) -> usize {
+        self.fillers + (self.parity - self.parity_done)
+    }
+}
+
+impl FecEncoder {
+    /// An encoder for groups of `data_shards` data and `parity_shards` parity
+    /// shards, seqids starting at 0.
+    ///
+    /// # Errors
+    /// [`FecError::InvalidShape`] unless both are positive and their sum is at
+    /// most 256.
+    pub fn new(data_shards: usize, parity_shards: usize) -> Result<Self, FecError> {
+        let codec =
+            VandermondeCodec::new(data_shards, parity_shards).ok_or(FecError::InvalidShape {
+                data: data_shards,
+                parity: parity_shards,
+            })?;
+        Ok(Self::with_codec(Box::new(codec)))
+    }
+
+    pub(crate) fn with_codec(codec: Box<dyn ErasureCodec>) -> Self {
+        let (data, parity) = (codec.data_shards(), codec.parity_shards());
+        debug_assert!(data > 0 && parity > 0 && data + parity <= MAX_SHARDS);
+        Self {
+            data,
+            parity,
+            paws: paws(data + parity),
+            next: 0,
+            filled: 0,
+            lens: vec![0; data],
+            max_len: 0,
+            last_data: None,
+            group_start: None,
+            deadline: None,
+            arena: vec![0; data * SHARD_STRIDE],
+            parity_arena: vec![0; parity * SHARD_STRIDE],
+            out: Pending::default(),
+            codec,
+            stats: FecStats::default(),
+        }
+    }
+
+    /// Data shards per group.
+    #[must_use]
+    pub fn data_shards(&self) -> usize {
+        self.data
+    }
+
+    /// Parity shards per group.
+    #[must_use]
+    pub fn parity_shards(&self) -> usize {
+        self.parity
+    }
+
+    /// The seqid the next data shard will carry.
+    #[must_use]
+    pub fn next_seqid(&self) -> u32 {
+        self.next
+    }
+
+    /// Counters: `data_out`, `parity_out`, `parity_skipped`, `deadline_*`,
+    /// `parity_undrained`.
+    #[must_use]
+    pub fn stats(&self) -> &FecStats {
+        &self.stats
+    }
+
+    /// **kcpio-only option** (off by default): close a group that has not
+    /// filled `deadline_ms` milliseconds after its first data shard.
+    ///
+    /// At low packet rates a group can take long to fill, and until it does
+    /// no parity exists to rebuild a lost packet. With a deadline,
+    /// [`handle_timeout`](Self::handle_timeout) completes the group with
+    /// *filler* data shards (12-byte packets: the header with `size = 6` and
+    /// four zero bytes) and emits its parity regardless of the continuity
+    /// rule. Fillers cost seqids like any data shard. A kcp-go receiver stores
+    /// them in its decoder, so its groups complete and recover as usual, and
+    /// its KCP `Input` refuses the 4-byte payload without effect (it only
+    /// counts `KCPInErrors`). kcpio's [`data_payload`](super::data_payload)
+    /// and decoder skip them.
+    ///
+    /// `None` turns the option off (kcp-go's behaviour).
+    pub fn set_group_deadline(&mut self, deadline_ms: Option<u32>) {
+        self.deadline = deadline_ms;
+    }
+
+    /// The group deadline set by [`set_group_deadline`](Self::set_group_deadline).
+    #[must_use]
+    pub fn group_deadline(&self) -> Option<u32> {
+        self.deadline
+    }
+
+    /// Frames one KCP packet as a data shard.
+    ///
+    /// `buf[..8]` is free headroom and `buf[8..8 + kcp_len]` the KCP packet:
+    /// writes the data header in place, remembers the shard and returns the
+    /// FEC packet length `8 + kcp_len`. When the packet completes a group, the
+    /// group's parity becomes available from [`poll_parity`](Self::poll_parity)
+    /// unless kcp-go's continuity rule skips it: this shard came
+    /// [`CONTINUITY_MS`] or more after the previous one (seqids still advance
+    /// by the parity count).
+    ///
+    /// Returns 0 and consumes no seqid if `buf` is shorter than `8 + kcp_len`
+    /// or `8 + kcp_len` exceeds [`MAX_PACKET`] (a caller bug).
+    pub fn encode(&mut self, now: Timestamp, buf: &mut [u8], kcp_len: usize) -> usize {
+        let len = DATA_HEADER + kcp_len;
+        if len > MAX_PACKET || buf.len() < len {
+            debug_assert!(
+                false,
+                "FecEncoder::encode: kcp_len {kcp_len} does not fit buf ({})",
+                buf.len()
+            );
+            return 0;
+        }
+        self.write_data_header(buf, kcp_len);
+        let Some(packet) = buf.get(SHARD_OFFSET..len) else {
+            return 0;
+        };
+        self.store_shard(packet);
+        self.stats.data_out += 1;
+        if self.filled == 1 {
+            self.group_start = Some(now);
+        }
+        if self.filled == self.data {
+            let continuous = self
+                .last_data
+                .is_some_and(|t| now.diff(t) < CONTINUITY_MS as i32);
+            self.close_group(continuous, 0);
+        }
+        self.last_data = Some(now);
+        len
+    }
+
+    /// Writes the next packet of the last closed group into `buf` and returns
+    /// its length: first any deadline fillers, then the parity shards, each
+    /// `seqid | 0x00F2 | L parity bytes` (6 + L bytes, L the group's longest
+    /// shard). `None` when nothing is pending.
+    ///
+    /// If `buf` is too short for the next packet, that packet is dropped and
+    /// counted in [`FecStats::parity_undrained`].
+    pub fn poll_parity(&mut self, buf: &mut [u8]) -> Option<usize> {
+        loop {
+            if self.out.remaining() == 0 {
+                return None;
+            }
+            if self.out.fillers > 0 {
+                let seqid = self.out.filler_seqid;
+                self.out.filler_seqid = seqid.wrapping_add(1);
+                self.out.fillers -= 1;
+                let n = DATA_HEADER + FILLER_PAYLOAD;
+                let Some(dst) = buf.get_mut(..n) else {
+                    self.stats.parity_undrained += 1;
+                    continue;
+                };
+                dst[..4].copy_from_slice(&seqid.to_le_bytes());
+                dst[4..6].copy_from_slice(&FLAG_DATA.to_le_bytes());
+                dst[6..8].copy_from_slice(&((2 + FILLER_PAYLOAD) as u16).to_le_bytes());
+                dst[8..].fill(0);
+                self.stats.deadline_fillers += 1;
+                return Some(n);
+            }
+            let k = self.out.parity_done;
+            self.out.parity_done += 1;
+            let seqid = self.out.parity_seqid.wrapping_add(k as u32);
+            let len = self.out.len;
+            let n = PARITY_HEADER + len;
+            let (Some(dst), Some(src)) = (
+                buf.get_mut(..n),
+                self.parity_arena
+                    .get(k * SHARD_STRIDE..k * SHARD_STRIDE + len),
+            ) else {
+                self.stats.parity_undrained += 1;
+                continue;
+            };
+            dst[..4].copy_from_slice(&seqid.to_le_bytes());
+            dst[4..6].copy_from_slice(&FLAG_PARITY.to_le_bytes());
+            dst[PARITY_HEADER..].copy_from_slice(src);
+            self.stats.parity_out += 1;
+            return Some(n);
+        }
+    }
+
+    /// kcpio-only: when the current group must be closed by its deadline, if a
+    /// deadline is set and a group is partly filled. `None` otherwise.
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Timestamp> {
+        let deadline = self.deadline?;
+        if self.filled == 0 {
+            return None;
+        }
+        Some(self.group_start?.add_millis(deadline))
+    }
+
+    /// kcpio-only: closes the current group if its deadline has passed (see
+    /// [`set_group_deadline`](Self::set_group_deadline)); its fillers and parity
+    /// then come from [`poll_parity`](Self::poll_parity). Does nothing without
+    /// a deadline or a partly filled group.
+    pub fn handle_timeout(&mut self, now: Timestamp) {
+        let Some(due) = self.poll_timeout() else {
+            return;
+        };
+        if !now.is_at_or_after(due) {
+            return;
+        }
+        let missing = self.data - self.filled;
+        let filler_seqid = self.next;
+        let mut shard = [0u8; 2 + FILLER_PAYLOAD];
+        shard[..2].copy_from_slice(&((2 + FILLER_PAYLOAD) as u16).to_le_bytes());
+        for _ in 0..missing {
+            self.next = (self.next + 1) % self.paws;
+            self.store_shard(&shard);
+        }
+        self.stats.deadline_groups += 1;
+        self.close_group(true, missing);
+        self.out.filler_seqid = filler_seqid;
+        self.last_data = Some(now);
+    }
+
+    fn write_data_header(&mut self, buf: &mut [u8], kcp_len: usize) {
+        let seqid = self.next;
+        self.next = (self.next + 1) % self.paws;
+        if let Some(h) = buf.get_mut(..DATA_HEADER) {
+            h[..4].copy_from_slice(&seqid.to_le_bytes());
+            h[4..6].copy_from_slice(&FLAG_DATA.to_le_bytes());
+            h[6..8].copy_from_slice(&((2 + kcp_len) as u16).to_le_bytes());
+        }
+    }
+
+    /// Copies one Reed-Solomon shard (size field onward) into the arena.
+    fn store_shard(&mut self, shard: &[u8]) {
+        let i = self.filled;
+        if let Some(dst) = self
+            .arena
+            .get_mut(i * SHARD_STRIDE..i * SHARD_STRIDE + shard.len())
+        {
+            dst.copy_from_slice(shard);
+        }
+        if let Some(l) = self.lens.get_mut(i) {
+            *l = shard.len() as u16;
+        }
+        self.max_len = self.max_len.max(shard.len());
+        self.filled += 1;
+    }
+
+    /// Ends the current group: parity (if `emit`) becomes pending after
+    /// `fillers` filler shards; seqids advance by the parity count either way.
+    fn close_group(&mut self, emit: bool, fillers: usize) {
+        let undrained = self.out.remaining();
+        if undrained > 0 {
+            self.stats.parity_undrained += undrained as u64;
+        }
+        self.out = Pending::default();
+        let parity_seqid = self.next;
+        self.next = ((u64::from(self.next) + self.parity as u64) % u64::from(self.paws)) as u32;
+        let len = self.max_len;
+        let mut ok = false;
+        if emit {
+            for (i, &l) in self.lens.iter().enumerate().take(self.filled) {
+                if let Some(tail) = self
+                    .arena
+                    .get_mut(i * SHARD_STRIDE + usize::from(l)..i * SHARD_STRIDE + len)
+                {
+                    tail.fill(0);
+                }
+            }
+            ok = self
+                .codec
+                .encode(&self.arena, SHARD_STRIDE, len, &mut self.parity_arena)
+                .is_ok();
+        }
+        if ok {
+            self.out = Pending {
+                filler_seqid: 0,
+                fillers,
+                parity_seqid,
+                parity: self.parity,
+                parity_done: 0,
+                len,
+            };
+        } else {
+            self.stats.parity_skipped += 1;
+        }
+        self.filled = 0;
+        self.max_len = 0;
+        self.group_start = None;
+    }
+
+    #[cfg(test)]
+    pub(crate) fn set_next_seqid(&mut self, seqid: u32) {
+        self.next = seqid % self.paws;
+    }
+}
+
+impl core::fmt::Debug for FecEncoder {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("FecEncoder")
+            .field("data", &self.data)
+            .field("parity", &self.parity)
+            .field("next", &self.next)
+            .field("filled", &self.filled)
+            .field("deadline", &self.deadline)
+            .finish_non_exhaustive()
+    }
+}

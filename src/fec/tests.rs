@@ -1,0 +1,619 @@
+//! FEC tests: kcp-go's vectors, recovery under loss, the seqid wrap, ratio
+//! learning, the group deadline, and hostile input.
+
+use super::codec::ReferenceCodec;
+use super::*;
+use crate::arq::Timestamp;
+use proptest::prelude::*;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::Deserialize;
+
+#[derive(Deserialize)]
+struct Vectors {
+    groups: Vec<Group>,
+    oob_example: Oob,
+    paws_table: Vec<PawsRow>,
+}
+
+#[derive(Deserialize)]
+struct Group {
+    name: String,
+    data_shards: usize,
+    parity_shards: usize,
+    packets: Vec<Packet>,
+    recovery: Option<Recovery>,
+}
+
+#[derive(Deserialize)]
+struct Packet {
+    datagram_hex: String,
+    decrypted_hex: Option<String>,
+    seqid: u32,
+    flag: u16,
+}
+
+impl Packet {
+    /// The FEC packet (crypto removed: nonce 16 + CRC 4 for the aes-128 group).
+    fn fec(&self) -> Vec<u8> {
+        match &self.decrypted_hex {
+            Some(h) => hex::decode(h).unwrap()[20..].to_vec(),
+            None => hex::decode(&self.datagram_hex).unwrap(),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct Recovery {
+    dropped_packet_indices: Vec<usize>,
+    recovered_kcp_packets_hex: Vec<String>,
+}
+
+#[derive(Deserialize)]
+struct Oob {
+    conv: u32,
+    payload_hex: String,
+    datagram_hex: String,
+}
+
+#[derive(Deserialize)]
+struct PawsRow {
+    data_shards: usize,
+    parity_shards: usize,
+    paws: u32,
+    max_seqid: u32,
+}
+
+fn vectors() -> Vectors {
+    serde_json::from_str(include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/vectors/fec.json"
+    )))
+    .unwrap()
+}
+
+fn group(name: &str) -> Group {
+    vectors()
+        .groups
+        .into_iter()
+        .find(|g| g.name == name)
+        .unwrap()
+}
+
+fn ms(t: u32) -> Timestamp {
+    Timestamp::from_millis(t)
+}
+
+/// Encodes `kcp` as one data shard at `now`; returns the data packet and
+/// whatever `poll_parity` yields after it.
+fn encode(enc: &mut FecEncoder, now: Timestamp, kcp: &[u8]) -> (Vec<u8>, Vec<Vec<u8>>) {
+    let mut buf = vec![0u8; MAX_PACKET];
+    buf[DATA_HEADER..DATA_HEADER + kcp.len()].copy_from_slice(kcp);
+    let n = enc.encode(now, &mut buf, kcp.len());
+    assert_eq!(n, DATA_HEADER + kcp.len());
+    let mut extra = Vec::new();
+    let mut out = vec![0u8; MAX_PACKET];
+    while let Some(m) = enc.poll_parity(&mut out) {
+        extra.push(out[..m].to_vec());
+    }
+    (buf[..n].to_vec(), extra)
+}
+
+fn drain(dec: &mut FecDecoder) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; MAX_PACKET];
+    while let Some(n) = dec.poll_recovered(&mut buf) {
+        out.push(buf[..n].to_vec());
+    }
+    out
+}
+
+/// Re-encodes a captured group's KCP packets and compares every emitted
+/// packet with kcp-go's, byte for byte, with our codec and the reference.
+fn reproduce(g: &Group, times: &[u32]) {
+    let data: Vec<&Packet> = g.packets.iter().filter(|p| p.flag == 0xF1).collect();
+    assert_eq!(data.len(), times.len());
+    for reference in [false, true] {
+        let mut enc = if reference {
+            FecEncoder::with_codec(Box::new(
+                ReferenceCodec::new(g.data_shards, g.parity_shards).unwrap(),
+            ))
+        } else {
+            FecEncoder::new(g.data_shards, g.parity_shards).unwrap()
+        };
+        let mut emitted = Vec::new();
+        for (p, &t) in data.iter().zip(times) {
+            let fec = p.fec();
+            let (d, extra) = encode(&mut enc, ms(t), &fec[DATA_HEADER..]);
+            emitted.push(d);
+            emitted.extend(extra);
+        }
+        let want: Vec<Vec<u8>> = g.packets.iter().map(Packet::fec).collect();
+        assert_eq!(emitted.len(), want.len(), "{}", g.name);
+        for (i, (a, b)) in emitted.iter().zip(&want).enumerate() {
+            assert_eq!(
+                hex::encode(a),
+                hex::encode(b),
+                "{} packet {i} (reference codec: {reference})",
+                g.name
+            );
+            assert_eq!(read_u32(a, 0), Some(g.packets[i].seqid));
+        }
+    }
+}
+
+#[test]
+fn parity_of_the_10_3_plain_group_is_kcp_gos() {
+    reproduce(&group("rs_10_3_plain"), &[0; 10]);
+}
+
+#[test]
+fn parity_of_the_3_2_aes128_group_is_kcp_gos() {
+    reproduce(&group("rs_3_2_aes128"), &[1000, 1001, 1002]);
+}
+
+#[test]
+fn parity_is_skipped_after_a_500ms_gap_but_seqids_advance() {
+    let g = group("rs_3_2_skip_parity");
+    // 2nd -> 3rd data shard: 600 ms, so the first group gets no parity.
+    reproduce(&g, &[0, 10, 610, 620, 630, 640]);
+    let mut enc = FecEncoder::new(3, 2).unwrap();
+    for t in [0, 10, 510] {
+        encode(&mut enc, ms(t), &[0x51; 30]);
+    }
+    // Exactly 500 ms is already non-continuous (kcp-go: `now - last < 500`).
+    assert_eq!(enc.stats().parity_skipped, 1);
+    assert_eq!(enc.next_seqid(), 5);
+    for t in [511, 512] {
+        encode(&mut enc, ms(t), &[0x51; 30]);
+    }
+    let (_, parity) = encode(&mut enc, ms(1011), &[0x51; 30]);
+    assert_eq!(parity.len(), 2);
+    assert_eq!(enc.stats().parity_out, 2);
+}
+
+#[test]
+fn recovery_scenario_rebuilds_kcp_gos_dropped_packets() {
+    let g = group("rs_10_3_plain");
+    let rec = g.recovery.as_ref().unwrap();
+    for reference in [false, true] {
+        let mut dec = if reference {
+            FecDecoder::with_codec(Box::new(ReferenceCodec::new(10, 3).unwrap()))
+        } else {
+            FecDecoder::new(10, 3)
+        };
+        let mut got = Vec::new();
+        for (i, p) in g.packets.iter().enumerate() {
+            if rec.dropped_packet_indices.contains(&i) {
+                continue;
+            }
+            dec.handle(&p.fec()).unwrap();
+            got.extend(drain(&mut dec));
+        }
+        let want: Vec<Vec<u8>> = rec
+            .recovered_kcp_packets_hex
+            .iter()
+            .map(|h| hex::decode(h).unwrap())
+            .collect();
+        assert_eq!(got, want);
+        assert_eq!(dec.stats().recovered, 3);
+        assert_eq!(dec.stats().data_in, 7);
+        assert_eq!(dec.stats().parity_in, 3);
+    }
+}
+
+#[test]
+fn paws_table_and_the_wrap_of_the_encoder() {
+    let v = vectors();
+    for row in &v.paws_table {
+        let total = row.data_shards + row.parity_shards;
+        assert_eq!(paws(total), row.paws);
+        let mut enc = FecEncoder::new(row.data_shards, row.parity_shards).unwrap();
+        if row.data_shards == 1 {
+            // The very first one-shard group has no previous shard: no parity.
+            let (_, parity) = encode(&mut enc, ms(0), &[0x51; 24]);
+            assert!(parity.is_empty());
+        }
+        enc.set_next_seqid(row.paws - total as u32);
+        let mut seqids = Vec::new();
+        for _ in 0..row.data_shards {
+            let (d, parity) = encode(&mut enc, ms(0), &[0x51; 24]);
+            seqids.push(read_u32(&d, 0).unwrap());
+            seqids.extend(parity.iter().map(|p| read_u32(p, 0).unwrap()));
+        }
+        assert_eq!(seqids.len(), total);
+        assert_eq!(*seqids.last().unwrap(), row.max_seqid);
+        assert_eq!(enc.next_seqid(), 0, "wraps to 0 at paws");
+    }
+}
+
+#[test]
+fn oob_and_bare_kcp_packets_are_classified() {
+    let oob = vectors().oob_example;
+    let d = hex::decode(&oob.datagram_hex).unwrap();
+    assert_eq!(classify(&d), PacketKind::Oob);
+    assert_eq!(
+        oob_payload(&d),
+        Some((oob.conv, &hex::decode(&oob.payload_hex).unwrap()[..]))
+    );
+    assert_eq!(data_payload(&d), None);
+    let mut kcp = [0u8; 24];
+    kcp[4] = 81;
+    assert_eq!(classify(&kcp), PacketKind::Kcp);
+    assert_eq!(classify(&[0xF1; 5]), PacketKind::Kcp);
+    let g = group("rs_10_3_plain");
+    assert_eq!(classify(&g.packets[0].fec()), PacketKind::Data);
+    assert_eq!(classify(&g.packets[12].fec()), PacketKind::Parity);
+    assert_eq!(
+        data_payload(&g.packets[0].fec()),
+        Some(&g.packets[0].fec()[8..])
+    );
+    assert_eq!(data_payload(&g.packets[12].fec()), None);
+    let mut dec = FecDecoder::new(10, 3);
+    assert_eq!(dec.handle(&d), Err(FecDecodeError::NotFec { flag: 0xF3 }));
+    assert_eq!(
+        dec.handle(&[0; 7]),
+        Err(FecDecodeError::Truncated { len: 7 })
+    );
+    assert_eq!(
+        dec.handle(&[0; 1501]),
+        Err(FecDecodeError::TooLong { len: 1501 })
+    );
+    let mut beyond = g.packets[0].fec();
+    beyond[..4].copy_from_slice(&paws(13).to_le_bytes());
+    assert_eq!(
+        dec.handle(&beyond),
+        Err(FecDecodeError::BeyondPaws { seqid: paws(13) })
+    );
+    assert_eq!(dec.stats().dropped_malformed, 3);
+    assert_eq!(dec.stats().dropped_beyond_paws, 1);
+}
+
+/// A KCP-looking packet of `len` bytes (>= 24) whose content names `tag`.
+fn kcp_packet(tag: u32, len: usize) -> Vec<u8> {
+    let mut p = vec![0u8; len];
+    p[..4].copy_from_slice(&tag.to_le_bytes());
+    p[4] = 81;
+    for (i, b) in p.iter_mut().enumerate().skip(24) {
+        *b = (tag as usize * 31 + i) as u8;
+    }
+    p
+}
+
+/// Sends `groups` groups through `enc`, losing the packets `lose` picks, and
+/// checks that every KCP packet reaches the receiver directly or recovered.
+fn run_link(
+    enc: &mut FecEncoder,
+    dec: &mut FecDecoder,
+    rng: &mut ChaCha8Rng,
+    groups: usize,
+    mut lose: impl FnMut(&mut ChaCha8Rng, usize, usize) -> Vec<bool>,
+) -> (usize, usize) {
+    let (d, p) = (enc.data_shards(), enc.parity_shards());
+    let mut sent = Vec::new();
+    let mut delivered = std::collections::BTreeSet::new();
+    let mut recovered = 0;
+    let mut tag = 0u32;
+    for g in 0..groups {
+        let mut wire = Vec::new();
+        for _ in 0..d {
+            let len = rng.random_range(24..=1392);
+            let kcp = kcp_packet(tag, len);
+            tag += 1;
+            let (data, parity) = encode(enc, ms(g as u32), &kcp);
+            sent.push(kcp);
+            wire.push(data);
+            wire.extend(parity);
+        }
+        // A first group of one shard has no previous shard: kcp-go's continuity
+        // rule skips its parity, so it is sent without loss.
+        let lost = if wire.len() == d + p {
+            lose(rng, g, d + p)
+        } else {
+            vec![false; wire.len()]
+        };
+        for (pkt, lost) in wire.iter().zip(lost) {
+            if lost {
+                continue;
+            }
+            if let Some(k) = data_payload(pkt) {
+                delivered.insert(k.to_vec());
+            }
+            dec.handle(pkt).unwrap();
+            for r in drain(dec) {
+                assert!(sent.contains(&r), "recovered packet was sent");
+                delivered.insert(r);
+                recovered += 1;
+            }
+        }
+    }
+    (delivered.len(), recovered)
+}
+
+/// Picks exactly `k` distinct lost positions out of `n`.
+fn lose_k(rng: &mut ChaCha8Rng, n: usize, k: usize) -> Vec<bool> {
+    let mut v = vec![false; n];
+    let mut left = k;
+    while left > 0 {
+        let i = rng.random_range(0..n);
+        if !v[i] {
+            v[i] = true;
+            left -= 1;
+        }
+    }
+    v
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(40))]
+    /// Any loss of at most `parity` shards per group is repaired, whatever the
+    /// shard sizes.
+    #[test]
+    fn any_loss_up_to_parity_is_recovered(d in 1usize..=12, p in 1usize..=4, seed in any::<u64>()) {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let mut enc = FecEncoder::new(d, p).unwrap();
+        let mut dec = FecDecoder::new(d, p);
+        let groups = 6;
+        let (delivered, _) = run_link(&mut enc, &mut dec, &mut rng, groups, |rng, _, n| {
+            let k = rng.random_range(0..=p);
+            lose_k(rng, n, k)
+        });
+        prop_assert_eq!(delivered, groups * d);
+        prop_assert_eq!(dec.stats().unrecoverable, 0);
+    }
+}
+
+#[test]
+fn losses_straddling_the_seqid_wrap_are_recovered() {
+    for (d, p) in [(10, 3), (3, 2), (1, 1), (7, 4)] {
+        let total = d + p;
+        let mut rng = ChaCha8Rng::seed_from_u64(total as u64);
+        let mut enc = FecEncoder::new(d, p).unwrap();
+        // Two groups before the wrap, three after.
+        enc.set_next_seqid(paws(total) - 2 * total as u32);
+        let mut dec = FecDecoder::new(d, p);
+        let (delivered, recovered) = run_link(&mut enc, &mut dec, &mut rng, 5, |rng, _, n| {
+            lose_k(rng, n, p)
+        });
+        assert_eq!(delivered, 5 * d, "{d}+{p}");
+        assert!(recovered > 0);
+        assert_eq!(dec.stats().unrecoverable, 0);
+        assert_eq!(
+            dec.stats().dropped_stale,
+            0,
+            "groups after the wrap are newer, not stale"
+        );
+    }
+}
+
+#[test]
+fn a_receiver_with_another_ratio_learns_the_senders() {
+    // kcp-go's own tests run a 10/3 client against a 10/1 server.
+    for ((sd, sp), (rd, rp)) in [
+        ((10, 3), (10, 1)),
+        ((10, 3), (0, 0)),
+        ((3, 2), (10, 3)),
+        ((1, 1), (20, 10)),
+    ] {
+        let mut rng = ChaCha8Rng::seed_from_u64(7);
+        let mut enc = FecEncoder::new(sd, sp).unwrap();
+        let mut dec = FecDecoder::new(rd, rp);
+        // Lossless warm-up: the receiver notices the mismatch and relearns.
+        run_link(&mut enc, &mut dec, &mut rng, 4, |_, _, n| vec![false; n]);
+        assert_eq!(dec.shape(), (sd, sp), "{sd}/{sp} vs {rd}/{rp}");
+        let (delivered, recovered) = run_link(&mut enc, &mut dec, &mut rng, 8, |rng, _, n| {
+            lose_k(rng, n, sp)
+        });
+        assert_eq!(delivered, 8 * sd);
+        assert!(recovered > 0);
+    }
+}
+
+#[test]
+fn duplicate_late_and_stale_shards_are_dropped_and_counted() {
+    let mut rng = ChaCha8Rng::seed_from_u64(3);
+    let mut enc = FecEncoder::new(3, 2).unwrap();
+    let mut wire = Vec::new();
+    for g in 0..6 {
+        for _ in 0..3 {
+            let (d, p) = encode(&mut enc, ms(g), &kcp_packet(rng.random(), 40));
+            wire.push(d);
+            wire.extend(p);
+        }
+    }
+    let mut dec = FecDecoder::new(3, 2);
+    dec.handle(&wire[0]).unwrap();
+    dec.handle(&wire[0]).unwrap();
+    assert_eq!(dec.stats().dropped_duplicate, 1);
+    dec.handle(&wire[1]).unwrap();
+    dec.handle(&wire[3]).unwrap(); // third shard of group 0: decoded (shard 2 rebuilt)
+    assert_eq!(drain(&mut dec).len(), 1);
+    dec.handle(&wire[2]).unwrap(); // late: group 0 is already decoded
+    assert_eq!(dec.stats().dropped_stale, 1);
+    // Group 5 arrives: groups 0 and 1 fall out of the window.
+    dec.handle(&wire[25]).unwrap();
+    dec.handle(&wire[5]).unwrap(); // group 1: stale now
+    assert_eq!(dec.stats().dropped_stale, 2);
+    assert_eq!(dec.stats().recovered, 1);
+}
+
+#[test]
+fn unrecoverable_groups_are_counted_when_they_leave_the_window() {
+    let mut enc = FecEncoder::new(3, 1).unwrap();
+    let mut dec = FecDecoder::new(3, 1);
+    for g in 0..8u32 {
+        for i in 0..3 {
+            let (d, p) = encode(&mut enc, ms(g), &kcp_packet(g * 3 + i, 30));
+            // Group 0 loses two data shards: more than its one parity.
+            if !(g == 0 && i < 2) {
+                dec.handle(&d).unwrap();
+            }
+            for x in p {
+                dec.handle(&x).unwrap();
+            }
+        }
+    }
+    assert_eq!(dec.stats().unrecoverable, 1);
+    assert_eq!(dec.stats().full_groups, 7);
+}
+
+#[test]
+fn group_deadline_is_off_by_default() {
+    let mut enc = FecEncoder::new(10, 3).unwrap();
+    assert_eq!(enc.group_deadline(), None);
+    encode(&mut enc, ms(0), &kcp_packet(1, 30));
+    assert_eq!(enc.poll_timeout(), None);
+    enc.handle_timeout(ms(100_000));
+    assert_eq!(enc.poll_parity(&mut [0u8; MAX_PACKET]), None);
+    assert_eq!(enc.next_seqid(), 1);
+}
+
+#[test]
+fn group_deadline_closes_a_sparse_group_so_a_lost_message_is_rebuilt() {
+    let mut enc = FecEncoder::new(10, 3).unwrap();
+    enc.set_group_deadline(Some(20));
+    assert_eq!(enc.poll_timeout(), None, "no group open");
+    let msg = kcp_packet(42, 88);
+    let (data, extra) = encode(&mut enc, ms(1000), &msg);
+    assert!(extra.is_empty());
+    assert_eq!(enc.poll_timeout(), Some(ms(1020)));
+    let (data2, _) = encode(&mut enc, ms(1010), &kcp_packet(43, 30));
+    assert_eq!(
+        enc.poll_timeout(),
+        Some(ms(1020)),
+        "the deadline runs from the group's first shard"
+    );
+    enc.handle_timeout(ms(1019));
+    assert_eq!(enc.poll_parity(&mut [0u8; MAX_PACKET]), None);
+    enc.handle_timeout(ms(1020));
+    assert_eq!(enc.poll_timeout(), None);
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; MAX_PACKET];
+    while let Some(n) = enc.poll_parity(&mut buf) {
+        out.push(buf[..n].to_vec());
+    }
+    assert_eq!(out.len(), 8 + 3, "8 fillers then 3 parity");
+    for (i, f) in out[..8].iter().enumerate() {
+        assert_eq!(f.len(), 12, "kcp-go's smallest accepted FEC packet");
+        assert_eq!(read_u32(f, 0), Some(2 + i as u32));
+        assert_eq!(classify(f), PacketKind::Data);
+        assert_eq!(read_u16(f, 6), Some(6));
+        assert_eq!(data_payload(f), None, "fillers never reach the ARQ");
+    }
+    for (k, pkt) in out[8..].iter().enumerate() {
+        assert_eq!(classify(pkt), PacketKind::Parity);
+        assert_eq!(read_u32(pkt, 0), Some(10 + k as u32));
+        assert_eq!(
+            pkt.len(),
+            data.len(),
+            "parity is as long as the longest data packet"
+        );
+    }
+    assert_eq!(enc.next_seqid(), 13);
+    assert_eq!(enc.stats().deadline_groups, 1);
+    assert_eq!(enc.stats().deadline_fillers, 8);
+    assert_eq!(enc.stats().parity_out, 3);
+
+    // The message is lost; the receiver rebuilds it from the rest, and the
+    // rebuilt fillers are not handed out.
+    let mut dec = FecDecoder::new(10, 3);
+    let mut got = Vec::new();
+    for pkt in std::iter::once(&data2).chain(&out) {
+        dec.handle(pkt).unwrap();
+        got.extend(drain(&mut dec));
+    }
+    assert_eq!(got, vec![msg.clone()]);
+    // Also when fillers are lost too (3 losses: message + 2 fillers).
+    let mut dec = FecDecoder::new(10, 3);
+    let mut got = Vec::new();
+    for pkt in std::iter::once(&data2).chain(&out[2..]) {
+        dec.handle(pkt).unwrap();
+        got.extend(drain(&mut dec));
+    }
+    assert_eq!(got, vec![msg]);
+    assert_eq!(dec.stats().dropped_bad_recovered, 2, "two rebuilt fillers");
+
+    // The next group starts clean at seqid 13 and fills normally.
+    let mut enc2 = enc;
+    let (d, _) = encode(&mut enc2, ms(1030), &kcp_packet(44, 30));
+    assert_eq!(read_u32(&d, 0), Some(13));
+}
+
+/// Heap bytes a decoder holds (arenas, queue, slots).
+fn decoder_heap(dec: &FecDecoder) -> usize {
+    dec.heap_bytes()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    #[test]
+    fn random_bytes_never_panic_the_decoder(packets in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..1600), 0..40)) {
+        let mut dec = FecDecoder::new(3, 2);
+        let mut buf = [0u8; MAX_PACKET];
+        for p in &packets {
+            let _ = dec.handle(p);
+            while dec.poll_recovered(&mut buf).is_some() {}
+            let _ = classify(p);
+            let _ = data_payload(p);
+            let _ = oob_payload(p);
+        }
+    }
+
+    #[test]
+    fn random_shards_with_plausible_headers_never_panic(
+        shards in proptest::collection::vec((0u32..600, any::<bool>(), 8usize..200, any::<u8>()), 0..300),
+        d in 1usize..8, p in 1usize..4,
+    ) {
+        let mut dec = FecDecoder::new(d, p);
+        let mut buf = [0u8; MAX_PACKET];
+        for (seqid, data, len, fill) in shards {
+            let mut pkt = vec![fill; len];
+            pkt[..4].copy_from_slice(&seqid.to_le_bytes());
+            pkt[4..6].copy_from_slice(&(if data { 0xF1u16 } else { 0xF2 }).to_le_bytes());
+            let _ = dec.handle(&pkt);
+            while let Some(n) = dec.poll_recovered(&mut buf) {
+                prop_assert!(n >= 24);
+            }
+        }
+    }
+}
+
+#[test]
+fn decoder_memory_stays_bounded_under_an_endless_stream_of_random_shards() {
+    let mut rng = ChaCha8Rng::seed_from_u64(99);
+    let mut dec = FecDecoder::new(10, 3);
+    let mut buf = [0u8; MAX_PACKET];
+    // The most any shape can hold: 4 groups of 256 shards, plus the recovery
+    // arena and the learning ring.
+    let bound = 4 * 256 * (SHARD_STRIDE + 8) + 256 * SHARD_STRIDE + 64 * 1024;
+    let mut peak = 0;
+    let mut seqid = 0u32;
+    for i in 0..60_000u32 {
+        // Mostly a plausible stream with jumps, shape changes and garbage.
+        let len = rng.random_range(0..1600);
+        let mut pkt: Vec<u8> = (0..len).map(|_| rng.random()).collect();
+        if len >= 8 && rng.random_range(0..4) != 0 {
+            seqid = match rng.random_range(0..20) {
+                0 => rng.random(),
+                1 => seqid.wrapping_sub(rng.random_range(0..5000)),
+                _ => seqid.wrapping_add(1),
+            };
+            pkt[..4].copy_from_slice(&seqid.to_le_bytes());
+            let shape = 2 + (i / 5000) % 200;
+            let flag: u16 = if seqid % shape < shape / 2 {
+                0xF1
+            } else {
+                0xF2
+            };
+            pkt[4..6].copy_from_slice(&flag.to_le_bytes());
+        }
+        let _ = dec.handle(&pkt);
+        while dec.poll_recovered(&mut buf).is_some() {}
+        peak = peak.max(decoder_heap(&dec));
+    }
+    assert!(peak <= bound, "peak {peak} > bound {bound}");
+    assert!(
+        dec.stats().retunes > 0,
+        "the stream made the decoder relearn its shape"
+    );
+}
