@@ -24,5 +24,18 @@ pub mod fec;
 #[allow(unsafe_code)]
 mod simd;
 // Batched datagram syscalls; the only other place `unsafe` is allowed.
+#[forbid(unsafe_code)]
+mod config;
+#[forbid(unsafe_code)]
+mod driver;
+#[forbid(unsafe_code)]
+mod listener;
+#[forbid(unsafe_code)]
+mod session;
 #[allow(unsafe_code)]
 mod sys;
+
+pub use config::{Config, ConfigBuilder, ConfigError, Key, Preset};
+pub use crypto::Method;
+pub use listener::{KcpListener, ListenerStats};
+pub use session::{KcpStream, OwnedReadHalf, OwnedWriteHalf, SessionStats};
