@@ -12,8 +12,9 @@
 //! [`RelayConfig::seed`], so a given sequence of datagrams meets the same fate
 //! in every run (timing may still change which datagrams arrive when).
 //!
-//! This file depends only on tokio, rand and rand_chacha so that examples can
-//! include it with `#[path = "../tests/support/relay.rs"] mod relay;`.
+//! This file depends only on tokio, rand, rand_chacha and socket2 (all
+//! dependencies of kcpio itself) so that examples can include it with
+//! `#[path = "../tests/support/relay.rs"] mod relay;`.
 
 // Each test binary and example uses a different part of this module.
 #![allow(dead_code)]
@@ -39,6 +40,25 @@ use tokio::time::{Instant, Sleep};
 const MAX_DATAGRAM: usize = 65_536;
 /// Datagrams read from one socket before the relay looks at the others.
 const READ_BURST: usize = 64;
+/// Socket buffer size asked for (the kernel caps it at its `rmem_max`/`wmem_max`):
+/// a whole KCP window can arrive in one burst, and an overflowing socket
+/// buffer would add loss the counters cannot see.
+const SOCKET_BUFFER: usize = 4 << 20;
+
+/// A nonblocking UDP socket bound to `addr` with large buffers.
+fn bind_udp(addr: SocketAddr) -> io::Result<StdUdpSocket> {
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::DGRAM,
+        Some(socket2::Protocol::UDP),
+    )?;
+    // Best effort: a smaller buffer only means more (uncounted) drops.
+    let _ = socket.set_recv_buffer_size(SOCKET_BUFFER);
+    let _ = socket.set_send_buffer_size(SOCKET_BUFFER);
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    Ok(socket.into())
+}
 
 /// The impairments of one direction.
 #[derive(Clone, Debug)]
@@ -220,8 +240,7 @@ impl Relay {
         } else {
             "127.0.0.1:0".parse().map_err(io::Error::other)?
         };
-        let front_std = StdUdpSocket::bind(bind)?;
-        front_std.set_nonblocking(true)?;
+        let front_std = bind_udp(bind)?;
         let front_tx = front_std.try_clone()?;
         let front = UdpSocket::from_std(front_std)?;
         let addr = front.local_addr()?;
@@ -553,9 +572,8 @@ impl RelayTask {
             self.shared.refused_clients.fetch_add(1, Ordering::Relaxed);
             return None;
         }
-        let socket = StdUdpSocket::bind(self.bind)
+        let socket = bind_udp(self.bind)
             .and_then(|s| s.connect(self.upstream).map(|()| s))
-            .and_then(|s| s.set_nonblocking(true).map(|()| s))
             .and_then(|s| Ok((s.try_clone()?, UdpSocket::from_std(s)?)));
         let Ok((upstream_tx, upstream)) = socket else {
             self.shared.refused_clients.fetch_add(1, Ordering::Relaxed);
