@@ -539,6 +539,28 @@ fn table(results: &[(&Scenario, Outcome)]) -> String {
     out
 }
 
+/// Round values between `lo` and `hi` for a log axis: denser when the range
+/// spans less than a factor of 4.
+fn log_ticks(lo: f64, hi: f64) -> Vec<f64> {
+    let steps: &[f64] = if hi / lo < 4.0 {
+        &[1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]
+    } else {
+        &[1.0, 2.0, 3.0, 4.0, 5.0, 7.0]
+    };
+    let mut ticks = Vec::new();
+    let mut decade = 10f64.powf(lo.log10().floor());
+    while decade <= hi {
+        for &m in steps {
+            let t = m * decade;
+            if (lo..=hi).contains(&t) {
+                ticks.push(t);
+            }
+        }
+        decade *= 10.0;
+    }
+    ticks
+}
+
 fn write_plot(
     path: &std::path::Path,
     title: &str,
@@ -561,7 +583,10 @@ fn write_plot(
         .margin(20)
         .x_label_area_size(50)
         .y_label_area_size(70)
-        .build_cartesian_2d((lo..hi).log_scale(), 0f64..1f64)?;
+        .build_cartesian_2d(
+            (lo..hi).log_scale().with_key_points(log_ticks(lo, hi)),
+            0f64..1f64,
+        )?;
     chart
         .configure_mesh()
         .x_desc("echo round trip, ms (log scale)")
