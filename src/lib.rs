@@ -4,12 +4,72 @@
 //! optional Reed-Solomon FEC and optional per-packet encryption, byte-compatible
 //! with Go's kcp-go v5.
 //!
+//! A [`KcpStream`] is `AsyncRead + AsyncWrite` like a `TcpStream`, and a
+//! [`KcpListener`] accepts them like a `TcpListener`; one [`Config`] (built
+//! from kcp-go's defaults, with kcptun's [`Preset`]s) describes both. KCP
+//! retransmits early and, with FEC, rebuilds lost datagrams from parity, so
+//! latency stays low on long, lossy links where TCP waits out a timeout.
+//!
+//! # Example
+//!
+//! An echo over loopback, encrypted with AES-128:
+//!
+//! ```
+//! use kcpio::{Config, KcpListener, KcpStream, Key, Method, Preset};
+//! use tokio::io::{AsyncReadExt, AsyncWriteExt};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // Both ends must agree on the cipher and key; the rest is local.
+//! let config = Config::builder()
+//!     .preset(Preset::Fast3)
+//!     .crypto(Method::Aes128, Key::passphrase("it's a secret"))
+//!     .build()?;
+//!
+//! let listener = KcpListener::bind("127.0.0.1:0", &config).await?;
+//! let addr = listener.local_addr()?;
+//! tokio::spawn(async move {
+//!     let (mut stream, _peer) = listener.accept().await?;
+//!     let mut buf = [0; 5];
+//!     stream.read_exact(&mut buf).await?;
+//!     stream.write_all(&buf).await?;
+//!     stream.shutdown().await // waits for the acknowledgement
+//! });
+//!
+//! let mut stream = KcpStream::connect(addr, &config).await?;
+//! stream.write_all(b"hello").await?;
+//! let mut buf = [0; 5];
+//! stream.read_exact(&mut buf).await?;
+//! assert_eq!(&buf, b"hello");
+//! # Ok(()) }
+//! ```
+//!
+//! KCP has no end-of-stream marker (neither has kcp-go): `shutdown` waits
+//! until everything written is acknowledged, but the peer never reads EOF.
+//! Frame your own end marker and set an
+//! [`idle_timeout`](ConfigBuilder::idle_timeout) to reap sessions whose peer
+//! went away. The repository's `examples/` hold an echo pair, a TCP port
+//! forwarder (`tunnel.rs`) and the lossy-link demo
+//! (`cargo run --release --example demo`).
+//!
+//! # Layers
+//!
 //! Data walks one way through layers that each live in one module:
 //!
 //! ```text
 //!  write ─► KcpStream ─► driver ─► arq (segments) ─► fec (shards) ─► crypto (seal) ─► sys (batch send) ─► UDP
 //!  read  ◄─ KcpStream ◄─ driver ◄─ arq (reassembly) ◄─ fec (recover) ◄─ crypto (open) ◄─ sys (batch recv) ◄─ UDP
 //! ```
+//!
+//! - the session ([`KcpStream`], [`KcpListener`]) is the tokio surface;
+//! - one driver task per UDP socket demultiplexes datagrams to sessions,
+//!   runs their timers and batches their output;
+//! - [`arq`] is the KCP state machine (segments, acknowledgements,
+//!   retransmission, windows);
+//! - [`fec`] adds Reed-Solomon parity shards and rebuilds lost data shards;
+//! - [`crypto`] seals and opens each datagram (kcptun's ciphers);
+//! - `sys` sends and receives datagrams in batches (`sendmmsg`/`recvmmsg`,
+//!   GSO/GRO on Linux).
 //!
 //! [`arq`], [`fec`] and [`crypto`] are sans-IO: bytes and `now` in, datagrams
 //! and deadlines out. They can be driven from any runtime or a game loop.
