@@ -7,6 +7,8 @@ use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use kcpio::{Config, Key, Method, Preset};
+use support::kcp;
 use support::relay::{LinkConfig, Relay, RelayConfig};
 use tokio::net::UdpSocket;
 
@@ -322,4 +324,77 @@ async fn relay_stops_when_dropped() {
         !matches!(answer, Ok(Ok(_))),
         "a dropped relay still forwarded"
     );
+}
+
+// ---------------------------------------------------------------------------
+// kcpio sessions through heavy loss
+// ---------------------------------------------------------------------------
+
+/// 16 MiB, verified byte for byte by the receiver.
+const BIG: u64 = 16 << 20;
+/// Generous: these runs take seconds to tens of seconds on a loaded 2-core box.
+const BIG_TIMEOUT: Duration = Duration::from_secs(180);
+
+/// A small delay with some jitter (which also reorders) and a little
+/// duplication, plus `loss` each way.
+fn lossy_link(loss: f64) -> LinkConfig {
+    LinkConfig {
+        loss,
+        duplicate: 0.01,
+        reorder: 0.01,
+        reorder_delay: Duration::from_millis(3),
+        delay: Duration::from_millis(1),
+        jitter: Duration::from_millis(1),
+        queue: 8192,
+        ..LinkConfig::default()
+    }
+}
+
+async fn sixteen_mib_through(config: Config, loss: f64, seed: u64) {
+    let server = kcp::SinkServer::start(&config).await;
+    let relay = Relay::start(
+        server.addr(),
+        RelayConfig::symmetric(seed, lossy_link(loss)),
+    )
+    .await
+    .unwrap();
+    let res = kcp::sink_client(relay.local_addr(), &config, BIG, BIG_TIMEOUT).await;
+    let s = relay.stats();
+    let stats = res.unwrap_or_else(|e| panic!("{e}; relay {s:?}"));
+    // The loss really happened, at about the configured rate.
+    let observed = s.to_server.lost as f64 / s.to_server.received as f64;
+    assert!(
+        (observed - loss).abs() < 0.02,
+        "to_server loss {observed:.3}, configured {loss}: {s:?}"
+    );
+    assert!(s.to_client.lost > 0, "{s:?}");
+    let a = &stats.arq;
+    assert!(
+        a.retransmit_rto + a.retransmit_fast + a.retransmit_early > 0,
+        "no retransmission at {loss} loss: {stats:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixteen_mib_at_10_percent_loss_aes128_fec() {
+    let config = Config::builder()
+        .preset(Preset::Fast3)
+        .stream(true)
+        .window(1024, 1024)
+        .crypto(Method::Aes128, Key::passphrase("relay test"))
+        .fec(10, 3)
+        .build()
+        .unwrap();
+    sixteen_mib_through(config, 0.10, 10).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixteen_mib_at_20_percent_loss_without_fec() {
+    let config = Config::builder()
+        .preset(Preset::Fast3)
+        .stream(true)
+        .window(1024, 1024)
+        .build()
+        .unwrap();
+    sixteen_mib_through(config, 0.20, 20).await;
 }

@@ -5,5 +5,6 @@
 #![allow(dead_code)]
 
 pub(crate) mod gopeer;
+pub(crate) mod kcp;
 pub(crate) mod pattern;
 pub(crate) mod relay;
