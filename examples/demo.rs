@@ -661,8 +661,14 @@ async fn run(args: Args) -> DynResult<()> {
 
     print!("{}", table(&results));
     println!();
-    println!("echo: round trip of each message from its scheduled send time (p50/p99/max);");
-    println!("retransmits and FEC recovered: both ends' stats() over both workloads.");
+    println!("echo:          round trip of each 64-byte message, from its scheduled send time");
+    println!("               to the echo's arrival (so waiting for the window counts)");
+    println!("bulk goodput:  bytes the server application read per second");
+    println!("retransmits:   segments resent, both ends' stats(), both workloads; spurious");
+    println!("               resends count too (jitter reorders datagrams, ACKs get lost)");
+    println!("FEC recovered: data shards rebuilt from parity instead of resent");
+    println!("link drops:    datagrams the link dropped, both directions, both workloads");
+    println!("TCP on an impaired link: scripts/latency.sh (kernel packet impairer, needs root)");
 
     if let Some(path) = &args.plot {
         let title = format!(
