@@ -139,11 +139,11 @@ pub enum ConfigError {
         parity: usize,
     },
     /// The key does not suit the cipher (for example too short).
-    InvalidKey(String),
+    InvalidKey(crypto::KeyError),
     /// A limit that must be positive is zero (named).
     ZeroLimit(&'static str),
     /// The ARQ refused its parameters.
-    Arq(String),
+    Arq(arq::ArqConfigError),
 }
 
 impl fmt::Display for ConfigError {
@@ -164,7 +164,15 @@ impl fmt::Display for ConfigError {
     }
 }
 
-impl std::error::Error for ConfigError {}
+impl std::error::Error for ConfigError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::InvalidKey(e) => Some(e),
+            Self::Arq(e) => Some(e),
+            _ => None,
+        }
+    }
+}
 
 /// A validated configuration for [`KcpStream`](crate::KcpStream) and
 /// [`KcpListener`](crate::KcpListener). Cheap to clone.
@@ -527,8 +535,7 @@ impl ConfigBuilder {
         if key.len() > need {
             key.truncate(need);
         }
-        let crypto = PacketCrypto::new(self.method, &key)
-            .map_err(|e| ConfigError::InvalidKey(e.to_string()))?;
+        let crypto = PacketCrypto::new(self.method, &key).map_err(ConfigError::InvalidKey)?;
         let fec_header = if fec.is_some() { fec::DATA_HEADER } else { 0 };
         let overhead = crypto.header_len() + fec_header + crypto.trailer_len();
         let kcp_mtu = self.mtu.min(MAX_DATAGRAM).saturating_sub(overhead);
@@ -545,9 +552,13 @@ impl ConfigBuilder {
         arq.stream = self.stream;
         arq.write_delay = self.write_delay;
         arq.ack_nodelay = self.ack_nodelay;
-        arq.dead_link = self.dead_link;
-        arq.validate()
-            .map_err(|e| ConfigError::Arq(format!("{e:?}")))?;
+        // 0 = never give up: a transmission count no segment reaches.
+        arq.dead_link = if self.dead_link == 0 {
+            u32::MAX
+        } else {
+            self.dead_link
+        };
+        arq.validate().map_err(ConfigError::Arq)?;
         Ok(Config {
             inner: Arc::new(ConfigInner {
                 arq,
@@ -637,6 +648,24 @@ mod tests {
             Config::builder().accept_backlog(0).build().unwrap_err(),
             ConfigError::ZeroLimit("accept_backlog")
         ));
+    }
+
+    #[test]
+    fn key_and_dead_link_rules() {
+        assert!(matches!(
+            Config::builder()
+                .crypto(Method::Aes128, Key::raw(vec![1u8; 8]))
+                .build()
+                .unwrap_err(),
+            ConfigError::InvalidKey(_)
+        ));
+        // A longer raw key is cut to the method's length, like kcptun's prefix.
+        Config::builder()
+            .crypto(Method::Aes128, Key::raw(vec![1u8; 32]))
+            .build()
+            .unwrap();
+        let c = Config::builder().dead_link(0).build().unwrap();
+        assert_eq!(c.inner.arq.dead_link, u32::MAX);
     }
 
     #[test]

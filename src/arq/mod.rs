@@ -53,6 +53,13 @@ const ASK_TELL: u8 = 2;
 /// kcp-go's "fast retransmit disabled until the next RTO" marker.
 const FASTACK_OFF: u32 = u32::MAX;
 
+/// Bound on ACK/WASK/WINS/End items waiting for `poll_transmit`: generous for
+/// a caller that drains after every call (one flush queues at most a packet's
+/// worth of ACKs plus two probes), tight enough to bound memory if it does not.
+pub(crate) fn control_cap(mtu: usize, rcv_wnd: u32) -> usize {
+    4 * (mtu / HEADER_LEN) + 2 * rcv_wnd as usize + 64
+}
+
 /// The two flush kinds of kcp-go (`IKCP_FLUSH_ACKONLY`, `IKCP_FLUSH_FULL`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Flush {
@@ -141,15 +148,15 @@ pub struct Kcp {
     acklist: Vec<(u32, u32)>,
     out: OutQueue,
 
-    rtt: Rtt,
-    rmt_wnd: u32,
-    cwnd: u32,
+    pub(crate) rtt: Rtt,
+    pub(crate) rmt_wnd: u32,
+    pub(crate) cwnd: u32,
     incr: u32,
-    ssthresh: u32,
+    pub(crate) ssthresh: u32,
 
     probe: u8,
     ts_probe: u32,
-    probe_wait: u32,
+    pub(crate) probe_wait: u32,
 
     dead: bool,
 
@@ -187,7 +194,6 @@ impl Kcp {
         } else {
             fast
         };
-        let acks_per_packet = config.mtu / HEADER_LEN;
         Ok(Self {
             conv,
             mtu: config.mtu,
@@ -207,7 +213,7 @@ impl Kcp {
             snd: SendRing::new(2 * snd_wnd),
             rcv: RecvRing::new(rcv_wnd),
             acklist: Vec::new(),
-            out: OutQueue::new(4 * acks_per_packet + 2 * rcv_wnd as usize + 64),
+            out: OutQueue::new(control_cap(config.mtu, rcv_wnd)),
             rtt: Rtt::new(config.nodelay, interval),
             // kcp-go guesses the peer's window as its own default (C: 128).
             rmt_wnd: 32,
@@ -349,6 +355,13 @@ impl Kcp {
         self.enter(now);
         self.stats.datagrams_in += 1;
         let r = self.input(now, packet, origin);
+        if r.is_err() && self.acklist.len() >= self.mtu / HEADER_LEN {
+            // kcp-go skips its input flush when a packet is cut short, leaving
+            // the ACKs for the next tick. Flushing a packet's worth here keeps
+            // the list bounded per call even when an attacker cuts every
+            // packet; it only sends ACKs earlier.
+            self.flush(now, Flush::AckOnly);
+        }
         if let Err(e) = r {
             match e {
                 InputError::Truncated => self.stats.input_truncated += 1,
@@ -1061,6 +1074,27 @@ impl Kcp {
     #[must_use]
     pub fn rto(&self) -> u32 {
         self.rtt.rto()
+    }
+
+    /// Start both sequence spaces at `sn` instead of 0, so tests can cross the
+    /// 2^32 wrap without sending 4 billion segments. Both ends must use the
+    /// same value. Only allowed before any traffic; returns `false` (and
+    /// changes nothing) afterwards. Not part of the stable API.
+    #[doc(hidden)]
+    pub fn set_initial_sn(&mut self, sn: u32) -> bool {
+        if self.snd.len() != 0
+            || self.rcv.queue_len() != 0
+            || self.rcv.buffered != 0
+            || self.snd.nxt != 0
+            || self.rcv.nxt != 0
+        {
+            return false;
+        }
+        self.snd.una = sn;
+        self.snd.nxt = sn;
+        self.rcv.head = sn;
+        self.rcv.nxt = sn;
+        true
     }
 
     /// Sizes of every growable structure, for bound checks in tests.

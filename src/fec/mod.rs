@@ -261,5 +261,42 @@ impl fmt::Display for FecDecodeError {
 
 impl std::error::Error for FecDecodeError {}
 
+/// Entry points for `benches/fec.rs` only: the raw codec, to compare the
+/// GF(2^8) kernel with `reed-solomon-erasure`. Not part of the API.
+#[doc(hidden)]
+pub mod bench_support {
+    use super::codec::{ErasureCodec, VandermondeCodec};
+
+    /// kcpio's Reed-Solomon codec (the one [`FecEncoder`](super::FecEncoder) uses).
+    pub struct Codec(VandermondeCodec);
+
+    impl Codec {
+        /// `None` for an invalid shape.
+        pub fn new(data: usize, parity: usize) -> Option<Self> {
+            VandermondeCodec::new(data, parity).map(Self)
+        }
+
+        /// Parity of `data` shards `stride` apart into `parity`; `false` on bad sizes.
+        pub fn encode(
+            &mut self,
+            data: &[u8],
+            stride: usize,
+            len: usize,
+            parity: &mut [u8],
+        ) -> bool {
+            self.0.encode(data, stride, len, parity).is_ok()
+        }
+    }
+
+    /// The GF(2^8) kernel chosen on this CPU.
+    pub fn kernel() -> &'static str {
+        match crate::simd::gf256::Kernel::detect() {
+            crate::simd::gf256::Kernel::Avx2 => "avx2",
+            crate::simd::gf256::Kernel::Ssse3 => "ssse3",
+            crate::simd::gf256::Kernel::Portable => "portable",
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -183,6 +183,7 @@ impl Kernel {
 /// Returns `false` (and leaves `out` untouched) when the arguments do not fit:
 /// `tables` and `offsets` differ in length or some `offsets[j] + out.len()`
 /// exceeds `src.len()`.
+#[cfg(test)]
 pub(crate) fn dot(tables: &[NibbleTable], src: &[u8], offsets: &[usize], out: &mut [u8]) -> bool {
     dot_with(Kernel::detect(), tables, src, offsets, out)
 }
@@ -214,10 +215,11 @@ pub(crate) fn dot_with(
     {
         match kernel {
             Kernel::Avx2 if std::is_x86_feature_detected!("avx2") => {
-                // SAFETY: AVX2 is present (checked just above), and every
-                // `offsets[j] + out.len() <= src.len()` was checked at entry, which is
-                // the bound `x86::dot_avx2` reads within.
-                unsafe { x86::dot_avx2(tables, src, offsets, out) };
+                // SAFETY: AVX2 is present (checked just above); one row of
+                // `tables.len() == offsets.len()` tables, every
+                // `offsets[j] + n <= src.len()` was checked at entry, and the single
+                // output row is `out[..n]` (stride `n`).
+                unsafe { x86::rows_avx2::<1>(tables, src, offsets, out, n, n) };
                 return true;
             }
             Kernel::Ssse3 if std::is_x86_feature_detected!("ssse3") => {
@@ -230,6 +232,90 @@ pub(crate) fn dot_with(
     }
     let _ = kernel;
     dot_portable(tables, src, offsets, out, 0);
+    true
+}
+
+/// Several dot products over the same inputs in one pass:
+/// `out[r * out_stride + i] = XOR over j of tables[r * k + j] * src[offsets[j] + i]`
+/// for every row `r < tables.len() / k` and `i < len`, where `k = offsets.len()`.
+/// This is a matrix-times-shards product (parity rows, or decode rows).
+///
+/// The AVX2 kernel splits each 32-byte input chunk into nibbles once and
+/// feeds up to four rows from it; the others run [`dot_with`] row by row.
+/// Returns `false` (and writes nothing) when the arguments do not fit.
+pub(crate) fn dot_rows(
+    tables: &[NibbleTable],
+    src: &[u8],
+    offsets: &[usize],
+    out: &mut [u8],
+    out_stride: usize,
+    len: usize,
+) -> bool {
+    dot_rows_with(Kernel::detect(), tables, src, offsets, out, out_stride, len)
+}
+
+/// [`dot_rows`] with an explicit kernel.
+pub(crate) fn dot_rows_with(
+    kernel: Kernel,
+    tables: &[NibbleTable],
+    src: &[u8],
+    offsets: &[usize],
+    out: &mut [u8],
+    out_stride: usize,
+    len: usize,
+) -> bool {
+    let k = offsets.len();
+    if k == 0 || tables.len() % k != 0 || out_stride < len {
+        return false;
+    }
+    let rows = tables.len() / k;
+    if rows == 0 {
+        return true;
+    }
+    match (rows - 1)
+        .checked_mul(out_stride)
+        .and_then(|x| x.checked_add(len))
+    {
+        Some(end) if end <= out.len() => {}
+        _ => return false,
+    }
+    for &off in offsets {
+        match off.checked_add(len) {
+            Some(end) if end <= src.len() => {}
+            _ => return false,
+        }
+    }
+    #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+    {
+        if kernel == Kernel::Avx2 && std::is_x86_feature_detected!("avx2") {
+            let mut r = 0;
+            while r < rows {
+                let block = (rows - r).min(4);
+                let t = &tables[r * k..(r + block) * k];
+                let o = &mut out[r * out_stride..];
+                // SAFETY: AVX2 is present (checked above); every input satisfies
+                // `offsets[j] + len <= src.len()` and every output row `q < block`
+                // satisfies `q * out_stride + len <= o.len()` (checked at entry for
+                // all rows), with `t.len() == block * k`.
+                unsafe {
+                    match block {
+                        4 => x86::rows_avx2::<4>(t, src, offsets, o, out_stride, len),
+                        3 => x86::rows_avx2::<3>(t, src, offsets, o, out_stride, len),
+                        2 => x86::rows_avx2::<2>(t, src, offsets, o, out_stride, len),
+                        _ => x86::rows_avx2::<1>(t, src, offsets, o, out_stride, len),
+                    }
+                }
+                r += block;
+            }
+            return true;
+        }
+    }
+    for (r, row) in tables.chunks_exact(k).enumerate() {
+        let dst = &mut out[r * out_stride..r * out_stride + len];
+        if !dot_with(kernel, row, src, offsets, dst) {
+            return false;
+        }
+    }
     true
 }
 
@@ -266,6 +352,11 @@ fn dot_portable(
 
 #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
 mod x86 {
+    // Since Rust 1.87 the register-only intrinsics are safe inside a
+    // `#[target_feature]` function; the crate's MSRV (1.85) still needs them in
+    // `unsafe` blocks, which newer compilers call unused.
+    #![allow(unused_unsafe, reason = "MSRV 1.85: intrinsics are unsafe fns there")]
+
     #[cfg(target_arch = "x86")]
     use core::arch::x86::*;
     #[cfg(target_arch = "x86_64")]
@@ -273,88 +364,91 @@ mod x86 {
 
     use super::{NibbleTable, dot_portable};
 
-    /// AVX2 body: 64 bytes per step (two accumulators), then 32, then the
-    /// portable tail.
+    /// AVX2 body of [`super::dot_rows`] for `R` rows at once: each 32-byte
+    /// input chunk is loaded and split into nibbles once for all rows. A ragged
+    /// end is one more chunk ending at `len`, overlapping bytes already written
+    /// (outputs are recomputed, not accumulated); `len < 32` runs portably.
     ///
     /// # Safety
-    /// The CPU supports AVX2, `tables.len() == offsets.len()`, and
-    /// `offsets[j] + out.len() <= src.len()` for every `j`.
+    /// The CPU supports AVX2, `tables.len() == R * offsets.len()`,
+    /// `offsets[j] + len <= src.len()` for every `j`, `out_stride >= len`, and
+    /// `(R - 1) * out_stride + len <= out.len()`.
     #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn dot_avx2(
+    pub(super) unsafe fn rows_avx2<const R: usize>(
         tables: &[NibbleTable],
         src: &[u8],
         offsets: &[usize],
         out: &mut [u8],
+        out_stride: usize,
+        len: usize,
     ) {
-        let n = out.len();
+        let k = offsets.len();
+        if len < 32 {
+            for r in 0..R {
+                let row = &tables[r * k..(r + 1) * k];
+                dot_portable(
+                    row,
+                    src,
+                    offsets,
+                    &mut out[r * out_stride..r * out_stride + len],
+                    0,
+                );
+            }
+            return;
+        }
         let base = src.as_ptr();
         let dst = out.as_mut_ptr();
-        let mask = _mm256_set1_epi8(0x0f);
+        // SAFETY: register-only intrinsic; AVX2 is enabled on this function.
+        let mask = unsafe { _mm256_set1_epi8(0x0f) };
         let mut i = 0;
-        while i + 64 <= n {
-            let mut acc0 = _mm256_setzero_si256();
-            let mut acc1 = _mm256_setzero_si256();
-            for (t, &off) in tables.iter().zip(offsets) {
-                // SAFETY: `off + i + 64 <= off + n <= src.len()` (caller's bound),
-                // so both 32-byte unaligned loads stay inside `src`; the tables are
-                // 16-byte arrays read with unaligned loads.
-                unsafe {
-                    let tlo = _mm256_broadcastsi128_si256(_mm_loadu_si128(t.lo.as_ptr().cast()));
-                    let thi = _mm256_broadcastsi128_si256(_mm_loadu_si128(t.hi.as_ptr().cast()));
-                    let p = base.add(off + i);
-                    let x0 = _mm256_loadu_si256(p.cast());
-                    let x1 = _mm256_loadu_si256(p.add(32).cast());
-                    let l0 = _mm256_and_si256(x0, mask);
-                    let h0 = _mm256_and_si256(_mm256_srli_epi64(x0, 4), mask);
-                    let l1 = _mm256_and_si256(x1, mask);
-                    let h1 = _mm256_and_si256(_mm256_srli_epi64(x1, 4), mask);
-                    acc0 = _mm256_xor_si256(
-                        acc0,
-                        _mm256_xor_si256(
-                            _mm256_shuffle_epi8(tlo, l0),
-                            _mm256_shuffle_epi8(thi, h0),
-                        ),
-                    );
-                    acc1 = _mm256_xor_si256(
-                        acc1,
-                        _mm256_xor_si256(
-                            _mm256_shuffle_epi8(tlo, l1),
-                            _mm256_shuffle_epi8(thi, h1),
-                        ),
-                    );
-                }
+        loop {
+            if i + 32 > len {
+                i = len - 32;
             }
-            // SAFETY: `i + 64 <= n == out.len()`, so both stores are inside `out`.
-            unsafe {
-                _mm256_storeu_si256(dst.add(i).cast(), acc0);
-                _mm256_storeu_si256(dst.add(i + 32).cast(), acc1);
-            }
-            i += 64;
-        }
-        while i + 32 <= n {
-            let mut acc = _mm256_setzero_si256();
-            for (t, &off) in tables.iter().zip(offsets) {
-                // SAFETY: `off + i + 32 <= src.len()` as above.
-                unsafe {
-                    let tlo = _mm256_broadcastsi128_si256(_mm_loadu_si128(t.lo.as_ptr().cast()));
-                    let thi = _mm256_broadcastsi128_si256(_mm_loadu_si128(t.hi.as_ptr().cast()));
+            // SAFETY: register-only intrinsic.
+            let mut acc = [unsafe { _mm256_setzero_si256() }; R];
+            for (j, &off) in offsets.iter().enumerate() {
+                // SAFETY: `off + i + 32 <= off + len <= src.len()`, so the 32-byte
+                // unaligned load is inside `src`; the rest are register operations.
+                let (lo, hi) = unsafe {
                     let x = _mm256_loadu_si256(base.add(off + i).cast());
-                    let l = _mm256_and_si256(x, mask);
-                    let h = _mm256_and_si256(_mm256_srli_epi64(x, 4), mask);
-                    acc = _mm256_xor_si256(
-                        acc,
-                        _mm256_xor_si256(_mm256_shuffle_epi8(tlo, l), _mm256_shuffle_epi8(thi, h)),
-                    );
+                    (
+                        _mm256_and_si256(x, mask),
+                        _mm256_and_si256(_mm256_srli_epi64(x, 4), mask),
+                    )
+                };
+                for (r, a) in acc.iter_mut().enumerate() {
+                    let t = &tables[r * k + j];
+                    // SAFETY: each table half is a 16-byte array read with an
+                    // unaligned 16-byte load; the rest are register operations.
+                    *a = unsafe {
+                        let tlo =
+                            _mm256_broadcastsi128_si256(_mm_loadu_si128(t.lo.as_ptr().cast()));
+                        let thi =
+                            _mm256_broadcastsi128_si256(_mm_loadu_si128(t.hi.as_ptr().cast()));
+                        _mm256_xor_si256(
+                            *a,
+                            _mm256_xor_si256(
+                                _mm256_shuffle_epi8(tlo, lo),
+                                _mm256_shuffle_epi8(thi, hi),
+                            ),
+                        )
+                    };
                 }
             }
-            // SAFETY: `i + 32 <= out.len()`.
-            unsafe { _mm256_storeu_si256(dst.add(i).cast(), acc) };
+            for (r, a) in acc.iter().enumerate() {
+                // SAFETY: `r * out_stride + i + 32 <= (R - 1) * out_stride + len <= out.len()`.
+                unsafe { _mm256_storeu_si256(dst.add(r * out_stride + i).cast(), *a) };
+            }
+            if i + 32 == len {
+                break;
+            }
             i += 32;
         }
-        dot_portable(tables, src, offsets, out, i);
     }
 
-    /// SSSE3 body: 16 bytes per step, then the portable tail.
+    /// SSSE3 body of [`super::dot_with`]: 16 bytes per step, a ragged end as
+    /// one overlapping step; `n < 16` runs portably.
     ///
     /// # Safety
     /// The CPU supports SSSE3, `tables.len() == offsets.len()`, and
@@ -367,31 +461,43 @@ mod x86 {
         out: &mut [u8],
     ) {
         let n = out.len();
+        if n < 16 {
+            dot_portable(tables, src, offsets, out, 0);
+            return;
+        }
         let base = src.as_ptr();
         let dst = out.as_mut_ptr();
-        let mask = _mm_set1_epi8(0x0f);
+        // SAFETY: register-only intrinsic; SSSE3 is enabled on this function.
+        let mask = unsafe { _mm_set1_epi8(0x0f) };
         let mut i = 0;
-        while i + 16 <= n {
-            let mut acc = _mm_setzero_si128();
+        loop {
+            if i + 16 > n {
+                i = n - 16;
+            }
+            // SAFETY: register-only intrinsic.
+            let mut acc = unsafe { _mm_setzero_si128() };
             for (t, &off) in tables.iter().zip(offsets) {
-                // SAFETY: `off + i + 16 <= off + n <= src.len()` (caller's bound).
-                unsafe {
+                // SAFETY: `off + i + 16 <= off + n <= src.len()` (caller's bound) and
+                // the table halves are 16-byte arrays; all loads are unaligned.
+                acc = unsafe {
                     let tlo = _mm_loadu_si128(t.lo.as_ptr().cast());
                     let thi = _mm_loadu_si128(t.hi.as_ptr().cast());
                     let x = _mm_loadu_si128(base.add(off + i).cast());
                     let l = _mm_and_si128(x, mask);
                     let h = _mm_and_si128(_mm_srli_epi64(x, 4), mask);
-                    acc = _mm_xor_si128(
+                    _mm_xor_si128(
                         acc,
                         _mm_xor_si128(_mm_shuffle_epi8(tlo, l), _mm_shuffle_epi8(thi, h)),
-                    );
-                }
+                    )
+                };
             }
-            // SAFETY: `i + 16 <= out.len()`.
+            // SAFETY: `i + 16 <= n == out.len()`.
             unsafe { _mm_storeu_si128(dst.add(i).cast(), acc) };
+            if i + 16 == n {
+                break;
+            }
             i += 16;
         }
-        dot_portable(tables, src, offsets, out, i);
     }
 }
 
@@ -470,6 +576,63 @@ mod tests {
                 prop_assert_eq!(&out, &want, "kernel {:?}", k);
             }
         }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+        #[test]
+        fn row_kernels_match_row_by_row_portable(
+            rows in 1usize..7,
+            k in 1usize..12,
+            len in 0usize..200,
+            gap in 0usize..40,
+            seed in any::<u64>(),
+        ) {
+            let mut x = seed | 1;
+            let mut next = || { x ^= x << 13; x ^= x >> 7; x ^= x << 17; x as u8 };
+            let stride = len + gap;
+            let src: Vec<u8> = (0..k * stride + 3).map(|_| next()).collect();
+            let offsets: Vec<usize> = (0..k).map(|j| j * stride + 3).collect();
+            let tables: Vec<NibbleTable> = (0..rows * k).map(|_| NibbleTable::new(next())).collect();
+            let mut want = vec![0u8; rows * stride];
+            for r in 0..rows {
+                let dst = &mut want[r * stride..r * stride + len];
+                prop_assert!(dot_with(Kernel::Portable, &tables[r * k..(r + 1) * k], &src, &offsets, dst));
+            }
+            for kernel in Kernel::available() {
+                let mut out = vec![0u8; rows * stride];
+                prop_assert!(dot_rows_with(kernel, &tables, &src, &offsets, &mut out, stride, len));
+                for r in 0..rows {
+                    prop_assert_eq!(&out[r * stride..r * stride + len], &want[r * stride..r * stride + len], "{:?} row {}", kernel, r);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn row_kernel_refuses_misfit_arguments() {
+        let t = [NibbleTable::new(3); 4];
+        let src = [1u8; 64];
+        let mut out = [0u8; 64];
+        assert!(!dot_rows(&t, &src, &[], &mut out, 16, 16));
+        assert!(
+            !dot_rows(&t, &src, &[0, 1, 2], &mut out, 16, 16),
+            "4 tables for 3 inputs"
+        );
+        assert!(
+            !dot_rows(&t, &src, &[0, 50], &mut out, 16, 16),
+            "input past the end"
+        );
+        assert!(
+            !dot_rows(&t, &src, &[0, 1], &mut out, 8, 16),
+            "rows would overlap"
+        );
+        assert!(
+            !dot_rows(&t, &src, &[0, 1], &mut out, 60, 16),
+            "second row past the end"
+        );
+        assert!(dot_rows(&t, &src, &[0, 1], &mut out, 32, 16));
+        assert_eq!(out[..16], [0u8; 16], "3*1 ^ 3*1 = 0");
     }
 
     #[test]

@@ -4,4 +4,10 @@
 mod util;
 
 mod basic;
+mod link;
+mod modes;
+mod probe;
+mod prop;
+mod reassembly;
+mod retransmit;
 mod vectors;
