@@ -1044,13 +1044,15 @@ enum Held {
     Whole(KcpStream),
     /// The write half is only held, so the session stays open.
     Split(OwnedReadHalf, #[allow(dead_code)] OwnedWriteHalf),
+    /// Only the read half is left (the writer failed or was stopped).
+    Read(OwnedReadHalf),
 }
 
 impl Held {
     fn stats(&self) -> SessionStats {
         match self {
             Held::Whole(s) => s.stats(),
-            Held::Split(r, _) => r.stats(),
+            Held::Split(r, _) | Held::Read(r) => r.stats(),
         }
     }
 }
@@ -1150,8 +1152,10 @@ async fn run_bytes(f: Arc<Flags>, nd: NoDelay, conv: Option<u32>) -> Outcome {
     .await;
     let mut error = read_result.err();
     let stream = if error.is_some() {
+        // The reader failed first: stop the writer, keep the read half for
+        // the counters.
         writer.abort();
-        None
+        Some(Held::Read(rd))
     } else {
         match writer.await {
             Ok((wr, res)) => {
@@ -1162,7 +1166,7 @@ async fn run_bytes(f: Arc<Flags>, nd: NoDelay, conv: Option<u32>) -> Outcome {
             }
             Err(e) => {
                 error = Some(format!("write: {e}"));
-                None
+                Some(Held::Read(rd))
             }
         }
     };
@@ -1363,7 +1367,7 @@ async fn run_msg(f: Arc<Flags>, nd: NoDelay, conv: Option<u32>, epoch: Instant) 
             }
             Some(Held::Split(rd, wr))
         }
-        Err(_) => None,
+        Err(_) => Some(Held::Read(rd)),
     };
     st.sent = sent.load(Ordering::SeqCst) as i64;
     Outcome {
