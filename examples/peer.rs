@@ -12,8 +12,10 @@
 //! (`--rate`, `--messages`, `--hold`) and the `--json` fields are described in
 //! `interop/kcpgo-peer/README.md`. Exit status: 0 pass, 1 fail, 2 usage error.
 //!
-//! Beyond the Go peer: `--nodelay` also takes kcpio's preset names, and
-//! `--json` reports `"impl": "kcpio"`.
+//! Beyond the Go peer: `--nodelay` also takes any other preset name kcpio's
+//! `Preset::from_name` knows, and `--json` reports `"impl": "kcpio"`. Unlike
+//! it, four custom `--nodelay` numbers must match one of the presets, since
+//! kcpio's `Config` sets the ARQ timing by preset only.
 
 #[path = "../tests/support/pattern.rs"]
 mod pattern;
@@ -516,6 +518,9 @@ fn parse_flags(mode: &str, args: &[String]) -> Result<Flags, ParseOutcome> {
 struct NoDelay {
     /// None: kcp-go's defaults (0,100,0,0).
     values: Option<(u32, u32, u32, u32)>,
+    /// A preset only kcpio has (for example a low-latency one), by its
+    /// `Preset::from_name` name.
+    kcpio: Option<Preset>,
 }
 
 impl NoDelay {
@@ -526,6 +531,17 @@ impl NoDelay {
             "fast" => Some((0, 30, 2, 1)),
             "fast2" => Some((1, 20, 2, 1)),
             "fast3" => Some((1, 10, 2, 1)),
+            _ if !s.contains(',') => {
+                // Beyond the Go peer: any other preset name kcpio knows.
+                return Preset::from_name(s)
+                    .map(|p| Self {
+                        values: None,
+                        kcpio: Some(p),
+                    })
+                    .ok_or_else(|| {
+                        format!("want a profile name or nodelay,interval,resend,nc; got {s:?}")
+                    });
+            }
             _ => {
                 let parts: Vec<&str> = s.split(',').collect();
                 if parts.len() != 4 {
@@ -544,12 +560,18 @@ impl NoDelay {
                 Some((n[0], n[1], n[2], n[3]))
             }
         };
-        Ok(Self { values: v })
+        Ok(Self {
+            values: v,
+            kcpio: None,
+        })
     }
 }
 
 impl std::fmt::Display for NoDelay {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(p) = self.kcpio {
+            return write!(f, "{}", format!("{p:?}").to_lowercase());
+        }
         match self.values {
             None => f.write_str("0,100,0,0(default)"),
             Some((a, b, c, d)) => write!(f, "{a},{b},{c},{d}"),
@@ -557,7 +579,8 @@ impl std::fmt::Display for NoDelay {
     }
 }
 
-/// Builds the kcpio configuration the flags describe (`is_client`: dialer side).
+/// Builds the kcpio configuration the flags describe; `conv` fixes the
+/// conversation id of a client session.
 fn build_config(f: &Flags, nd: NoDelay, conv: Option<u32>) -> Result<Config, String> {
     let method = Method::from_name(&f.crypt)
         .or_else(|| (f.crypt.is_empty()).then_some(Method::Null))
@@ -569,7 +592,7 @@ fn build_config(f: &Flags, nd: NoDelay, conv: Option<u32>) -> Result<Config, Str
     };
     let mut b = Config::builder();
     b = match nd.values {
-        None => b.preset(Preset::Default),
+        None => b.preset(nd.kcpio.unwrap_or(Preset::Default)),
         Some((1, 10, 2, 1)) => b.preset(Preset::Fast3),
         Some((1, 20, 2, 1)) => b.preset(Preset::Fast2),
         Some((0, 30, 2, 1)) => b.preset(Preset::Fast),
@@ -1044,13 +1067,15 @@ enum Held {
     Whole(KcpStream),
     /// The write half is only held, so the session stays open.
     Split(OwnedReadHalf, #[allow(dead_code)] OwnedWriteHalf),
+    /// Only the read half is left (the writer failed or was stopped).
+    Read(OwnedReadHalf),
 }
 
 impl Held {
     fn stats(&self) -> SessionStats {
         match self {
             Held::Whole(s) => s.stats(),
-            Held::Split(r, _) => r.stats(),
+            Held::Split(r, _) | Held::Read(r) => r.stats(),
         }
     }
 }
@@ -1150,8 +1175,10 @@ async fn run_bytes(f: Arc<Flags>, nd: NoDelay, conv: Option<u32>) -> Outcome {
     .await;
     let mut error = read_result.err();
     let stream = if error.is_some() {
+        // The reader failed first: stop the writer, keep the read half for
+        // the counters.
         writer.abort();
-        None
+        Some(Held::Read(rd))
     } else {
         match writer.await {
             Ok((wr, res)) => {
@@ -1162,7 +1189,7 @@ async fn run_bytes(f: Arc<Flags>, nd: NoDelay, conv: Option<u32>) -> Outcome {
             }
             Err(e) => {
                 error = Some(format!("write: {e}"));
-                None
+                Some(Held::Read(rd))
             }
         }
     };
@@ -1363,7 +1390,7 @@ async fn run_msg(f: Arc<Flags>, nd: NoDelay, conv: Option<u32>, epoch: Instant) 
             }
             Some(Held::Split(rd, wr))
         }
-        Err(_) => None,
+        Err(_) => Some(Held::Read(rd)),
     };
     st.sent = sent.load(Ordering::SeqCst) as i64;
     Outcome {
