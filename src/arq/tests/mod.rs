@@ -3,7 +3,9 @@
 
 mod util;
 
+mod alloc;
 mod basic;
+mod kcpgo_trace;
 mod link;
 mod modes;
 mod probe;
