@@ -11,7 +11,7 @@
 //! so no call builds a list of slices and nothing allocates per call once the
 //! decode-matrix cache is warm.
 
-use crate::simd::gf256::{self, NibbleTable};
+use crate::simd::gf256::{self, Kernel, NibbleTable};
 
 /// Why the codec refused a call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -158,6 +158,8 @@ pub(crate) struct VandermondeCodec {
     /// Plans kept at most (`PLAN_CACHE`, fewer for large shapes).
     plan_cap: usize,
     next_victim: usize,
+    /// The GF(2^8) kernel (the CPU's best unless a benchmark picks one).
+    kernel: Kernel,
     /// Scratch offsets (reused).
     offsets: Vec<usize>,
     /// Scratch for building decode plans: the chosen rows, elimination work
@@ -188,11 +190,18 @@ impl VandermondeCodec {
             plan_cap: (PLAN_BUDGET / (data * parity.min(data) * size_of::<NibbleTable>()))
                 .clamp(1, PLAN_CACHE),
             next_victim: 0,
+            kernel: Kernel::detect(),
             offsets: Vec::with_capacity(data + parity),
             sub: Vec::with_capacity(data * data),
             work: Vec::with_capacity(data * data),
             inverse: Vec::with_capacity(data * data),
         })
+    }
+
+    /// Runs on `kernel` instead of the CPU's best (benchmarks compare them; a
+    /// kernel the CPU lacks falls back to the portable one).
+    pub(crate) fn set_kernel(&mut self, kernel: Kernel) {
+        self.kernel = kernel;
     }
 
     #[cfg(test)]
@@ -276,7 +285,8 @@ impl ErasureCodec for VandermondeCodec {
         }
         self.offsets.clear();
         self.offsets.extend((0..d).map(|j| j * stride));
-        if !gf256::dot_rows(
+        if !gf256::dot_rows_with(
+            self.kernel,
             &self.parity_tables,
             data,
             &self.offsets,
@@ -309,7 +319,15 @@ impl ErasureCodec for VandermondeCodec {
         self.offsets.clear();
         self.offsets
             .extend(plan.sources.iter().map(|&s| s * stride));
-        if !gf256::dot_rows(&plan.tables, shards, &self.offsets, out, stride, len) {
+        if !gf256::dot_rows_with(
+            self.kernel,
+            &plan.tables,
+            shards,
+            &self.offsets,
+            out,
+            stride,
+            len,
+        ) {
             return Err(CodecError::BadArguments);
         }
         Ok(())
@@ -429,7 +447,7 @@ mod tests {
         fn codec_matches_reed_solomon_erasure(
             d in 1usize..=32,
             m in 1usize..=16,
-            len in 1usize..=200,
+            len in prop_oneof![1usize..=200, 1400usize..=1500],
             stride_extra in 0usize..40,
             seed in any::<u64>(),
             erase_seed in any::<u64>(),

@@ -109,12 +109,13 @@ impl FecDecoder {
         };
         // A valid shape always builds; 1 + 1 is the last resort.
         let codec = VandermondeCodec::new(d, p).or_else(|| VandermondeCodec::new(1, 1));
+        // Placeholder shape until `install`; nonzero so no arithmetic can divide by 0.
         let mut dec = Self {
-            data: 0,
-            parity: 0,
-            total: 0,
-            paws: 0,
-            groups: 0,
+            data: 1,
+            parity: 1,
+            total: 2,
+            paws: paws(2),
+            groups: paws(2) / 2,
             newest: None,
             slots: Vec::new(),
             spare: Vec::new(),

@@ -125,6 +125,29 @@ pub fn oob_payload(packet: &[u8]) -> Option<(u32, &[u8])> {
     Some((conv, packet.get(DATA_HEADER + 4..)?))
 }
 
+/// Frames an OOB packet in place (kcp-go's `SendOOB`, WIRE.md 4.6):
+/// `buf[..8]` is free headroom and `buf[8..8 + body_len]` holds the conv (u32
+/// LE) followed by the payload. Writes seqid 0xFFFFFFFF, flag 0xF3 and
+/// `size = 2 + body_len`, and returns the packet length `8 + body_len`. OOB
+/// packets take no seqid and are never FEC-protected; a kcp-go receiver needs
+/// at least 12 bytes (`body_len >= 4`).
+///
+/// Returns 0 if `buf` is shorter than `8 + body_len` or the packet would
+/// exceed [`MAX_PACKET`].
+pub fn encode_oob(buf: &mut [u8], body_len: usize) -> usize {
+    let len = DATA_HEADER + body_len;
+    if len > MAX_PACKET || buf.len() < len {
+        return 0;
+    }
+    let Some(h) = buf.get_mut(..DATA_HEADER) else {
+        return 0;
+    };
+    h[..4].copy_from_slice(&u32::MAX.to_le_bytes());
+    h[4..6].copy_from_slice(&FLAG_OOB.to_le_bytes());
+    h[6..8].copy_from_slice(&((2 + body_len) as u16).to_le_bytes());
+    len
+}
+
 pub(crate) fn read_u16(b: &[u8], at: usize) -> Option<u16> {
     let s = b.get(at..at.checked_add(2)?)?;
     Some(u16::from_le_bytes([s[0], s[1]]))
@@ -274,6 +297,17 @@ pub mod bench_support {
         /// `None` for an invalid shape.
         pub fn new(data: usize, parity: usize) -> Option<Self> {
             VandermondeCodec::new(data, parity).map(Self)
+        }
+
+        /// Forces a kernel: `"avx2"`, `"ssse3"` or `"portable"` (unknown names
+        /// and kernels the CPU lacks run portably).
+        pub fn set_kernel(&mut self, name: &str) {
+            use crate::simd::gf256::Kernel;
+            self.0.set_kernel(match name {
+                "avx2" => Kernel::Avx2,
+                "ssse3" => Kernel::Ssse3,
+                _ => Kernel::Portable,
+            });
         }
 
         /// Parity of `data` shards `stride` apart into `parity`; `false` on bad sizes.

@@ -237,6 +237,11 @@ fn oob_and_bare_kcp_packets_are_classified() {
         Some((oob.conv, &hex::decode(&oob.payload_hex).unwrap()[..]))
     );
     assert_eq!(data_payload(&d), None);
+    let mut buf = vec![0u8; 8];
+    buf.extend_from_slice(&d[8..]);
+    assert_eq!(encode_oob(&mut buf, d.len() - 8), d.len());
+    assert_eq!(buf, d, "kcp-go's SendOOB framing");
+    assert_eq!(encode_oob(&mut buf, d.len()), 0, "too short a buffer");
     let mut kcp = [0u8; 24];
     kcp[4] = 81;
     assert_eq!(classify(&kcp), PacketKind::Kcp);

@@ -113,7 +113,7 @@ impl NibbleTable {
     }
 }
 
-/// Which implementation [`dot`] runs on this CPU.
+/// Which implementation [`dot_rows_with`] and [`dot_with`] run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Kernel {
     /// Byte-at-a-time table lookups; runs everywhere.
@@ -188,8 +188,10 @@ pub(crate) fn dot(tables: &[NibbleTable], src: &[u8], offsets: &[usize], out: &m
     dot_with(Kernel::detect(), tables, src, offsets, out)
 }
 
-/// [`dot`] with an explicit kernel. A kernel the CPU cannot run falls back
-/// to the portable one.
+/// One dot product, `out[i] = XOR over j of tables[j] * src[offsets[j] + i]`,
+/// with an explicit kernel (tests compare them; a kernel the CPU cannot run
+/// falls back to the portable one). `false`, with `out` untouched, when the
+/// arguments do not fit.
 pub(crate) fn dot_with(
     kernel: Kernel,
     tables: &[NibbleTable],
@@ -224,7 +226,7 @@ pub(crate) fn dot_with(
             }
             Kernel::Ssse3 if std::is_x86_feature_detected!("ssse3") => {
                 // SAFETY: SSSE3 is present, and the same bounds as above were checked.
-                unsafe { x86::dot_ssse3(tables, src, offsets, out) };
+                unsafe { x86::rows_ssse3::<1>(tables, src, offsets, out, n, n) };
                 return true;
             }
             _ => {}
@@ -235,14 +237,8 @@ pub(crate) fn dot_with(
     true
 }
 
-/// Several dot products over the same inputs in one pass:
-/// `out[r * out_stride + i] = XOR over j of tables[r * k + j] * src[offsets[j] + i]`
-/// for every row `r < tables.len() / k` and `i < len`, where `k = offsets.len()`.
-/// This is a matrix-times-shards product (parity rows, or decode rows).
-///
-/// The AVX2 kernel splits each 32-byte input chunk into nibbles once and
-/// feeds up to four rows from it; the others run [`dot_with`] row by row.
-/// Returns `false` (and writes nothing) when the arguments do not fit.
+/// [`dot_rows_with`] on the CPU's best kernel.
+#[cfg(test)]
 pub(crate) fn dot_rows(
     tables: &[NibbleTable],
     src: &[u8],
@@ -254,7 +250,15 @@ pub(crate) fn dot_rows(
     dot_rows_with(Kernel::detect(), tables, src, offsets, out, out_stride, len)
 }
 
-/// [`dot_rows`] with an explicit kernel.
+/// Several dot products over the same inputs in one pass:
+/// `out[r * out_stride + i] = XOR over j of tables[r * k + j] * src[offsets[j] + i]`
+/// for every row `r < tables.len() / k` and `i < len`, where `k = offsets.len()`.
+/// This is a matrix-times-shards product (parity rows, or decode rows).
+///
+/// The SIMD kernels split each input chunk (32 or 16 bytes) into nibbles
+/// once and feed up to four rows from it; the portable one runs row by row.
+/// The kernel is explicit (one the CPU lacks runs portably). Returns `false`
+/// (and writes nothing) when the arguments do not fit.
 pub(crate) fn dot_rows_with(
     kernel: Kernel,
     tables: &[NibbleTable],
@@ -287,22 +291,28 @@ pub(crate) fn dot_rows_with(
     }
     #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
     {
-        if kernel == Kernel::Avx2 && std::is_x86_feature_detected!("avx2") {
+        let avx2 = kernel == Kernel::Avx2 && std::is_x86_feature_detected!("avx2");
+        let ssse3 = kernel == Kernel::Ssse3 && std::is_x86_feature_detected!("ssse3");
+        if avx2 || ssse3 {
             let mut r = 0;
             while r < rows {
                 let block = (rows - r).min(4);
                 let t = &tables[r * k..(r + block) * k];
                 let o = &mut out[r * out_stride..];
-                // SAFETY: AVX2 is present (checked above); every input satisfies
-                // `offsets[j] + len <= src.len()` and every output row `q < block`
-                // satisfies `q * out_stride + len <= o.len()` (checked at entry for
-                // all rows), with `t.len() == block * k`.
+                // SAFETY: the chosen instruction set is present (checked above);
+                // every input satisfies `offsets[j] + len <= src.len()` and every
+                // output row `q < block` satisfies `q * out_stride + len <= o.len()`
+                // (checked at entry for all rows), with `t.len() == block * k`.
                 unsafe {
-                    match block {
-                        4 => x86::rows_avx2::<4>(t, src, offsets, o, out_stride, len),
-                        3 => x86::rows_avx2::<3>(t, src, offsets, o, out_stride, len),
-                        2 => x86::rows_avx2::<2>(t, src, offsets, o, out_stride, len),
-                        _ => x86::rows_avx2::<1>(t, src, offsets, o, out_stride, len),
+                    match (avx2, block) {
+                        (true, 4) => x86::rows_avx2::<4>(t, src, offsets, o, out_stride, len),
+                        (true, 3) => x86::rows_avx2::<3>(t, src, offsets, o, out_stride, len),
+                        (true, 2) => x86::rows_avx2::<2>(t, src, offsets, o, out_stride, len),
+                        (true, _) => x86::rows_avx2::<1>(t, src, offsets, o, out_stride, len),
+                        (false, 4) => x86::rows_ssse3::<4>(t, src, offsets, o, out_stride, len),
+                        (false, 3) => x86::rows_ssse3::<3>(t, src, offsets, o, out_stride, len),
+                        (false, 2) => x86::rows_ssse3::<2>(t, src, offsets, o, out_stride, len),
+                        (false, _) => x86::rows_ssse3::<1>(t, src, offsets, o, out_stride, len),
                     }
                 }
                 r += block;
@@ -364,7 +374,7 @@ mod x86 {
 
     use super::{NibbleTable, dot_portable};
 
-    /// AVX2 body of [`super::dot_rows`] for `R` rows at once: each 32-byte
+    /// AVX2 body of [`super::dot_rows_with`] for `R` rows at once: each 32-byte
     /// input chunk is loaded and split into nibbles once for all rows. A ragged
     /// end is one more chunk ending at `len`, overlapping bytes already written
     /// (outputs are recomputed, not accumulated); `len < 32` runs portably.
@@ -447,22 +457,34 @@ mod x86 {
         }
     }
 
-    /// SSSE3 body of [`super::dot_with`]: 16 bytes per step, a ragged end as
-    /// one overlapping step; `n < 16` runs portably.
+    /// SSSE3 body of [`super::dot_rows_with`] for `R` rows at once, 16 bytes per
+    /// step; same scheme and contract as [`rows_avx2`], `len < 16` portable.
     ///
     /// # Safety
-    /// The CPU supports SSSE3, `tables.len() == offsets.len()`, and
-    /// `offsets[j] + out.len() <= src.len()` for every `j`.
+    /// The CPU supports SSSE3, `tables.len() == R * offsets.len()`,
+    /// `offsets[j] + len <= src.len()` for every `j`, `out_stride >= len`, and
+    /// `(R - 1) * out_stride + len <= out.len()`.
     #[target_feature(enable = "ssse3")]
-    pub(super) unsafe fn dot_ssse3(
+    pub(super) unsafe fn rows_ssse3<const R: usize>(
         tables: &[NibbleTable],
         src: &[u8],
         offsets: &[usize],
         out: &mut [u8],
+        out_stride: usize,
+        len: usize,
     ) {
-        let n = out.len();
-        if n < 16 {
-            dot_portable(tables, src, offsets, out, 0);
+        let k = offsets.len();
+        if len < 16 {
+            for r in 0..R {
+                let row = &tables[r * k..(r + 1) * k];
+                dot_portable(
+                    row,
+                    src,
+                    offsets,
+                    &mut out[r * out_stride..r * out_stride + len],
+                    0,
+                );
+            }
             return;
         }
         let base = src.as_ptr();
@@ -471,29 +493,39 @@ mod x86 {
         let mask = unsafe { _mm_set1_epi8(0x0f) };
         let mut i = 0;
         loop {
-            if i + 16 > n {
-                i = n - 16;
+            if i + 16 > len {
+                i = len - 16;
             }
             // SAFETY: register-only intrinsic.
-            let mut acc = unsafe { _mm_setzero_si128() };
-            for (t, &off) in tables.iter().zip(offsets) {
-                // SAFETY: `off + i + 16 <= off + n <= src.len()` (caller's bound) and
-                // the table halves are 16-byte arrays; all loads are unaligned.
-                acc = unsafe {
-                    let tlo = _mm_loadu_si128(t.lo.as_ptr().cast());
-                    let thi = _mm_loadu_si128(t.hi.as_ptr().cast());
+            let mut acc = [unsafe { _mm_setzero_si128() }; R];
+            for (j, &off) in offsets.iter().enumerate() {
+                // SAFETY: `off + i + 16 <= off + len <= src.len()`, so the 16-byte
+                // unaligned load is inside `src`; the rest are register operations.
+                let (lo, hi) = unsafe {
                     let x = _mm_loadu_si128(base.add(off + i).cast());
-                    let l = _mm_and_si128(x, mask);
-                    let h = _mm_and_si128(_mm_srli_epi64(x, 4), mask);
-                    _mm_xor_si128(
-                        acc,
-                        _mm_xor_si128(_mm_shuffle_epi8(tlo, l), _mm_shuffle_epi8(thi, h)),
+                    (
+                        _mm_and_si128(x, mask),
+                        _mm_and_si128(_mm_srli_epi64(x, 4), mask),
                     )
                 };
+                for (r, a) in acc.iter_mut().enumerate() {
+                    let t = &tables[r * k + j];
+                    // SAFETY: each table half is a 16-byte array read unaligned.
+                    *a = unsafe {
+                        let tlo = _mm_loadu_si128(t.lo.as_ptr().cast());
+                        let thi = _mm_loadu_si128(t.hi.as_ptr().cast());
+                        _mm_xor_si128(
+                            *a,
+                            _mm_xor_si128(_mm_shuffle_epi8(tlo, lo), _mm_shuffle_epi8(thi, hi)),
+                        )
+                    };
+                }
             }
-            // SAFETY: `i + 16 <= n == out.len()`.
-            unsafe { _mm_storeu_si128(dst.add(i).cast(), acc) };
-            if i + 16 == n {
+            for (r, a) in acc.iter().enumerate() {
+                // SAFETY: `r * out_stride + i + 16 <= (R - 1) * out_stride + len <= out.len()`.
+                unsafe { _mm_storeu_si128(dst.add(r * out_stride + i).cast(), *a) };
+            }
+            if i + 16 == len {
                 break;
             }
             i += 16;
