@@ -158,7 +158,7 @@ fn start_link(
 
 struct Scenario {
     name: &'static str,
-    detail: &'static str,
+    detail: String,
     client: Config,
     server: Config,
 }
@@ -188,26 +188,40 @@ fn scenarios(args: &Args) -> Result<Vec<Scenario>, kcpio::ConfigError> {
     };
     let (c3, s3) = kcptun(false)?;
     let (c3f, s3f) = kcptun(true)?;
-    Ok(vec![
+    let mut list = vec![
         Scenario {
             name: "kcp-go defaults",
-            detail: "interval 100 ms, no fast resend, congestion window on, windows 32/32",
+            detail: "interval 100 ms, no fast resend, congestion window on, windows 32/32".into(),
             client: base().build()?,
             server: base().build()?,
         },
         Scenario {
             name: "fast3",
-            detail: "nodelay, interval 10 ms, resend 2, no cwnd; kcptun windows 128/512 client, 1024/1024 server",
+            detail: "nodelay, interval 10 ms, resend 2, no cwnd; kcptun windows 128/512 client, 1024/1024 server".into(),
             client: c3,
             server: s3,
         },
         Scenario {
             name: "fast3 + FEC 10/3",
-            detail: "as fast3, plus 3 Reed-Solomon parity shards per 10 data shards",
+            detail: "as fast3, plus 3 Reed-Solomon parity shards per 10 data shards".into(),
             client: c3f,
             server: s3f,
         },
-    ])
+    ];
+    // kcpio's own low-latency preset, when this build has one (the scripts
+    // ask for it by the same name).
+    if let Some(lowlat) = Preset::from_name("lowlat") {
+        let with = |b: kcpio::ConfigBuilder, wnd: (u16, u16)| {
+            b.preset(lowlat).window(wnd.0, wnd.1).build()
+        };
+        list.push(Scenario {
+            name: "kcpio lowlat",
+            detail: format!("Preset::{lowlat:?}; kcptun windows as fast3"),
+            client: with(base(), (128, 512))?,
+            server: with(base(), (1024, 1024))?,
+        });
+    }
+    Ok(list)
 }
 
 // ---------------------------------------------------------------------------
