@@ -558,7 +558,11 @@ impl Driver {
         let config = &self.shared.config;
         let kcp = Kcp::new(conv, &config.arq).ok()?;
         let fec_enc = match config.fec {
-            Some((d, p)) => Some(FecEncoder::new(d, p).ok()?),
+            Some((d, p)) => {
+                let mut enc = FecEncoder::new(d, p).ok()?;
+                enc.set_group_deadline(config.fec_group_deadline);
+                Some(enc)
+            }
             None => None,
         };
         Some(SessionState {
@@ -1073,7 +1077,30 @@ impl Driver {
                         st.kcp.handle_timeout(now_ts);
                     }
                 }
+                // kcpio-only FEC group deadline: close a group that did not
+                // fill in time (fillers and parity come out of poll_parity).
+                if let Some(enc) = st.fec_enc.as_mut() {
+                    if enc.poll_timeout().is_some_and(|t| now_ts.diff(t) >= 0) {
+                        enc.handle_timeout(now_ts);
+                    }
+                }
                 loop {
+                    // Parity of the group the last packet completed (or
+                    // deadline fillers) first, so none is left undrained when
+                    // the next packet is encoded.
+                    if let Some(enc) = st.fec_enc.as_mut() {
+                        loop {
+                            let base = self.tx_count * self.stride;
+                            let Some(buf) = self.tx.get_mut(base + hc..base + self.stride) else {
+                                return Serviced::SlotsFull;
+                            };
+                            let Some(p) = enc.poll_parity(buf) else { break };
+                            self.push_tx(session.peer, p);
+                            st.wire.datagrams_out += 1;
+                            st.wire.parity_out += 1;
+                            st.wire.bytes_out += p as u64;
+                        }
+                    }
                     if self.tx_slots - self.tx_count < need {
                         return Serviced::SlotsFull;
                     }
@@ -1094,19 +1121,6 @@ impl Driver {
                     self.push_tx(session.peer, payload);
                     st.wire.datagrams_out += 1;
                     st.wire.bytes_out += payload as u64;
-                    if let Some(enc) = st.fec_enc.as_mut() {
-                        while self.tx_count < self.tx_slots {
-                            let base = self.tx_count * self.stride;
-                            let Some(buf) = self.tx.get_mut(base + hc..base + self.stride) else {
-                                break;
-                            };
-                            let Some(p) = enc.poll_parity(buf) else { break };
-                            self.push_tx(session.peer, p);
-                            st.wire.datagrams_out += 1;
-                            st.wire.parity_out += 1;
-                            st.wire.bytes_out += p as u64;
-                        }
-                    }
                 }
                 if st.kcp.is_dead() {
                     st.error = Some(SessionError::DeadLink);
@@ -1151,6 +1165,12 @@ impl Driver {
                     }
                 };
                 consider(config.idle_timeout.map(|i| st.last_input + i));
+                consider(
+                    st.fec_enc
+                        .as_ref()
+                        .and_then(FecEncoder::poll_timeout)
+                        .map(|t| Self::instant_of(now, now_ts, t)),
+                );
                 if !flushed {
                     consider(st.shutdown_deadline.filter(|&d| d > now));
                     consider(st.release_deadline);

@@ -909,3 +909,44 @@ async fn write_delay_and_ack_nodelay_echo() {
     .await
     .unwrap();
 }
+
+#[tokio::test]
+async fn fec_group_deadline_closes_groups_at_low_rates() {
+    let config = fast()
+        .fec(10, 3)
+        .fec_group_deadline(Duration::from_millis(20))
+        .build()
+        .unwrap();
+    let (addr, l) = echo_server(&config).await;
+    timeout(Duration::from_secs(10), async {
+        let mut s = KcpStream::connect(addr, &config).await.unwrap();
+        // One message per 50 ms: no group of 10 would ever fill on its own.
+        for i in 0..5u8 {
+            s.write_all(&[i; 64]).await.unwrap();
+            let mut b = [0u8; 64];
+            s.read_exact(&mut b).await.unwrap();
+            assert_eq!(b, [i; 64]);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let st = s.stats();
+        assert!(st.fec_out.deadline_groups >= 3, "{:?}", st.fec_out);
+        assert!(st.fec_out.parity_out >= 9, "{:?}", st.fec_out);
+        assert_eq!(st.fec_out.parity_undrained, 0);
+    })
+    .await
+    .unwrap();
+    assert_eq!(l.stats().bad_fec, 0);
+}
+
+#[test]
+fn public_types_are_send_and_sync() {
+    fn check<T: Send + Sync + 'static>() {}
+    check::<KcpStream>();
+    check::<kcpio::OwnedReadHalf>();
+    check::<kcpio::OwnedWriteHalf>();
+    check::<KcpListener>();
+    check::<Config>();
+    check::<kcpio::ConfigError>();
+    check::<kcpio::SessionStats>();
+    check::<kcpio::ListenerStats>();
+}

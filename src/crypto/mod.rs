@@ -37,6 +37,7 @@
 mod cfb;
 mod des3;
 mod salsa;
+mod sm4t;
 mod tea;
 mod twofish256;
 
@@ -312,7 +313,7 @@ enum Engine {
     TripleDes(Box<des3::TripleDes>),
     Tea(Box<tea::Tea16>),
     Xtea(Box<tea::XteaBe>),
-    Sm4(Box<sm4::Sm4>),
+    Sm4(Box<sm4t::Sm4>),
     Aes128Gcm(Box<aes_gcm::Aes128Gcm>),
 }
 
@@ -398,7 +399,7 @@ impl PacketCrypto {
             Method::Xtea => {
                 Engine::Xtea(Box::new(tea::XteaBe::new(&key_array::<16>(method, key)?)))
             }
-            Method::Sm4 => Engine::Sm4(Box::new(sm4::Sm4::new_from_slice(key).map_err(|_| bad())?)),
+            Method::Sm4 => Engine::Sm4(Box::new(sm4t::Sm4::new(&key_array::<16>(method, key)?))),
             Method::Aes128Gcm => Engine::Aes128Gcm(Box::new(
                 aes_gcm::Aes128Gcm::new_from_slice(key).map_err(|_| bad())?,
             )),

@@ -29,6 +29,39 @@
 //! packet to [`FecDecoder::handle`]; for [`PacketKind::Parity`], only `handle`.
 //! After each `handle`, call [`FecDecoder::poll_recovered`] until `None` and
 //! feed those packets to the ARQ as FEC-recovered.
+//!
+//! ```
+//! use kcpio::arq::Timestamp;
+//! use kcpio::fec::{DATA_HEADER, FecDecoder, FecEncoder, data_payload};
+//!
+//! let mut enc = FecEncoder::new(2, 1)?;
+//! let now = Timestamp::from_millis(0);
+//! let mut wire = Vec::new();
+//! for kcp in [[0x51u8; 40], [0x52u8; 40]] {
+//!     let mut buf = [0u8; 1500];
+//!     buf[DATA_HEADER..DATA_HEADER + kcp.len()].copy_from_slice(&kcp);
+//!     let n = enc.encode(now, &mut buf, kcp.len());
+//!     wire.push(buf[..n].to_vec());
+//!     let mut parity = [0u8; 1500];
+//!     while let Some(m) = enc.poll_parity(&mut parity) {
+//!         wire.push(parity[..m].to_vec());
+//!     }
+//! }
+//! assert_eq!(wire.len(), 3); // two data shards and one parity shard
+//!
+//! // The first data shard is lost; the decoder rebuilds it from the other two.
+//! let mut dec = FecDecoder::new(2, 1);
+//! let mut recovered = [0u8; 1500];
+//! for packet in &wire[1..] {
+//!     if let Some(kcp) = data_payload(packet) {
+//!         assert_eq!(kcp, &[0x52u8; 40][..]); // to the ARQ as a regular packet
+//!     }
+//!     dec.handle(packet)?;
+//! }
+//! let n = dec.poll_recovered(&mut recovered).expect("rebuilt");
+//! assert_eq!(&recovered[..n], &[0x51u8; 40][..]); // to the ARQ as FEC-recovered
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 #![deny(clippy::disallowed_methods, clippy::disallowed_types)]
 
