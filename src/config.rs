@@ -139,11 +139,11 @@ pub enum ConfigError {
         parity: usize,
     },
     /// The key does not suit the cipher (for example too short).
-    InvalidKey(String),
+    InvalidKey(crypto::KeyError),
     /// A limit that must be positive is zero (named).
     ZeroLimit(&'static str),
     /// The ARQ refused its parameters.
-    Arq(String),
+    Arq(arq::ArqConfigError),
 }
 
 impl fmt::Display for ConfigError {
@@ -164,7 +164,15 @@ impl fmt::Display for ConfigError {
     }
 }
 
-impl std::error::Error for ConfigError {}
+impl std::error::Error for ConfigError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::InvalidKey(e) => Some(e),
+            Self::Arq(e) => Some(e),
+            _ => None,
+        }
+    }
+}
 
 /// A validated configuration for [`KcpStream`](crate::KcpStream) and
 /// [`KcpListener`](crate::KcpListener). Cheap to clone.
@@ -202,6 +210,7 @@ pub(crate) struct ConfigInner {
     pub(crate) method: Method,
     pub(crate) crypto: Arc<PacketCrypto>,
     pub(crate) fec: Option<(usize, usize)>,
+    pub(crate) fec_group_deadline: Option<u32>,
     pub(crate) rate_limit: u64,
     pub(crate) dscp: u8,
     pub(crate) recv_buffer: Option<usize>,
@@ -240,6 +249,7 @@ impl fmt::Debug for Config {
             .field("stream", &c.arq.stream)
             .field("method", &c.method.name())
             .field("fec", &c.fec)
+            .field("fec_group_deadline", &c.fec_group_deadline)
             .field("write_delay", &c.arq.write_delay)
             .field("ack_nodelay", &c.arq.ack_nodelay)
             .field("dead_link", &c.arq.dead_link)
@@ -293,6 +303,8 @@ pub struct ConfigBuilder {
     method: Method,
     key: Key,
     fec: (usize, usize),
+    fec_group_deadline: Option<Duration>,
+    nodelay: Option<(bool, u32, u32, bool)>,
     write_delay: bool,
     ack_nodelay: bool,
     rate_limit: u64,
@@ -319,6 +331,8 @@ impl Default for ConfigBuilder {
             method: Method::Null,
             key: Key::raw(Vec::new()),
             fec: (0, 0),
+            fec_group_deadline: None,
+            nodelay: None,
             write_delay: false,
             ack_nodelay: false,
             rate_limit: 0,
@@ -387,6 +401,30 @@ impl ConfigBuilder {
     #[must_use]
     pub fn fec(mut self, data: usize, parity: usize) -> Self {
         self.fec = (data, parity);
+        self
+    }
+
+    /// **kcpio-only** (off by default): an FEC group that has not filled
+    /// `deadline` after its first data shard is closed with filler shards so
+    /// its parity goes out at once; a lost packet at a low packet rate is then
+    /// rebuilt within about one round trip instead of waiting for a
+    /// retransmission. kcp-go receivers decode such groups as usual (they
+    /// count the fillers as `KCPInErrors`). Whole milliseconds; only with
+    /// [`fec`](Self::fec) on.
+    #[must_use]
+    pub fn fec_group_deadline(mut self, deadline: Duration) -> Self {
+        self.fec_group_deadline = Some(deadline);
+        self
+    }
+
+    /// Custom ARQ timing instead of a [`preset`](Self::preset), as kcp-go's
+    /// `SetNoDelay(nodelay, interval, resend, nc)`: `nodelay` lowers the
+    /// minimum RTO to 30 ms, `interval` is the flush period in ms (clamped to
+    /// 10..=5000), `resend` the fast-retransmit threshold (0 = off), `nc`
+    /// turns the congestion window off. Default: the preset's values.
+    #[must_use]
+    pub fn nodelay(mut self, nodelay: bool, interval: u32, resend: u32, nc: bool) -> Self {
+        self.nodelay = Some((nodelay, interval, resend, nc));
         self
     }
 
@@ -527,8 +565,7 @@ impl ConfigBuilder {
         if key.len() > need {
             key.truncate(need);
         }
-        let crypto = PacketCrypto::new(self.method, &key)
-            .map_err(|e| ConfigError::InvalidKey(e.to_string()))?;
+        let crypto = PacketCrypto::new(self.method, &key).map_err(ConfigError::InvalidKey)?;
         let fec_header = if fec.is_some() { fec::DATA_HEADER } else { 0 };
         let overhead = crypto.header_len() + fec_header + crypto.trailer_len();
         let kcp_mtu = self.mtu.min(MAX_DATAGRAM).saturating_sub(overhead);
@@ -539,15 +576,25 @@ impl ConfigBuilder {
             });
         }
         let mut arq = ArqConfig::preset(self.preset.arq());
+        if let Some((nodelay, interval, resend, nc)) = self.nodelay {
+            arq.nodelay = nodelay;
+            arq.interval = interval.clamp(10, 5000);
+            arq.fast_resend = resend;
+            arq.no_congestion = nc;
+        }
         arq.mtu = kcp_mtu;
         arq.snd_wnd = self.snd_wnd;
         arq.rcv_wnd = self.rcv_wnd;
         arq.stream = self.stream;
         arq.write_delay = self.write_delay;
         arq.ack_nodelay = self.ack_nodelay;
-        arq.dead_link = self.dead_link;
-        arq.validate()
-            .map_err(|e| ConfigError::Arq(format!("{e:?}")))?;
+        // 0 = never give up: a transmission count no segment reaches.
+        arq.dead_link = if self.dead_link == 0 {
+            u32::MAX
+        } else {
+            self.dead_link
+        };
+        arq.validate().map_err(ConfigError::Arq)?;
         Ok(Config {
             inner: Arc::new(ConfigInner {
                 arq,
@@ -555,6 +602,9 @@ impl ConfigBuilder {
                 method: self.method,
                 crypto: Arc::new(crypto),
                 fec,
+                fec_group_deadline: self
+                    .fec_group_deadline
+                    .map(|d| u32::try_from(d.as_millis()).unwrap_or(u32::MAX).max(1)),
                 rate_limit: self.rate_limit,
                 dscp: self.dscp,
                 recv_buffer: self.recv_buffer,
@@ -637,6 +687,37 @@ mod tests {
             Config::builder().accept_backlog(0).build().unwrap_err(),
             ConfigError::ZeroLimit("accept_backlog")
         ));
+    }
+
+    #[test]
+    fn key_and_dead_link_rules() {
+        assert!(matches!(
+            Config::builder()
+                .crypto(Method::Aes128, Key::raw(vec![1u8; 8]))
+                .build()
+                .unwrap_err(),
+            ConfigError::InvalidKey(_)
+        ));
+        // A longer raw key is cut to the method's length, like kcptun's prefix.
+        Config::builder()
+            .crypto(Method::Aes128, Key::raw(vec![1u8; 32]))
+            .build()
+            .unwrap();
+        let c = Config::builder().dead_link(0).build().unwrap();
+        assert_eq!(c.inner.arq.dead_link, u32::MAX);
+    }
+
+    #[test]
+    fn custom_nodelay_overrides_the_preset() {
+        let c = Config::builder()
+            .preset(Preset::Fast3)
+            .nodelay(false, 1, 3, false)
+            .build()
+            .unwrap();
+        assert!(!c.inner.arq.nodelay);
+        assert_eq!(c.inner.arq.interval, 10);
+        assert_eq!(c.inner.arq.fast_resend, 3);
+        assert!(!c.inner.arq.no_congestion);
     }
 
     #[test]

@@ -251,6 +251,8 @@ pub(crate) struct Counters {
     pub(crate) sessions_opened: AtomicU64,
     pub(crate) sessions_closed: AtomicU64,
     pub(crate) sessions_live: AtomicU64,
+    /// Session deadlines that fired (ARQ ticks, idle, linger).
+    pub(crate) timer_fires: AtomicU64,
 }
 
 fn bump(c: &AtomicU64) {
@@ -365,6 +367,8 @@ pub(crate) struct Driver {
     sleep_at: Option<Instant>,
     ready: VecDeque<SessionId>,
     inbox_scratch: Vec<SessionId>,
+    /// Packets of the current receive batch, by session (reused).
+    routed: Vec<Routed>,
     listener_open: bool,
     // Receive buffers: `rx_count` buffers of `rx_size` bytes, laid end to end.
     rx: Vec<u8>,
@@ -389,6 +393,18 @@ pub(crate) struct Driver {
     nonce: [u8; 16],
     rate: Option<RateLimiter>,
     rate_wait: Option<Instant>,
+}
+
+/// A received packet routed to a session, waiting in the batch for
+/// [`Driver::deliver_routed`]: the plaintext is `rx[start..end]`.
+#[derive(Clone, Copy)]
+struct Routed {
+    id: SessionId,
+    start: usize,
+    end: usize,
+    kind: PacketKind,
+    /// The datagram's size on the wire.
+    wire: usize,
 }
 
 /// What a call to [`Driver::service`] ended with.
@@ -455,6 +471,7 @@ impl Driver {
             sleep_at: None,
             ready: VecDeque::new(),
             inbox_scratch: Vec::new(),
+            routed: Vec::with_capacity(rx_count * 4),
             listener_open: matches!(role, Role::Listener),
             rx: vec![0; rx_count * rx_size],
             rx_size,
@@ -541,7 +558,11 @@ impl Driver {
         let config = &self.shared.config;
         let kcp = Kcp::new(conv, &config.arq).ok()?;
         let fec_enc = match config.fec {
-            Some((d, p)) => Some(FecEncoder::new(d, p).ok()?),
+            Some((d, p)) => {
+                let mut enc = FecEncoder::new(d, p).ok()?;
+                enc.set_group_deadline(config.fec_group_deadline);
+                Some(enc)
+            }
             None => None,
         };
         Some(SessionState {
@@ -702,10 +723,12 @@ impl Driver {
                 off = next;
             }
         }
+        self.deliver_routed(now);
         Poll::Ready(got > 0)
     }
 
-    /// One datagram, `self.rx[start..end]`, from `peer`.
+    /// One datagram, `self.rx[start..end]`, from `peer`: opened in place,
+    /// classified and routed (queued in `routed` for its session).
     fn handle_datagram(&mut self, peer: SocketAddr, start: usize, end: usize, now: Instant) {
         let counters = &self.shared.counters;
         bump(&counters.datagrams_in);
@@ -775,7 +798,13 @@ impl Driver {
                 }
             },
         };
-        self.deliver(id, pstart, pend, kind, end - start, now);
+        self.routed.push(Routed {
+            id,
+            start: pstart,
+            end: pend,
+            kind,
+            wire: end - start,
+        });
     }
 
     /// A listener's new session from its first packet `rx[pstart..pend]`.
@@ -832,17 +861,38 @@ impl Driver {
         Some(id)
     }
 
-    /// Feeds `rx[pstart..pend]` to a session: FEC, ARQ, wakers.
-    fn deliver(
+    /// Feeds the packets routed in this receive batch to their sessions:
+    /// grouped by session (arrival order kept within each), so a session's
+    /// lock is taken once per batch, not once per datagram.
+    fn deliver_routed(&mut self, now: Instant) {
+        if self.routed.is_empty() {
+            return;
+        }
+        // Offsets grow in arrival order, so (id, start) keeps each session's order.
+        self.routed.sort_unstable_by_key(|r| (r.id, r.start));
+        let now_ts = self.ts(now);
+        let mut i = 0;
+        while let Some(first) = self.routed.get(i) {
+            let id = first.id;
+            let mut j = i + 1;
+            while self.routed.get(j).is_some_and(|r| r.id == id) {
+                j += 1;
+            }
+            self.deliver_run(id, i, j, now, now_ts);
+            i = j;
+        }
+        self.routed.clear();
+    }
+
+    /// `routed[from..to]`, all for session `id`: FEC, ARQ, then wakers.
+    fn deliver_run(
         &mut self,
         id: SessionId,
-        pstart: usize,
-        pend: usize,
-        kind: PacketKind,
-        wire_len: usize,
+        from: usize,
+        to: usize,
         now: Instant,
+        now_ts: Timestamp,
     ) {
-        let now_ts = self.ts(now);
         let Some(session) = self.slots.get(id.idx as usize).and_then(|s| {
             (s.generation == id.generation)
                 .then_some(s.session.as_ref())
@@ -850,78 +900,96 @@ impl Driver {
         }) else {
             return;
         };
-        let Some(packet) = self.rx.get(pstart..pend) else {
-            return;
-        };
         let counters = &self.shared.counters;
         let config = &self.shared.config;
-        let mut st = lock(&session.state);
-        if st.error.is_some() {
-            return;
-        }
-        st.wire.datagrams_in += 1;
-        st.wire.bytes_in += wire_len as u64;
-        let st = &mut *st;
-        let mut ok = false;
-        match kind {
-            PacketKind::Kcp => match st.kcp.handle_datagram(now_ts, packet, Origin::Regular) {
-                Ok(()) => ok = true,
-                Err(_) => {
-                    st.wire.input_errors += 1;
-                    bump(&counters.bad_kcp);
-                }
-            },
-            PacketKind::Data | PacketKind::Parity => {
-                if kind == PacketKind::Data {
-                    match fec::data_payload(packet)
-                        .map(|p| st.kcp.handle_datagram(now_ts, p, Origin::Regular))
-                    {
-                        Some(Ok(())) => ok = true,
-                        _ => {
-                            st.wire.input_errors += 1;
-                            bump(&counters.bad_kcp);
+        let (read_waker, write_waker);
+        {
+            let mut guard = lock(&session.state);
+            let st = &mut *guard;
+            if st.error.is_some() {
+                return;
+            }
+            let mut ok = false;
+            for r in self.routed.get(from..to).unwrap_or_default() {
+                let Some(packet) = self.rx.get(r.start..r.end) else {
+                    continue;
+                };
+                st.wire.datagrams_in += 1;
+                st.wire.bytes_in += r.wire as u64;
+                match r.kind {
+                    PacketKind::Kcp => {
+                        match st.kcp.handle_datagram(now_ts, packet, Origin::Regular) {
+                            Ok(()) => ok = true,
+                            Err(_) => {
+                                st.wire.input_errors += 1;
+                                bump(&counters.bad_kcp);
+                            }
                         }
                     }
-                } else {
-                    st.wire.parity_in += 1;
-                }
-                let dec = st.fec_dec.get_or_insert_with(|| {
-                    let (d, p) = config.fec.unwrap_or((1, 1));
-                    FecDecoder::new(d, p)
-                });
-                if dec.handle(packet).is_err() {
-                    bump(&counters.bad_fec);
-                } else {
-                    ok |= kind == PacketKind::Parity;
-                }
-                while let Some(n) = dec.poll_recovered(&mut self.scratch) {
-                    let Some(rec) = self.scratch.get(..n) else {
-                        break;
-                    };
-                    if st
-                        .kcp
-                        .handle_datagram(now_ts, rec, Origin::Recovered)
-                        .is_err()
-                    {
-                        st.wire.input_errors += 1;
-                        bump(&counters.bad_kcp);
+                    PacketKind::Data | PacketKind::Parity => {
+                        if r.kind == PacketKind::Data {
+                            match fec::data_payload(packet)
+                                .map(|p| st.kcp.handle_datagram(now_ts, p, Origin::Regular))
+                            {
+                                Some(Ok(())) => ok = true,
+                                _ => {
+                                    st.wire.input_errors += 1;
+                                    bump(&counters.bad_kcp);
+                                }
+                            }
+                        } else {
+                            st.wire.parity_in += 1;
+                        }
+                        let dec = st.fec_dec.get_or_insert_with(|| {
+                            let (d, p) = config.fec.unwrap_or((1, 1));
+                            FecDecoder::new(d, p)
+                        });
+                        if dec.handle(packet).is_err() {
+                            bump(&counters.bad_fec);
+                        } else {
+                            ok |= r.kind == PacketKind::Parity;
+                        }
+                        while let Some(n) = dec.poll_recovered(&mut self.scratch) {
+                            let Some(rec) = self.scratch.get(..n) else {
+                                break;
+                            };
+                            if st
+                                .kcp
+                                .handle_datagram(now_ts, rec, Origin::Recovered)
+                                .is_err()
+                            {
+                                st.wire.input_errors += 1;
+                                bump(&counters.bad_kcp);
+                            }
+                        }
                     }
+                    PacketKind::Oob => {}
                 }
             }
-            PacketKind::Oob => {}
+            if ok {
+                st.last_input = now;
+            }
+            read_waker = if st.kcp.readable() {
+                st.read_waker.take()
+            } else {
+                None
+            };
+            write_waker = if st.kcp.send_capacity() > 0 || st.kcp.is_flushed() {
+                st.write_waker.take()
+            } else {
+                None
+            };
+            if !st.queued {
+                st.queued = true;
+                self.ready.push_back(id);
+            }
         }
-        if ok {
-            st.last_input = now;
+        // Woken outside the lock, so the reader does not block on it.
+        if let Some(w) = read_waker {
+            w.wake();
         }
-        if st.kcp.readable() {
-            wake(&mut st.read_waker);
-        }
-        if st.write_waker.is_some() && (st.kcp.send_capacity() > 0 || st.kcp.is_flushed()) {
-            wake(&mut st.write_waker);
-        }
-        if !st.queued {
-            st.queued = true;
-            self.ready.push_back(id);
+        if let Some(w) = write_waker {
+            w.wake();
         }
     }
 
@@ -945,6 +1013,7 @@ impl Driver {
                 continue; // stale entry
             }
             st.deadline = None;
+            bump(&self.shared.counters.timer_fires);
             if !st.queued {
                 st.queued = true;
                 self.ready.push_back(id);
@@ -1008,7 +1077,30 @@ impl Driver {
                         st.kcp.handle_timeout(now_ts);
                     }
                 }
+                // kcpio-only FEC group deadline: close a group that did not
+                // fill in time (fillers and parity come out of poll_parity).
+                if let Some(enc) = st.fec_enc.as_mut() {
+                    if enc.poll_timeout().is_some_and(|t| now_ts.diff(t) >= 0) {
+                        enc.handle_timeout(now_ts);
+                    }
+                }
                 loop {
+                    // Parity of the group the last packet completed (or
+                    // deadline fillers) first, so none is left undrained when
+                    // the next packet is encoded.
+                    if let Some(enc) = st.fec_enc.as_mut() {
+                        loop {
+                            let base = self.tx_count * self.stride;
+                            let Some(buf) = self.tx.get_mut(base + hc..base + self.stride) else {
+                                return Serviced::SlotsFull;
+                            };
+                            let Some(p) = enc.poll_parity(buf) else { break };
+                            self.push_tx(session.peer, p);
+                            st.wire.datagrams_out += 1;
+                            st.wire.parity_out += 1;
+                            st.wire.bytes_out += p as u64;
+                        }
+                    }
                     if self.tx_slots - self.tx_count < need {
                         return Serviced::SlotsFull;
                     }
@@ -1029,19 +1121,6 @@ impl Driver {
                     self.push_tx(session.peer, payload);
                     st.wire.datagrams_out += 1;
                     st.wire.bytes_out += payload as u64;
-                    if let Some(enc) = st.fec_enc.as_mut() {
-                        while self.tx_count < self.tx_slots {
-                            let base = self.tx_count * self.stride;
-                            let Some(buf) = self.tx.get_mut(base + hc..base + self.stride) else {
-                                break;
-                            };
-                            let Some(p) = enc.poll_parity(buf) else { break };
-                            self.push_tx(session.peer, p);
-                            st.wire.datagrams_out += 1;
-                            st.wire.parity_out += 1;
-                            st.wire.bytes_out += p as u64;
-                        }
-                    }
                 }
                 if st.kcp.is_dead() {
                     st.error = Some(SessionError::DeadLink);
@@ -1086,6 +1165,12 @@ impl Driver {
                     }
                 };
                 consider(config.idle_timeout.map(|i| st.last_input + i));
+                consider(
+                    st.fec_enc
+                        .as_ref()
+                        .and_then(FecEncoder::poll_timeout)
+                        .map(|t| Self::instant_of(now, now_ts, t)),
+                );
                 if !flushed {
                     consider(st.shutdown_deadline.filter(|&d| d > now));
                     consider(st.release_deadline);
@@ -1186,6 +1271,16 @@ impl Driver {
                     .copied()
                     .unwrap_or(self.shared.local_addr);
                 let first = self.tx_len.get(i).copied().unwrap_or(0);
+                if first == 0 {
+                    // A slot that failed to seal is never sent: skip it when
+                    // it leads the batch, else end the batch before it.
+                    if n == 0 {
+                        self.tx_sent += 1;
+                        i += 1;
+                        continue;
+                    }
+                    break;
+                }
                 // A GSO run: full-stride datagrams to one peer, the last may be
                 // shorter; they are contiguous because slots are `stride` apart.
                 let mut j = i + 1;
@@ -1215,6 +1310,9 @@ impl Driver {
                 }
                 n += 1;
                 i = j;
+            }
+            if n == 0 {
+                continue;
             }
             let batch = transmits.get(..n).unwrap_or_default();
             let res = self.socket.try_io(Interest::WRITABLE, || {

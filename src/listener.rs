@@ -64,6 +64,9 @@ pub struct ListenerStats {
     pub send_syscalls: u64,
     /// Datagrams cut short by a small receive buffer, dropped.
     pub truncated: u64,
+    /// Session deadlines that fired (ARQ ticks, idle timeouts, lingers): a
+    /// quiet session with nothing in flight and no idle timeout adds none.
+    pub timer_fires: u64,
 }
 
 pub(crate) fn socket_stats(d: &DriverShared) -> ListenerStats {
@@ -93,6 +96,7 @@ pub(crate) fn socket_stats(d: &DriverShared) -> ListenerStats {
         recv_syscalls: sys.recv_syscalls,
         send_syscalls: sys.send_syscalls,
         truncated: sys.truncated,
+        timer_fires: get(&c.timer_fires),
     }
 }
 
@@ -198,7 +202,12 @@ impl KcpListener {
             notified.as_mut().enable();
             {
                 let mut q = lock(&self.driver.accept);
-                if let Some((session, peer)) = q.queue.pop_front() {
+                while let Some((session, peer)) = q.queue.pop_front() {
+                    // A session that failed while waiting (idle timeout, taken
+                    // over by a restarted peer) is not worth handing out.
+                    if lock(&session.state).error.is_some() {
+                        continue;
+                    }
                     // More may be waiting for other accept callers.
                     if !q.queue.is_empty() {
                         self.driver.accept_notify.notify_one();

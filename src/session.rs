@@ -182,6 +182,18 @@ impl KcpStream {
     }
 
     /// A snapshot of the session's counters, RTT estimate and queue.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn show(stream: &kcpio::KcpStream) {
+    /// let st = stream.stats();
+    /// println!(
+    ///     "srtt {} ms, rto {} ms, {} RTO and {} fast retransmissions, {} recovered by FEC",
+    ///     st.srtt, st.rto, st.arq.retransmit_rto, st.arq.retransmit_fast, st.fec_in.recovered
+    /// );
+    /// # }
+    /// ```
     #[must_use]
     pub fn stats(&self) -> SessionStats {
         stats_of(self.session())
@@ -189,6 +201,20 @@ impl KcpStream {
 
     /// Splits the stream into a read half and a write half that can move to
     /// different tasks. The session lives until both are dropped.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run(stream: kcpio::KcpStream) -> std::io::Result<()> {
+    /// use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    ///
+    /// let (mut r, mut w) = stream.into_split();
+    /// let writer = tokio::spawn(async move { w.write_all(b"hello").await });
+    /// let mut buf = [0; 5];
+    /// r.read_exact(&mut buf).await?;
+    /// writer.await??;
+    /// # Ok(()) }
+    /// ```
     #[must_use]
     pub fn into_split(self) -> (OwnedReadHalf, OwnedWriteHalf) {
         (
@@ -227,7 +253,8 @@ impl KcpStream {
     }
 
     /// Receives one whole message into `buf` (message mode), returning its
-    /// length.
+    /// length. A session keeps one read waker: receive from one task at a
+    /// time (as with `AsyncRead`).
     ///
     /// # Errors
     ///

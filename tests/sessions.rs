@@ -671,3 +671,282 @@ async fn fixed_conv_is_used() {
         .unwrap();
     assert_eq!(s.conv(), 0xDEAD_BEEF);
 }
+
+#[tokio::test]
+async fn dropped_streams_free_sessions_and_sockets() {
+    let config = fast()
+        .idle_timeout(Duration::from_millis(500))
+        .linger(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    let (addr, l) = echo_server(&config).await;
+    let local = timeout(Duration::from_secs(10), async {
+        let mut s = KcpStream::connect(addr, &config).await.unwrap();
+        s.write_all(b"ping").await.unwrap();
+        let mut b = [0u8; 4];
+        s.read_exact(&mut b).await.unwrap();
+        s.local_addr().unwrap()
+    })
+    .await
+    .unwrap();
+    // The client stream is gone (dropped above): its driver delivers what is
+    // left, then closes the socket, so its port can be bound again.
+    timeout(Duration::from_secs(5), async {
+        loop {
+            if std::net::UdpSocket::bind(local).is_ok() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the client socket must close once its stream is dropped");
+    // The server side hears nothing more: its idle timeout ends the echo
+    // task, which drops the stream and frees the session.
+    timeout(Duration::from_secs(5), async {
+        while l.stats().sessions_live > 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the server session must be freed");
+    let stats = l.stats();
+    assert_eq!(stats.sessions_opened, 1);
+    assert_eq!(stats.sessions_closed, 1);
+}
+
+#[tokio::test]
+async fn blocked_write_is_woken_when_the_peer_reads() {
+    let config = fast().window(4, 4).build().unwrap();
+    let listener = KcpListener::bind("127.0.0.1:0", &config).await.unwrap();
+    let mut client = KcpStream::connect(listener.local_addr().unwrap(), &config)
+        .await
+        .unwrap();
+    client.write_all(b"first").await.unwrap();
+    let (mut server, _) = timeout(Duration::from_secs(5), listener.accept())
+        .await
+        .unwrap()
+        .unwrap();
+    // Nobody reads on the server: its receive window fills, then our send
+    // buffer; a write must then be pending, not an error.
+    let chunk = vec![5u8; 1 << 16];
+    let mut written = 0usize;
+    let pending = timeout(Duration::from_secs(10), async {
+        loop {
+            let mut task = tokio_test::task::spawn(client.write(&chunk));
+            match task.poll() {
+                std::task::Poll::Ready(n) => written += n.unwrap(),
+                std::task::Poll::Pending => break,
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    assert!(pending.is_ok(), "the send window never filled");
+    let mut task = tokio_test::task::spawn(client.write(&chunk));
+    assert!(task.poll().is_pending());
+    // The server reads everything: acknowledgements open the window and the
+    // driver wakes the blocked writer.
+    let total = 5 + written;
+    let mut got = vec![0u8; total];
+    timeout(Duration::from_secs(10), server.read_exact(&mut got))
+        .await
+        .unwrap()
+        .unwrap();
+    timeout(Duration::from_secs(5), async {
+        while !task.is_woken() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the writer's waker must fire when acks free the window");
+    assert!(matches!(task.poll(), std::task::Poll::Ready(Ok(n)) if n > 0));
+}
+
+#[tokio::test]
+async fn ipv6_loopback() {
+    let config = fast().build().unwrap();
+    let Ok(listener) = KcpListener::bind("[::1]:0", &config).await else {
+        eprintln!("no IPv6 loopback here; skipped");
+        return;
+    };
+    let addr = listener.local_addr().unwrap();
+    timeout(Duration::from_secs(10), async {
+        let mut c = KcpStream::connect(addr, &config).await.unwrap();
+        assert!(c.local_addr().unwrap().is_ipv6());
+        c.write_all(b"v6").await.unwrap();
+        let (mut s, peer) = listener.accept().await.unwrap();
+        assert_eq!(peer.port(), c.local_addr().unwrap().port());
+        let mut b = [0u8; 2];
+        s.read_exact(&mut b).await.unwrap();
+        assert_eq!(&b, b"v6");
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn accepted_streams_outlive_the_listener() {
+    let config = fast().build().unwrap();
+    let listener = KcpListener::bind("127.0.0.1:0", &config).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    timeout(Duration::from_secs(10), async {
+        let mut c = KcpStream::connect(addr, &config).await.unwrap();
+        c.write_all(b"a").await.unwrap();
+        let (mut s, _) = listener.accept().await.unwrap();
+        drop(listener);
+        let mut b = [0u8; 1];
+        s.read_exact(&mut b).await.unwrap();
+        c.write_all(b"b").await.unwrap();
+        s.read_exact(&mut b).await.unwrap();
+        assert_eq!(&b, b"b");
+        s.write_all(b"c").await.unwrap();
+        c.read_exact(&mut b).await.unwrap();
+        assert_eq!(&b, b"c");
+        // A new peer is not accepted any more (nobody could take it).
+        let mut other = KcpStream::connect(addr, &config).await.unwrap();
+        other.write_all(b"x").await.unwrap();
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn rate_limit_paces_the_sender() {
+    // 300 kB at 200 kB/s: the 96 kB burst plus at most one batch (32 x 1400 B)
+    // sent on credit leave > 159 kB to pace, which takes > 0.79 s.
+    let config = fast().rate_limit(200_000).build().unwrap();
+    let (addr, _l) = echo_server(&fast().build().unwrap()).await;
+    let data = random_bytes(300_000, 20);
+    let start = tokio::time::Instant::now();
+    timeout(Duration::from_secs(20), async {
+        let stream = KcpStream::connect(addr, &config).await.unwrap();
+        echo_roundtrip(stream, data, 21, 50_000).await;
+    })
+    .await
+    .unwrap();
+    let el = start.elapsed();
+    assert!(el >= Duration::from_millis(750), "{el:?}");
+}
+
+#[tokio::test]
+async fn socket_options_apply() {
+    let config = fast()
+        .socket_buffers(1 << 20, 1 << 20)
+        .dscp(46)
+        .batching(false)
+        .build()
+        .unwrap();
+    let (addr, _l) = echo_server(&config).await;
+    timeout(Duration::from_secs(20), async {
+        let stream = KcpStream::connect(addr, &config).await.unwrap();
+        echo_roundtrip(stream, random_bytes(200_000, 22), 23, 20_000).await;
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn accept_skips_sessions_that_failed_in_the_backlog() {
+    let config = fast().build().unwrap();
+    let listener = KcpListener::bind("127.0.0.1:0", &config).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let raw = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    timeout(Duration::from_secs(10), async {
+        raw.send_to(&push_segment(1, 0, b"one"), addr)
+            .await
+            .unwrap();
+        while listener.stats().backlog < 1 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // The peer restarts before anyone accepted its first session.
+        raw.send_to(&push_segment(2, 0, b"two"), addr)
+            .await
+            .unwrap();
+        while listener.stats().sessions_opened < 2 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let (s, _) = listener.accept().await.unwrap();
+        assert_eq!(s.conv(), 2);
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn quiet_sessions_cost_no_timer_wakeups() {
+    let config = fast().build().unwrap();
+    let (addr, l) = echo_server(&config).await;
+    let mut streams = Vec::new();
+    timeout(Duration::from_secs(10), async {
+        for _ in 0..16 {
+            let mut s = KcpStream::connect(addr, &config).await.unwrap();
+            s.write_all(b"hi").await.unwrap();
+            let mut b = [0u8; 2];
+            s.read_exact(&mut b).await.unwrap();
+            streams.push(s);
+        }
+    })
+    .await
+    .unwrap();
+    // Let the last ACKs go out, then watch a quiet period: fast3 ticks every
+    // 10 ms, so 16 sessions ticking would fire ~800 times in 500 ms.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = l.stats().timer_fires;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let after = l.stats().timer_fires;
+    assert!(after - before <= 2, "{before} -> {after}");
+}
+
+#[tokio::test]
+async fn write_delay_and_ack_nodelay_echo() {
+    let config = fast().write_delay(true).ack_nodelay(true).build().unwrap();
+    let (addr, _l) = echo_server(&config).await;
+    timeout(Duration::from_secs(20), async {
+        let stream = KcpStream::connect(addr, &config).await.unwrap();
+        echo_roundtrip(stream, random_bytes(300_000, 30), 31, 10_000).await;
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn fec_group_deadline_closes_groups_at_low_rates() {
+    let config = fast()
+        .fec(10, 3)
+        .fec_group_deadline(Duration::from_millis(20))
+        .build()
+        .unwrap();
+    let (addr, l) = echo_server(&config).await;
+    timeout(Duration::from_secs(10), async {
+        let mut s = KcpStream::connect(addr, &config).await.unwrap();
+        // One message per 50 ms: no group of 10 would ever fill on its own.
+        for i in 0..5u8 {
+            s.write_all(&[i; 64]).await.unwrap();
+            let mut b = [0u8; 64];
+            s.read_exact(&mut b).await.unwrap();
+            assert_eq!(b, [i; 64]);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let st = s.stats();
+        assert!(st.fec_out.deadline_groups >= 3, "{:?}", st.fec_out);
+        assert!(st.fec_out.parity_out >= 9, "{:?}", st.fec_out);
+        assert_eq!(st.fec_out.parity_undrained, 0);
+    })
+    .await
+    .unwrap();
+    assert_eq!(l.stats().bad_fec, 0);
+}
+
+#[test]
+fn public_types_are_send_and_sync() {
+    fn check<T: Send + Sync + 'static>() {}
+    check::<KcpStream>();
+    check::<kcpio::OwnedReadHalf>();
+    check::<kcpio::OwnedWriteHalf>();
+    check::<KcpListener>();
+    check::<Config>();
+    check::<kcpio::ConfigError>();
+    check::<kcpio::SessionStats>();
+    check::<kcpio::ListenerStats>();
+}

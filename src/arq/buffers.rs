@@ -232,19 +232,18 @@ impl SendRing {
         }
     }
 
-    /// Call `f` on every in-flight segment in sn order (`snd_buf` order).
+    /// Every in-flight segment in sn order (`snd_buf` order), as at most two
+    /// contiguous slices of the ring, so the scan has no per-element index math.
     #[inline]
-    pub(crate) fn for_each_in_flight(&mut self, mut f: impl FnMut(&mut SendMeta, usize)) {
-        let mask = self.mask;
-        let (metas, datas) = (&mut self.metas, &self.datas);
-        let mut sn = self.una;
-        while sn != self.nxt {
-            let i = (sn & mask) as usize;
-            if let (Some(m), Some(d)) = (metas.get_mut(i), datas.get(i)) {
-                f(m, d.len());
-            }
-            sn = sn.wrapping_add(1);
-        }
+    pub(crate) fn in_flight_mut(&mut self) -> (&mut [SendMeta], &mut [SendMeta]) {
+        let cap = self.metas.len();
+        let start = self.idx(self.una);
+        let len = (self.in_flight() as usize).min(cap);
+        let first_len = len.min(cap - start);
+        let (head, tail) = self.metas.split_at_mut(start);
+        let first = tail.get_mut(..first_len).unwrap_or_default();
+        let second = head.get_mut(..len - first_len).unwrap_or_default();
+        (first, second)
     }
 
     /// Call `f` on in-flight segments with sn in `[una, end)`.
@@ -264,6 +263,14 @@ impl SendRing {
     #[cfg(test)]
     pub(crate) fn capacity(&self) -> usize {
         self.metas.len()
+    }
+
+    /// Every heap capacity this ring holds, summed (changes iff it allocated).
+    #[cfg(test)]
+    pub(crate) fn heap_fingerprint(&self) -> usize {
+        self.metas.capacity()
+            + self.datas.capacity()
+            + self.datas.iter().map(Vec::capacity).sum::<usize>()
     }
 }
 
@@ -405,6 +412,12 @@ impl RecvRing {
     pub(crate) fn capacity(&self) -> usize {
         self.slots.len()
     }
+
+    /// Every heap capacity this ring holds, summed (changes iff it allocated).
+    #[cfg(test)]
+    pub(crate) fn heap_fingerprint(&self) -> usize {
+        self.slots.capacity() + self.slots.iter().map(|s| s.data.capacity()).sum::<usize>()
+    }
 }
 
 /// What the next datagrams will carry, decided by a flush.
@@ -509,5 +522,10 @@ impl OutQueue {
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.items.len()
+    }
+
+    #[cfg(test)]
+    pub(crate) fn heap_fingerprint(&self) -> usize {
+        self.items.capacity()
     }
 }

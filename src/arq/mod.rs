@@ -25,7 +25,7 @@ pub use error::{InputError, RecvError, SendError};
 pub use stats::ArqStats;
 pub use time::Timestamp;
 
-use buffers::{OutItem, OutKind, OutQueue, RecvRing, SendRing};
+use buffers::{OutItem, OutKind, OutQueue, RecvRing, SendMeta, SendRing};
 use rtt::Rtt;
 use segment::{Command, HEADER_LEN, Header, ParseError, Segments};
 
@@ -53,11 +53,117 @@ const ASK_TELL: u8 = 2;
 /// kcp-go's "fast retransmit disabled until the next RTO" marker.
 const FASTACK_OFF: u32 = u32::MAX;
 
+/// Bound on ACK/WASK/WINS/End items waiting for `poll_transmit`: generous for
+/// a caller that drains after every call (one flush queues at most a packet's
+/// worth of ACKs plus two probes), tight enough to bound memory if it does not.
+pub(crate) fn control_cap(mtu: usize, rcv_wnd: u32) -> usize {
+    4 * (mtu / HEADER_LEN) + 2 * rcv_wnd as usize + 64
+}
+
 /// The two flush kinds of kcp-go (`IKCP_FLUSH_ACKONLY`, `IKCP_FLUSH_FULL`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Flush {
     AckOnly,
     Full,
+}
+
+/// One phase-5 walk over the in-flight segments (kcp-go `flush`'s loop).
+struct Scan<'a> {
+    current: u32,
+    wnd: u16,
+    una: u32,
+    none_admitted: bool,
+    resent: u32,
+    dead_link: u32,
+    rtt: &'a Rtt,
+    out: &'a mut OutQueue,
+    lost: u64,
+    fast: u64,
+    early: u64,
+    dead: bool,
+    /// Smallest positive `resendts - current` (kcp-go's next-update candidate).
+    min_pos: i32,
+    /// Smallest `resendts - current` over unacknowledged segments.
+    min_any: i32,
+    /// A segment kept a pending skip count without being resent.
+    still_dirty: bool,
+}
+
+impl Scan<'_> {
+    #[inline]
+    fn run(&mut self, metas: &mut [SendMeta]) {
+        for m in metas {
+            if m.acked {
+                continue;
+            }
+            let wait = m.resendts.wrapping_sub(self.current) as i32;
+            // The common case in a large window: sent before, no skip count,
+            // not due. Nothing to do but note its deadline.
+            if m.xmit != 0 && (m.fastack == 0 || m.fastack == FASTACK_OFF) && wait > 0 {
+                self.min_pos = self.min_pos.min(wait);
+                self.min_any = self.min_any.min(wait);
+                continue;
+            }
+            self.visit(m);
+        }
+    }
+
+    /// kcp-go's rules, in its order: first send, fast, early, RTO.
+    fn visit(&mut self, m: &mut SendMeta) {
+        let current = self.current;
+        let rx_rto = self.rtt.initial();
+        let send = if m.xmit == 0 {
+            m.rto = rx_rto;
+            m.resendts = current.wrapping_add(m.rto);
+            true
+        } else if m.fastack >= self.resent && m.fastack != FASTACK_OFF {
+            // Fast retransmit; disabled until this segment's next RTO.
+            // C resets fastack to 0 instead and only allows it while
+            // xmit <= fastlimit (5).
+            m.fastack = FASTACK_OFF;
+            m.rto = rx_rto;
+            m.resendts = current.wrapping_add(m.rto);
+            self.fast += 1;
+            true
+        } else if m.fastack > 0 && m.fastack != FASTACK_OFF && self.none_admitted {
+            // kcp-go's early retransmit (absent from C): one skipping ACK
+            // is enough when this flush admitted no new data.
+            m.fastack = FASTACK_OFF;
+            m.rto = rx_rto;
+            m.resendts = current.wrapping_add(m.rto);
+            self.early += 1;
+            true
+        } else if (current.wrapping_sub(m.resendts) as i32) >= 0 {
+            m.rto = self.rtt.backoff(m.rto);
+            m.fastack = 0;
+            m.resendts = current.wrapping_add(m.rto);
+            self.lost += 1;
+            true
+        } else {
+            false
+        };
+        if send {
+            m.xmit = m.xmit.wrapping_add(1);
+            m.ts = current;
+            m.wnd = self.wnd;
+            m.una = self.una;
+            if !m.queued_out {
+                m.queued_out = true;
+                self.out.push_segment(m.sn);
+            }
+            if m.xmit >= self.dead_link {
+                // kcp-go sets state = -1 and never reads it; we expose it.
+                self.dead = true;
+            }
+        }
+        let wait = m.resendts.wrapping_sub(current) as i32;
+        if wait > 0 {
+            self.min_pos = self.min_pos.min(wait);
+        }
+        self.min_any = self.min_any.min(wait);
+        // Not sent but still eligible for an early retransmit next time.
+        self.still_dirty |= m.fastack > 0 && m.fastack != FASTACK_OFF;
+    }
 }
 
 /// Parameters that stay fixed for the life of a [`Kcp`].
@@ -121,6 +227,43 @@ struct Params {
 /// `now` must not go backwards by more than a few seconds between calls and
 /// must stay within 2^31 ms of the previous call (wrapping arithmetic).
 ///
+/// # Example
+///
+/// Two endpoints wired back to back, the driver's loop in miniature:
+///
+/// ```
+/// use kcpio::arq::{ArqConfig, Kcp, Origin, Preset, Timestamp};
+///
+/// let cfg = ArqConfig { stream: true, ..ArqConfig::preset(Preset::Fast3) };
+/// let (mut a, mut b) = (Kcp::new(1, &cfg)?, Kcp::new(1, &cfg)?);
+/// let mut packet = [0u8; 1500];
+/// let mut got = Vec::new();
+/// let mut now = Timestamp::from_millis(0);
+///
+/// assert_eq!(a.send(b"hello over KCP"), 14);
+/// while !a.is_flushed() {
+///     // Deliver everything each side has to send (a perfect link).
+///     while let Some(n) = a.poll_transmit(now, &mut packet) {
+///         b.handle_datagram(now, &packet[..n], Origin::Regular)?;
+///     }
+///     let mut buf = [0u8; 64];
+///     let n = b.recv(&mut buf);
+///     got.extend_from_slice(&buf[..n]);
+///     while let Some(n) = b.poll_transmit(now, &mut packet) {
+///         a.handle_datagram(now, &packet[..n], Origin::Regular)?;
+///     }
+///     // Sleep until the earliest deadline, then run the timers.
+///     let next = [a.poll_timeout(), b.poll_timeout()].into_iter().flatten().min_by_key(|t| t.diff(now));
+///     if let Some(t) = next {
+///         now = t;
+///         a.handle_timeout(now);
+///         b.handle_timeout(now);
+///     }
+/// }
+/// assert_eq!(got, b"hello over KCP");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
 /// # Memory
 ///
 /// The send side holds at most `2 * snd_wnd` segments (in flight plus queued),
@@ -141,17 +284,29 @@ pub struct Kcp {
     acklist: Vec<(u32, u32)>,
     out: OutQueue,
 
-    rtt: Rtt,
-    rmt_wnd: u32,
-    cwnd: u32,
+    pub(crate) rtt: Rtt,
+    pub(crate) rmt_wnd: u32,
+    pub(crate) cwnd: u32,
     incr: u32,
-    ssthresh: u32,
+    pub(crate) ssthresh: u32,
 
     probe: u8,
     ts_probe: u32,
-    probe_wait: u32,
+    pub(crate) probe_wait: u32,
 
     dead: bool,
+
+    /// Scan skipping (kcp-go always walks all of `snd_buf` in a full flush).
+    /// A flush can only send a segment that is new (admitted since the last
+    /// scan), has a pending skip count, or whose `resendts` has come. `dirty`
+    /// records the first two; `resend_floor` is a lower bound of `resendts`
+    /// over unacknowledged segments (exact at the last scan; removals only
+    /// raise the true minimum). When neither can fire and the floor is more
+    /// than an interval away, the scan would send nothing and return
+    /// `interval`, so it is skipped: same wire behaviour, O(1).
+    scan_dirty: bool,
+    /// `None` when no unacknowledged segment existed at the last scan.
+    resend_floor: Option<u32>,
 
     /// A flush requested by `send*`, run at the next call that has `now`.
     pending: Option<Flush>,
@@ -187,7 +342,6 @@ impl Kcp {
         } else {
             fast
         };
-        let acks_per_packet = config.mtu / HEADER_LEN;
         Ok(Self {
             conv,
             mtu: config.mtu,
@@ -207,7 +361,7 @@ impl Kcp {
             snd: SendRing::new(2 * snd_wnd),
             rcv: RecvRing::new(rcv_wnd),
             acklist: Vec::new(),
-            out: OutQueue::new(4 * acks_per_packet + 2 * rcv_wnd as usize + 64),
+            out: OutQueue::new(control_cap(config.mtu, rcv_wnd)),
             rtt: Rtt::new(config.nodelay, interval),
             // kcp-go guesses the peer's window as its own default (C: 128).
             rmt_wnd: 32,
@@ -225,6 +379,8 @@ impl Kcp {
             ts_probe: 0,
             probe_wait: 0,
             dead: false,
+            scan_dirty: false,
+            resend_floor: None,
             pending: None,
             next_timer: Timestamp::from_millis(0),
             parked: true,
@@ -249,19 +405,24 @@ impl Kcp {
     // ---------------------------------------------------------------- clock
 
     /// Bring the timer up to `now` and run a flush `send*` requested.
-    fn enter(&mut self, now: Timestamp) {
+    fn enter(&mut self, now: Timestamp, tick_at_now_ran: bool) {
         if !self.started {
             // kcp-go sessions run their first timer flush on creation.
             self.started = true;
             self.next_timer = now;
             self.parked = false;
         } else if self.parked {
-            let late = now.diff(self.next_timer);
+            // Ticks at next_timer, +interval, ... before now happened while
+            // idle and sent nothing; each also cleared the probe timer
+            // because the peer's window was open. A tick falling exactly on
+            // `now` is left to run for input and timer calls (kcp-go's
+            // Input may precede its timer in the same millisecond), and
+            // counted as run for `poll_transmit`: the caller skipped it
+            // because we were idle, before `send*`/`recv*` woke us.
+            let late = now
+                .diff(self.next_timer)
+                .wrapping_add(i32::from(tick_at_now_ran));
             if late > 0 {
-                // Ticks at next_timer, +interval, ... before now happened while
-                // idle and sent nothing; each also cleared the probe timer
-                // because the peer's window was open. A tick falling exactly
-                // on `now` is left to run.
                 let k = (late as u32 - 1) / self.p.interval + 1;
                 self.next_timer = self.next_timer.add_millis(k * self.p.interval);
                 self.ts_probe = 0;
@@ -316,7 +477,7 @@ impl Kcp {
     /// Run kcp-go's periodic flush if its tick is due at `now`; otherwise only
     /// bookkeeping. Call `poll_transmit` afterwards.
     pub fn handle_timeout(&mut self, now: Timestamp) {
-        self.enter(now);
+        self.enter(now, false);
         if now.is_at_or_after(self.next_timer) {
             if self.is_idle() {
                 // kcp-go's flush would send nothing; its only effects are
@@ -346,9 +507,16 @@ impl Kcp {
         packet: &[u8],
         origin: Origin,
     ) -> Result<(), InputError> {
-        self.enter(now);
+        self.enter(now, false);
         self.stats.datagrams_in += 1;
         let r = self.input(now, packet, origin);
+        if r.is_err() && self.acklist.len() >= self.mtu / HEADER_LEN {
+            // kcp-go skips its input flush when a packet is cut short, leaving
+            // the ACKs for the next tick. Flushing a packet's worth here keeps
+            // the list bounded per call even when an attacker cuts every
+            // packet; it only sends ACKs earlier.
+            self.flush(now, Flush::AckOnly);
+        }
         if let Err(e) = r {
             match e {
                 InputError::Truncated => self.stats.input_truncated += 1,
@@ -474,14 +642,17 @@ impl Kcp {
         }
         let threshold = self.p.fastack_threshold;
         let mut hit = false;
+        let mut bumped = false;
         self.snd.for_each_before(sn, |m| {
             if (m.ts.wrapping_sub(ts) as i32) <= 0 && m.fastack != FASTACK_OFF {
                 m.fastack += 1;
+                bumped = true;
                 if m.fastack >= threshold {
                     hit = true;
                 }
             }
         });
+        self.scan_dirty |= bumped;
         hit
     }
 
@@ -534,6 +705,8 @@ impl Kcp {
 
     /// kcp-go `flush`: decide what to send at `now` and queue it for
     /// `poll_transmit`. Returns kcp-go's suggested delay to the next flush.
+    /// kcp-go's flush has no gate; C's `ikcp_flush` does nothing until
+    /// `ikcp_update` has run once.
     fn flush(&mut self, now: Timestamp, kind: Flush) -> u32 {
         // All segments of one flush share these (WIRE.md 2.4).
         let wnd = self.wnd_unused();
@@ -595,14 +768,29 @@ impl Kcp {
             self.snd.admit();
             admitted += 1;
         }
+        if admitted > 0 {
+            self.scan_dirty = true;
+        }
 
         // Phase 5: (re)transmit.
         let mut next_update = self.p.interval;
-        if kind == Flush::Full {
+        if kind == Flush::Full && !self.scan_can_skip(current) {
             self.transmit(current, wnd, una, win, admitted == 0, &mut next_update);
         }
         self.out.push_end();
         next_update
+    }
+
+    /// Phase 5 would send nothing and suggest `interval` (see `scan_dirty`).
+    /// Phase 6 then changes nothing either.
+    fn scan_can_skip(&self, current: u32) -> bool {
+        if self.scan_dirty {
+            return false;
+        }
+        match self.resend_floor {
+            None => true,
+            Some(floor) => (floor.wrapping_sub(current) as i32) > self.p.interval as i32,
+        }
     }
 
     /// Flush phases 5 and 6.
@@ -615,68 +803,46 @@ impl Kcp {
         none_admitted: bool,
         next: &mut u32,
     ) {
-        let resent = self.p.resent;
-        let dead_link = self.p.dead_link;
-        let rtt = &self.rtt;
-        let rx_rto = rtt.initial();
-        let out = &mut self.out;
-        let (mut lost, mut fast, mut early) = (0u64, 0u64, 0u64);
-        let mut dead = false;
-        let mut next_update = *next;
-        self.snd.for_each_in_flight(|m, _len| {
-            if m.acked {
-                return;
-            }
-            let send = if m.xmit == 0 {
-                m.rto = rx_rto;
-                m.resendts = current.wrapping_add(m.rto);
-                true
-            } else if m.fastack >= resent && m.fastack != FASTACK_OFF {
-                // Fast retransmit; disabled until this segment's next RTO.
-                // C resets fastack to 0 instead and only allows it while
-                // xmit <= fastlimit (5).
-                m.fastack = FASTACK_OFF;
-                m.rto = rx_rto;
-                m.resendts = current.wrapping_add(m.rto);
-                fast += 1;
-                true
-            } else if m.fastack > 0 && m.fastack != FASTACK_OFF && none_admitted {
-                // kcp-go's early retransmit (absent from C): one skipping ACK
-                // is enough when this flush admitted no new data.
-                m.fastack = FASTACK_OFF;
-                m.rto = rx_rto;
-                m.resendts = current.wrapping_add(m.rto);
-                early += 1;
-                true
-            } else if (current.wrapping_sub(m.resendts) as i32) >= 0 {
-                m.rto = rtt.backoff(m.rto);
-                m.fastack = 0;
-                m.resendts = current.wrapping_add(m.rto);
-                lost += 1;
-                true
-            } else {
-                false
-            };
-            if send {
-                m.xmit = m.xmit.wrapping_add(1);
-                m.ts = current;
-                m.wnd = wnd;
-                m.una = una;
-                if !m.queued_out {
-                    m.queued_out = true;
-                    out.push_segment(m.sn);
-                }
-                if m.xmit >= dead_link {
-                    // kcp-go sets state = -1 and never reads it; we expose it.
-                    dead = true;
-                }
-            }
-            let wait = m.resendts.wrapping_sub(current) as i32;
-            if wait > 0 && (wait as u32) < next_update {
-                next_update = wait as u32;
-            }
-        });
-        *next = next_update;
+        let mut scan = Scan {
+            current,
+            wnd,
+            una,
+            none_admitted,
+            resent: self.p.resent,
+            dead_link: self.p.dead_link,
+            rtt: &self.rtt,
+            out: &mut self.out,
+            lost: 0,
+            fast: 0,
+            early: 0,
+            dead: false,
+            min_pos: i32::MAX,
+            min_any: i32::MAX,
+            still_dirty: false,
+        };
+        let (first_part, second_part) = self.snd.in_flight_mut();
+        scan.run(first_part);
+        scan.run(second_part);
+        let Scan {
+            lost,
+            fast,
+            early,
+            dead,
+            min_pos,
+            min_any,
+            still_dirty,
+            ..
+        } = scan;
+        // The flush suggests the nearest positive resend wait, at most `interval`.
+        if min_pos != i32::MAX && (min_pos as u32) < *next {
+            *next = min_pos as u32;
+        }
+        self.resend_floor = if min_any == i32::MAX {
+            None
+        } else {
+            Some(current.wrapping_add(min_any as u32))
+        };
+        self.scan_dirty = still_dirty;
         if dead {
             self.dead = true;
         }
@@ -688,6 +854,7 @@ impl Kcp {
         // a "change" too; C only fast ones.
         if !self.p.no_congestion {
             let mss = self.mss as u32;
+            let resent = self.p.resent;
             if fast + early > 0 {
                 let inflight = self.snd.nxt.wrapping_sub(self.snd.una);
                 self.ssthresh = (inflight / 2).max(THRESH_MIN);
@@ -721,7 +888,7 @@ impl Kcp {
     /// of each flush. `buf` should hold at least `mtu` bytes; a shorter buffer
     /// gets what fits, and a segment that fits no empty `buf` stays queued.
     pub fn poll_transmit(&mut self, now: Timestamp, buf: &mut [u8]) -> Option<usize> {
-        self.enter(now);
+        self.enter(now, true);
         let n = self.assemble(buf);
         self.leave();
         if n > 0 {
@@ -1063,6 +1230,38 @@ impl Kcp {
         self.rtt.rto()
     }
 
+    /// Start both sequence spaces at `sn` instead of 0, so tests can cross the
+    /// 2^32 wrap without sending 4 billion segments. Both ends must use the
+    /// same value. Only allowed before any traffic; returns `false` (and
+    /// changes nothing) afterwards. Not part of the stable API.
+    #[doc(hidden)]
+    pub fn set_initial_sn(&mut self, sn: u32) -> bool {
+        if self.snd.len() != 0
+            || self.rcv.queue_len() != 0
+            || self.rcv.buffered != 0
+            || self.snd.nxt != 0
+            || self.rcv.nxt != 0
+        {
+            return false;
+        }
+        self.snd.una = sn;
+        self.snd.nxt = sn;
+        self.rcv.head = sn;
+        self.rcv.nxt = sn;
+        true
+    }
+
+    /// Run one full flush at `now` regardless of the timer, as kcp-go's
+    /// `BenchmarkFlush` calls its internal `flush`; returns kcp-go's suggested
+    /// delay to the next flush. For benchmarks; not part of the stable API.
+    #[doc(hidden)]
+    pub fn flush_for_bench(&mut self, now: Timestamp) -> u32 {
+        self.enter(now, true);
+        let next = self.flush(now, Flush::Full);
+        self.leave();
+        next
+    }
+
     /// Sizes of every growable structure, for bound checks in tests.
     #[cfg(test)]
     pub(crate) fn footprint(&self) -> Footprint {
@@ -1074,6 +1273,19 @@ impl Kcp {
             acklist: self.acklist.len(),
             out_items: self.out.len(),
         }
+    }
+
+    /// Heap capacities of every container, as a tuple; equal values before
+    /// and after some work mean nothing grew, i.e. nothing was allocated
+    /// (slot buffers are cleared and refilled within their capacity).
+    #[cfg(test)]
+    pub(crate) fn heap_fingerprint(&self) -> [usize; 4] {
+        [
+            self.snd.heap_fingerprint(),
+            self.rcv.heap_fingerprint(),
+            self.out.heap_fingerprint(),
+            self.acklist.capacity(),
+        ]
     }
 }
 

@@ -72,6 +72,13 @@ fn encrypt_b2b<B: BlockCipherEncBackend>(backend: &B, input: &Block<B>, out: &mu
     backend.encrypt_block(InOut::from((input, out)));
 }
 
+// Code shape. A keystream block carried from one loop iteration to the next
+// is split by LLVM into 16 byte-sized values and rebuilt byte by byte every
+// block (pextrb/pinsrb), tripling the cost of AES-NI CFB. So no loop below
+// carries a keystream block: sealing re-reads the previous ciphertext block
+// from the buffer, and opening walks backwards, where the previous block is
+// still ciphertext.
+
 struct Encrypt<'a, BS> {
     buf: &'a mut [u8],
     _block: PhantomData<BS>,
@@ -84,20 +91,27 @@ impl<BS: ArraySize> BlockSizeUser for Encrypt<'_, BS> {
 impl<BS: ArraySize> BlockCipherEncClosure for Encrypt<'_, BS> {
     #[inline(always)]
     fn call<B: BlockCipherEncBackend<BlockSize = BS>>(self, backend: &B) {
-        let mut ks = first_keystream(backend);
         let (blocks, tail) = Array::<u8, BS>::slice_as_chunks_mut(self.buf);
-        if let Some((last, rest)) = blocks.split_last_mut() {
-            for block in rest {
-                xor_in_place(block, &ks);
-                encrypt_b2b(backend, block, &mut ks);
+        let Some((first, _)) = blocks.split_first_mut() else {
+            xor_tail(tail, &first_keystream(backend));
+            return;
+        };
+        xor_in_place(first, &first_keystream(backend));
+        for i in 1..blocks.len() {
+            let (done, todo) = blocks.split_at_mut(i);
+            if let (Some(prev), Some(cur)) = (done.last(), todo.first_mut()) {
+                let mut ks = Block::<B>::default();
+                encrypt_b2b(backend, prev, &mut ks);
+                xor_in_place(cur, &ks);
             }
-            xor_in_place(last, &ks);
-            if tail.is_empty() {
-                return;
-            }
-            encrypt_b2b(backend, last, &mut ks);
         }
-        xor_tail(tail, &ks);
+        if let Some(last) = blocks.last() {
+            if !tail.is_empty() {
+                let mut ks = Block::<B>::default();
+                encrypt_b2b(backend, last, &mut ks);
+                xor_tail(tail, &ks);
+            }
+        }
     }
 }
 
@@ -113,39 +127,55 @@ impl<BS: ArraySize> BlockSizeUser for Decrypt<'_, BS> {
 impl<BS: ArraySize> BlockCipherEncClosure for Decrypt<'_, BS> {
     #[inline(always)]
     fn call<B: BlockCipherEncBackend<BlockSize = BS>>(self, backend: &B) {
-        let mut ks = first_keystream(backend);
         let (blocks, tail) = Array::<u8, BS>::slice_as_chunks_mut(self.buf);
-        let mut rest: &mut [Block<B>] = blocks;
-        if <B as ParBlocksSizeUser>::ParBlocksSize::USIZE > 1 {
-            let (groups, remainder) = ParBlocks::<B>::slice_as_chunks_mut(rest);
-            for group in groups {
-                // Keystream block i+1 is the encryption of ciphertext block i:
-                // all of them at once, before the group is overwritten.
-                let mut next = ParBlocks::<B>::default();
-                backend.encrypt_par_blocks(InOut::from((&*group, &mut next)));
-                let mut prev = &ks;
-                for (block, k) in group.iter_mut().zip(next.iter()) {
-                    xor_in_place(block, prev);
-                    prev = k;
+        // The tail's keystream is the encryption of the last full block, or
+        // of the IV when there is none.
+        match blocks.last() {
+            None => {
+                xor_tail(tail, &first_keystream(backend));
+                return;
+            }
+            Some(last) if !tail.is_empty() => {
+                let mut ks = Block::<B>::default();
+                encrypt_b2b(backend, last, &mut ks);
+                xor_tail(tail, &ks);
+            }
+            Some(_) => {}
+        }
+        // Block i (i >= 1) is XORed with the encryption of ciphertext block
+        // i - 1; going backwards, that block is still ciphertext. Whole groups
+        // go through the backend's parallel path: blocks s..s+P take the
+        // encryptions of blocks s-1..s+P-1, one contiguous run.
+        let par = <B as ParBlocksSizeUser>::ParBlocksSize::USIZE;
+        let mut end = blocks.len();
+        while end > par {
+            let start = end - par;
+            let mut ks = ParBlocks::<B>::default();
+            let Some(run) = blocks.get(start - 1..end - 1) else {
+                break;
+            };
+            let (inputs, _) = ParBlocks::<B>::slice_as_chunks(run);
+            let Some(input) = inputs.first() else {
+                break;
+            };
+            backend.encrypt_par_blocks(InOut::from((input, &mut ks)));
+            if let Some(group) = blocks.get_mut(start..end) {
+                for (block, k) in group.iter_mut().zip(ks.iter()) {
+                    xor_in_place(block, k);
                 }
-                ks = prev.clone();
             }
-            rest = remainder;
+            end = start;
         }
-        if let Some((last, init)) = rest.split_last_mut() {
-            for block in init {
-                let mut next = Block::<B>::default();
-                encrypt_b2b(backend, block, &mut next);
-                xor_in_place(block, &ks);
-                ks = next;
+        for i in (1..end).rev() {
+            let (done, todo) = blocks.split_at_mut(i);
+            if let (Some(prev), Some(cur)) = (done.last(), todo.first_mut()) {
+                let mut ks = Block::<B>::default();
+                encrypt_b2b(backend, prev, &mut ks);
+                xor_in_place(cur, &ks);
             }
-            let mut next = Block::<B>::default();
-            if !tail.is_empty() {
-                encrypt_b2b(backend, last, &mut next);
-            }
-            xor_in_place(last, &ks);
-            ks = next;
         }
-        xor_tail(tail, &ks);
+        if let Some(first) = blocks.first_mut() {
+            xor_in_place(first, &first_keystream(backend));
+        }
     }
 }

@@ -35,14 +35,18 @@
 #![deny(clippy::disallowed_methods, clippy::disallowed_types)]
 
 mod cfb;
+mod des3;
+mod salsa;
+mod sm4t;
 mod tea;
+mod twofish256;
 
 use core::fmt;
 use core::ops::Range;
 
 use aes_gcm::aead::AeadInOut;
 use cipher::{
-    KeyInit, KeyIvInit, StreamCipher,
+    KeyInit,
     array::Array,
     consts::{U12, U16},
 };
@@ -299,17 +303,17 @@ enum Engine {
     Null,
     None,
     Xor(Box<[u8; MAX_DATAGRAM]>),
-    Salsa20(Box<[u8; 32]>),
+    Salsa20(salsa::Salsa20),
     Aes128(Box<aes::Aes128>),
     Aes192(Box<aes::Aes192>),
     Aes256(Box<aes::Aes256>),
     Blowfish(Box<blowfish::Blowfish>),
-    Twofish(Box<twofish::Twofish>),
+    Twofish(Box<twofish256::Twofish256>),
     Cast5(Box<cast5::Cast5>),
-    TripleDes(Box<des::TdesEde3>),
+    TripleDes(Box<des3::TripleDes>),
     Tea(Box<tea::Tea16>),
     Xtea(Box<tea::XteaBe>),
-    Sm4(Box<sm4::Sm4>),
+    Sm4(Box<sm4t::Sm4>),
     Aes128Gcm(Box<aes_gcm::Aes128Gcm>),
 }
 
@@ -362,7 +366,7 @@ impl PacketCrypto {
                 pbkdf2::pbkdf2_hmac::<sha1::Sha1>(&key, XOR_SALT, XOR_ITERATIONS, &mut pad[..]);
                 Engine::Xor(pad)
             }
-            Method::Salsa20 => Engine::Salsa20(Box::new(key_array::<32>(method, key)?)),
+            Method::Salsa20 => Engine::Salsa20(salsa::Salsa20::new(&key_array::<32>(method, key)?)),
             Method::Aes => Engine::Aes256(Box::new(
                 aes::Aes256::new_from_slice(key).map_err(|_| bad())?,
             )),
@@ -380,9 +384,7 @@ impl PacketCrypto {
             }
             Method::Twofish => {
                 let key = key_array::<32>(method, key)?;
-                Engine::Twofish(Box::new(
-                    twofish::Twofish::new_from_slice(&key).map_err(|_| bad())?,
-                ))
+                Engine::Twofish(twofish256::Twofish256::new(&key))
             }
             Method::Cast5 => {
                 let key = key_array::<16>(method, key)?;
@@ -390,14 +392,14 @@ impl PacketCrypto {
                     cast5::Cast5::new_from_slice(&key).map_err(|_| bad())?,
                 ))
             }
-            Method::TripleDes => Engine::TripleDes(Box::new(
-                des::TdesEde3::new_from_slice(key).map_err(|_| bad())?,
-            )),
+            Method::TripleDes => Engine::TripleDes(Box::new(des3::TripleDes::new(
+                &key_array::<24>(method, key)?,
+            ))),
             Method::Tea => Engine::Tea(Box::new(tea::Tea16::new(&key_array::<16>(method, key)?))),
             Method::Xtea => {
                 Engine::Xtea(Box::new(tea::XteaBe::new(&key_array::<16>(method, key)?)))
             }
-            Method::Sm4 => Engine::Sm4(Box::new(sm4::Sm4::new_from_slice(key).map_err(|_| bad())?)),
+            Method::Sm4 => Engine::Sm4(Box::new(sm4t::Sm4::new(&key_array::<16>(method, key)?))),
             Method::Aes128Gcm => Engine::Aes128Gcm(Box::new(
                 aes_gcm::Aes128Gcm::new_from_slice(key).map_err(|_| bad())?,
             )),
@@ -538,6 +540,23 @@ impl PacketCrypto {
     }
 }
 
+impl PacketCrypto {
+    /// The cipher transform alone, in place over a whole datagram, without
+    /// nonce, checksum or length rules: what kcp-go's `BlockCrypt.Encrypt`
+    /// does. Exists so benchmarks can be compared with kcp-go's
+    /// `benchCrypt`; `null`, `none` and AEAD leave the bytes as they are.
+    #[doc(hidden)]
+    pub fn encrypt_raw(&self, datagram: &mut [u8]) {
+        self.engine.apply(datagram, Direction::Seal);
+    }
+
+    /// The inverse of [`encrypt_raw`](Self::encrypt_raw).
+    #[doc(hidden)]
+    pub fn decrypt_raw(&self, datagram: &mut [u8]) {
+        self.engine.apply(datagram, Direction::Open);
+    }
+}
+
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Direction {
     Seal,
@@ -560,10 +579,9 @@ impl Engine {
                     *d ^= *p;
                 }
             }
-            Engine::Salsa20(key) => {
+            Engine::Salsa20(s) => {
                 if let Some((nonce, body)) = datagram.split_first_chunk_mut::<8>() {
-                    let mut stream = salsa20::Salsa20::new(&(**key).into(), &(*nonce).into());
-                    stream.apply_keystream(body);
+                    s.apply_keystream(nonce, body);
                 }
             }
             Engine::Aes128(c) => cfb(&**c, datagram, dir),

@@ -220,6 +220,33 @@ where
     cfb_mode::Encryptor::inner_iv_init(cipher, &iv).encrypt(buf);
 }
 
+#[test]
+fn our_cfb_matches_cfb_mode_at_every_length() {
+    // Covers no full block, only a tail, and every split between AES-NI's
+    // eight-block groups, single blocks and the tail.
+    let aes = aes::Aes128::new(&[7u8; 16].into());
+    let cast = cast5::Cast5::new_from_slice(&[9u8; 16]).unwrap();
+    for len in 0..400 {
+        let data: Vec<u8> = (0..len).map(|i| (i * 13 + 5) as u8).collect();
+
+        let mut ours = data.clone();
+        cfb::encrypt(&aes, &mut ours);
+        let mut reference = data.clone();
+        cfb_mode_reference(aes.clone(), &cfb::IV, &mut reference);
+        assert_eq!(ours, reference, "aes, len {len}");
+        cfb::decrypt(&aes, &mut ours);
+        assert_eq!(ours, data, "aes, len {len}");
+
+        let mut ours = data.clone();
+        cfb::encrypt(&cast, &mut ours);
+        let mut reference = data.clone();
+        cfb_mode_reference(cast.clone(), &cfb::IV[..8], &mut reference);
+        assert_eq!(ours, reference, "cast5, len {len}");
+        cfb::decrypt(&cast, &mut ours);
+        assert_eq!(ours, data, "cast5, len {len}");
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 

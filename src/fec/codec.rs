@@ -11,7 +11,7 @@
 //! so no call builds a list of slices and nothing allocates per call once the
 //! decode-matrix cache is warm.
 
-use crate::simd::gf256::{self, NibbleTable};
+use crate::simd::gf256::{self, Kernel, NibbleTable};
 
 /// Why the codec refused a call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,7 +26,7 @@ pub(crate) enum CodecError {
 }
 
 /// An erasure code over flat shard arenas.
-pub(crate) trait ErasureCodec: Send {
+pub(crate) trait ErasureCodec: Send + Sync {
     /// Data shards per group.
     fn data_shards(&self) -> usize;
     /// Parity shards per group.
@@ -55,23 +55,37 @@ pub(crate) trait ErasureCodec: Send {
 
 /// Square matrix inverse over GF(2^8) by Gauss-Jordan elimination, row-major.
 fn invert(m: &[u8], n: usize) -> Option<Vec<u8>> {
+    let (mut work, mut inv) = (Vec::new(), Vec::new());
+    invert_into(m, n, &mut work, &mut inv).then_some(inv)
+}
+
+/// [`invert`] into caller-owned buffers (`work` is scratch); `false` if `m`
+/// is not `n x n` or is singular.
+fn invert_into(m: &[u8], n: usize, work: &mut Vec<u8>, inv: &mut Vec<u8>) -> bool {
     if m.len() != n * n {
-        return None;
+        return false;
     }
-    let mut a = m.to_vec();
-    let mut inv = vec![0u8; n * n];
+    let a = work;
+    a.clear();
+    a.extend_from_slice(m);
+    inv.clear();
+    inv.resize(n * n, 0);
     for i in 0..n {
         inv[i * n + i] = 1;
     }
     for col in 0..n {
-        let pivot = (col..n).find(|&r| a[r * n + col] != 0)?;
+        let Some(pivot) = (col..n).find(|&r| a[r * n + col] != 0) else {
+            return false;
+        };
         if pivot != col {
             for c in 0..n {
                 a.swap(pivot * n + c, col * n + c);
                 inv.swap(pivot * n + c, col * n + c);
             }
         }
-        let scale = gf256::inv(a[col * n + col])?;
+        let Some(scale) = gf256::inv(a[col * n + col]) else {
+            return false;
+        };
         for c in 0..n {
             a[col * n + c] = gf256::mul(a[col * n + c], scale);
             inv[col * n + c] = gf256::mul(inv[col * n + c], scale);
@@ -87,7 +101,7 @@ fn invert(m: &[u8], n: usize) -> Option<Vec<u8>> {
             }
         }
     }
-    Some(inv)
+    true
 }
 
 /// The `total x data` systematic encoding matrix (row-major).
@@ -126,8 +140,11 @@ struct DecodePlan {
 }
 
 /// Decode plans kept per codec. kcp-go's codec caches inversions too; a
-/// handful covers the patterns a lossy link repeats.
-const PLAN_CACHE: usize = 16;
+/// few dozen cover the patterns a lossy link repeats.
+const PLAN_CACHE: usize = 32;
+/// Table bytes the plan cache may hold; large shapes keep fewer plans
+/// (at least one), so memory stays bounded whatever the shape.
+const PLAN_BUDGET: usize = 256 * 1024;
 
 /// kcp-go's Reed-Solomon code on the runtime-dispatched GF(2^8) kernel.
 pub(crate) struct VandermondeCodec {
@@ -138,9 +155,18 @@ pub(crate) struct VandermondeCodec {
     /// Tables of the parity rows, `m * d`, row-major.
     parity_tables: Vec<NibbleTable>,
     plans: Vec<DecodePlan>,
+    /// Plans kept at most (`PLAN_CACHE`, fewer for large shapes).
+    plan_cap: usize,
     next_victim: usize,
+    /// The GF(2^8) kernel (the CPU's best unless a benchmark picks one).
+    kernel: Kernel,
     /// Scratch offsets (reused).
     offsets: Vec<usize>,
+    /// Scratch for building decode plans: the chosen rows, elimination work
+    /// space, and the inverse.
+    sub: Vec<u8>,
+    work: Vec<u8>,
+    inverse: Vec<u8>,
 }
 
 impl VandermondeCodec {
@@ -160,10 +186,22 @@ impl VandermondeCodec {
             parity,
             matrix,
             parity_tables,
-            plans: Vec::with_capacity(PLAN_CACHE),
+            plans: Vec::new(),
+            plan_cap: (PLAN_BUDGET / (data * parity.min(data) * size_of::<NibbleTable>()))
+                .clamp(1, PLAN_CACHE),
             next_victim: 0,
+            kernel: Kernel::detect(),
             offsets: Vec::with_capacity(data + parity),
+            sub: Vec::with_capacity(data * data),
+            work: Vec::with_capacity(data * data),
+            inverse: Vec::with_capacity(data * data),
         })
+    }
+
+    /// Runs on `kernel` instead of the CPU's best (benchmarks compare them; a
+    /// kernel the CPU lacks falls back to the portable one).
+    pub(crate) fn set_kernel(&mut self, kernel: Kernel) {
+        self.kernel = kernel;
     }
 
     #[cfg(test)]
@@ -173,45 +211,55 @@ impl VandermondeCodec {
 
     fn plan_for(&mut self, present: &[bool]) -> Result<usize, CodecError> {
         let total = self.data + self.parity;
+        let d = self.data;
         let mut pattern: Pattern = [0; 4];
+        let mut count = 0;
         for (i, _) in present.iter().enumerate().take(total).filter(|(_, p)| **p) {
             pattern[i / 64] |= 1 << (i % 64);
+            count += 1;
+        }
+        if count < d {
+            return Err(CodecError::TooFewShards);
         }
         if let Some(i) = self.plans.iter().position(|p| p.pattern == pattern) {
             return Ok(i);
         }
-        let d = self.data;
-        let sources: Vec<usize> = (0..total).filter(|&i| present[i]).take(d).collect();
-        if sources.len() < d {
-            return Err(CodecError::TooFewShards);
+        // Build the plan in a cache entry, reusing an evicted entry's buffers.
+        let idx = if self.plans.len() < self.plan_cap {
+            self.plans.push(DecodePlan {
+                pattern: [0; 4],
+                sources: Vec::with_capacity(d),
+                tables: Vec::new(),
+            });
+            self.plans.len() - 1
+        } else {
+            let v = self.next_victim;
+            self.next_victim = (v + 1) % self.plan_cap;
+            v
+        };
+        let plan = &mut self.plans[idx];
+        // Invalid until complete (no real pattern is empty: count >= d >= 1).
+        plan.pattern = [0; 4];
+        plan.sources.clear();
+        plan.sources
+            .extend((0..total).filter(|&i| present[i]).take(d));
+        self.sub.clear();
+        for &s in &plan.sources {
+            self.sub.extend_from_slice(&self.matrix[s * d..(s + 1) * d]);
         }
-        let mut sub = Vec::with_capacity(d * d);
-        for &s in &sources {
-            sub.extend_from_slice(&self.matrix[s * d..(s + 1) * d]);
+        if !invert_into(&self.sub, d, &mut self.work, &mut self.inverse) {
+            return Err(CodecError::Singular);
         }
-        let decode = invert(&sub, d).ok_or(CodecError::Singular)?;
-        let mut tables = Vec::new();
+        plan.tables.clear();
         for i in (0..d).filter(|&i| !present[i]) {
-            tables.extend(
-                decode[i * d..(i + 1) * d]
+            plan.tables.extend(
+                self.inverse[i * d..(i + 1) * d]
                     .iter()
                     .map(|&c| NibbleTable::new(c)),
             );
         }
-        let plan = DecodePlan {
-            pattern,
-            sources,
-            tables,
-        };
-        if self.plans.len() < PLAN_CACHE {
-            self.plans.push(plan);
-            Ok(self.plans.len() - 1)
-        } else {
-            let v = self.next_victim;
-            self.next_victim = (v + 1) % PLAN_CACHE;
-            self.plans[v] = plan;
-            Ok(v)
-        }
+        plan.pattern = pattern;
+        Ok(idx)
     }
 }
 
@@ -237,13 +285,16 @@ impl ErasureCodec for VandermondeCodec {
         }
         self.offsets.clear();
         self.offsets.extend((0..d).map(|j| j * stride));
-        for (k, row) in self.parity_tables.chunks_exact(d).enumerate() {
-            let out = parity
-                .get_mut(k * stride..k * stride + len)
-                .ok_or(CodecError::BadArguments)?;
-            if !gf256::dot(row, data, &self.offsets, out) {
-                return Err(CodecError::BadArguments);
-            }
+        if !gf256::dot_rows_with(
+            self.kernel,
+            &self.parity_tables,
+            data,
+            &self.offsets,
+            parity,
+            stride,
+            len,
+        ) {
+            return Err(CodecError::BadArguments);
         }
         Ok(())
     }
@@ -268,13 +319,16 @@ impl ErasureCodec for VandermondeCodec {
         self.offsets.clear();
         self.offsets
             .extend(plan.sources.iter().map(|&s| s * stride));
-        for (n, row) in plan.tables.chunks_exact(d).enumerate() {
-            let dst = out
-                .get_mut(n * stride..n * stride + len)
-                .ok_or(CodecError::BadArguments)?;
-            if !gf256::dot(row, shards, &self.offsets, dst) {
-                return Err(CodecError::BadArguments);
-            }
+        if !gf256::dot_rows_with(
+            self.kernel,
+            &plan.tables,
+            shards,
+            &self.offsets,
+            out,
+            stride,
+            len,
+        ) {
+            return Err(CodecError::BadArguments);
         }
         Ok(())
     }
@@ -393,7 +447,7 @@ mod tests {
         fn codec_matches_reed_solomon_erasure(
             d in 1usize..=32,
             m in 1usize..=16,
-            len in 1usize..=200,
+            len in prop_oneof![1usize..=200, 1400usize..=1500],
             stride_extra in 0usize..40,
             seed in any::<u64>(),
             erase_seed in any::<u64>(),

@@ -14,8 +14,10 @@ const WINDOW: usize = 4;
 /// The FEC decoder of one session.
 ///
 /// Keeps at most four groups (the newest seen and the three before it) of at
-/// most `data + parity` shards, in arenas allocated when a group slot is
-/// first used and reused afterwards, so memory is bounded whatever arrives.
+/// most `data + parity` shards. A group's shards live in one arena taken from
+/// a small pool and given back as soon as the group is decoded or dropped, so
+/// at most four arenas ever exist (usually one or two) and memory is bounded
+/// whatever arrives.
 /// As soon as a group holds `data` shards, its missing data shards are
 /// rebuilt and queued for [`poll_recovered`](Self::poll_recovered); the group
 /// then drops any late shard.
@@ -40,6 +42,8 @@ pub struct FecDecoder {
     /// Newest group id seen.
     newest: Option<u32>,
     slots: Vec<Slot>,
+    /// Arenas not held by a slot.
+    spare: Vec<Vec<u8>>,
     codec: Box<dyn ErasureCodec>,
     /// Rebuilt shards of the last recovery, `SHARD_STRIDE` apart.
     recovered: Vec<u8>,
@@ -105,14 +109,16 @@ impl FecDecoder {
         };
         // A valid shape always builds; 1 + 1 is the last resort.
         let codec = VandermondeCodec::new(d, p).or_else(|| VandermondeCodec::new(1, 1));
+        // Placeholder shape until `install`; nonzero so no arithmetic can divide by 0.
         let mut dec = Self {
-            data: 0,
-            parity: 0,
-            total: 0,
-            paws: 0,
-            groups: 0,
+            data: 1,
+            parity: 1,
+            total: 2,
+            paws: paws(2),
+            groups: paws(2) / 2,
             newest: None,
             slots: Vec::new(),
+            spare: Vec::new(),
             codec: Box::new(NoCodec),
             recovered: Vec::new(),
             queue: Vec::new(),
@@ -142,7 +148,10 @@ impl FecDecoder {
             .iter()
             .map(|s| s.arena.capacity() + s.present.capacity() + 2 * s.lens.capacity())
             .sum();
+        let spare: usize = self.spare.iter().map(Vec::capacity).sum();
         slots
+            + spare
+            + self.spare.capacity() * size_of::<Vec<u8>>()
             + self.slots.capacity() * size_of::<Slot>()
             + self.recovered.capacity()
             + self.queue.capacity() * size_of::<(usize, usize)>()
@@ -159,6 +168,7 @@ impl FecDecoder {
         self.groups = self.paws / self.total as u32;
         self.newest = None;
         self.slots = (0..WINDOW).map(|_| Slot::new(d + p)).collect();
+        self.spare = Vec::with_capacity(WINDOW);
         self.codec = codec;
         self.recovered = vec![0; d * SHARD_STRIDE];
         self.queue = Vec::with_capacity(d);
@@ -283,7 +293,10 @@ impl FecDecoder {
         let total = self.total;
         let slot = &mut self.slots[i];
         if slot.arena.is_empty() {
-            slot.arena = vec![0; total * SHARD_STRIDE];
+            slot.arena = self
+                .spare
+                .pop()
+                .unwrap_or_else(|| vec![0; total * SHARD_STRIDE]);
         }
         slot.reset(group);
         Some(i)
@@ -299,6 +312,9 @@ impl FecDecoder {
                     self.stats.unrecoverable += 1;
                 }
                 s.used = false;
+                if !s.arena.is_empty() {
+                    self.spare.push(core::mem::take(&mut s.arena));
+                }
             }
         }
     }
@@ -334,9 +350,13 @@ impl FecDecoder {
         s.decoded = true;
         if s.data_count == self.data {
             self.stats.full_groups += 1;
-            return;
+        } else {
+            self.recover(slot);
         }
-        self.recover(slot);
+        // A decoded group only needs to remember that it was: its arena goes back.
+        if let Some(s) = self.slots.get_mut(slot) {
+            self.spare.push(core::mem::take(&mut s.arena));
+        }
     }
 
     /// Rebuilds the missing data shards of a slot holding `data` shards.
@@ -494,11 +514,12 @@ impl Tuner {
         }
         self.since_try = 0;
         let n = self.len;
-        let newest = self.ring[(self.head + SAMPLES - 1) % SAMPLES].0;
+        let last = self.ring[(self.head + SAMPLES - 1) % SAMPLES].0;
         let s = &mut self.scratch[..n];
         s.copy_from_slice(&self.ring[..n]);
-        // Order by distance behind the newest sample, oldest first (wrap-safe).
-        s.sort_unstable_by_key(|&(seq, _)| core::cmp::Reverse(newest.wrapping_sub(seq)));
+        // Order by signed distance from the last sample, so seqids within 2^31
+        // either side of it (late arrivals included) sort right across the wrap.
+        s.sort_unstable_by_key(|&(seq, _)| seq.wrapping_sub(last) as i32);
         // Drop duplicate seqids (kept: the first of each).
         let mut w = 0;
         for r in 0..n {
@@ -541,5 +562,62 @@ impl Tuner {
             i = k + 1;
         }
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Feeds a sender's `(seqid, is_data)` stream for `d + p` shards per group,
+    /// starting at `first`, skipping `lost`, and returns the first shape found.
+    fn learn(
+        d: usize,
+        p: usize,
+        first: u32,
+        count: usize,
+        lost: &[u32],
+        late: Option<u32>,
+    ) -> Option<(usize, usize)> {
+        let total = d + p;
+        let wrap = paws(total);
+        let mut t = Tuner::new();
+        let mut seq = first;
+        let mut found = None;
+        for _ in 0..count {
+            if !lost.contains(&seq) && Some(seq) != late {
+                t.sample(seq, (seq % total as u32) < d as u32);
+                found = found.or_else(|| t.find_shape());
+            }
+            seq = (seq + 1) % wrap;
+        }
+        if let Some(l) = late {
+            t.sample(l, (l % total as u32) < d as u32);
+            t.since_try = TUNE_EVERY;
+            found = found.or_else(|| t.find_shape());
+        }
+        found
+    }
+
+    #[test]
+    fn learns_the_ratio_from_a_framed_group() {
+        assert_eq!(learn(10, 3, 0, 40, &[], None), Some((10, 3)));
+        assert_eq!(learn(1, 1, 0, 10, &[], None), Some((1, 1)));
+        assert_eq!(learn(200, 56, 0, 600, &[], None), Some((200, 56)));
+        // Losses break runs; a later intact group still gives the answer.
+        assert_eq!(learn(10, 3, 0, 60, &[5, 18, 31], None), Some((10, 3)));
+        // Not enough to see a whole framed group.
+        assert_eq!(learn(10, 3, 1, 12, &[], None), None);
+    }
+
+    #[test]
+    fn learns_across_the_seqid_wrap_and_with_a_late_arrival() {
+        let total = 13u32;
+        let start = paws(13) - 2 * total + 4;
+        assert_eq!(learn(10, 3, start, 40, &[], None), Some((10, 3)));
+        // Only the late packet completes the framing; it sorts into place.
+        let gap = 13 * 3 + 5;
+        let found = learn(10, 3, 13 * 3 - 1, 18, &[], Some(gap));
+        assert_eq!(found, Some((10, 3)));
     }
 }

@@ -199,7 +199,7 @@ impl FecEncoder {
             let continuous = self
                 .last_data
                 .is_some_and(|t| now.diff(t) < CONTINUITY_MS as i32);
-            self.close_group(continuous, 0);
+            self.close_group(continuous, 0, 0);
         }
         self.last_data = Some(now);
         len
@@ -285,8 +285,7 @@ impl FecEncoder {
             self.store_shard(&shard);
         }
         self.stats.deadline_groups += 1;
-        self.close_group(true, missing);
-        self.out.filler_seqid = filler_seqid;
+        self.close_group(true, missing, filler_seqid);
         self.last_data = Some(now);
     }
 
@@ -317,8 +316,9 @@ impl FecEncoder {
     }
 
     /// Ends the current group: parity (if `emit`) becomes pending after
-    /// `fillers` filler shards; seqids advance by the parity count either way.
-    fn close_group(&mut self, emit: bool, fillers: usize) {
+    /// `fillers` filler shards numbered from `filler_seqid`; seqids advance by
+    /// the parity count either way.
+    fn close_group(&mut self, emit: bool, fillers: usize, filler_seqid: u32) {
         let undrained = self.out.remaining();
         if undrained > 0 {
             self.stats.parity_undrained += undrained as u64;
@@ -344,7 +344,7 @@ impl FecEncoder {
         }
         if ok {
             self.out = Pending {
-                filler_seqid: 0,
+                filler_seqid,
                 fillers,
                 parity_seqid,
                 parity: self.parity,

@@ -29,6 +29,39 @@
 //! packet to [`FecDecoder::handle`]; for [`PacketKind::Parity`], only `handle`.
 //! After each `handle`, call [`FecDecoder::poll_recovered`] until `None` and
 //! feed those packets to the ARQ as FEC-recovered.
+//!
+//! ```
+//! use kcpio::arq::Timestamp;
+//! use kcpio::fec::{DATA_HEADER, FecDecoder, FecEncoder, data_payload};
+//!
+//! let mut enc = FecEncoder::new(2, 1)?;
+//! let now = Timestamp::from_millis(0);
+//! let mut wire = Vec::new();
+//! for kcp in [[0x51u8; 40], [0x52u8; 40]] {
+//!     let mut buf = [0u8; 1500];
+//!     buf[DATA_HEADER..DATA_HEADER + kcp.len()].copy_from_slice(&kcp);
+//!     let n = enc.encode(now, &mut buf, kcp.len());
+//!     wire.push(buf[..n].to_vec());
+//!     let mut parity = [0u8; 1500];
+//!     while let Some(m) = enc.poll_parity(&mut parity) {
+//!         wire.push(parity[..m].to_vec());
+//!     }
+//! }
+//! assert_eq!(wire.len(), 3); // two data shards and one parity shard
+//!
+//! // The first data shard is lost; the decoder rebuilds it from the other two.
+//! let mut dec = FecDecoder::new(2, 1);
+//! let mut recovered = [0u8; 1500];
+//! for packet in &wire[1..] {
+//!     if let Some(kcp) = data_payload(packet) {
+//!         assert_eq!(kcp, &[0x52u8; 40][..]); // to the ARQ as a regular packet
+//!     }
+//!     dec.handle(packet)?;
+//! }
+//! let n = dec.poll_recovered(&mut recovered).expect("rebuilt");
+//! assert_eq!(&recovered[..n], &[0x51u8; 40][..]); // to the ARQ as FEC-recovered
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 #![deny(clippy::disallowed_methods, clippy::disallowed_types)]
 
@@ -123,6 +156,29 @@ pub fn oob_payload(packet: &[u8]) -> Option<(u32, &[u8])> {
     }
     let conv = read_u32(packet, DATA_HEADER)?;
     Some((conv, packet.get(DATA_HEADER + 4..)?))
+}
+
+/// Frames an OOB packet in place (kcp-go's `SendOOB`, WIRE.md 4.6):
+/// `buf[..8]` is free headroom and `buf[8..8 + body_len]` holds the conv (u32
+/// LE) followed by the payload. Writes seqid 0xFFFFFFFF, flag 0xF3 and
+/// `size = 2 + body_len`, and returns the packet length `8 + body_len`. OOB
+/// packets take no seqid and are never FEC-protected; a kcp-go receiver needs
+/// at least 12 bytes (`body_len >= 4`).
+///
+/// Returns 0 if `buf` is shorter than `8 + body_len` or the packet would
+/// exceed [`MAX_PACKET`].
+pub fn encode_oob(buf: &mut [u8], body_len: usize) -> usize {
+    let len = DATA_HEADER + body_len;
+    if len > MAX_PACKET || buf.len() < len {
+        return 0;
+    }
+    let Some(h) = buf.get_mut(..DATA_HEADER) else {
+        return 0;
+    };
+    h[..4].copy_from_slice(&u32::MAX.to_le_bytes());
+    h[4..6].copy_from_slice(&FLAG_OOB.to_le_bytes());
+    h[6..8].copy_from_slice(&((2 + body_len) as u16).to_le_bytes());
+    len
 }
 
 pub(crate) fn read_u16(b: &[u8], at: usize) -> Option<u16> {
@@ -260,6 +316,54 @@ impl fmt::Display for FecDecodeError {
 }
 
 impl std::error::Error for FecDecodeError {}
+
+/// Entry points for `benches/fec.rs` only: the raw codec, to compare the
+/// GF(2^8) kernel with `reed-solomon-erasure`. Not part of the API.
+#[doc(hidden)]
+pub mod bench_support {
+    use super::codec::{ErasureCodec, VandermondeCodec};
+
+    /// kcpio's Reed-Solomon codec (the one [`FecEncoder`](super::FecEncoder) uses).
+    pub struct Codec(VandermondeCodec);
+
+    impl Codec {
+        /// `None` for an invalid shape.
+        pub fn new(data: usize, parity: usize) -> Option<Self> {
+            VandermondeCodec::new(data, parity).map(Self)
+        }
+
+        /// Forces a kernel: `"avx2"`, `"ssse3"` or `"portable"` (unknown names
+        /// and kernels the CPU lacks run portably).
+        pub fn set_kernel(&mut self, name: &str) {
+            use crate::simd::gf256::Kernel;
+            self.0.set_kernel(match name {
+                "avx2" => Kernel::Avx2,
+                "ssse3" => Kernel::Ssse3,
+                _ => Kernel::Portable,
+            });
+        }
+
+        /// Parity of `data` shards `stride` apart into `parity`; `false` on bad sizes.
+        pub fn encode(
+            &mut self,
+            data: &[u8],
+            stride: usize,
+            len: usize,
+            parity: &mut [u8],
+        ) -> bool {
+            self.0.encode(data, stride, len, parity).is_ok()
+        }
+    }
+
+    /// The GF(2^8) kernel chosen on this CPU.
+    pub fn kernel() -> &'static str {
+        match crate::simd::gf256::Kernel::detect() {
+            crate::simd::gf256::Kernel::Avx2 => "avx2",
+            crate::simd::gf256::Kernel::Ssse3 => "ssse3",
+            crate::simd::gf256::Kernel::Portable => "portable",
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests;

@@ -237,6 +237,11 @@ fn oob_and_bare_kcp_packets_are_classified() {
         Some((oob.conv, &hex::decode(&oob.payload_hex).unwrap()[..]))
     );
     assert_eq!(data_payload(&d), None);
+    let mut buf = vec![0u8; 8];
+    buf.extend_from_slice(&d[8..]);
+    assert_eq!(encode_oob(&mut buf, d.len() - 8), d.len());
+    assert_eq!(buf, d, "kcp-go's SendOOB framing");
+    assert_eq!(encode_oob(&mut buf, d.len()), 0, "too short a buffer");
     let mut kcp = [0u8; 24];
     kcp[4] = 81;
     assert_eq!(classify(&kcp), PacketKind::Kcp);
@@ -616,4 +621,170 @@ fn decoder_memory_stays_bounded_under_an_endless_stream_of_random_shards() {
         dec.stats().retunes > 0,
         "the stream made the decoder relearn its shape"
     );
+}
+
+#[test]
+fn encoder_and_decoder_can_move_between_threads_and_sit_behind_a_mutex() {
+    fn check<T: Send + Sync>() {}
+    check::<FecEncoder>();
+    check::<FecDecoder>();
+}
+
+/// Writes a deadline-closed group (two real KCP packets, 8 fillers, 3 parity)
+/// as hex lines to `$KCPIO_FILLER_DUMP`, for `scripts/kcpgo_filler_check.sh`,
+/// which feeds them to a real kcp-go session.
+#[test]
+#[ignore = "run by scripts/kcpgo_filler_check.sh"]
+fn dump_deadline_group_for_kcp_go() {
+    let seg = |sn: u32, body: &[u8]| {
+        let mut p = Vec::new();
+        p.extend_from_slice(&0x1122_3344u32.to_le_bytes());
+        p.extend_from_slice(&[81, 0]);
+        p.extend_from_slice(&128u16.to_le_bytes());
+        p.extend_from_slice(&5u32.to_le_bytes());
+        p.extend_from_slice(&sn.to_le_bytes());
+        p.extend_from_slice(&0u32.to_le_bytes());
+        p.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        p.extend_from_slice(body);
+        p
+    };
+    let mut enc = FecEncoder::new(10, 3).unwrap();
+    enc.set_group_deadline(Some(20));
+    let mut lines = Vec::new();
+    for (sn, body) in [
+        (0u32, &b"first message, lost on the wire"[..]),
+        (1, &b"second"[..]),
+    ] {
+        let (d, x) = encode(&mut enc, ms(sn), &seg(sn, body));
+        lines.push(hex::encode(d));
+        assert!(x.is_empty());
+    }
+    enc.handle_timeout(ms(20));
+    let mut buf = vec![0u8; MAX_PACKET];
+    while let Some(n) = enc.poll_parity(&mut buf) {
+        lines.push(hex::encode(&buf[..n]));
+    }
+    let path =
+        std::env::var("KCPIO_FILLER_DUMP").unwrap_or_else(|_| "/tmp/kcpio_fillers.txt".into());
+    std::fs::write(path, lines.join("\n")).unwrap();
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(40))]
+    /// Reordering across neighbouring groups and duplicated packets do not
+    /// stop recovery of up to `parity` losses per group, and nothing is
+    /// handed out twice from one group.
+    #[test]
+    fn reordered_and_duplicated_shards_still_recover(d in 1usize..=10, p in 1usize..=4, seed in any::<u64>()) {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let mut enc = FecEncoder::new(d, p).unwrap();
+        let mut dec = FecDecoder::new(d, p);
+        let groups = 8;
+        let mut sent = Vec::new();
+        let mut wire = Vec::new();
+        for g in 0..groups {
+            let mut group = Vec::new();
+            for _ in 0..d {
+                let kcp = kcp_packet(sent.len() as u32, rng.random_range(24..=600));
+                let (data, parity) = encode(&mut enc, ms(1000 + g as u32), &kcp);
+                sent.push(kcp);
+                group.push(data);
+                group.extend(parity);
+            }
+            // A first one-shard group has no parity (continuity rule): no loss there.
+            let lost = if group.len() == d + p { { let k = rng.random_range(0..=p); lose_k(&mut rng, d + p, k) } } else { vec![false; group.len()] };
+            for (pkt, l) in group.into_iter().zip(lost) {
+                if !l {
+                    if rng.random_range(0..5) == 0 {
+                        wire.push(pkt.clone());
+                    }
+                    wire.push(pkt);
+                }
+            }
+        }
+        // Local reordering: each packet moves at most `d + p` places.
+        let mut keyed: Vec<(usize, Vec<u8>)> =
+            wire.into_iter().enumerate().map(|(i, w)| (i + rng.random_range(0..=d + p), w)).collect();
+        keyed.sort_by_key(|(k, _)| *k);
+        let wire: Vec<Vec<u8>> = keyed.into_iter().map(|(_, w)| w).collect();
+        let mut delivered = std::collections::BTreeSet::new();
+        let mut recovered = Vec::new();
+        for pkt in &wire {
+            if let Some(k) = data_payload(pkt) {
+                delivered.insert(k.to_vec());
+            }
+            dec.handle(pkt).unwrap();
+            for r in drain(&mut dec) {
+                prop_assert!(sent.contains(&r));
+                recovered.push(r.clone());
+                delivered.insert(r);
+            }
+        }
+        prop_assert_eq!(delivered.len(), sent.len());
+        let unique: std::collections::BTreeSet<_> = recovered.iter().collect();
+        prop_assert_eq!(unique.len(), recovered.len(), "a packet recovered twice");
+    }
+}
+
+#[test]
+fn the_skip_parity_capture_decodes_without_recovery() {
+    let g = group("rs_3_2_skip_parity");
+    let mut dec = FecDecoder::new(3, 2);
+    for p in &g.packets {
+        dec.handle(&p.fec()).unwrap();
+        assert!(drain(&mut dec).is_empty());
+    }
+    assert_eq!(dec.stats().full_groups, 2);
+    assert_eq!(
+        dec.stats().dropped_stale,
+        2,
+        "the second group's parity arrives after it completed"
+    );
+    // Losing a data shard of the second group is repaired by its parity.
+    let mut dec = FecDecoder::new(3, 2);
+    let mut got = Vec::new();
+    for p in g.packets.iter().filter(|p| p.seqid != 6) {
+        dec.handle(&p.fec()).unwrap();
+        got.extend(drain(&mut dec));
+    }
+    let lost = g.packets.iter().find(|p| p.seqid == 6).unwrap().fec();
+    assert_eq!(got, vec![lost[8..].to_vec()]);
+}
+
+#[test]
+fn steady_lossy_traffic_keeps_decoder_memory_within_four_arenas() {
+    let mut rng = ChaCha8Rng::seed_from_u64(11);
+    let mut enc = FecEncoder::new(10, 3).unwrap();
+    let mut dec = FecDecoder::new(10, 3);
+    let mut snapshot = None;
+    let mut buf = vec![0u8; MAX_PACKET];
+    let mut out = vec![0u8; MAX_PACKET];
+    for g in 0..600u32 {
+        if g == 100 {
+            snapshot = Some(dec.heap_bytes());
+        }
+        for i in 0..10 {
+            let len = rng.random_range(24..=1392);
+            buf[DATA_HEADER..DATA_HEADER + len].copy_from_slice(&kcp_packet(g * 10 + i, len));
+            let n = enc.encode(ms(g), &mut buf, len);
+            if rng.random_range(0..14) != 0 {
+                dec.handle(&buf[..n]).unwrap();
+                while dec.poll_recovered(&mut out).is_some() {}
+            }
+            while let Some(m) = enc.poll_parity(&mut out) {
+                if rng.random_range(0..14) != 0 {
+                    let parity = out[..m].to_vec();
+                    dec.handle(&parity).unwrap();
+                    while dec.poll_recovered(&mut out).is_some() {}
+                }
+            }
+        }
+    }
+    assert!(dec.stats().recovered > 100);
+    // Arenas come from a pool: an undecodable group keeps one until it leaves the
+    // window, so at most four exist; the rest is the recovery arena and the
+    // learner's ring.
+    let bound = 4 * 13 * SHARD_STRIDE + 10 * SHARD_STRIDE + 16 * 1024;
+    assert!(dec.heap_bytes() <= bound, "{} > {bound}", dec.heap_bytes());
+    assert!(snapshot.unwrap() <= dec.heap_bytes());
 }

@@ -19,6 +19,24 @@ const POLY: u16 = 0x11D;
 static EXP: [u8; 512] = build_exp();
 /// `LOG[a]` = discrete log of `a` base 2; `LOG[0]` is unused.
 static LOG: [u8; 256] = build_log();
+/// `MUL[c][x] = c * x`: the portable kernel's one lookup per byte (64 KiB).
+static MUL: [[u8; 256]; 256] = build_mul();
+
+const fn build_mul() -> [[u8; 256]; 256] {
+    let exp = build_exp();
+    let log = build_log();
+    let mut t = [[0u8; 256]; 256];
+    let mut c = 1;
+    while c < 256 {
+        let mut x = 1;
+        while x < 256 {
+            t[c][x] = exp[log[c] as usize + log[x] as usize];
+            x += 1;
+        }
+        c += 1;
+    }
+    t
+}
 
 const fn build_exp() -> [u8; 512] {
     let mut t = [0u8; 512];
@@ -107,13 +125,14 @@ impl NibbleTable {
         Self { lo, hi }
     }
 
+    #[cfg(test)]
     #[inline(always)]
     fn apply(&self, x: u8) -> u8 {
         self.lo[(x & 15) as usize] ^ self.hi[(x >> 4) as usize]
     }
 }
 
-/// Which implementation [`dot`] runs on this CPU.
+/// Which implementation [`dot_rows_with`] and [`dot_with`] run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Kernel {
     /// Byte-at-a-time table lookups; runs everywhere.
@@ -183,12 +202,15 @@ impl Kernel {
 /// Returns `false` (and leaves `out` untouched) when the arguments do not fit:
 /// `tables` and `offsets` differ in length or some `offsets[j] + out.len()`
 /// exceeds `src.len()`.
+#[cfg(test)]
 pub(crate) fn dot(tables: &[NibbleTable], src: &[u8], offsets: &[usize], out: &mut [u8]) -> bool {
     dot_with(Kernel::detect(), tables, src, offsets, out)
 }
 
-/// [`dot`] with an explicit kernel. A kernel the CPU cannot run falls back
-/// to the portable one.
+/// One dot product, `out[i] = XOR over j of tables[j] * src[offsets[j] + i]`,
+/// with an explicit kernel (tests compare them; a kernel the CPU cannot run
+/// falls back to the portable one). `false`, with `out` untouched, when the
+/// arguments do not fit.
 pub(crate) fn dot_with(
     kernel: Kernel,
     tables: &[NibbleTable],
@@ -214,15 +236,16 @@ pub(crate) fn dot_with(
     {
         match kernel {
             Kernel::Avx2 if std::is_x86_feature_detected!("avx2") => {
-                // SAFETY: AVX2 is present (checked just above), and every
-                // `offsets[j] + out.len() <= src.len()` was checked at entry, which is
-                // the bound `x86::dot_avx2` reads within.
-                unsafe { x86::dot_avx2(tables, src, offsets, out) };
+                // SAFETY: AVX2 is present (checked just above); one row of
+                // `tables.len() == offsets.len()` tables, every
+                // `offsets[j] + n <= src.len()` was checked at entry, and the single
+                // output row is `out[..n]` (stride `n`).
+                unsafe { x86::rows_avx2::<1>(tables, src, offsets, out, n, n) };
                 return true;
             }
             Kernel::Ssse3 if std::is_x86_feature_detected!("ssse3") => {
                 // SAFETY: SSSE3 is present, and the same bounds as above were checked.
-                unsafe { x86::dot_ssse3(tables, src, offsets, out) };
+                unsafe { x86::rows_ssse3::<1>(tables, src, offsets, out, n, n) };
                 return true;
             }
             _ => {}
@@ -230,6 +253,98 @@ pub(crate) fn dot_with(
     }
     let _ = kernel;
     dot_portable(tables, src, offsets, out, 0);
+    true
+}
+
+/// [`dot_rows_with`] on the CPU's best kernel.
+#[cfg(test)]
+pub(crate) fn dot_rows(
+    tables: &[NibbleTable],
+    src: &[u8],
+    offsets: &[usize],
+    out: &mut [u8],
+    out_stride: usize,
+    len: usize,
+) -> bool {
+    dot_rows_with(Kernel::detect(), tables, src, offsets, out, out_stride, len)
+}
+
+/// Several dot products over the same inputs in one pass:
+/// `out[r * out_stride + i] = XOR over j of tables[r * k + j] * src[offsets[j] + i]`
+/// for every row `r < tables.len() / k` and `i < len`, where `k = offsets.len()`.
+/// This is a matrix-times-shards product (parity rows, or decode rows).
+///
+/// The SIMD kernels split each input chunk (32 or 16 bytes) into nibbles
+/// once and feed up to four rows from it; the portable one runs row by row.
+/// The kernel is explicit (one the CPU lacks runs portably). Returns `false`
+/// (and writes nothing) when the arguments do not fit.
+pub(crate) fn dot_rows_with(
+    kernel: Kernel,
+    tables: &[NibbleTable],
+    src: &[u8],
+    offsets: &[usize],
+    out: &mut [u8],
+    out_stride: usize,
+    len: usize,
+) -> bool {
+    let k = offsets.len();
+    if k == 0 || tables.len() % k != 0 || out_stride < len {
+        return false;
+    }
+    let rows = tables.len() / k;
+    if rows == 0 {
+        return true;
+    }
+    match (rows - 1)
+        .checked_mul(out_stride)
+        .and_then(|x| x.checked_add(len))
+    {
+        Some(end) if end <= out.len() => {}
+        _ => return false,
+    }
+    for &off in offsets {
+        match off.checked_add(len) {
+            Some(end) if end <= src.len() => {}
+            _ => return false,
+        }
+    }
+    #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+    {
+        let avx2 = kernel == Kernel::Avx2 && std::is_x86_feature_detected!("avx2");
+        let ssse3 = kernel == Kernel::Ssse3 && std::is_x86_feature_detected!("ssse3");
+        if avx2 || ssse3 {
+            let mut r = 0;
+            while r < rows {
+                let block = (rows - r).min(4);
+                let t = &tables[r * k..(r + block) * k];
+                let o = &mut out[r * out_stride..];
+                // SAFETY: the chosen instruction set is present (checked above);
+                // every input satisfies `offsets[j] + len <= src.len()` and every
+                // output row `q < block` satisfies `q * out_stride + len <= o.len()`
+                // (checked at entry for all rows), with `t.len() == block * k`.
+                unsafe {
+                    match (avx2, block) {
+                        (true, 4) => x86::rows_avx2::<4>(t, src, offsets, o, out_stride, len),
+                        (true, 3) => x86::rows_avx2::<3>(t, src, offsets, o, out_stride, len),
+                        (true, 2) => x86::rows_avx2::<2>(t, src, offsets, o, out_stride, len),
+                        (true, _) => x86::rows_avx2::<1>(t, src, offsets, o, out_stride, len),
+                        (false, 4) => x86::rows_ssse3::<4>(t, src, offsets, o, out_stride, len),
+                        (false, 3) => x86::rows_ssse3::<3>(t, src, offsets, o, out_stride, len),
+                        (false, 2) => x86::rows_ssse3::<2>(t, src, offsets, o, out_stride, len),
+                        (false, _) => x86::rows_ssse3::<1>(t, src, offsets, o, out_stride, len),
+                    }
+                }
+                r += block;
+            }
+            return true;
+        }
+    }
+    for (r, row) in tables.chunks_exact(k).enumerate() {
+        let dst = &mut out[r * out_stride..r * out_stride + len];
+        if !dot_with(kernel, row, src, offsets, dst) {
+            return false;
+        }
+    }
     true
 }
 
@@ -251,14 +366,31 @@ fn dot_portable(
         let Some(input) = src.get(off + start..off + n) else {
             return;
         };
+        // The table's constant is `lo[1]` (= c * 1); its full product row
+        // answers each byte with one lookup. Four bytes per step.
+        let row = &MUL[usize::from(t.lo[1])];
+        let mut o4 = out.chunks_exact_mut(4);
+        let mut x4 = input.chunks_exact(4);
         if first {
-            for (o, &x) in out.iter_mut().zip(input) {
-                *o = t.apply(x);
+            for (o, x) in (&mut o4).zip(&mut x4) {
+                o[0] = row[usize::from(x[0])];
+                o[1] = row[usize::from(x[1])];
+                o[2] = row[usize::from(x[2])];
+                o[3] = row[usize::from(x[3])];
+            }
+            for (o, &x) in o4.into_remainder().iter_mut().zip(x4.remainder()) {
+                *o = row[usize::from(x)];
             }
             first = false;
         } else {
-            for (o, &x) in out.iter_mut().zip(input) {
-                *o ^= t.apply(x);
+            for (o, x) in (&mut o4).zip(&mut x4) {
+                o[0] ^= row[usize::from(x[0])];
+                o[1] ^= row[usize::from(x[1])];
+                o[2] ^= row[usize::from(x[2])];
+                o[3] ^= row[usize::from(x[3])];
+            }
+            for (o, &x) in o4.into_remainder().iter_mut().zip(x4.remainder()) {
+                *o ^= row[usize::from(x)];
             }
         }
     }
@@ -266,6 +398,11 @@ fn dot_portable(
 
 #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
 mod x86 {
+    // Since Rust 1.87 the register-only intrinsics are safe inside a
+    // `#[target_feature]` function; the crate's MSRV (1.85) still needs them in
+    // `unsafe` blocks, which newer compilers call unused.
+    #![allow(unused_unsafe, reason = "MSRV 1.85: intrinsics are unsafe fns there")]
+
     #[cfg(target_arch = "x86")]
     use core::arch::x86::*;
     #[cfg(target_arch = "x86_64")]
@@ -273,125 +410,162 @@ mod x86 {
 
     use super::{NibbleTable, dot_portable};
 
-    /// AVX2 body: 64 bytes per step (two accumulators), then 32, then the
-    /// portable tail.
+    /// AVX2 body of [`super::dot_rows_with`] for `R` rows at once: each 32-byte
+    /// input chunk is loaded and split into nibbles once for all rows. A ragged
+    /// end is one more chunk ending at `len`, overlapping bytes already written
+    /// (outputs are recomputed, not accumulated); `len < 32` runs portably.
     ///
     /// # Safety
-    /// The CPU supports AVX2, `tables.len() == offsets.len()`, and
-    /// `offsets[j] + out.len() <= src.len()` for every `j`.
+    /// The CPU supports AVX2, `tables.len() == R * offsets.len()`,
+    /// `offsets[j] + len <= src.len()` for every `j`, `out_stride >= len`, and
+    /// `(R - 1) * out_stride + len <= out.len()`.
     #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn dot_avx2(
+    pub(super) unsafe fn rows_avx2<const R: usize>(
         tables: &[NibbleTable],
         src: &[u8],
         offsets: &[usize],
         out: &mut [u8],
+        out_stride: usize,
+        len: usize,
     ) {
-        let n = out.len();
+        let k = offsets.len();
+        if len < 32 {
+            for r in 0..R {
+                let row = &tables[r * k..(r + 1) * k];
+                dot_portable(
+                    row,
+                    src,
+                    offsets,
+                    &mut out[r * out_stride..r * out_stride + len],
+                    0,
+                );
+            }
+            return;
+        }
         let base = src.as_ptr();
         let dst = out.as_mut_ptr();
-        let mask = _mm256_set1_epi8(0x0f);
+        // SAFETY: register-only intrinsic; AVX2 is enabled on this function.
+        let mask = unsafe { _mm256_set1_epi8(0x0f) };
         let mut i = 0;
-        while i + 64 <= n {
-            let mut acc0 = _mm256_setzero_si256();
-            let mut acc1 = _mm256_setzero_si256();
-            for (t, &off) in tables.iter().zip(offsets) {
-                // SAFETY: `off + i + 64 <= off + n <= src.len()` (caller's bound),
-                // so both 32-byte unaligned loads stay inside `src`; the tables are
-                // 16-byte arrays read with unaligned loads.
-                unsafe {
-                    let tlo = _mm256_broadcastsi128_si256(_mm_loadu_si128(t.lo.as_ptr().cast()));
-                    let thi = _mm256_broadcastsi128_si256(_mm_loadu_si128(t.hi.as_ptr().cast()));
-                    let p = base.add(off + i);
-                    let x0 = _mm256_loadu_si256(p.cast());
-                    let x1 = _mm256_loadu_si256(p.add(32).cast());
-                    let l0 = _mm256_and_si256(x0, mask);
-                    let h0 = _mm256_and_si256(_mm256_srli_epi64(x0, 4), mask);
-                    let l1 = _mm256_and_si256(x1, mask);
-                    let h1 = _mm256_and_si256(_mm256_srli_epi64(x1, 4), mask);
-                    acc0 = _mm256_xor_si256(
-                        acc0,
-                        _mm256_xor_si256(
-                            _mm256_shuffle_epi8(tlo, l0),
-                            _mm256_shuffle_epi8(thi, h0),
-                        ),
-                    );
-                    acc1 = _mm256_xor_si256(
-                        acc1,
-                        _mm256_xor_si256(
-                            _mm256_shuffle_epi8(tlo, l1),
-                            _mm256_shuffle_epi8(thi, h1),
-                        ),
-                    );
-                }
+        loop {
+            if i + 32 > len {
+                i = len - 32;
             }
-            // SAFETY: `i + 64 <= n == out.len()`, so both stores are inside `out`.
-            unsafe {
-                _mm256_storeu_si256(dst.add(i).cast(), acc0);
-                _mm256_storeu_si256(dst.add(i + 32).cast(), acc1);
-            }
-            i += 64;
-        }
-        while i + 32 <= n {
-            let mut acc = _mm256_setzero_si256();
-            for (t, &off) in tables.iter().zip(offsets) {
-                // SAFETY: `off + i + 32 <= src.len()` as above.
-                unsafe {
-                    let tlo = _mm256_broadcastsi128_si256(_mm_loadu_si128(t.lo.as_ptr().cast()));
-                    let thi = _mm256_broadcastsi128_si256(_mm_loadu_si128(t.hi.as_ptr().cast()));
+            // SAFETY: register-only intrinsic.
+            let mut acc = [unsafe { _mm256_setzero_si256() }; R];
+            for (j, &off) in offsets.iter().enumerate() {
+                // SAFETY: `off + i + 32 <= off + len <= src.len()`, so the 32-byte
+                // unaligned load is inside `src`; the rest are register operations.
+                let (lo, hi) = unsafe {
                     let x = _mm256_loadu_si256(base.add(off + i).cast());
-                    let l = _mm256_and_si256(x, mask);
-                    let h = _mm256_and_si256(_mm256_srli_epi64(x, 4), mask);
-                    acc = _mm256_xor_si256(
-                        acc,
-                        _mm256_xor_si256(_mm256_shuffle_epi8(tlo, l), _mm256_shuffle_epi8(thi, h)),
-                    );
+                    (
+                        _mm256_and_si256(x, mask),
+                        _mm256_and_si256(_mm256_srli_epi64(x, 4), mask),
+                    )
+                };
+                for (r, a) in acc.iter_mut().enumerate() {
+                    let t = &tables[r * k + j];
+                    // SAFETY: each table half is a 16-byte array read with an
+                    // unaligned 16-byte load; the rest are register operations.
+                    *a = unsafe {
+                        let tlo =
+                            _mm256_broadcastsi128_si256(_mm_loadu_si128(t.lo.as_ptr().cast()));
+                        let thi =
+                            _mm256_broadcastsi128_si256(_mm_loadu_si128(t.hi.as_ptr().cast()));
+                        _mm256_xor_si256(
+                            *a,
+                            _mm256_xor_si256(
+                                _mm256_shuffle_epi8(tlo, lo),
+                                _mm256_shuffle_epi8(thi, hi),
+                            ),
+                        )
+                    };
                 }
             }
-            // SAFETY: `i + 32 <= out.len()`.
-            unsafe { _mm256_storeu_si256(dst.add(i).cast(), acc) };
+            for (r, a) in acc.iter().enumerate() {
+                // SAFETY: `r * out_stride + i + 32 <= (R - 1) * out_stride + len <= out.len()`.
+                unsafe { _mm256_storeu_si256(dst.add(r * out_stride + i).cast(), *a) };
+            }
+            if i + 32 == len {
+                break;
+            }
             i += 32;
         }
-        dot_portable(tables, src, offsets, out, i);
     }
 
-    /// SSSE3 body: 16 bytes per step, then the portable tail.
+    /// SSSE3 body of [`super::dot_rows_with`] for `R` rows at once, 16 bytes per
+    /// step; same scheme and contract as [`rows_avx2`], `len < 16` portable.
     ///
     /// # Safety
-    /// The CPU supports SSSE3, `tables.len() == offsets.len()`, and
-    /// `offsets[j] + out.len() <= src.len()` for every `j`.
+    /// The CPU supports SSSE3, `tables.len() == R * offsets.len()`,
+    /// `offsets[j] + len <= src.len()` for every `j`, `out_stride >= len`, and
+    /// `(R - 1) * out_stride + len <= out.len()`.
     #[target_feature(enable = "ssse3")]
-    pub(super) unsafe fn dot_ssse3(
+    pub(super) unsafe fn rows_ssse3<const R: usize>(
         tables: &[NibbleTable],
         src: &[u8],
         offsets: &[usize],
         out: &mut [u8],
+        out_stride: usize,
+        len: usize,
     ) {
-        let n = out.len();
+        let k = offsets.len();
+        if len < 16 {
+            for r in 0..R {
+                let row = &tables[r * k..(r + 1) * k];
+                dot_portable(
+                    row,
+                    src,
+                    offsets,
+                    &mut out[r * out_stride..r * out_stride + len],
+                    0,
+                );
+            }
+            return;
+        }
         let base = src.as_ptr();
         let dst = out.as_mut_ptr();
-        let mask = _mm_set1_epi8(0x0f);
+        // SAFETY: register-only intrinsic; SSSE3 is enabled on this function.
+        let mask = unsafe { _mm_set1_epi8(0x0f) };
         let mut i = 0;
-        while i + 16 <= n {
-            let mut acc = _mm_setzero_si128();
-            for (t, &off) in tables.iter().zip(offsets) {
-                // SAFETY: `off + i + 16 <= off + n <= src.len()` (caller's bound).
-                unsafe {
-                    let tlo = _mm_loadu_si128(t.lo.as_ptr().cast());
-                    let thi = _mm_loadu_si128(t.hi.as_ptr().cast());
+        loop {
+            if i + 16 > len {
+                i = len - 16;
+            }
+            // SAFETY: register-only intrinsic.
+            let mut acc = [unsafe { _mm_setzero_si128() }; R];
+            for (j, &off) in offsets.iter().enumerate() {
+                // SAFETY: `off + i + 16 <= off + len <= src.len()`, so the 16-byte
+                // unaligned load is inside `src`; the rest are register operations.
+                let (lo, hi) = unsafe {
                     let x = _mm_loadu_si128(base.add(off + i).cast());
-                    let l = _mm_and_si128(x, mask);
-                    let h = _mm_and_si128(_mm_srli_epi64(x, 4), mask);
-                    acc = _mm_xor_si128(
-                        acc,
-                        _mm_xor_si128(_mm_shuffle_epi8(tlo, l), _mm_shuffle_epi8(thi, h)),
-                    );
+                    (
+                        _mm_and_si128(x, mask),
+                        _mm_and_si128(_mm_srli_epi64(x, 4), mask),
+                    )
+                };
+                for (r, a) in acc.iter_mut().enumerate() {
+                    let t = &tables[r * k + j];
+                    // SAFETY: each table half is a 16-byte array read unaligned.
+                    *a = unsafe {
+                        let tlo = _mm_loadu_si128(t.lo.as_ptr().cast());
+                        let thi = _mm_loadu_si128(t.hi.as_ptr().cast());
+                        _mm_xor_si128(
+                            *a,
+                            _mm_xor_si128(_mm_shuffle_epi8(tlo, lo), _mm_shuffle_epi8(thi, hi)),
+                        )
+                    };
                 }
             }
-            // SAFETY: `i + 16 <= out.len()`.
-            unsafe { _mm_storeu_si128(dst.add(i).cast(), acc) };
+            for (r, a) in acc.iter().enumerate() {
+                // SAFETY: `r * out_stride + i + 16 <= (R - 1) * out_stride + len <= out.len()`.
+                unsafe { _mm_storeu_si128(dst.add(r * out_stride + i).cast(), *a) };
+            }
+            if i + 16 == len {
+                break;
+            }
             i += 16;
         }
-        dot_portable(tables, src, offsets, out, i);
     }
 }
 
@@ -424,6 +598,8 @@ mod tests {
                 assert_eq!(mul(a, b), slow_mul(a, b), "{a} * {b}");
                 let t = NibbleTable::new(a);
                 assert_eq!(t.apply(b), slow_mul(a, b));
+                assert_eq!(MUL[a as usize][b as usize], slow_mul(a, b));
+                assert_eq!(t.lo[1], a);
             }
             if a != 0 {
                 assert_eq!(mul(a, inv(a).unwrap()), 1);
@@ -470,6 +646,63 @@ mod tests {
                 prop_assert_eq!(&out, &want, "kernel {:?}", k);
             }
         }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+        #[test]
+        fn row_kernels_match_row_by_row_portable(
+            rows in 1usize..7,
+            k in 1usize..12,
+            len in 0usize..200,
+            gap in 0usize..40,
+            seed in any::<u64>(),
+        ) {
+            let mut x = seed | 1;
+            let mut next = || { x ^= x << 13; x ^= x >> 7; x ^= x << 17; x as u8 };
+            let stride = len + gap;
+            let src: Vec<u8> = (0..k * stride + 3).map(|_| next()).collect();
+            let offsets: Vec<usize> = (0..k).map(|j| j * stride + 3).collect();
+            let tables: Vec<NibbleTable> = (0..rows * k).map(|_| NibbleTable::new(next())).collect();
+            let mut want = vec![0u8; rows * stride];
+            for r in 0..rows {
+                let dst = &mut want[r * stride..r * stride + len];
+                prop_assert!(dot_with(Kernel::Portable, &tables[r * k..(r + 1) * k], &src, &offsets, dst));
+            }
+            for kernel in Kernel::available() {
+                let mut out = vec![0u8; rows * stride];
+                prop_assert!(dot_rows_with(kernel, &tables, &src, &offsets, &mut out, stride, len));
+                for r in 0..rows {
+                    prop_assert_eq!(&out[r * stride..r * stride + len], &want[r * stride..r * stride + len], "{:?} row {}", kernel, r);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn row_kernel_refuses_misfit_arguments() {
+        let t = [NibbleTable::new(3); 4];
+        let src = [1u8; 64];
+        let mut out = [0u8; 64];
+        assert!(!dot_rows(&t, &src, &[], &mut out, 16, 16));
+        assert!(
+            !dot_rows(&t, &src, &[0, 1, 2], &mut out, 16, 16),
+            "4 tables for 3 inputs"
+        );
+        assert!(
+            !dot_rows(&t, &src, &[0, 50], &mut out, 16, 16),
+            "input past the end"
+        );
+        assert!(
+            !dot_rows(&t, &src, &[0, 1], &mut out, 8, 16),
+            "rows would overlap"
+        );
+        assert!(
+            !dot_rows(&t, &src, &[0, 1], &mut out, 60, 16),
+            "second row past the end"
+        );
+        assert!(dot_rows(&t, &src, &[0, 1], &mut out, 32, 16));
+        assert_eq!(out[..16], [0u8; 16], "3*1 ^ 3*1 = 0");
     }
 
     #[test]

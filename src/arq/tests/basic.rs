@@ -57,3 +57,10 @@ fn rings_start_small_and_stay_within_twice_the_window() {
     assert_eq!(f.acklist, 32);
     assert_eq!(f.out_items, 0);
 }
+
+#[test]
+fn kcp_can_move_between_threads_and_sit_behind_a_mutex() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<crate::arq::Kcp>();
+    assert_send_sync::<crate::arq::ArqStats>();
+}

@@ -3,5 +3,13 @@
 
 mod util;
 
+mod alloc;
 mod basic;
+mod kcpgo_trace;
+mod link;
+mod modes;
+mod probe;
+mod prop;
+mod reassembly;
+mod retransmit;
 mod vectors;

@@ -49,3 +49,54 @@ pub(crate) const PUSH: u8 = 81;
 pub(crate) const ACK: u8 = 82;
 pub(crate) const WASK: u8 = 83;
 pub(crate) const WINS: u8 = 84;
+
+/// One segment of conversation 7.
+pub(crate) fn seg(cmd: u8, frg: u8, wnd: u16, ts: u32, sn: u32, una: u32, data: &[u8]) -> Vec<u8> {
+    let h = Header {
+        conv: 7,
+        cmd,
+        frg,
+        wnd,
+        ts,
+        sn,
+        una,
+        len: data.len() as u32,
+    };
+    let mut out = vec![0u8; 24 + data.len()];
+    h.encode_at(&mut out, 0, data).unwrap();
+    out
+}
+
+pub(crate) fn ack(sn: u32, ts: u32, una: u32, wnd: u16) -> Vec<u8> {
+    seg(ACK, 0, wnd, ts, sn, una, &[])
+}
+
+pub(crate) fn push(sn: u32, ts: u32, una: u32, data: &[u8]) -> Vec<u8> {
+    seg(PUSH, 0, 32, ts, sn, una, data)
+}
+
+/// Run every tick due from `from` up to and including `until` (a deadline in
+/// the past runs at `from`), collecting output with its time.
+pub(crate) fn run_until(k: &mut Kcp, from: u32, until: u32) -> Vec<(u32, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut now = from;
+    while let Some(due) = k.poll_timeout() {
+        if due.diff(t(until)) > 0 {
+            break;
+        }
+        if due.diff(t(now)) > 0 {
+            now = due.as_millis();
+        }
+        k.handle_timeout(t(now));
+        out.extend(drain(k, now).into_iter().map(|p| (now, p)));
+    }
+    out
+}
+
+/// Times at which a PUSH with this sn left.
+pub(crate) fn push_times(out: &[(u32, Vec<u8>)], sn: u32) -> Vec<u32> {
+    out.iter()
+        .filter(|(_, p)| headers(p).iter().any(|h| h.cmd == PUSH && h.sn == sn))
+        .map(|(t, _)| *t)
+        .collect()
+}

@@ -1,0 +1,105 @@
+//! Window probing (WASK/WINS) on both sides.
+
+use super::util::*;
+use crate::arq::{ArqConfig, Kcp, Origin, Preset};
+
+fn wins(wnd: u16) -> Vec<u8> {
+    seg(WINS, 0, wnd, 0, 0, 0, &[])
+}
+
+#[test]
+fn a_closed_peer_window_is_probed_at_500ms_then_x1_5_capped_at_120s() {
+    let mut a = Kcp::new(7, &ArqConfig::preset(Preset::Fast3)).unwrap();
+    a.handle_datagram(t(0), &wins(0), Origin::Regular).unwrap();
+    a.send(&[1; 10]);
+    // Nothing may be admitted into a zero window.
+    assert!(drain(&mut a, 0).is_empty());
+    assert!(
+        a.poll_timeout().is_some(),
+        "a closed window keeps the timer running"
+    );
+    let out = run_until(&mut a, 0, 1_000_000);
+    let wask: Vec<u32> = out
+        .iter()
+        .filter(|(_, p)| headers(p).iter().any(|h| h.cmd == WASK))
+        .map(|(t, _)| *t)
+        .collect();
+    assert!(
+        out.iter()
+            .all(|(_, p)| headers(p).iter().all(|h| h.cmd == WASK)),
+        "only probes"
+    );
+    // Armed at the first flush (t=0): 500, +750, +1125 (2375 falls between
+    // 10 ms ticks, so 2380), then x1.5 from the actual tick.
+    assert_eq!(&wask[..3], &[500, 1250, 2380]);
+    let gaps: Vec<u32> = wask.windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(gaps.windows(2).all(|g| g[1] >= g[0]), "{gaps:?}");
+    assert!(gaps.iter().all(|&g| g <= 120_000 + 10), "{gaps:?}");
+    assert_eq!(*gaps.last().unwrap(), 120_000, "{gaps:?}");
+    // The window opens: data flows at the next tick and probing stops.
+    let now = 1_000_001;
+    a.handle_datagram(t(now), &wins(8), Origin::Regular)
+        .unwrap();
+    let out = run_until(&mut a, now, now + 20);
+    assert_eq!(push_times(&out, 0).len(), 1);
+    assert_eq!(a.probe_wait, 0);
+}
+
+#[test]
+fn a_recovered_packet_does_not_reopen_or_close_the_window() {
+    let mut a = Kcp::new(7, &ArqConfig::preset(Preset::Fast3)).unwrap();
+    a.handle_datagram(t(0), &wins(0), Origin::Recovered)
+        .unwrap();
+    assert_eq!(a.rmt_wnd, 32);
+    a.handle_datagram(t(0), &wins(0), Origin::Regular).unwrap();
+    assert_eq!(a.rmt_wnd, 0);
+    a.handle_datagram(t(0), &wins(9), Origin::Recovered)
+        .unwrap();
+    assert_eq!(a.rmt_wnd, 0);
+}
+
+#[test]
+fn a_full_receiver_answers_wask_and_volunteers_wins_when_it_drains() {
+    let cfg = ArqConfig {
+        rcv_wnd: 2,
+        ..ArqConfig::preset(Preset::Fast3)
+    };
+    let mut r = Kcp::new(7, &cfg).unwrap();
+    for sn in 0..3 {
+        r.handle_datagram(t(0), &push(sn, 0, 0, &[sn as u8; 4]), Origin::Regular)
+            .unwrap();
+    }
+    let out = run_until(&mut r, 0, 0);
+    let h: Vec<_> = out.iter().flat_map(|(_, p)| headers(p)).collect();
+    // sn 0 and 1 fill the queue, sn 2 waits: ACKs (sn 0, 1 filtered) say wnd 0.
+    assert_eq!(
+        h.iter()
+            .map(|h| (h.cmd, h.sn, h.wnd, h.una))
+            .collect::<Vec<_>>(),
+        vec![(ACK, 2, 0, 2)]
+    );
+    r.handle_datagram(t(5), &seg(WASK, 0, 32, 0, 0, 0, &[]), Origin::Regular)
+        .unwrap();
+    let h: Vec<_> = run_until(&mut r, 5, 10)
+        .iter()
+        .flat_map(|(_, p)| headers(p))
+        .collect();
+    assert_eq!(
+        h.iter().map(|h| (h.cmd, h.wnd)).collect::<Vec<_>>(),
+        vec![(WINS, 0)]
+    );
+    let mut buf = [0u8; 8];
+    // First read: the queue was full, sn 2 moves up: still full, no WINS.
+    assert_eq!(r.recv_message(&mut buf), Ok(4));
+    assert!(run_until(&mut r, 10, 20).is_empty());
+    // Second read: was full, now has room: WINS with wnd 1 at the next tick.
+    assert_eq!(r.recv_message(&mut buf), Ok(4));
+    let h: Vec<_> = run_until(&mut r, 20, 30)
+        .iter()
+        .flat_map(|(_, p)| headers(p))
+        .collect();
+    assert_eq!(
+        h.iter().map(|h| (h.cmd, h.wnd, h.una)).collect::<Vec<_>>(),
+        vec![(WINS, 1, 3)]
+    );
+}
