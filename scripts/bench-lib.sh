@@ -83,8 +83,15 @@ build_go() {
 }
 
 # build_rust: sets KCPIO_PEER to the binary, or empty (loudly) when there is none.
+# KCPIO_PEER_BIN=/path/to/peer in the environment uses that binary and skips the build.
 KCPIO_PEER=""
 build_rust() {
+	if [ -n "${KCPIO_PEER_BIN:-}" ]; then
+		[ -x "$KCPIO_PEER_BIN" ] || die "KCPIO_PEER_BIN=$KCPIO_PEER_BIN is not an executable"
+		KCPIO_PEER="$KCPIO_PEER_BIN"
+		log "kcpio peer: $KCPIO_PEER (from KCPIO_PEER_BIN, not rebuilt)"
+		return 0
+	fi
 	if [ ! -f "$ROOT/examples/peer.rs" ]; then
 		loud "examples/peer.rs is missing: every kcpio row is SKIPPED"
 		return 0
