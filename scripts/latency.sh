@@ -123,6 +123,16 @@ CONTENDERS=(
 dur_s() { python3 -c 'import sys,re; m=re.fullmatch(r"([0-9.]+)(ms|s|m)?", sys.argv[1]); v=float(m.group(1)); u=m.group(2) or "s"; print(int(v*{"ms":0.001,"s":1,"m":60}[u])+1)' "$1"; }
 SAFETY=$(($(dur_s "$DURATION") + 60))
 
+# server_failed FILE NAME SRVPID IMPPID: a server that would not start (e.g. a
+# flag the peer does not know) becomes a FAILED row, not the end of the run.
+server_failed() {
+	local f=$1 name=$2
+	log "  $name: the server did not start: $(head -c 300 "$f.srv" | tr '\n' ' ')"
+	stop "$3"
+	[ -n "$4" ] && stop "$4"
+	printf '{"error": "server did not start: %s"}\n' "$(head -c 200 "$f.srv" | tr -d '"\\\n')" >"$f.json"
+}
+
 # run_one LOSS NAME IMPL FLAGS -> writes $RUN/<n>.json and .wire
 N=0
 run_one() {
@@ -153,12 +163,16 @@ run_one() {
 		wait_line "$f.imp" 'impairer ready' 5 >/dev/null || die "impairer did not start (see $f.imp)"
 		"${NSX[@]}" "${srvbin[@]}" --addr 127.0.0.1:0 --quiet --duration "${SAFETY}s" "${fl[@]}" >"$f.srv" 2>&1 &
 		srv=$!; CHILDREN+=("$srv")
-		port=$(port_of "$(wait_line "$f.srv" 'listening on' 10)") || die "$name server did not start (see $f.srv)"
+		if ! port=$(port_of "$(wait_line "$f.srv" 'listening on' 10)") || [ -z "$port" ]; then
+			server_failed "$f" "$name" "$srv" "$imp"; return 0
+		fi
 		target="127.0.0.1:$port"
 	else
 		"${srvbin[@]}" --addr 127.0.0.1:0 --quiet --duration "${SAFETY}s" "${fl[@]}" >"$f.srv" 2>&1 &
 		srv=$!; CHILDREN+=("$srv")
-		port=$(port_of "$(wait_line "$f.srv" 'listening on' 10)") || die "$name server did not start (see $f.srv)"
+		if ! port=$(port_of "$(wait_line "$f.srv" 'listening on' 10)") || [ -z "$port" ]; then
+			server_failed "$f" "$name" "$srv" ""; return 0
+		fi
 		"$BIN/relay" --listen 127.0.0.1:0 --target "127.0.0.1:$port" --loss "$loss" --delay "$DELAY" \
 			--jitter "$JITTER" --seed "$SEED" >"$f.imp" 2>&1 &
 		imp=$!; CHILDREN+=("$imp")

@@ -84,14 +84,18 @@ start_server() { # IMPL MODE FILE FLAGS... -> SRV PORT
 	local mode=$2 f=$3; shift 3
 	"$b" "$mode" --addr 127.0.0.1:0 --quiet "$@" >"$f.srv" 2>&1 &
 	SRV=$!; CHILDREN+=("$SRV")
-	PORT=$(port_of "$(wait_line "$f.srv" 'listening on' 10)") || die "$1 $mode did not start (see $f.srv)"
+	if ! PORT=$(port_of "$(wait_line "$f.srv" 'listening on' 10)") || [ -z "$PORT" ]; then
+		log "  FAILED: $1 $mode did not start: $(head -c 300 "$f.srv" | tr '\n' ' ')"
+		stop "$SRV"
+		return 1
+	fi
 }
 
 # sink TEST IMPL REP FLAGS...
 sink() {
 	local test=$1 impl=$2 rep=$3; shift 3
 	local f="$RUN/$test-$impl-$rep" b; b=$(peer_bin "$impl")
-	start_server "$impl" sink-server "$f" --idle 10s "$@"
+	start_server "$impl" sink-server "$f" --idle 10s "$@" || return 0
 	log "$test $impl #$rep"
 	if ! /usr/bin/time -f '%U %S %M' -o "$f.time" "$b" client --addr "127.0.0.1:$PORT" --sink --bytes "$SINK_BYTES" \
 		--timeout 600s --json "$@" >"$f.json" 2>"$f.err"; then
@@ -110,7 +114,7 @@ sink() {
 idle() {
 	local impl=$1 rep=$2 f="$RUN/idle-$impl-$2" b; b=$(peer_bin "$impl")
 	local flags=(--nodelay fast3)
-	start_server "$impl" echo-server "$f" --idle 600s "${flags[@]}"
+	start_server "$impl" echo-server "$f" --idle 600s "${flags[@]}" || return 0
 	sleep 1
 	local rss0; rss0=$(rss_kb "$SRV")
 	log "idle $impl #$rep: opening $IDLE_N sessions, holding ${IDLE_HOLD}s"
@@ -138,7 +142,7 @@ idle() {
 echo1k() {
 	local impl=$1 rep=$2 f="$RUN/echo1k-$impl-$2" b; b=$(peer_bin "$impl")
 	local flags=(--nodelay fast3)
-	start_server "$impl" echo-server "$f" --idle 60s "${flags[@]}"
+	start_server "$impl" echo-server "$f" --idle 60s "${flags[@]}" || return 0
 	local s0; s0=$(cpu_ticks "$SRV")
 	log "echo1k $impl #$rep: $ECHO_N sessions x $ECHO_MSGS x 64 B"
 	if ! /usr/bin/time -f '%U %S %M' -o "$f.time" "$b" client --addr "127.0.0.1:$PORT" --parallel "$ECHO_N" \
