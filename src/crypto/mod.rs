@@ -574,11 +574,7 @@ impl Engine {
         }
         match self {
             Engine::Null | Engine::None | Engine::Aes128Gcm(_) => {}
-            Engine::Xor(pad) => {
-                for (d, p) in datagram.iter_mut().zip(pad.iter()) {
-                    *d ^= *p;
-                }
-            }
+            Engine::Xor(pad) => crate::simd::xor::xor_into(datagram, &pad[..]),
             Engine::Salsa20(s) => {
                 if let Some((nonce, body)) = datagram.split_first_chunk_mut::<8>() {
                     s.apply_keystream(nonce, body);

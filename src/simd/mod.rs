@@ -6,3 +6,4 @@
 
 pub(crate) mod gf256;
 pub(crate) mod salsa20;
+pub(crate) mod xor;
