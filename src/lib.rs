@@ -85,7 +85,6 @@ pub mod fec;
 // Runtime-dispatched SIMD kernels (GF(2^8) for the FEC codec, stream ciphers).
 #[allow(unsafe_code)]
 mod simd;
-// Batched datagram syscalls; the only other place `unsafe` is allowed.
 #[forbid(unsafe_code)]
 mod config;
 #[forbid(unsafe_code)]
@@ -94,6 +93,7 @@ mod driver;
 mod listener;
 #[forbid(unsafe_code)]
 mod session;
+// Batched datagram syscalls; the only other place `unsafe` is allowed.
 #[allow(unsafe_code)]
 mod sys;
 
