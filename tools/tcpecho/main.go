@@ -7,6 +7,7 @@
 package main
 
 import (
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -99,7 +100,7 @@ func setCC(c syscall.RawConn, cc string) error {
 
 func server(cfg config) int {
 	lc := net.ListenConfig{Control: func(network, address string, c syscall.RawConn) error { return setCC(c, cfg.cc) }}
-	ln, err := lc.Listen(nil, "tcp", cfg.addr)
+	ln, err := lc.Listen(context.Background(), "tcp", cfg.addr)
 	if err != nil {
 		fatalf("listen: %v", err)
 	}
