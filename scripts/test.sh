@@ -1,6 +1,20 @@
 #!/usr/bin/env bash
-# The README's test command: every unit, simulation, property, socket and interop test.
+# The README's test command: every unit, simulation, property, socket and interop
+# test of the crate, then the Go measurement tools' own tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo test --all-targets
 cargo test --doc
+
+# The Go peer, relay and TCP baseline serve the interop tests and the side-by-side
+# scripts; their own tests run wherever Go is (CI sets KCPIO_REQUIRE_GO=1).
+if command -v go >/dev/null 2>&1; then
+  for dir in interop/kcpgo-peer tools/relay tools/tcpecho; do
+    (cd "$dir" && go test -buildvcs=false -count=1 ./...)
+  done
+elif [ "${KCPIO_REQUIRE_GO:-0}" = 1 ]; then
+  echo "FATAL: Go is required (KCPIO_REQUIRE_GO=1) but not found" >&2
+  exit 1
+else
+  echo "SKIPPED: Go not found; the Go tools' tests did not run" >&2
+fi
