@@ -350,7 +350,7 @@ fn lossy_link(loss: f64) -> LinkConfig {
     }
 }
 
-async fn sixteen_mib_through(config: Config, loss: f64, seed: u64) {
+async fn sixteen_mib_through(config: Config, loss: f64, seed: u64, fec: bool) {
     let server = kcp::SinkServer::start(&config).await;
     let relay = Relay::start(
         server.addr(),
@@ -373,6 +373,13 @@ async fn sixteen_mib_through(config: Config, loss: f64, seed: u64) {
         a.retransmit_rto + a.retransmit_fast + a.retransmit_early > 0,
         "no retransmission at {loss} loss: {stats:?}"
     );
+    if fec {
+        // Parity went out, and the server's parity came back.
+        assert!(stats.fec_out.parity_out > 0, "{stats:?}");
+        assert!(stats.fec_in.parity_in > 0, "{stats:?}");
+    } else {
+        assert_eq!(stats.fec_out.parity_out + stats.fec_in.parity_in, 0);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -385,7 +392,7 @@ async fn sixteen_mib_at_10_percent_loss_aes128_fec() {
         .fec(10, 3)
         .build()
         .unwrap();
-    sixteen_mib_through(config, 0.10, 10).await;
+    sixteen_mib_through(config, 0.10, 10, true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -396,5 +403,5 @@ async fn sixteen_mib_at_20_percent_loss_without_fec() {
         .window(1024, 1024)
         .build()
         .unwrap();
-    sixteen_mib_through(config, 0.20, 20).await;
+    sixteen_mib_through(config, 0.20, 20, false).await;
 }
