@@ -930,7 +930,11 @@ where
                 }
                 false
             }
-            Ok(Err(e)) if e.kind() == io::ErrorKind::TimedOut => true,
+            // The library gave up on the peer (dead link): the session is
+            // over, like a Go read deadline; only a mismatch makes it a failure.
+            Ok(Err(e)) if e.kind() == io::ErrorKind::TimedOut => {
+                return (verifier.offset, outb, verifier.mismatch.is_none());
+            }
             Ok(Err(_)) => return (verifier.offset, outb, false),
             Err(_) => true,
         };
