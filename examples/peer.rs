@@ -817,7 +817,7 @@ async fn serve(f: Flags, nd: NoDelay, kind: ServerKind) -> ExitCode {
                     let mut stream = stream;
                     let (inb, outb, ok) = match kind {
                         ServerKind::Echo => echo_session(&mut stream, f.idle).await,
-                        ServerKind::Sink => sink_session(&mut stream, f.idle).await,
+                        ServerKind::Sink => sink_session(&mut stream, conv, f.idle).await,
                     };
                     if let Ok(mut c) = counters.lock() {
                         c.add(&stream.stats());
@@ -899,7 +899,7 @@ where
 /// Verifies the pattern, discards, and reports progress: an 8-byte
 /// little-endian count of bytes received, bit 63 set once a byte was wrong;
 /// after every 64 KiB and whenever input pauses for 20 ms with unreported bytes.
-async fn sink_session<S>(s: &mut S, idle: Duration) -> (u64, u64, bool)
+async fn sink_session<S>(s: &mut S, conv: u32, idle: Duration) -> (u64, u64, bool)
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
@@ -917,7 +917,7 @@ where
                 if !verifier.push(&buf[..n]) && !warned {
                     warned = true;
                     eprintln!(
-                        "sink: pattern mismatch at offset {}",
+                        "sink conv={conv:#010x}: pattern mismatch at offset {}",
                         verifier.mismatch.unwrap_or(0)
                     );
                 }
