@@ -282,14 +282,14 @@ fn usage() {
 }
 
 fn print_flags(mode: &str) {
-    eprintln!("Usage of {mode}:");
+    use std::fmt::Write as _;
+    let mut text = format!("Usage of {mode}:\n");
     for (name, takes_value, help) in FLAG_HELP {
-        if *takes_value {
-            eprintln!("  -{name} value\n    \t{help}");
-        } else {
-            eprintln!("  -{name}\n    \t{help}");
-        }
+        let arg = if *takes_value { " value" } else { "" };
+        let _ = writeln!(text, "  -{name}{arg}\n    \t{help}");
     }
+    // A closed pipe (`peer client -h | head`) is not an error worth a panic.
+    let _ = io::Write::write_all(&mut io::stderr(), text.as_bytes());
 }
 
 /// Go's `strconv.ParseInt(s, 0, 64)`: decimal, or `0x`/`0o`/`0b`/`0` prefixes, `_` separators.
