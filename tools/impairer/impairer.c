@@ -10,7 +10,8 @@
  * passed; verdicts are given by packet id, so they may go out of order (the
  * kernel allows that). At most --max-held packets are held; past that new
  * packets are dropped and counted as overflow. On SIGINT/SIGTERM it prints
- * per-protocol counters (IP bytes, headers included) on stderr and exits.
+ * per-protocol counters (IP bytes, headers included) on stderr and exits;
+ * --lifetime D makes it exit by itself after D (0, the default, never).
  *
  * Build: cc -O2 -o impairer impairer.c -lnetfilter_queue -lnfnetlink
  * (Debian: libnetfilter-queue-dev)
@@ -194,7 +195,7 @@ static void on_signal(int sig)
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: impairer [--queue N] [--loss P] [--delay D] [--jitter D] [--seed S] [--max-held N]\n"
+	fprintf(stderr, "usage: impairer [--queue N] [--loss P] [--delay D] [--jitter D] [--seed S] [--max-held N] [--lifetime D]\n"
 			"  durations: 20ms, 500us, 0.02s (a bare number is milliseconds)\n");
 	exit(2);
 }
@@ -202,7 +203,7 @@ static void usage(void)
 int main(int argc, char **argv)
 {
 	unsigned queue = 0;
-	uint64_t seed = 1;
+	uint64_t seed = 1, lifetime_ns = 0;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		if (i + 1 >= argc)
@@ -218,6 +219,8 @@ int main(int argc, char **argv)
 			jitter_ns = parse_dur(v);
 		else if (!strcmp(a, "--seed"))
 			seed = strtoull(v, NULL, 10);
+		else if (!strcmp(a, "--lifetime"))
+			lifetime_ns = parse_dur(v);
 		else if (!strcmp(a, "--max-held"))
 			maxheld = strtoul(v, NULL, 10);
 		else
@@ -270,8 +273,11 @@ int main(int argc, char **argv)
 	fflush(stdout);
 
 	static char buf[65536 + 4096] __attribute__((aligned));
+	uint64_t started = now_ns();
 	while (!stop) {
 		uint64_t now = now_ns();
+		if (lifetime_ns && now - started >= lifetime_ns)
+			break;
 		while (nheld > 0 && heap[0].at <= now) {
 			struct held x = pop();
 			if (now - x.at > 1000000)

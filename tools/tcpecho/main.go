@@ -7,6 +7,7 @@
 package main
 
 import (
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -99,7 +100,7 @@ func setCC(c syscall.RawConn, cc string) error {
 
 func server(cfg config) int {
 	lc := net.ListenConfig{Control: func(network, address string, c syscall.RawConn) error { return setCC(c, cfg.cc) }}
-	ln, err := lc.Listen(nil, "tcp", cfg.addr)
+	ln, err := lc.Listen(context.Background(), "tcp", cfg.addr)
 	if err != nil {
 		fatalf("listen: %v", err)
 	}
@@ -321,7 +322,7 @@ func percentile(r []float64, p float64) float64 {
 	if len(r) == 0 {
 		return 0
 	}
-	k := int(math.Ceil(p/100*float64(len(r)))) - 1
+	k := int(math.Ceil(p*float64(len(r))/100-1e-9)) - 1
 	k = max(0, min(k, len(r)-1))
 	return r[k]
 }
