@@ -55,6 +55,8 @@ type scenario struct {
 	DupPercent uint32  `json:"dup_percent"`
 	Base       uint32  `json:"clock_base"`
 	InitialSn  uint32  `json:"initial_sn"`
+	MsgSegs    int     `json:"message_segments"`
+	RecoverPct uint32  `json:"recover_percent"`
 	EndMs      uint32  `json:"end_ms"`
 	Trace      []dgram `json:"trace"`
 }
@@ -64,14 +66,15 @@ const conv = 0x11223344
 // pattern byte i, as in shared/vectors.
 func pattern(i int) byte { return byte((uint32(i) * 2654435761) >> 24) }
 
-// fate of the k-th datagram in one direction: dropped, its delay, and
-// whether a duplicate follows 3 ms later.
-func fate(s *scenario, dir uint32, k uint32) (bool, uint32, bool) {
+// fate of the k-th datagram in one direction: dropped, its delay, whether a
+// duplicate follows 3 ms later, and whether a dropped one is "recovered by
+// FEC" (delivered 5 ms late as an IKCP_PACKET_FEC input).
+func fate(s *scenario, dir uint32, k uint32) (bool, uint32, bool, bool) {
 	x := k*2654435761 + s.Seed*40503 + dir*7919
 	x ^= x >> 15
 	x *= 0x2c1b3c6d
 	x ^= x >> 12
-	return x%100 < s.Loss, s.Delay + (x>>8)%(s.Jitter+1), (x>>20)%100 < s.DupPercent
+	return x%100 < s.Loss, s.Delay + (x>>8)%(s.Jitter+1), (x>>20)%100 < s.DupPercent, (x>>24)%100 < s.RecoverPct
 }
 
 func summary(p []byte) string {
@@ -86,9 +89,10 @@ func summary(p []byte) string {
 }
 
 type packet struct {
-	at, seq  uint32
-	toServer bool
-	data     []byte
+	at, seq   uint32
+	toServer  bool
+	recovered bool
+	data      []byte
 }
 
 func run(s *scenario) {
@@ -107,15 +111,18 @@ func run(s *scenario) {
 				dir, d = "s2c", 1
 			}
 			s.Trace = append(s.Trace, dgram{now, dir, size, crc32.ChecksumIEEE(p), summary(p)})
-			drop, delay, dup := fate(s, d, k[d])
+			drop, delay, dup, recover := fate(s, d, k[d])
 			k[d]++
 			if !drop {
 				seq++
-				wire = append(wire, packet{now + delay, seq, toServer, p})
+				wire = append(wire, packet{now + delay, seq, toServer, false, p})
 				if dup {
 					seq++
-					wire = append(wire, packet{now + delay + 3, seq, toServer, p})
+					wire = append(wire, packet{now + delay + 3, seq, toServer, false, p})
 				}
+			} else if recover {
+				seq++
+				wire = append(wire, packet{now + delay + 5, seq, toServer, true, p})
 			}
 		}
 	}
@@ -133,7 +140,7 @@ func run(s *scenario) {
 	ends := []*kcp.KCP{c, sv}
 	timers := []uint32{0, 0}
 	mss := s.Mtu - 24
-	sent, got := 0, 0
+	sent, got, msgs := 0, 0, 0
 	buf := make([]byte, 1<<20)
 	for {
 		// 1. deliveries due now, in (at, seq) order
@@ -153,7 +160,11 @@ func run(s *scenario) {
 			if p.toServer {
 				to = sv
 			}
-			to.Input(p.data, kcp.IKCP_PACKET_REGULAR, s.AckNoDelay)
+			kind := kcp.IKCP_PACKET_REGULAR
+			if p.recovered {
+				kind = kcp.IKCP_PACKET_FEC
+			}
+			to.Input(p.data, kind, s.AckNoDelay)
 		}
 		// 2. timers
 		for i, e := range ends {
@@ -165,6 +176,12 @@ func run(s *scenario) {
 		if now%5 == 0 {
 			for sent < s.Bytes && c.WaitSnd() < s.SndWnd {
 				n := min(mss, s.Bytes-sent)
+				if s.MsgSegs > 0 {
+					// Raw KCP message mode: one Send per message, fragmented
+					// by KCP itself with frg counting down.
+					n = min(1+int((uint32(msgs)*7919+s.Seed*31)%uint32(s.MsgSegs*mss)), s.Bytes-sent)
+					msgs++
+				}
 				piece := make([]byte, n)
 				for i := range piece {
 					piece[i] = pattern(sent + i)
@@ -209,6 +226,10 @@ func main() {
 		{Name: "fast3_loss30_cwnd", Mtu: 1400, SndWnd: 32, RcvWnd: 32, NoDelay: 1, Interval: 10, Resend: 2, Nc: 0, Loss: 30, Delay: 40, Jitter: 10, Seed: 7, Bytes: 32 << 10},
 		{Name: "fast3_wrap_dup_loss10", Mtu: 1400, SndWnd: 128, RcvWnd: 128, NoDelay: 1, Interval: 10, Resend: 2, Nc: 1, Stream: true, Loss: 10, Delay: 25, Jitter: 20, Seed: 8, Bytes: 256 << 10, DupPercent: 5, Base: 0xFFFFFF00, InitialSn: 0xFFFFFFC0},
 		{Name: "default_wrap_dup_tiny_rcvwnd", Mtu: 1000, SndWnd: 16, RcvWnd: 4, NoDelay: 0, Interval: 100, Resend: 0, Nc: 0, Loss: 15, Delay: 30, Jitter: 40, Seed: 9, Bytes: 48 << 10, DupPercent: 10, Base: 0xFFFF0000, InitialSn: 0xFFFFFFF8, PauseFrom: 500, PauseTo: 1900},
+		{Name: "fast3_messages_3_segments", Mtu: 1400, SndWnd: 32, RcvWnd: 32, NoDelay: 1, Interval: 10, Resend: 2, Nc: 1, Loss: 10, Delay: 20, Jitter: 20, Seed: 11, Bytes: 128 << 10, DupPercent: 3, MsgSegs: 3},
+		{Name: "default_messages_small_rcvwnd_paused", Mtu: 700, SndWnd: 16, RcvWnd: 8, NoDelay: 0, Interval: 100, Resend: 0, Nc: 0, Loss: 10, Delay: 30, Jitter: 10, Seed: 12, Bytes: 48 << 10, MsgSegs: 4, PauseFrom: 300, PauseTo: 1500, Base: 0xFFFFF000, InitialSn: 0xFFFFFFF0},
+		{Name: "fast2_fec_recovered_loss25", Mtu: 1372, SndWnd: 64, RcvWnd: 64, NoDelay: 1, Interval: 20, Resend: 2, Nc: 1, Stream: true, Loss: 25, Delay: 30, Jitter: 10, Seed: 13, Bytes: 128 << 10, RecoverPct: 70},
+		{Name: "default_fec_recovered_cwnd", Mtu: 1372, SndWnd: 32, RcvWnd: 32, NoDelay: 0, Interval: 100, Resend: 0, Nc: 0, Loss: 15, Delay: 20, Jitter: 5, Seed: 14, Bytes: 64 << 10, RecoverPct: 60},
 		{Name: "fast_acknodelay_dup_reorder", Mtu: 1400, SndWnd: 64, RcvWnd: 32, NoDelay: 0, Interval: 30, Resend: 2, Nc: 0, AckNoDelay: true, Loss: 8, Delay: 10, Jitter: 30, Seed: 10, Bytes: 96 << 10, DupPercent: 8},
 	}
 	for _, s := range scenarios {

@@ -3,7 +3,9 @@
 //! `tests/vectors/arq_kcpgo_trace.json` was produced by
 //! `interop/kcpgo-arq-trace` (regenerate with its `gen.sh`): kcp-go v5.6.72's
 //! KCP, driven like a UDPSession drives it, on a virtual clock, through lossy,
-//! jittery, window-limited scenarios. Here the same scenarios run through our
+//! jittery, window-limited scenarios (two in raw message mode, where KCP
+//! fragments messages itself; two where lost packets come back as
+//! FEC-recovered input). Here the same scenarios run through our
 //! `Kcp` with the same event loop, and every datagram must match: time,
 //! direction, length, CRC-32 of the bytes (so every header field, `ts`
 //! included, and every payload byte), in order.
@@ -18,17 +20,11 @@ use crate::arq::{ArqConfig, Kcp, Origin, RecvError};
 
 const JSON: &str = include_str!("../../../tests/vectors/arq_kcpgo_trace.json");
 
-/// The trace generator's per-datagram fate: dropped, its one-way delay, and
-/// whether a duplicate follows 3 ms later.
-fn fate(
-    loss: u32,
-    delay: u32,
-    jitter: u32,
-    dup: u32,
-    seed: u32,
-    dir: u32,
-    k: u32,
-) -> (bool, u32, bool) {
+/// The trace generator's per-datagram fate: dropped, its one-way delay,
+/// whether a duplicate follows 3 ms later, and whether a dropped one is
+/// "recovered by FEC" (delivered 5 ms late as `Origin::Recovered`).
+fn fate(link: [u32; 5], seed: u32, dir: u32, k: u32) -> (bool, u32, bool, bool) {
+    let [loss, delay, jitter, dup, recover] = link;
     let mut x = k
         .wrapping_mul(2_654_435_761)
         .wrapping_add(seed.wrapping_mul(40503))
@@ -40,6 +36,7 @@ fn fate(
         x % 100 < loss,
         delay + (x >> 8) % (jitter + 1),
         (x >> 20) % 100 < dup,
+        (x >> 24) % 100 < recover,
     )
 }
 
@@ -88,6 +85,10 @@ fn run(s: &Value) -> (Vec<Dgram>, u32) {
     let total = s["bytes"].as_u64().unwrap() as usize;
     let (pause_from, pause_to) = (g("pause_from"), g("pause_to"));
     let (dup, base, initial_sn) = (g("dup_percent"), g("clock_base"), g("initial_sn"));
+    // > 0: raw message mode, messages of up to this many segments.
+    let msg_segs = g("message_segments");
+    let recover = g("recover_percent");
+    let mut msgs = 0u32;
     // The loop runs on relative time; the endpoints see base + now, which may wrap.
     let clock = |rel: u32| t(base.wrapping_add(rel));
     let conv = 0x1122_3344;
@@ -98,8 +99,8 @@ fn run(s: &Value) -> (Vec<Dgram>, u32) {
     }
     let mss = ends[0].mss();
     let mut trace = Vec::new();
-    // (at, seq) -> (to_server, bytes)
-    let mut wire: BTreeMap<(u32, u32), (bool, Vec<u8>)> = BTreeMap::new();
+    // (at, seq) -> (to_server, origin, bytes)
+    let mut wire: BTreeMap<(u32, u32), (bool, Origin, Vec<u8>)> = BTreeMap::new();
     let mut seq = 0u32;
     let mut k = [0u32; 2];
     let (mut sent, mut got) = (0usize, 0usize);
@@ -120,15 +121,19 @@ fn run(s: &Value) -> (Vec<Dgram>, u32) {
                 crc: crc32fast::hash(&p),
                 segs: summary(&p),
             });
-            let (drop, d, twice) = fate(loss, delay, jitter, dup, seed, i as u32, k[i]);
+            let (drop, d, twice, recovered) =
+                fate([loss, delay, jitter, dup, recover], seed, i as u32, k[i]);
             k[i] += 1;
             if !drop {
                 seq += 1;
-                wire.insert((now + d, seq), (i == 0, p.clone()));
+                wire.insert((now + d, seq), (i == 0, Origin::Regular, p.clone()));
                 if twice {
                     seq += 1;
-                    wire.insert((now + d + 3, seq), (i == 0, p));
+                    wire.insert((now + d + 3, seq), (i == 0, Origin::Regular, p));
                 }
+            } else if recovered {
+                seq += 1;
+                wire.insert((now + d + 5, seq), (i == 0, Origin::Recovered, p));
             }
         }
     };
@@ -145,11 +150,9 @@ fn run(s: &Value) -> (Vec<Dgram>, u32) {
                 assert!(at > now);
                 break;
             }
-            let (to_server, p) = wire.remove(&(at, sq)).unwrap();
+            let (to_server, origin, p) = wire.remove(&(at, sq)).unwrap();
             let i = usize::from(to_server);
-            ends[i]
-                .handle_datagram(clock(now), &p, Origin::Regular)
-                .unwrap();
+            ends[i].handle_datagram(clock(now), &p, origin).unwrap();
             flush_out(&mut ends, i, now, &mut trace, &mut wire);
         }
         // 2. timers, client then server
@@ -165,9 +168,20 @@ fn run(s: &Value) -> (Vec<Dgram>, u32) {
         // 3. application, every 5 ms
         if now % 5 == 0 {
             while sent < total && ends[0].wait_snd() < cfg.snd_wnd as usize {
-                let n = mss.min(total - sent);
+                let mut n = mss.min(total - sent);
+                if msg_segs > 0 {
+                    n = (1
+                        + (msgs.wrapping_mul(7919).wrapping_add(seed.wrapping_mul(31))
+                            % (msg_segs * mss as u32)) as usize)
+                        .min(total - sent);
+                    msgs += 1;
+                }
                 let piece: Vec<u8> = (sent..sent + n).map(pattern).collect();
-                assert_eq!(ends[0].send(&piece), n);
+                if msg_segs > 0 {
+                    assert_eq!(ends[0].send_message(&piece), Ok(()));
+                } else {
+                    assert_eq!(ends[0].send(&piece), n);
+                }
                 sent += n;
                 flush_out(&mut ends, 0, now, &mut trace, &mut wire);
             }
@@ -213,7 +227,7 @@ fn run(s: &Value) -> (Vec<Dgram>, u32) {
 fn every_datagram_matches_kcp_go_on_the_same_events() {
     let v: Value = serde_json::from_str(JSON).unwrap();
     let scenarios = v["scenarios"].as_array().unwrap();
-    assert!(scenarios.len() >= 7);
+    assert!(scenarios.len() >= 14);
     for s in scenarios {
         let name = s["name"].as_str().unwrap();
         let (ours, end) = run(s);
