@@ -7,9 +7,10 @@ use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use kcpio::{Config, Key, Method, Preset};
+use kcpio::{Config, KcpStream, Key, Method, Preset};
 use support::kcp;
 use support::relay::{LinkConfig, Relay, RelayConfig};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UdpSocket;
 
 /// A UDP echo server on loopback; returns its address and the task.
@@ -404,4 +405,87 @@ async fn sixteen_mib_at_20_percent_loss_without_fec() {
         .build()
         .unwrap();
     sixteen_mib_through(config, 0.20, 20, false).await;
+}
+
+// ---------------------------------------------------------------------------
+// a link that goes dead
+// ---------------------------------------------------------------------------
+
+/// Connects through a clean relay and proves the path with one echo.
+async fn connected_through(relay: &Relay, config: &Config) -> KcpStream {
+    let mut stream = KcpStream::connect(relay.local_addr(), config)
+        .await
+        .unwrap();
+    stream.write_all(b"hello").await.unwrap();
+    let mut buf = [0u8; 5];
+    tokio::time::timeout(Duration::from_secs(10), stream.read_exact(&mut buf))
+        .await
+        .expect("echo through the relay")
+        .unwrap();
+    assert_eq!(&buf, b"hello");
+    stream
+}
+
+fn is_dead_peer_error(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::TimedOut | std::io::ErrorKind::ConnectionReset
+    )
+}
+
+/// Data in flight when the cable is cut: the retransmission limit must
+/// surface as an error on the pending read, not a hang.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cut_link_with_data_in_flight_fails_reads() {
+    let config = Config::builder()
+        .preset(Preset::Fast3)
+        .dead_link(8)
+        .build()
+        .unwrap();
+    let server = kcp::EchoServer::start(&config).await;
+    let relay = Relay::start(server.addr(), RelayConfig::default())
+        .await
+        .unwrap();
+    let mut stream = connected_through(&relay, &config).await;
+    relay.set_blackhole(true);
+    stream.write_all(&[7u8; 4000]).await.unwrap();
+    let mut buf = [0u8; 64];
+    let res = tokio::time::timeout(Duration::from_secs(30), stream.read(&mut buf))
+        .await
+        .expect("a read on a dead link must fail, not hang");
+    match res {
+        Err(e) => assert!(is_dead_peer_error(&e), "unexpected error kind: {e:?}"),
+        Ok(n) => panic!("read {n} bytes through a cut link"),
+    }
+    // Later writes fail too instead of queueing forever.
+    let later = tokio::time::timeout(Duration::from_secs(10), stream.write_all(&[1u8; 100])).await;
+    assert!(
+        matches!(later, Ok(Err(ref e)) if is_dead_peer_error(e)),
+        "{later:?}"
+    );
+    assert!(relay.stats().to_server.lost > 0);
+}
+
+/// Nothing in flight, the peer simply goes silent: the idle timeout ends it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_peer_hits_the_idle_timeout() {
+    let config = Config::builder()
+        .preset(Preset::Fast3)
+        .idle_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let server = kcp::EchoServer::start(&config).await;
+    let relay = Relay::start(server.addr(), RelayConfig::default())
+        .await
+        .unwrap();
+    let mut stream = connected_through(&relay, &config).await;
+    relay.set_blackhole(true);
+    let mut buf = [0u8; 64];
+    let res = tokio::time::timeout(Duration::from_secs(20), stream.read(&mut buf))
+        .await
+        .expect("a read on a silent link must end with the idle timeout");
+    match res {
+        Err(e) => assert!(is_dead_peer_error(&e), "unexpected error kind: {e:?}"),
+        Ok(n) => panic!("read {n} bytes from a silent peer"),
+    }
 }
