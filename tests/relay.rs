@@ -489,3 +489,40 @@ async fn silent_peer_hits_the_idle_timeout() {
         Ok(n) => panic!("read {n} bytes from a silent peer"),
     }
 }
+
+/// Heavy reordering and duplication with some loss and jitter, in message
+/// mode (32 KiB writes are fragmented and reassembled) with FEC: every byte
+/// still arrives once, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reordering_and_duplication_in_message_mode() {
+    let config = Config::builder()
+        .preset(Preset::Fast3)
+        .stream(false)
+        .window(512, 512)
+        .crypto(Method::Salsa20, Key::passphrase("reorder"))
+        .fec(10, 3)
+        .build()
+        .unwrap();
+    let link = LinkConfig {
+        loss: 0.02,
+        duplicate: 0.10,
+        reorder: 0.30,
+        reorder_delay: Duration::from_millis(4),
+        delay: Duration::from_millis(1),
+        jitter: Duration::from_millis(3),
+        queue: 8192,
+        ..LinkConfig::default()
+    };
+    let server = kcp::SinkServer::start(&config).await;
+    let relay = Relay::start(server.addr(), RelayConfig::symmetric(77, link))
+        .await
+        .unwrap();
+    let bytes = 4 << 20;
+    let res = kcp::sink_client(relay.local_addr(), &config, bytes, BIG_TIMEOUT).await;
+    let s = relay.stats();
+    res.unwrap_or_else(|e| panic!("{e}; relay {s:?}"));
+    assert!(
+        s.to_server.duplicated > 0 && s.to_server.reordered > 0,
+        "{s:?}"
+    );
+}
