@@ -23,6 +23,8 @@ pub(crate) struct Aes128GcmNi {
     rk: [[u8; 16]; 11],
     /// H^1..H^8 in the byte-reflected domain; `h[i]` is H^(i+1).
     h: [[u8; 16]; 8],
+    /// The CPU also has AVX2, VAES and VPCLMULQDQ: two blocks per instruction.
+    wide: bool,
 }
 
 impl Aes128GcmNi {
@@ -43,8 +45,15 @@ impl Aes128GcmNi {
     pub(crate) fn seal(&self, nonce: &[u8; 12], data: &mut [u8]) -> [u8; 16] {
         #[cfg(target_arch = "x86_64")]
         {
-            // SAFETY: `self` exists only if `new` found the CPU features.
-            unsafe { x86::crypt(self, nonce, data, x86::Dir::Seal) }
+            // SAFETY: `self` exists only if `new` found the CPU features, and
+            // `wide` only if it also found the wide ones.
+            unsafe {
+                if self.wide {
+                    x86::crypt_wide(self, nonce, data, x86::Dir::Seal)
+                } else {
+                    x86::crypt(self, nonce, data, x86::Dir::Seal)
+                }
+            }
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
@@ -58,8 +67,15 @@ impl Aes128GcmNi {
     pub(crate) fn open(&self, nonce: &[u8; 12], data: &mut [u8], tag: &[u8; 16]) -> bool {
         #[cfg(target_arch = "x86_64")]
         {
-            // SAFETY: `self` exists only if `new` found the CPU features.
-            let expected = unsafe { x86::crypt(self, nonce, data, x86::Dir::Open) };
+            // SAFETY: `self` exists only if `new` found the CPU features, and
+            // `wide` only if it also found the wide ones.
+            let expected = unsafe {
+                if self.wide {
+                    x86::crypt_wide(self, nonce, data, x86::Dir::Open)
+                } else {
+                    x86::crypt(self, nonce, data, x86::Dir::Open)
+                }
+            };
             let diff = expected
                 .iter()
                 .zip(tag.iter())
@@ -89,6 +105,15 @@ mod x86 {
             && std::arch::is_x86_feature_detected!("ssse3")
             && std::arch::is_x86_feature_detected!("sse4.1")
             && std::arch::is_x86_feature_detected!("avx")
+    }
+
+    /// AVX2, VAES and VPCLMULQDQ, and a compiler that has their intrinsics
+    /// (`kcpio_vaes`, set by build.rs for Rust >= 1.89).
+    pub(super) fn wide_supported() -> bool {
+        cfg!(kcpio_vaes)
+            && std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("vaes")
+            && std::arch::is_x86_feature_detected!("vpclmulqdq")
     }
 
     #[derive(Clone, Copy, PartialEq, Eq)]
@@ -223,6 +248,7 @@ mod x86 {
         Aes128GcmNi {
             rk: rk.map(|k| store(k)),
             h,
+            wide: wide_supported(),
         }
     }
 
@@ -291,8 +317,150 @@ mod x86 {
         }
     }
 
+    /// The VAES/VPCLMULQDQ kernel: its intrinsics are stable since Rust 1.89,
+    /// so build.rs compiles it only for such compilers (`kcpio_vaes`).
+    #[cfg(kcpio_vaes)]
+    #[clippy::msrv = "1.89"]
+    mod wide {
+        use super::{Dir, reduce};
+        use core::arch::x86_64::*;
+
+        /// `group` for a whole group of eight blocks, two per VAES/VPCLMULQDQ
+        /// instruction. `hp[i]` holds the powers for blocks 2i (low lane) and
+        /// 2i + 1 (high lane): H^(8-2i) and H^(7-2i).
+        #[inline(always)]
+        pub(super) unsafe fn group_wide(
+            rk: &[__m256i; 11],
+            hp: &[__m256i; 4],
+            y: __m128i,
+            base: __m128i,
+            ctr0: u32,
+            buf: &mut [u8; 128],
+            dir: Dir,
+        ) -> __m128i {
+            // SAFETY: (whole body) the caller guarantees AVX2, VAES, VPCLMULQDQ
+            // and the 128-bit features; the four 32-byte loads and stores cover
+            // exactly `buf`.
+            unsafe {
+                let c =
+                    |j: u32| _mm_insert_epi32::<3>(base, ctr0.wrapping_add(j).swap_bytes() as i32);
+                let mut ks = [_mm256_setzero_si256(); 4];
+                for (i, k) in (0u32..).zip(ks.iter_mut()) {
+                    *k = _mm256_xor_si256(_mm256_set_m128i(c(2 * i + 1), c(2 * i)), rk[0]);
+                }
+                for r in &rk[1..10] {
+                    for k in ks.iter_mut() {
+                        *k = _mm256_aesenc_epi128(*k, *r);
+                    }
+                }
+                let reverse = _mm256_broadcastsi128_si256(_mm_set_epi8(
+                    0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
+                ));
+                let p = buf.as_mut_ptr().cast::<__m256i>();
+                let mut lo = _mm256_setzero_si256();
+                let mut hi = _mm256_setzero_si256();
+                for (i, (k, hk)) in ks.iter().zip(hp.iter()).enumerate() {
+                    let input = _mm256_loadu_si256(p.add(i));
+                    let output = _mm256_xor_si256(input, _mm256_aesenclast_epi128(*k, rk[10]));
+                    _mm256_storeu_si256(p.add(i), output);
+                    let cblk = if dir == Dir::Seal { output } else { input };
+                    let mut x = _mm256_shuffle_epi8(cblk, reverse);
+                    if i == 0 {
+                        x = _mm256_xor_si256(x, _mm256_zextsi128_si256(y));
+                    }
+                    let mid = _mm256_xor_si256(
+                        _mm256_clmulepi64_epi128::<0x10>(x, *hk),
+                        _mm256_clmulepi64_epi128::<0x01>(x, *hk),
+                    );
+                    lo = _mm256_xor_si256(lo, _mm256_clmulepi64_epi128::<0x00>(x, *hk));
+                    lo = _mm256_xor_si256(lo, _mm256_bslli_epi128::<8>(mid));
+                    hi = _mm256_xor_si256(hi, _mm256_clmulepi64_epi128::<0x11>(x, *hk));
+                    hi = _mm256_xor_si256(hi, _mm256_bsrli_epi128::<8>(mid));
+                }
+                let lo = _mm_xor_si128(
+                    _mm256_castsi256_si128(lo),
+                    _mm256_extracti128_si256::<1>(lo),
+                );
+                let hi = _mm_xor_si128(
+                    _mm256_castsi256_si128(hi),
+                    _mm256_extracti128_si256::<1>(hi),
+                );
+                reduce(lo, hi)
+            }
+        }
+    }
+    #[cfg(kcpio_vaes)]
+    use wide::group_wide;
+
     /// CTR-crypts `data` in place and returns the GCM tag over the
     /// ciphertext (which is the output when sealing, the input when opening).
+    /// `WIDE` selects the VAES/VPCLMULQDQ group kernel for whole groups.
+    #[inline(always)]
+    unsafe fn crypt_body<const WIDE: bool>(
+        key: &Aes128GcmNi,
+        nonce: &[u8; 12],
+        data: &mut [u8],
+        dir: Dir,
+    ) -> [u8; 16] {
+        // SAFETY: (whole body) the calling wrapper enables the features of
+        // every kernel reachable with its `WIDE`.
+        unsafe {
+            let rk = key.rk.map(|k| load(&k));
+            let h = key.h.map(|k| load(&k));
+            // Only the wide wrapper may execute AVX2 instructions.
+            #[cfg(kcpio_vaes)]
+            let wide_keys: Option<([__m256i; 11], [__m256i; 4])> = if WIDE {
+                Some((
+                    rk.map(|k| _mm256_broadcastsi128_si256(k)),
+                    core::array::from_fn(|i| _mm256_set_m128i(h[6 - 2 * i], h[7 - 2 * i])),
+                ))
+            } else {
+                None
+            };
+            let mut j0 = [0u8; 16];
+            j0[..12].copy_from_slice(nonce);
+            j0[15] = 1;
+            let base = load(&j0);
+            let tag_mask = encrypt1(&rk, base);
+            let mut y = _mm_setzero_si128();
+            let mut counter = 2u32;
+
+            let mut groups = data.chunks_exact_mut(128);
+            for chunk in &mut groups {
+                if let Ok(buf) = <&mut [u8; 128]>::try_from(chunk) {
+                    #[cfg(kcpio_vaes)]
+                    {
+                        y = match &wide_keys {
+                            Some((rk_wide, hp)) => {
+                                group_wide(rk_wide, hp, y, base, counter, buf, dir)
+                            }
+                            None => group(&rk, &h, y, base, counter, buf, 128, dir),
+                        };
+                    }
+                    #[cfg(not(kcpio_vaes))]
+                    {
+                        y = group(&rk, &h, y, base, counter, buf, 128, dir);
+                    }
+                }
+                counter = counter.wrapping_add(8);
+            }
+            let rest = groups.into_remainder();
+            if !rest.is_empty() {
+                let n = rest.len();
+                let mut buf = [0u8; 128];
+                buf[..n].copy_from_slice(rest);
+                y = group(&rk, &h, y, base, counter, &mut buf, n, dir);
+                rest.copy_from_slice(&buf[..n]);
+            }
+
+            let mut lengths = [0u8; 16];
+            lengths[8..].copy_from_slice(&((data.len() as u64) * 8).to_be_bytes());
+            y = gf_mul(_mm_xor_si128(y, reflect(load(&lengths))), h[0]);
+            store(_mm_xor_si128(reflect(y), tag_mask))
+        }
+    }
+
+    /// [`crypt_body`] with 128-bit kernels.
     ///
     /// # Safety
     /// The CPU must support AES-NI, PCLMULQDQ, SSSE3, SSE4.1 and AVX.
@@ -303,38 +471,31 @@ mod x86 {
         data: &mut [u8],
         dir: Dir,
     ) -> [u8; 16] {
-        let rk = key.rk.map(|k| load(&k));
-        let h = key.h.map(|k| load(&k));
-        let mut j0 = [0u8; 16];
-        j0[..12].copy_from_slice(nonce);
-        j0[15] = 1;
-        let base = load(&j0);
-        let tag_mask = encrypt1(&rk, base);
-        let mut y = _mm_setzero_si128();
-        let mut counter = 2u32;
+        // SAFETY: this function's target features are the 128-bit kernels'.
+        unsafe { crypt_body::<false>(key, nonce, data, dir) }
+    }
 
-        let mut groups = data.chunks_exact_mut(128);
-        for chunk in &mut groups {
-            if let Ok(buf) = <&mut [u8; 128]>::try_from(chunk) {
-                // SAFETY: this function's own target features.
-                y = unsafe { group(&rk, &h, y, base, counter, buf, 128, dir) };
-            }
-            counter = counter.wrapping_add(8);
-        }
-        let rest = groups.into_remainder();
-        if !rest.is_empty() {
-            let n = rest.len();
-            let mut buf = [0u8; 128];
-            buf[..n].copy_from_slice(rest);
-            // SAFETY: this function's own target features.
-            y = unsafe { group(&rk, &h, y, base, counter, &mut buf, n, dir) };
-            rest.copy_from_slice(&buf[..n]);
-        }
-
-        let mut lengths = [0u8; 16];
-        lengths[8..].copy_from_slice(&((data.len() as u64) * 8).to_be_bytes());
-        y = gf_mul(_mm_xor_si128(y, reflect(load(&lengths))), h[0]);
-        store(_mm_xor_si128(reflect(y), tag_mask))
+    /// [`crypt_body`] with the 256-bit group kernel (without `kcpio_vaes`
+    /// the same as [`crypt`]: `wide` is then never set).
+    ///
+    /// # Safety
+    /// As [`crypt`], plus AVX2, VAES and VPCLMULQDQ.
+    #[cfg_attr(
+        kcpio_vaes,
+        target_feature(enable = "aes,pclmulqdq,ssse3,sse4.1,avx,avx2,vaes,vpclmulqdq")
+    )]
+    #[cfg_attr(
+        not(kcpio_vaes),
+        target_feature(enable = "aes,pclmulqdq,ssse3,sse4.1,avx")
+    )]
+    pub(super) unsafe fn crypt_wide(
+        key: &Aes128GcmNi,
+        nonce: &[u8; 12],
+        data: &mut [u8],
+        dir: Dir,
+    ) -> [u8; 16] {
+        // SAFETY: this function's target features cover both group kernels.
+        unsafe { crypt_body::<true>(key, nonce, data, dir) }
     }
 
     #[cfg(test)]
@@ -368,6 +529,17 @@ mod x86 {
                 let tag = k.seal(&nonce, &mut got);
                 assert_eq!(got, want, "ciphertext, len {len}");
                 assert_eq!(tag, want_tag, "tag, len {len}");
+                let narrow = Aes128GcmNi {
+                    wide: false,
+                    ..k.clone()
+                };
+                let mut n = data.clone();
+                assert_eq!(
+                    narrow.seal(&nonce, &mut n),
+                    want_tag,
+                    "narrow tag, len {len}"
+                );
+                assert_eq!(n, want, "narrow ciphertext, len {len}");
                 assert!(k.open(&nonce, &mut got, &tag));
                 assert_eq!(got, data);
             }
@@ -394,6 +566,12 @@ mod x86 {
                 let mut opened = got.clone();
                 prop_assert!(k.open(&nonce, &mut opened, &tag));
                 prop_assert_eq!(&opened, &data);
+
+                // The 128-bit kernels agree with the 256-bit ones.
+                let narrow = Aes128GcmNi { wide: false, ..k.clone() };
+                let mut n = data.clone();
+                prop_assert_eq!(narrow.seal(&nonce, &mut n), tag);
+                prop_assert_eq!(&n, &want);
 
                 // A flipped ciphertext or tag bit fails and leaves zeros.
                 let mut forged = got.clone();
