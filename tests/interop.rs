@@ -495,3 +495,50 @@ async fn interop_wrong_key_fails_both_ways() {
     );
     assert_eq!(go_run.code, Some(1), "{go_run:?}");
 }
+
+/// kcp-go client → kcpio sink server (the in-process sink speaks the Go
+/// sink-server's report protocol, which the Go client checks).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn go_client_rust_sink_server() {
+    let Some(bin) = gopeer::binary() else {
+        return;
+    };
+    let cipher = "sm4";
+    let server = kcp::SinkServer::start(&rust_config(cipher, (10, 3))).await;
+    let mut flags = go_flags(cipher, (10, 3));
+    flags.extend(args(&[
+        "--addr",
+        &server.addr().to_string(),
+        "--sink",
+        "--bytes",
+        "1000000",
+    ]));
+    let run = gopeer::run_client(&bin, &flags, CLIENT_TIMEOUT).await;
+    assert!(run.passed(), "{run:?}");
+    assert_eq!(run.number("bytes_verified"), Some(1_000_000.0), "{run:?}");
+}
+
+/// Many kcp-go sessions at once on one kcpio listener, each a closed-loop
+/// ping-pong of framed messages (the Go peer's `--messages` mode).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn go_pingpong_sessions_on_one_rust_listener() {
+    let Some(bin) = gopeer::binary() else {
+        return;
+    };
+    let server = kcp::EchoServer::start(&rust_config("aes-128", (0, 0))).await;
+    let mut flags = go_flags("aes-128", (0, 0));
+    flags.extend(args(&[
+        "--addr",
+        &server.addr().to_string(),
+        "--parallel",
+        "50",
+        "--messages",
+        "32",
+        "--size",
+        "100",
+    ]));
+    let run = gopeer::run_client(&bin, &flags, CLIENT_TIMEOUT).await;
+    assert!(run.passed(), "{run:?}");
+    assert_eq!(run.number("received"), Some(50.0 * 32.0), "{run:?}");
+    assert_eq!(run.number("lost"), Some(0.0), "{run:?}");
+}
