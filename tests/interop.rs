@@ -450,3 +450,95 @@ async fn interop_mixed_settings() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// The negative control: with different keys nothing gets through, and both
+/// harness directions report the failure (so a pass above means something).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interop_wrong_key_fails_both_ways() {
+    let Some(bin) = gopeer::binary() else {
+        return;
+    };
+    let cipher = "aes-128";
+    let wrong = Config::builder()
+        .preset(Preset::Fast3)
+        .stream(true)
+        .crypto(Method::Aes128, Key::passphrase("not the secret"))
+        .build()
+        .unwrap();
+    let flags = go_flags(cipher, (0, 0));
+    let flag_refs: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let short = Duration::from_secs(2);
+
+    let go_server = GoServer::spawn(&bin, "echo-server", &flag_refs).await;
+    let rust_side = kcp::echo_client(go_server.addr(), &wrong, 10_000, 1000, short);
+
+    let rust_server = kcp::EchoServer::start(&wrong).await;
+    let mut client = flags.clone();
+    client.extend(args(&[
+        "--addr",
+        &rust_server.addr().to_string(),
+        "--bytes",
+        "10000",
+        "--timeout",
+        "2s",
+    ]));
+    let go_side = gopeer::run_client(&bin, &client, CLIENT_TIMEOUT);
+
+    let (rust_res, go_run) = tokio::join!(rust_side, go_side);
+    assert!(
+        rust_res.is_err(),
+        "a kcpio client with the wrong key passed"
+    );
+    assert!(
+        !go_run.passed(),
+        "a kcp-go client with the wrong key passed: {go_run:?}"
+    );
+    assert_eq!(go_run.code, Some(1), "{go_run:?}");
+}
+
+/// kcp-go client → kcpio sink server (the in-process sink speaks the Go
+/// sink-server's report protocol, which the Go client checks).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn go_client_rust_sink_server() {
+    let Some(bin) = gopeer::binary() else {
+        return;
+    };
+    let cipher = "sm4";
+    let server = kcp::SinkServer::start(&rust_config(cipher, (10, 3))).await;
+    let mut flags = go_flags(cipher, (10, 3));
+    flags.extend(args(&[
+        "--addr",
+        &server.addr().to_string(),
+        "--sink",
+        "--bytes",
+        "1000000",
+    ]));
+    let run = gopeer::run_client(&bin, &flags, CLIENT_TIMEOUT).await;
+    assert!(run.passed(), "{run:?}");
+    assert_eq!(run.number("bytes_verified"), Some(1_000_000.0), "{run:?}");
+}
+
+/// Many kcp-go sessions at once on one kcpio listener, each a closed-loop
+/// ping-pong of framed messages (the Go peer's `--messages` mode).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn go_pingpong_sessions_on_one_rust_listener() {
+    let Some(bin) = gopeer::binary() else {
+        return;
+    };
+    let server = kcp::EchoServer::start(&rust_config("aes-128", (0, 0))).await;
+    let mut flags = go_flags("aes-128", (0, 0));
+    flags.extend(args(&[
+        "--addr",
+        &server.addr().to_string(),
+        "--parallel",
+        "50",
+        "--messages",
+        "32",
+        "--size",
+        "100",
+    ]));
+    let run = gopeer::run_client(&bin, &flags, CLIENT_TIMEOUT).await;
+    assert!(run.passed(), "{run:?}");
+    assert_eq!(run.number("received"), Some(50.0 * 32.0), "{run:?}");
+    assert_eq!(run.number("lost"), Some(0.0), "{run:?}");
+}
