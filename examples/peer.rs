@@ -597,12 +597,7 @@ fn build_config(f: &Flags, nd: NoDelay, conv: Option<u32>) -> Result<Config, Str
         Some((1, 20, 2, 1)) => b.preset(Preset::Fast2),
         Some((0, 30, 2, 1)) => b.preset(Preset::Fast),
         Some((0, 40, 2, 1)) => b.preset(Preset::Normal),
-        Some(other) => {
-            return Err(format!(
-                "kcpio's Config offers presets only, not {},{},{},{}: use default, normal, fast, fast2 or fast3",
-                other.0, other.1, other.2, other.3
-            ));
-        }
+        Some((nodelay, interval, resend, nc)) => b.nodelay(nodelay != 0, interval, resend, nc != 0),
     };
     let snd = if f.sndwnd > 0 { f.sndwnd } else { 32 };
     let rcv = if f.rcvwnd > 0 { f.rcvwnd } else { 32 };

@@ -79,23 +79,21 @@
 #[forbid(unsafe_code)]
 pub mod arq;
 #[forbid(unsafe_code)]
-pub mod crypto;
-#[forbid(unsafe_code)]
-pub mod fec;
-// Runtime-dispatched SIMD kernels (GF(2^8) for the FEC codec, stream ciphers).
-#[allow(unsafe_code)]
-mod simd;
-#[forbid(unsafe_code)]
 mod config;
 #[forbid(unsafe_code)]
+pub mod crypto;
+#[forbid(unsafe_code)]
 mod driver;
+#[forbid(unsafe_code)]
+pub mod fec;
 #[forbid(unsafe_code)]
 mod listener;
 #[forbid(unsafe_code)]
 mod session;
-// Batched datagram syscalls; the only other place `unsafe` is allowed.
 #[allow(unsafe_code)]
-mod sys;
+mod simd; // runtime-dispatched SIMD kernels (GF(2^8), Salsa20, GCM): unsafe allowed
+#[allow(unsafe_code)]
+mod sys; // batched datagram syscalls: the only other place unsafe is allowed
 
 pub use config::{Config, ConfigBuilder, ConfigError, Key, Preset};
 pub use crypto::Method;
