@@ -221,6 +221,7 @@ pub(crate) struct ConfigInner {
     pub(crate) linger: Duration,
     pub(crate) conv: Option<u32>,
     pub(crate) batching: bool,
+    pub(crate) reuse_port: usize,
 }
 
 impl ConfigInner {
@@ -261,6 +262,7 @@ impl fmt::Debug for Config {
             .field("linger", &c.linger)
             .field("conv", &c.conv)
             .field("batching", &c.batching)
+            .field("reuse_port", &c.reuse_port)
             .finish_non_exhaustive()
     }
 }
@@ -318,6 +320,7 @@ pub struct ConfigBuilder {
     linger: Duration,
     conv: Option<u32>,
     batching: bool,
+    reuse_port: usize,
 }
 
 impl Default for ConfigBuilder {
@@ -346,6 +349,7 @@ impl Default for ConfigBuilder {
             linger: Duration::from_secs(5),
             conv: None,
             batching: true,
+            reuse_port: 1,
         }
     }
 }
@@ -534,6 +538,22 @@ impl ConfigBuilder {
         self
     }
 
+    /// Listener sockets: with `n > 1`, [`KcpListener::bind`] binds `n` UDP
+    /// sockets to the same address with `SO_REUSEPORT`, each run by its own
+    /// driver task, all feeding one accept backlog. The kernel spreads peers
+    /// over the sockets by a hash of their address (one peer always reaches
+    /// the same socket), so a busy server uses up to `n` cores; give the
+    /// runtime that many worker threads. `max_sessions` applies per socket.
+    /// Ignored by clients and where `SO_REUSEPORT` does not exist
+    /// (non-Unix). Default: 1 (one socket, no `SO_REUSEPORT`).
+    ///
+    /// [`KcpListener::bind`]: crate::KcpListener::bind
+    #[must_use]
+    pub fn reuse_port(mut self, n: usize) -> Self {
+        self.reuse_port = n;
+        self
+    }
+
     /// Validates the settings and derives the key.
     ///
     /// # Errors
@@ -548,6 +568,9 @@ impl ConfigBuilder {
         }
         if self.max_sessions == 0 {
             return Err(ConfigError::ZeroLimit("max_sessions"));
+        }
+        if self.reuse_port == 0 {
+            return Err(ConfigError::ZeroLimit("reuse_port"));
         }
         let fec = match self.fec {
             (0, 0) => None,
@@ -615,6 +638,7 @@ impl ConfigBuilder {
                 linger: self.linger,
                 conv: self.conv,
                 batching: self.batching,
+                reuse_port: self.reuse_port,
             }),
         })
     }
