@@ -1089,7 +1089,17 @@ struct Outcome {
 }
 
 async fn dial(f: &Flags, nd: NoDelay, conv: Option<u32>) -> Result<KcpStream, String> {
-    let config = build_config(f, nd, conv)?;
+    // One Config (one key derivation) for every session without its own
+    // conv: thousands of parallel dials must not each run PBKDF2.
+    static SHARED: std::sync::OnceLock<Config> = std::sync::OnceLock::new();
+    let config = match (conv, SHARED.get()) {
+        (None, Some(c)) => c.clone(),
+        (None, None) => {
+            let c = build_config(f, nd, None)?;
+            SHARED.get_or_init(|| c).clone()
+        }
+        (Some(_), _) => build_config(f, nd, conv)?,
+    };
     KcpStream::connect(f.addr.as_str(), &config)
         .await
         .map_err(|e| format!("dial: {e}"))

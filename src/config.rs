@@ -467,8 +467,12 @@ impl ConfigBuilder {
     }
 
     /// Socket receive and send buffer sizes in bytes (`SO_RCVBUF`,
-    /// `SO_SNDBUF`); 0 keeps the OS default. Default: OS default. kcptun uses
-    /// 4 MiB each.
+    /// `SO_SNDBUF`); 0 means the default. Default: the send buffer is the
+    /// OS default; the receive buffer is raised to 4 MiB when the OS default
+    /// is smaller (the kernel caps it at `net.core.rmem_max`), because a
+    /// listener's many peers, or one peer's full window, overflow Linux's
+    /// 208 KiB default in a burst and every drop costs a retransmission
+    /// timeout. kcptun uses 4 MiB each.
     #[must_use]
     pub fn socket_buffers(mut self, recv: usize, send: usize) -> Self {
         self.recv_buffer = (recv > 0).then_some(recv);
@@ -583,8 +587,13 @@ impl ConfigBuilder {
                 Some((data, parity))
             }
         };
-        let mut key = self.key.bytes();
         let need = self.method.key_len();
+        // No PBKDF2 run (4096 rounds) for a method that takes no key.
+        let mut key = if need == 0 {
+            Vec::new()
+        } else {
+            self.key.bytes()
+        };
         if key.len() > need {
             key.truncate(need);
         }

@@ -65,6 +65,8 @@ const TOMBSTONE_TTL: Duration = Duration::from_secs(60);
 const MAX_TOMBSTONES: usize = 65_536;
 /// Rate limiter burst in bytes (kcp-go: 64 datagrams of 1500 bytes).
 const RATE_BURST: f64 = 96_000.0;
+/// Receive buffer asked for when the configuration leaves it to us.
+const DEFAULT_RECV_BUFFER: usize = 4 << 20;
 /// Smallest plaintext worth looking at (kcp-go: `min(24, 8 + 4)`).
 const MIN_PACKET: usize = 12;
 
@@ -1479,8 +1481,14 @@ fn open_socket(
     use socket2::{Domain, Protocol, Socket, Type};
     let domain = Domain::for_address(bind);
     let sock = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
-    if let Some(n) = config.recv_buffer {
-        sock.set_recv_buffer_size(n)?;
+    match config.recv_buffer {
+        Some(n) => sock.set_recv_buffer_size(n)?,
+        // Best effort: the kernel caps it at rmem_max and reports double.
+        None => {
+            if sock.recv_buffer_size().is_ok_and(|n| n < DEFAULT_RECV_BUFFER) {
+                let _ = sock.set_recv_buffer_size(DEFAULT_RECV_BUFFER);
+            }
+        }
     }
     if let Some(n) = config.send_buffer {
         sock.set_send_buffer_size(n)?;
