@@ -636,6 +636,10 @@ fn build_config(f: &Flags, nd: NoDelay, conv: Option<u32>) -> Result<Config, Str
                 .unwrap_or(usize::MAX)
                 .max(4096),
         );
+    } else {
+        // 0 = no cap of our own, like the Go peer (kcp-go has none): the
+        // 10,000-session idle test must not stop at kcpio's 4096 default.
+        b = b.max_sessions(1 << 20);
     }
     b.build().map_err(|e| e.to_string())
 }
