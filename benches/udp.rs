@@ -14,7 +14,8 @@ use std::net::{Ipv4Addr, UdpSocket};
 use criterion::{Criterion, Throughput, criterion_main};
 use socket2::SockRef;
 
-#[allow(unsafe_code)]
+// The bench uses a part of sys and none of its tests.
+#[allow(unsafe_code, dead_code)]
 #[path = "../src/sys/mod.rs"]
 mod sys;
 

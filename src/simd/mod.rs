@@ -5,3 +5,4 @@
 //! Every `unsafe` block carries a `// SAFETY:` comment.
 
 pub(crate) mod gf256;
+pub(crate) mod salsa20;

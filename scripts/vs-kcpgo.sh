@@ -1,0 +1,212 @@
+#!/usr/bin/env bash
+# kcpio against kcp-go on this machine, side by side (issue 5).
+#
+#   scripts/vs-kcpgo.sh [--quick] [--reps N] [--only sink,sink-aes,idle,echo1k]
+#
+# Builds the repository's Go peer (interop/kcpgo-peer) and
+# `cargo build --release --example peer`, runs both with identical flags,
+# N repetitions each (default 3, interleaved), and prints medians and
+# kcpio/kcp-go ratios for:
+#   sink      one session, sink, 256 MiB, windows 1024, fast3, crypto off:
+#             MB/s, CPU-seconds per GB of the client and of the server;
+#             both ends get --sockbuf 4194304 (--sockbuf N to change, 0 = OS
+#             default): with the 208 KiB default the receiver's socket
+#             overflows and kcp-go retransmits ~60% extra (30 MB/s here)
+#   sink-aes  the same with aes-128 + FEC 10/3
+#   idle      10,000 sessions opened to one listener (one 64 B echo each),
+#             then held idle 30 s at interval 10 ms (fast3): the server's
+#             CPU % over the hold and its resident memory per session
+#   echo1k    1,000 sessions each echoing 64 messages of 64 B (ping-pong,
+#             fast3): total time and CPU-seconds of client + server
+# Client CPU comes from /usr/bin/time, server CPU and RSS from /proc/PID.
+# --quick: 32 MiB sinks, 1,000 idle sessions held 6 s, 200 echo sessions,
+# one repetition. Loopback only; every child is stopped on exit.
+set -euo pipefail
+source "$(dirname "$0")/bench-lib.sh"
+
+REPS=3
+SINK_BYTES=$((256 << 20))
+IDLE_N=10000
+IDLE_HOLD=30
+ECHO_N=1000
+ECHO_MSGS=64
+ONLY="sink,sink-aes,idle,echo1k"
+SOCKBUF=4194304
+while [ $# -gt 0 ]; do
+	case $1 in
+	--quick) REPS=1; SINK_BYTES=$((32 << 20)); IDLE_N=1000; IDLE_HOLD=6; ECHO_N=200 ;;
+	--reps) REPS=$2; shift ;;
+	--only) ONLY=$2; shift ;;
+	--sockbuf) SOCKBUF=$2; shift ;;
+	--idle-sessions) IDLE_N=$2; shift ;;
+	--idle-hold) IDLE_HOLD=$2; shift ;;
+	-h | --help) sed -n '2,22p' "$0"; exit 0 ;;
+	*) die "unknown argument $1" ;;
+	esac
+	shift
+done
+want() { [[ ",$ONLY," == *",$1,"* ]]; }
+
+RUN="$OUT/vs-kcpgo-$(date +%Y%m%d-%H%M%S)"
+mkdir -p "$RUN"
+RES="$RUN/results.tsv"
+: >"$RES"
+
+if [ ! -x /usr/bin/time ]; then
+	log "installing GNU time (apt-get)"
+	apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq time >&2
+fi
+build_go
+build_rust
+IMPLS=(kcp-go)
+[ -n "$KCPIO_PEER" ] && IMPLS+=(kcpio)
+log "implementations: ${IMPLS[*]}; $REPS repetition(s); results in $RUN"
+
+# Each client session has its own UDP socket: raise the fd limit for the idle test.
+if want idle; then
+	need=$((IDLE_N + 200))
+	if [ "$(ulimit -n)" -lt "$need" ]; then
+		ulimit -n "$need" 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+	fi
+	if [ "$(ulimit -n)" -lt "$need" ]; then
+		loud "ulimit -n is $(ulimit -n) (hard $(ulimit -Hn)), below the $need the idle test needs: using $(($(ulimit -n) - 200)) sessions"
+		IDLE_N=$(($(ulimit -n) - 200))
+	fi
+fi
+
+record() { printf '%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" "$5" >>"$RES"; }
+secs() { python3 -c 'import sys; print(float(sys.argv[1]) / float(sys.argv[2]))' "$1" "$2"; }
+jget() { python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])[sys.argv[2]])' "$1" "$2"; }
+timecpu() { awk '{ print $1 + $2 }' "$1"; }
+
+start_server() { # IMPL MODE FILE FLAGS... -> SRV PORT
+	local b; b=$(peer_bin "$1")
+	local mode=$2 f=$3; shift 3
+	"$b" "$mode" --addr 127.0.0.1:0 --quiet "$@" >"$f.srv" 2>&1 &
+	SRV=$!; CHILDREN+=("$SRV")
+	if ! PORT=$(port_of "$(wait_line "$f.srv" 'listening on' 10)") || [ -z "$PORT" ]; then
+		log "  FAILED: $1 $mode did not start: $(head -c 300 "$f.srv" | tr '\n' ' ')"
+		stop "$SRV"
+		return 1
+	fi
+}
+
+# sink TEST IMPL REP FLAGS...
+sink() {
+	local test=$1 impl=$2 rep=$3; shift 3
+	local f="$RUN/$test-$impl-$rep" b; b=$(peer_bin "$impl")
+	start_server "$impl" sink-server "$f" --idle 10s "$@" || return 0
+	log "$test $impl #$rep"
+	if ! /usr/bin/time -f '%U %S %M' -o "$f.time" "$b" client --addr "127.0.0.1:$PORT" --sink --bytes "$SINK_BYTES" \
+		--timeout 600s --json "$@" >"$f.json" 2>"$f.err"; then
+		log "  FAILED (see $f.json $f.err)"; stop "$SRV"; return 0
+	fi
+	local st; st=$(cpu_ticks "$SRV")
+	stop "$SRV"
+	local gb; gb=$(python3 -c "print($SINK_BYTES / 1e9)")
+	record "$test" mbps "$impl" "$rep" "$(jget "$f.json" mb_per_s)"
+	record "$test" cpu_gb_client "$impl" "$rep" "$(secs "$(timecpu "$f.time")" "$gb")"
+	record "$test" cpu_gb_server "$impl" "$rep" "$(secs "$(secs "$st" "$CLK_TCK")" "$gb")"
+	record "$test" cpu_gb_total "$impl" "$rep" "$(python3 -c "print(($(timecpu "$f.time")+$st/$CLK_TCK)/$gb)")"
+}
+
+# idle IMPL REP
+idle() {
+	local impl=$1 rep=$2 f="$RUN/idle-$impl-$2" b; b=$(peer_bin "$impl")
+	local flags=(--nodelay fast3)
+	start_server "$impl" echo-server "$f" --idle 600s "${flags[@]}" || return 0
+	sleep 1
+	local rss0; rss0=$(rss_kb "$SRV")
+	log "idle $impl #$rep: opening $IDLE_N sessions, holding ${IDLE_HOLD}s"
+	"$b" client --addr "127.0.0.1:$PORT" --parallel "$IDLE_N" --messages 1 --size 64 --hold "${IDLE_HOLD}s" \
+		--timeout 300s --json "${flags[@]}" >"$f.json" 2>"$f.err" &
+	local cli=$!; CHILDREN+=("$cli")
+	if ! wait_line "$f.err" '^holding' 300 >/dev/null; then
+		log "  FAILED: the client never started holding (see $f.err)"; stop "$cli"; stop "$SRV"; return 0
+	fi
+	local settle=2 window=$((IDLE_HOLD - 4))
+	[ "$window" -lt 1 ] && window=1
+	sleep "$settle"
+	local t0 w0 t1 w1 rss1
+	t0=$(cpu_ticks "$SRV"); w0=$(date +%s.%N)
+	sleep "$window"
+	t1=$(cpu_ticks "$SRV"); w1=$(date +%s.%N); rss1=$(rss_kb "$SRV")
+	wait "$cli" || log "  client reported failure (see $f.json)"
+	stop "$SRV"
+	# sessions that completed their one echo: the ones the server really holds
+	local live; live=$(jget "$f.json" received 2>/dev/null || echo 0)
+	if [ "$live" -lt "$IDLE_N" ]; then
+		loud "idle $impl #$rep: only $live of $IDLE_N sessions opened (see $f.json); per-session RSS is over $live"
+	fi
+	record idle sessions_open "$impl" "$rep" "$live"
+	record idle server_cpu_pct "$impl" "$rep" "$(python3 -c "print(100*($t1-$t0)/$CLK_TCK/($w1-$w0))")"
+	[ "$live" -gt 0 ] && record idle rss_kb_per_session "$impl" "$rep" "$(python3 -c "print(($rss1-$rss0)/$live)")"
+	record idle open_s "$impl" "$rep" "$(python3 -c "print($(jget "$f.json" elapsed_ms)/1000)")"
+}
+
+# echo1k IMPL REP
+echo1k() {
+	local impl=$1 rep=$2 f="$RUN/echo1k-$impl-$2" b; b=$(peer_bin "$impl")
+	local flags=(--nodelay fast3)
+	start_server "$impl" echo-server "$f" --idle 60s "${flags[@]}" || return 0
+	local s0; s0=$(cpu_ticks "$SRV")
+	log "echo1k $impl #$rep: $ECHO_N sessions x $ECHO_MSGS x 64 B"
+	if ! /usr/bin/time -f '%U %S %M' -o "$f.time" "$b" client --addr "127.0.0.1:$PORT" --parallel "$ECHO_N" \
+		--messages "$ECHO_MSGS" --size 64 --timeout 120s --json "${flags[@]}" >"$f.json" 2>"$f.err"; then
+		log "  FAILED (see $f.json $f.err)"; stop "$SRV"; return 0
+	fi
+	local s1; s1=$(cpu_ticks "$SRV")
+	stop "$SRV"
+	record echo1k total_s "$impl" "$rep" "$(python3 -c "print($(jget "$f.json" elapsed_ms)/1000)")"
+	record echo1k cpu_s "$impl" "$rep" "$(python3 -c "print($(timecpu "$f.time") + ($s1-$s0)/$CLK_TCK)")"
+}
+
+for rep in $(seq "$REPS"); do
+	for impl in "${IMPLS[@]}"; do
+		want sink && sink sink "$impl" "$rep" --sndwnd 1024 --rcvwnd 1024 --nodelay fast3 --sockbuf "$SOCKBUF"
+		want sink-aes && sink sink-aes "$impl" "$rep" --sndwnd 1024 --rcvwnd 1024 --nodelay fast3 --sockbuf "$SOCKBUF" \
+			--crypt aes-128 --datashard 10 --parityshard 3
+		want idle && idle "$impl" "$rep"
+		want echo1k && echo1k "$impl" "$rep"
+	done
+done
+
+python3 - "$RES" "$SINK_BYTES" "$IDLE_N" "$IDLE_HOLD" "$ECHO_N" "$ECHO_MSGS" "$REPS" "$SOCKBUF" <<'PY' | tee "$RUN/table.md"
+import statistics, sys
+res, sink_bytes, idle_n, idle_hold, echo_n, echo_msgs, reps, sockbuf = sys.argv[1:]
+vals = {}
+for line in open(res):
+    test, metric, impl, rep, v = line.rstrip("\n").split("\t")
+    vals.setdefault((test, metric), {}).setdefault(impl, []).append(float(v))
+rows = [
+    ("sink", "mbps", f"sink {int(sink_bytes)>>20} MiB, wnd 1024, fast3, no crypto: MB/s", "≥ 2.0", True),
+    ("sink", "cpu_gb_client", "  … client CPU-s per GB", "", False),
+    ("sink", "cpu_gb_server", "  … server CPU-s per GB", "", False),
+    ("sink", "cpu_gb_total", "  … client+server CPU-s per GB", "≤ 0.5", False),
+    ("sink-aes", "mbps", f"sink {int(sink_bytes)>>20} MiB, aes-128 + FEC 10/3: MB/s", "≥ 2.0", True),
+    ("sink-aes", "cpu_gb_client", "  … client CPU-s per GB", "", False),
+    ("sink-aes", "cpu_gb_server", "  … server CPU-s per GB", "", False),
+    ("sink-aes", "cpu_gb_total", "  … client+server CPU-s per GB", "≤ 0.5", False),
+    ("idle", "sessions_open", f"{idle_n} sessions opened to one listener: how many completed their echo", "1.00", False),
+    ("idle", "server_cpu_pct", "  … held idle, interval 10 ms: server CPU %", "≤ 0.25", False),
+    ("idle", "rss_kb_per_session", "  … server RSS per session (KiB)", "≤ 0.5", False),
+    ("idle", "open_s", "  … time to open them all (s)", "", False),
+    ("echo1k", "total_s", f"{echo_n} sessions × {echo_msgs} × 64 B echo: total time (s)", "≤ 0.5", False),
+    ("echo1k", "cpu_s", "  … client+server CPU-seconds", "≤ 0.5", False),
+]
+def fmt(v):
+    if v is None: return "–"
+    return f"{v:.3f}" if abs(v) < 10 else f"{v:.1f}"
+print(f"\n### kcpio vs kcp-go on this machine: medians of {reps} run(s)\n")
+print("| measurement | kcp-go | kcpio | kcpio / kcp-go | target ratio | runs (kcp-go; kcpio) |")
+print("|---|---:|---:|---:|---:|---|")
+for test, metric, label, target, _ in rows:
+    d = vals.get((test, metric))
+    if not d: continue
+    g = statistics.median(d["kcp-go"]) if "kcp-go" in d else None
+    k = statistics.median(d["kcpio"]) if "kcpio" in d else None
+    ratio = f"{k/g:.2f}×" if g and k is not None else "–"
+    runs = "; ".join(", ".join(fmt(x) for x in d.get(i, [])) for i in ("kcp-go", "kcpio"))
+    print(f"| {label} | {fmt(g)} | {fmt(k)} | {ratio} | {target} | {runs} |")
+PY
+log "table and raw results in $RUN"

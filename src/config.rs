@@ -1,0 +1,743 @@
+//! The one typed configuration for streams and listeners.
+//!
+//! [`Config::builder`] starts from kcp-go's defaults; every setter documents
+//! its default and what kcp-go or kcptun calls it. [`ConfigBuilder::build`]
+//! validates the whole set once (MTU against the headers, windows, FEC shape,
+//! key) and derives a passphrase key once, so opening a session never fails on
+//! configuration.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::arq::{self, ArqConfig};
+use crate::crypto::{self, Method, PacketCrypto};
+use crate::fec;
+
+/// Largest datagram kcp-go reads (its `mtuLimit`); a larger MTU is clamped.
+pub(crate) const MAX_DATAGRAM: usize = 1500;
+
+/// Smallest KCP mtu accepted: one segment header plus at least one byte.
+const MIN_KCP_MTU: usize = 25;
+
+/// Parameter presets of the ARQ: `nodelay`, `interval`, fast `resend` and `nc`.
+///
+/// | preset | nodelay | interval | resend | nc |
+/// | --- | --- | --- | --- | --- |
+/// | [`Default`](Preset::Default) (kcp-go's `NewKCP`) | off | 100 ms | 0 | off |
+/// | [`Normal`](Preset::Normal) (kcptun `normal`) | off | 40 ms | 2 | on |
+/// | [`Fast`](Preset::Fast) (kcptun `fast`, kcptun's default) | off | 30 ms | 2 | on |
+/// | [`Fast2`](Preset::Fast2) (kcptun `fast2`) | on | 20 ms | 2 | on |
+/// | [`Fast3`](Preset::Fast3) (kcptun `fast3`) | on | 10 ms | 2 | on |
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Preset {
+    /// kcp-go's defaults: no nodelay, 100 ms interval, no fast resend,
+    /// congestion control on.
+    #[default]
+    Default,
+    /// kcptun `normal`: 40 ms interval, fast resend after 2 skips, no congestion window.
+    Normal,
+    /// kcptun `fast`: 30 ms interval, fast resend after 2 skips, no congestion window.
+    Fast,
+    /// kcptun `fast2`: nodelay, 20 ms interval, fast resend 2, no congestion window.
+    Fast2,
+    /// kcptun `fast3`: nodelay, 10 ms interval, fast resend 2, no congestion window.
+    Fast3,
+}
+
+impl Preset {
+    /// The preset called `name` by kcptun's `--mode` flag (`normal`, `fast`,
+    /// `fast2`, `fast3`), or `default` for kcp-go's own defaults.
+    #[must_use]
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "default" => Some(Self::Default),
+            "normal" => Some(Self::Normal),
+            "fast" => Some(Self::Fast),
+            "fast2" => Some(Self::Fast2),
+            "fast3" => Some(Self::Fast3),
+            _ => None,
+        }
+    }
+
+    fn arq(self) -> arq::Preset {
+        match self {
+            Self::Default => arq::Preset::Default,
+            Self::Normal => arq::Preset::Normal,
+            Self::Fast => arq::Preset::Fast,
+            Self::Fast2 => arq::Preset::Fast2,
+            Self::Fast3 => arq::Preset::Fast3,
+        }
+    }
+}
+
+/// Key material for the packet cipher.
+#[derive(Clone)]
+pub struct Key(KeyInner);
+
+#[derive(Clone)]
+enum KeyInner {
+    Raw(Vec<u8>),
+    Passphrase(String),
+}
+
+impl Key {
+    /// Raw key bytes. A key longer than the method needs is cut to the
+    /// method's length ([`Method::key_len`]), as kcptun does with its 32-byte
+    /// derived key.
+    #[must_use]
+    pub fn raw(bytes: impl Into<Vec<u8>>) -> Self {
+        Self(KeyInner::Raw(bytes.into()))
+    }
+
+    /// A kcptun passphrase (`--key`): derived once, in
+    /// [`ConfigBuilder::build`], with PBKDF2-HMAC-SHA1 (salt `kcp-go`, 4096
+    /// rounds, 32 bytes) like kcptun.
+    #[must_use]
+    pub fn passphrase(passphrase: impl Into<String>) -> Self {
+        Self(KeyInner::Passphrase(passphrase.into()))
+    }
+
+    fn bytes(&self) -> Vec<u8> {
+        match &self.0 {
+            KeyInner::Raw(b) => b.clone(),
+            KeyInner::Passphrase(p) => crypto::derive_key(p).to_vec(),
+        }
+    }
+}
+
+impl fmt::Debug for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            KeyInner::Raw(b) => write!(f, "Key::raw({} bytes)", b.len()),
+            KeyInner::Passphrase(_) => f.write_str("Key::passphrase(..)"),
+        }
+    }
+}
+
+/// Why [`ConfigBuilder::build`] refused a configuration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The MTU leaves no room for a KCP segment once the crypto and FEC
+    /// headers are taken off (kcp mtu = min(mtu, 1500) - crypto header -
+    /// FEC header - AEAD tag must be at least 25 bytes).
+    MtuTooSmall {
+        /// The MTU asked for.
+        mtu: usize,
+        /// Bytes the crypto and FEC layers take from every datagram.
+        overhead: usize,
+    },
+    /// A window of 0 segments.
+    ZeroWindow,
+    /// The FEC shape is invalid (both numbers must be 0 to turn FEC off, or
+    /// both positive with at most 255 shards in all).
+    InvalidFec {
+        /// Data shards asked for.
+        data: usize,
+        /// Parity shards asked for.
+        parity: usize,
+    },
+    /// The key does not suit the cipher (for example too short).
+    InvalidKey(crypto::KeyError),
+    /// A limit that must be positive is zero (named).
+    ZeroLimit(&'static str),
+    /// The ARQ refused its parameters.
+    Arq(arq::ArqConfigError),
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::MtuTooSmall { mtu, overhead } => write!(
+                f,
+                "mtu {mtu} is too small: {overhead} bytes of crypto/FEC headers leave less than {MIN_KCP_MTU} for KCP"
+            ),
+            Self::ZeroWindow => f.write_str("send and receive windows must be at least 1 segment"),
+            Self::InvalidFec { data, parity } => {
+                write!(f, "invalid FEC shape {data} data + {parity} parity shards")
+            }
+            Self::InvalidKey(e) => write!(f, "invalid key: {e}"),
+            Self::ZeroLimit(name) => write!(f, "{name} must be positive"),
+            Self::Arq(e) => write!(f, "invalid ARQ parameters: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::InvalidKey(e) => Some(e),
+            Self::Arq(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// A validated configuration for [`KcpStream`](crate::KcpStream) and
+/// [`KcpListener`](crate::KcpListener). Cheap to clone.
+///
+/// Both ends of a connection must agree on the cipher and key; everything
+/// else (presets, windows, FEC on the sending side, modes) is local, as in
+/// kcp-go.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use kcpio::{Config, Key, Method, Preset};
+///
+/// let config = Config::builder()
+///     .preset(Preset::Fast3)
+///     .window(1024, 1024)
+///     .stream(true)
+///     .crypto(Method::Aes128, Key::passphrase("it's a secret"))
+///     .fec(10, 3)
+///     .idle_timeout(Duration::from_secs(30))
+///     .build()
+///     .unwrap();
+/// # let _ = config;
+/// ```
+#[derive(Clone)]
+pub struct Config {
+    pub(crate) inner: Arc<ConfigInner>,
+}
+
+/// The validated values, shared by every session of a socket.
+pub(crate) struct ConfigInner {
+    pub(crate) arq: ArqConfig,
+    pub(crate) mtu: usize,
+    pub(crate) method: Method,
+    pub(crate) crypto: Arc<PacketCrypto>,
+    pub(crate) fec: Option<(usize, usize)>,
+    pub(crate) fec_group_deadline: Option<u32>,
+    pub(crate) rate_limit: u64,
+    pub(crate) dscp: u8,
+    pub(crate) recv_buffer: Option<usize>,
+    pub(crate) send_buffer: Option<usize>,
+    pub(crate) accept_backlog: usize,
+    pub(crate) max_sessions: usize,
+    pub(crate) idle_timeout: Option<Duration>,
+    pub(crate) linger: Duration,
+    pub(crate) conv: Option<u32>,
+    pub(crate) batching: bool,
+}
+
+impl ConfigInner {
+    /// 8 with the FEC encoder on, else 0.
+    pub(crate) fn fec_header(&self) -> usize {
+        if self.fec.is_some() {
+            fec::DATA_HEADER
+        } else {
+            0
+        }
+    }
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let c = &self.inner;
+        f.debug_struct("Config")
+            .field("mtu", &c.mtu)
+            .field("kcp_mtu", &c.arq.mtu)
+            .field("snd_wnd", &c.arq.snd_wnd)
+            .field("rcv_wnd", &c.arq.rcv_wnd)
+            .field("nodelay", &c.arq.nodelay)
+            .field("interval", &c.arq.interval)
+            .field("fast_resend", &c.arq.fast_resend)
+            .field("no_congestion", &c.arq.no_congestion)
+            .field("stream", &c.arq.stream)
+            .field("method", &c.method.name())
+            .field("fec", &c.fec)
+            .field("fec_group_deadline", &c.fec_group_deadline)
+            .field("write_delay", &c.arq.write_delay)
+            .field("ack_nodelay", &c.arq.ack_nodelay)
+            .field("dead_link", &c.arq.dead_link)
+            .field("rate_limit", &c.rate_limit)
+            .field("dscp", &c.dscp)
+            .field("accept_backlog", &c.accept_backlog)
+            .field("max_sessions", &c.max_sessions)
+            .field("idle_timeout", &c.idle_timeout)
+            .field("linger", &c.linger)
+            .field("conv", &c.conv)
+            .field("batching", &c.batching)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Config {
+    /// A builder starting from kcp-go's defaults.
+    #[must_use]
+    pub fn builder() -> ConfigBuilder {
+        ConfigBuilder::default()
+    }
+
+    /// The KCP mtu after the crypto and FEC headers are deducted (WIRE 2.5).
+    #[must_use]
+    pub fn kcp_mtu(&self) -> usize {
+        self.inner.arq.mtu
+    }
+
+    /// The packet cipher.
+    #[must_use]
+    pub fn method(&self) -> Method {
+        self.inner.method
+    }
+
+    /// Whether the session is a byte stream that merges small writes (true)
+    /// or keeps message boundaries (false).
+    #[must_use]
+    pub fn is_stream(&self) -> bool {
+        self.inner.arq.stream
+    }
+}
+
+/// Builds a [`Config`]; every setter documents its default.
+#[derive(Clone, Debug)]
+pub struct ConfigBuilder {
+    preset: Preset,
+    mtu: usize,
+    snd_wnd: u16,
+    rcv_wnd: u16,
+    stream: bool,
+    method: Method,
+    key: Key,
+    fec: (usize, usize),
+    fec_group_deadline: Option<Duration>,
+    nodelay: Option<(bool, u32, u32, bool)>,
+    write_delay: bool,
+    ack_nodelay: bool,
+    rate_limit: u64,
+    dscp: u8,
+    recv_buffer: Option<usize>,
+    send_buffer: Option<usize>,
+    accept_backlog: usize,
+    max_sessions: usize,
+    idle_timeout: Duration,
+    dead_link: u32,
+    linger: Duration,
+    conv: Option<u32>,
+    batching: bool,
+}
+
+impl Default for ConfigBuilder {
+    fn default() -> Self {
+        Self {
+            preset: Preset::Default,
+            mtu: 1400,
+            snd_wnd: 32,
+            rcv_wnd: 32,
+            stream: false,
+            method: Method::Null,
+            key: Key::raw(Vec::new()),
+            fec: (0, 0),
+            fec_group_deadline: None,
+            nodelay: None,
+            write_delay: false,
+            ack_nodelay: false,
+            rate_limit: 0,
+            dscp: 0,
+            recv_buffer: None,
+            send_buffer: None,
+            accept_backlog: 128,
+            max_sessions: 4096,
+            idle_timeout: Duration::ZERO,
+            dead_link: 20,
+            linger: Duration::from_secs(5),
+            conv: None,
+            batching: true,
+        }
+    }
+}
+
+impl ConfigBuilder {
+    /// The ARQ preset: nodelay, flush interval, fast resend, congestion window.
+    /// Default: [`Preset::Default`] (kcp-go's `0, 100, 0, 0`).
+    #[must_use]
+    pub fn preset(mut self, preset: Preset) -> Self {
+        self.preset = preset;
+        self
+    }
+
+    /// The largest datagram sent, headers included (kcp-go `SetMtu`); clamped
+    /// to 1500. Default: 1400. kcptun uses 1350.
+    #[must_use]
+    pub fn mtu(mut self, mtu: usize) -> Self {
+        self.mtu = mtu;
+        self
+    }
+
+    /// Send and receive windows in segments (kcp-go `SetWindowSize`).
+    /// Default: 32 and 32. kcptun uses 128/512 (client) and 1024/1024 (server).
+    #[must_use]
+    pub fn window(mut self, send: u16, recv: u16) -> Self {
+        self.snd_wnd = send;
+        self.rcv_wnd = recv;
+        self
+    }
+
+    /// Stream mode (true: small writes are merged into full segments) or
+    /// message mode (false: each write is one message of up to one segment,
+    /// and [`KcpStream::send_message`](crate::KcpStream::send_message) sends
+    /// whole messages). Default: false, as kcp-go; kcptun uses true.
+    #[must_use]
+    pub fn stream(mut self, stream: bool) -> Self {
+        self.stream = stream;
+        self
+    }
+
+    /// Per-packet encryption: `method` with `key`. Default: [`Method::Null`]
+    /// (no crypto header at all). Both ends must agree.
+    #[must_use]
+    pub fn crypto(mut self, method: Method, key: Key) -> Self {
+        self.method = method;
+        self.key = key;
+        self
+    }
+
+    /// Reed-Solomon FEC on the send side: `parity` parity shards after every
+    /// `data` data shards. `(0, 0)` turns it off. Default: off. kcptun uses
+    /// 10 and 3. Receiving FEC works whatever this is set to.
+    #[must_use]
+    pub fn fec(mut self, data: usize, parity: usize) -> Self {
+        self.fec = (data, parity);
+        self
+    }
+
+    /// **kcpio-only** (off by default): an FEC group that has not filled
+    /// `deadline` after its first data shard is closed with filler shards so
+    /// its parity goes out at once; a lost packet at a low packet rate is then
+    /// rebuilt within about one round trip instead of waiting for a
+    /// retransmission. kcp-go receivers decode such groups as usual (they
+    /// count the fillers as `KCPInErrors`). Whole milliseconds; only with
+    /// [`fec`](Self::fec) on.
+    #[must_use]
+    pub fn fec_group_deadline(mut self, deadline: Duration) -> Self {
+        self.fec_group_deadline = Some(deadline);
+        self
+    }
+
+    /// Custom ARQ timing instead of a [`preset`](Self::preset), as kcp-go's
+    /// `SetNoDelay(nodelay, interval, resend, nc)`: `nodelay` lowers the
+    /// minimum RTO to 30 ms, `interval` is the flush period in ms (clamped to
+    /// 10..=5000), `resend` the fast-retransmit threshold (0 = off), `nc`
+    /// turns the congestion window off. Default: the preset's values.
+    #[must_use]
+    pub fn nodelay(mut self, nodelay: bool, interval: u32, resend: u32, nc: bool) -> Self {
+        self.nodelay = Some((nodelay, interval, resend, nc));
+        self
+    }
+
+    /// Write delay (kcp-go `SetWriteDelay`): when true a write does not flush
+    /// at once; data leaves at the next interval tick. Default: false.
+    #[must_use]
+    pub fn write_delay(mut self, on: bool) -> Self {
+        self.write_delay = on;
+        self
+    }
+
+    /// ACK without delay (kcp-go `SetACKNoDelay`): every input that queues an
+    /// ACK flushes at once. Default: false.
+    #[must_use]
+    pub fn ack_nodelay(mut self, on: bool) -> Self {
+        self.ack_nodelay = on;
+        self
+    }
+
+    /// Pacing of everything a socket sends, in bytes per second (kcp-go
+    /// `SetRateLimit`; 0 = unlimited). Applies per UDP socket: per client
+    /// stream, and to the listener's sessions together. Default: 0.
+    #[must_use]
+    pub fn rate_limit(mut self, bytes_per_sec: u64) -> Self {
+        self.rate_limit = bytes_per_sec;
+        self
+    }
+
+    /// DSCP code point for outgoing datagrams (IPv4 TOS = `dscp << 2`, IPv6
+    /// traffic class = `dscp << 2`). Default: 0 (the OS default is left
+    /// untouched).
+    #[must_use]
+    pub fn dscp(mut self, dscp: u8) -> Self {
+        self.dscp = dscp;
+        self
+    }
+
+    /// Socket receive and send buffer sizes in bytes (`SO_RCVBUF`,
+    /// `SO_SNDBUF`); 0 keeps the OS default. Default: OS default. kcptun uses
+    /// 4 MiB each.
+    #[must_use]
+    pub fn socket_buffers(mut self, recv: usize, send: usize) -> Self {
+        self.recv_buffer = (recv > 0).then_some(recv);
+        self.send_buffer = (send > 0).then_some(send);
+        self
+    }
+
+    /// Sessions a listener holds that were not yet accepted; a new peer
+    /// beyond this is refused (counted, its datagram dropped). Default: 128
+    /// (kcp-go's `acceptBacklog`).
+    #[must_use]
+    pub fn accept_backlog(mut self, backlog: usize) -> Self {
+        self.accept_backlog = backlog;
+        self
+    }
+
+    /// Sessions a listener holds at once (accepted, pending or closing); a
+    /// new peer beyond this is refused and counted. Default: 4096.
+    #[must_use]
+    pub fn max_sessions(mut self, max: usize) -> Self {
+        self.max_sessions = max;
+        self
+    }
+
+    /// A session that receives nothing valid for this long fails with
+    /// `TimedOut`. [`Duration::ZERO`] turns it off (KCP has no keepalive, so
+    /// a quiet but alive peer is not told apart from a gone one). Default:
+    /// off.
+    #[must_use]
+    pub fn idle_timeout(mut self, timeout: Duration) -> Self {
+        self.idle_timeout = timeout;
+        self
+    }
+
+    /// Transmissions of one segment after which the peer is declared dead
+    /// and the session fails with `TimedOut`. 0 never gives up (kcp-go's
+    /// behaviour). Default: 20 (KCP's `dead_link`).
+    #[must_use]
+    pub fn dead_link(mut self, transmissions: u32) -> Self {
+        self.dead_link = transmissions;
+        self
+    }
+
+    /// How long `shutdown` waits for everything written to be acknowledged,
+    /// and how long a dropped stream keeps delivering its unsent data in the
+    /// background. Default: 5 s.
+    #[must_use]
+    pub fn linger(mut self, linger: Duration) -> Self {
+        self.linger = linger;
+        self
+    }
+
+    /// The conversation id a client uses; `None` draws a random one from the
+    /// driver's CSPRNG (kcp-go's `DialWithOptions`). Ignored by listeners,
+    /// which take the peer's. Default: `None`.
+    #[must_use]
+    pub fn conv(mut self, conv: Option<u32>) -> Self {
+        self.conv = conv;
+        self
+    }
+
+    /// Batched system calls (`recvmmsg`/`sendmmsg` with GRO/GSO on Linux).
+    /// `false` forces the portable one-datagram-per-call path. Default: true.
+    #[must_use]
+    pub fn batching(mut self, on: bool) -> Self {
+        self.batching = on;
+        self
+    }
+
+    /// Validates the settings and derives the key.
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] naming the first setting that cannot work.
+    pub fn build(self) -> Result<Config, ConfigError> {
+        if self.snd_wnd == 0 || self.rcv_wnd == 0 {
+            return Err(ConfigError::ZeroWindow);
+        }
+        if self.accept_backlog == 0 {
+            return Err(ConfigError::ZeroLimit("accept_backlog"));
+        }
+        if self.max_sessions == 0 {
+            return Err(ConfigError::ZeroLimit("max_sessions"));
+        }
+        let fec = match self.fec {
+            (0, 0) => None,
+            (data, parity) => {
+                if data == 0 || parity == 0 || data + parity > 255 {
+                    return Err(ConfigError::InvalidFec { data, parity });
+                }
+                fec::FecEncoder::new(data, parity)
+                    .map_err(|_| ConfigError::InvalidFec { data, parity })?;
+                Some((data, parity))
+            }
+        };
+        let mut key = self.key.bytes();
+        let need = self.method.key_len();
+        if key.len() > need {
+            key.truncate(need);
+        }
+        let crypto = PacketCrypto::new(self.method, &key).map_err(ConfigError::InvalidKey)?;
+        let fec_header = if fec.is_some() { fec::DATA_HEADER } else { 0 };
+        let overhead = crypto.header_len() + fec_header + crypto.trailer_len();
+        let kcp_mtu = self.mtu.min(MAX_DATAGRAM).saturating_sub(overhead);
+        if kcp_mtu < MIN_KCP_MTU {
+            return Err(ConfigError::MtuTooSmall {
+                mtu: self.mtu,
+                overhead,
+            });
+        }
+        let mut arq = ArqConfig::preset(self.preset.arq());
+        if let Some((nodelay, interval, resend, nc)) = self.nodelay {
+            arq.nodelay = nodelay;
+            arq.interval = interval.clamp(10, 5000);
+            arq.fast_resend = resend;
+            arq.no_congestion = nc;
+        }
+        arq.mtu = kcp_mtu;
+        arq.snd_wnd = self.snd_wnd;
+        arq.rcv_wnd = self.rcv_wnd;
+        arq.stream = self.stream;
+        arq.write_delay = self.write_delay;
+        arq.ack_nodelay = self.ack_nodelay;
+        // 0 = never give up: a transmission count no segment reaches.
+        arq.dead_link = if self.dead_link == 0 {
+            u32::MAX
+        } else {
+            self.dead_link
+        };
+        arq.validate().map_err(ConfigError::Arq)?;
+        Ok(Config {
+            inner: Arc::new(ConfigInner {
+                arq,
+                mtu: self.mtu.min(MAX_DATAGRAM),
+                method: self.method,
+                crypto: Arc::new(crypto),
+                fec,
+                fec_group_deadline: self
+                    .fec_group_deadline
+                    .map(|d| u32::try_from(d.as_millis()).unwrap_or(u32::MAX).max(1)),
+                rate_limit: self.rate_limit,
+                dscp: self.dscp,
+                recv_buffer: self.recv_buffer,
+                send_buffer: self.send_buffer,
+                accept_backlog: self.accept_backlog,
+                max_sessions: self.max_sessions,
+                idle_timeout: (!self.idle_timeout.is_zero()).then_some(self.idle_timeout),
+                linger: self.linger,
+                conv: self.conv,
+                batching: self.batching,
+            }),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_match_kcp_go() {
+        let c = Config::builder().build().unwrap();
+        assert_eq!(c.kcp_mtu(), 1400);
+        assert_eq!(c.inner.arq.snd_wnd, 32);
+        assert_eq!(c.inner.arq.rcv_wnd, 32);
+        assert_eq!(c.inner.arq.interval, 100);
+        assert!(!c.is_stream());
+        assert_eq!(c.inner.accept_backlog, 128);
+    }
+
+    #[test]
+    fn kcp_mtu_deducts_headers_like_wire_2_5() {
+        let mtu = |mtu, m: Method, fec: (usize, usize)| {
+            Config::builder()
+                .mtu(mtu)
+                .crypto(m, Key::passphrase("k"))
+                .fec(fec.0, fec.1)
+                .build()
+                .unwrap()
+                .kcp_mtu()
+        };
+        assert_eq!(mtu(1400, Method::Null, (0, 0)), 1400);
+        assert_eq!(mtu(1400, Method::Aes, (0, 0)), 1380);
+        assert_eq!(mtu(1400, Method::Null, (10, 3)), 1392);
+        assert_eq!(mtu(1400, Method::Aes, (10, 3)), 1372);
+        assert_eq!(mtu(1350, Method::Aes, (10, 3)), 1322);
+        assert_eq!(mtu(1400, Method::Aes128Gcm, (0, 0)), 1372);
+        assert_eq!(mtu(1400, Method::Aes128Gcm, (10, 3)), 1364);
+        assert_eq!(mtu(9000, Method::Null, (0, 0)), 1500);
+    }
+
+    #[test]
+    fn invalid_settings_are_typed_errors() {
+        let e = Config::builder()
+            .mtu(50)
+            .crypto(Method::Aes128Gcm, Key::passphrase("k"))
+            .fec(10, 3)
+            .build()
+            .unwrap_err();
+        assert_eq!(
+            e,
+            ConfigError::MtuTooSmall {
+                mtu: 50,
+                overhead: 36
+            }
+        );
+        assert_eq!(
+            Config::builder().window(0, 32).build().unwrap_err(),
+            ConfigError::ZeroWindow
+        );
+        assert!(matches!(
+            Config::builder().fec(10, 0).build().unwrap_err(),
+            ConfigError::InvalidFec { .. }
+        ));
+        assert!(matches!(
+            Config::builder().fec(200, 100).build().unwrap_err(),
+            ConfigError::InvalidFec { .. }
+        ));
+        assert!(matches!(
+            Config::builder().accept_backlog(0).build().unwrap_err(),
+            ConfigError::ZeroLimit("accept_backlog")
+        ));
+    }
+
+    #[test]
+    fn key_and_dead_link_rules() {
+        assert!(matches!(
+            Config::builder()
+                .crypto(Method::Aes128, Key::raw(vec![1u8; 8]))
+                .build()
+                .unwrap_err(),
+            ConfigError::InvalidKey(_)
+        ));
+        // A longer raw key is cut to the method's length, like kcptun's prefix.
+        Config::builder()
+            .crypto(Method::Aes128, Key::raw(vec![1u8; 32]))
+            .build()
+            .unwrap();
+        let c = Config::builder().dead_link(0).build().unwrap();
+        assert_eq!(c.inner.arq.dead_link, u32::MAX);
+    }
+
+    #[test]
+    fn custom_nodelay_overrides_the_preset() {
+        let c = Config::builder()
+            .preset(Preset::Fast3)
+            .nodelay(false, 1, 3, false)
+            .build()
+            .unwrap();
+        assert!(!c.inner.arq.nodelay);
+        assert_eq!(c.inner.arq.interval, 10);
+        assert_eq!(c.inner.arq.fast_resend, 3);
+        assert!(!c.inner.arq.no_congestion);
+    }
+
+    #[test]
+    fn presets_follow_kcptun() {
+        let c = Config::builder().preset(Preset::Fast3).build().unwrap();
+        assert!(c.inner.arq.nodelay);
+        assert_eq!(c.inner.arq.interval, 10);
+        assert_eq!(c.inner.arq.fast_resend, 2);
+        assert!(c.inner.arq.no_congestion);
+        assert_eq!(Preset::from_name("fast2"), Some(Preset::Fast2));
+        assert_eq!(Preset::from_name("turbo"), None);
+    }
+
+    #[test]
+    fn debug_never_shows_the_key() {
+        let c = Config::builder()
+            .crypto(Method::Aes128, Key::passphrase("hunter2"))
+            .build()
+            .unwrap();
+        assert!(!format!("{c:?}").contains("hunter2"));
+        assert!(!format!("{:?}", Key::passphrase("hunter2")).contains("hunter2"));
+    }
+}

@@ -1,0 +1,181 @@
+//! kcp-go's cipher-feedback mode: full-block CFB restarted for every datagram
+//! from one fixed IV (WIRE.md 5.2).
+//!
+//! Only the forward (encrypt) direction of the block cipher is used. Sealing
+//! is inherently serial (each keystream block is the encryption of the
+//! previous ciphertext block); opening encrypts ciphertext blocks that are all
+//! known up front, so it feeds the backend's parallel path when it has one
+//! (AES-NI pipelines eight blocks).
+//!
+//! A trailing partial block is XORed with the first bytes of the next
+//! keystream block, exactly as kcp-go and RustCrypto's `cfb-mode` do; unlike
+//! `cfb-mode` we skip the keystream block nobody would use.
+
+use cipher::{
+    Block, BlockCipherEncBackend, BlockCipherEncClosure, BlockCipherEncrypt, BlockSizeUser,
+    ParBlocks, ParBlocksSizeUser,
+    array::{Array, ArraySize},
+    inout::InOut,
+    typenum::Unsigned,
+};
+use core::marker::PhantomData;
+
+/// kcp-go's fixed initial vector; ciphers with 8-byte blocks use its first half.
+pub(crate) const IV: [u8; 16] = [
+    0xa7, 0x73, 0x4f, 0x9c, 0x12, 0xac, 0x1b, 0x01, 0xa4, 0x15, 0xf2, 0xc1, 0xfc, 0x78, 0xe6, 0x6b,
+];
+
+/// Encrypts `buf` in place.
+pub(crate) fn encrypt<C: BlockCipherEncrypt>(cipher: &C, buf: &mut [u8]) {
+    cipher.encrypt_with_backend(Encrypt::<C::BlockSize> {
+        buf,
+        _block: PhantomData,
+    });
+}
+
+/// Decrypts `buf` in place.
+pub(crate) fn decrypt<C: BlockCipherEncrypt>(cipher: &C, buf: &mut [u8]) {
+    cipher.encrypt_with_backend(Decrypt::<C::BlockSize> {
+        buf,
+        _block: PhantomData,
+    });
+}
+
+/// The first keystream block: the encryption of the fixed IV.
+#[inline(always)]
+fn first_keystream<B: BlockCipherEncBackend>(backend: &B) -> Block<B> {
+    let mut ks = Block::<B>::default();
+    for (k, v) in ks.iter_mut().zip(IV.iter()) {
+        *k = *v;
+    }
+    backend.encrypt_block_inplace(&mut ks);
+    ks
+}
+
+#[inline(always)]
+fn xor_in_place<N: ArraySize>(data: &mut Array<u8, N>, ks: &Array<u8, N>) {
+    for (d, k) in data.iter_mut().zip(ks.iter()) {
+        *d ^= *k;
+    }
+}
+
+#[inline(always)]
+fn xor_tail(tail: &mut [u8], ks: &[u8]) {
+    for (d, k) in tail.iter_mut().zip(ks.iter()) {
+        *d ^= *k;
+    }
+}
+
+/// Encrypts `input` into `out` (the backend's own in/out form).
+#[inline(always)]
+fn encrypt_b2b<B: BlockCipherEncBackend>(backend: &B, input: &Block<B>, out: &mut Block<B>) {
+    backend.encrypt_block(InOut::from((input, out)));
+}
+
+// Code shape. A keystream block carried from one loop iteration to the next
+// is split by LLVM into 16 byte-sized values and rebuilt byte by byte every
+// block (pextrb/pinsrb), tripling the cost of AES-NI CFB. So no loop below
+// carries a keystream block: sealing re-reads the previous ciphertext block
+// from the buffer, and opening walks backwards, where the previous block is
+// still ciphertext.
+
+struct Encrypt<'a, BS> {
+    buf: &'a mut [u8],
+    _block: PhantomData<BS>,
+}
+
+impl<BS: ArraySize> BlockSizeUser for Encrypt<'_, BS> {
+    type BlockSize = BS;
+}
+
+impl<BS: ArraySize> BlockCipherEncClosure for Encrypt<'_, BS> {
+    #[inline(always)]
+    fn call<B: BlockCipherEncBackend<BlockSize = BS>>(self, backend: &B) {
+        let (blocks, tail) = Array::<u8, BS>::slice_as_chunks_mut(self.buf);
+        let Some((first, _)) = blocks.split_first_mut() else {
+            xor_tail(tail, &first_keystream(backend));
+            return;
+        };
+        xor_in_place(first, &first_keystream(backend));
+        for i in 1..blocks.len() {
+            let (done, todo) = blocks.split_at_mut(i);
+            if let (Some(prev), Some(cur)) = (done.last(), todo.first_mut()) {
+                let mut ks = Block::<B>::default();
+                encrypt_b2b(backend, prev, &mut ks);
+                xor_in_place(cur, &ks);
+            }
+        }
+        if let Some(last) = blocks.last() {
+            if !tail.is_empty() {
+                let mut ks = Block::<B>::default();
+                encrypt_b2b(backend, last, &mut ks);
+                xor_tail(tail, &ks);
+            }
+        }
+    }
+}
+
+struct Decrypt<'a, BS> {
+    buf: &'a mut [u8],
+    _block: PhantomData<BS>,
+}
+
+impl<BS: ArraySize> BlockSizeUser for Decrypt<'_, BS> {
+    type BlockSize = BS;
+}
+
+impl<BS: ArraySize> BlockCipherEncClosure for Decrypt<'_, BS> {
+    #[inline(always)]
+    fn call<B: BlockCipherEncBackend<BlockSize = BS>>(self, backend: &B) {
+        let (blocks, tail) = Array::<u8, BS>::slice_as_chunks_mut(self.buf);
+        // The tail's keystream is the encryption of the last full block, or
+        // of the IV when there is none.
+        match blocks.last() {
+            None => {
+                xor_tail(tail, &first_keystream(backend));
+                return;
+            }
+            Some(last) if !tail.is_empty() => {
+                let mut ks = Block::<B>::default();
+                encrypt_b2b(backend, last, &mut ks);
+                xor_tail(tail, &ks);
+            }
+            Some(_) => {}
+        }
+        // Block i (i >= 1) is XORed with the encryption of ciphertext block
+        // i - 1; going backwards, that block is still ciphertext. Whole groups
+        // go through the backend's parallel path: blocks s..s+P take the
+        // encryptions of blocks s-1..s+P-1, one contiguous run.
+        let par = <B as ParBlocksSizeUser>::ParBlocksSize::USIZE;
+        let mut end = blocks.len();
+        while end > par {
+            let start = end - par;
+            let mut ks = ParBlocks::<B>::default();
+            let Some(run) = blocks.get(start - 1..end - 1) else {
+                break;
+            };
+            let (inputs, _) = ParBlocks::<B>::slice_as_chunks(run);
+            let Some(input) = inputs.first() else {
+                break;
+            };
+            backend.encrypt_par_blocks(InOut::from((input, &mut ks)));
+            if let Some(group) = blocks.get_mut(start..end) {
+                for (block, k) in group.iter_mut().zip(ks.iter()) {
+                    xor_in_place(block, k);
+                }
+            }
+            end = start;
+        }
+        for i in (1..end).rev() {
+            let (done, todo) = blocks.split_at_mut(i);
+            if let (Some(prev), Some(cur)) = (done.last(), todo.first_mut()) {
+                let mut ks = Block::<B>::default();
+                encrypt_b2b(backend, prev, &mut ks);
+                xor_in_place(cur, &ks);
+            }
+        }
+        if let Some(first) = blocks.first_mut() {
+            xor_in_place(first, &first_keystream(backend));
+        }
+    }
+}

@@ -1,0 +1,596 @@
+//! [`KcpStream`]: a reliable, ordered byte stream (or message channel) over
+//! KCP, used like `tokio::net::TcpStream`.
+
+use std::fmt;
+use std::future::poll_fn;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::ToSocketAddrs;
+use tokio::time::Instant;
+
+use crate::arq::{ArqStats, RecvError, SendError};
+use crate::config::Config;
+use crate::driver::{self, SessionShared, lock, register};
+use crate::fec::FecStats;
+
+/// Counters and estimator state of one session, from [`KcpStream::stats`].
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub struct SessionStats {
+    /// The conversation id.
+    pub conv: u32,
+    /// Smoothed round-trip time in milliseconds.
+    pub srtt: u32,
+    /// Current retransmission timeout in milliseconds.
+    pub rto: u32,
+    /// Segments queued or in flight (kcp-go `WaitSnd`).
+    pub wait_snd: usize,
+    /// Datagrams received for this session (after demultiplexing).
+    pub datagrams_in: u64,
+    /// Bytes of those datagrams on the wire.
+    pub bytes_in: u64,
+    /// Datagrams produced for this session, parity included.
+    pub datagrams_out: u64,
+    /// Bytes of those datagrams before sealing (crypto overhead not counted).
+    pub bytes_out: u64,
+    /// Packets the ARQ refused (malformed, wrong conv), regular or recovered.
+    pub input_errors: u64,
+    /// ARQ counters: segments in and out, retransmissions by rule, ...
+    pub arq: ArqStats,
+    /// FEC encoder counters (data shards and parity sent); default when FEC
+    /// is off.
+    pub fec_out: FecStats,
+    /// FEC decoder counters (shards received, packets recovered); default
+    /// until the peer sends FEC.
+    pub fec_in: FecStats,
+}
+
+/// Holds a session for one or two handles; when the last is dropped the
+/// session keeps flushing in the background for up to `linger`, then is freed.
+struct Handle {
+    session: Arc<SessionShared>,
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        self.session.release();
+    }
+}
+
+/// A KCP session: a reliable, ordered stream over UDP.
+///
+/// Implements [`AsyncRead`] and [`AsyncWrite`] like `tokio::net::TcpStream`.
+/// Made by [`KcpStream::connect`] (client) or
+/// [`KcpListener::accept`](crate::KcpListener::accept) (server). All the I/O
+/// happens on the socket's driver task; a stream only moves bytes in and out
+/// of its ARQ, so every method is cheap and never blocks a thread.
+///
+/// KCP has no handshake and no FIN: `connect` sends nothing until the first
+/// write, and the peer never sees an end of stream. A read returns `Ok(0)`
+/// only for an empty buffer. A dead peer is detected by the retransmission
+/// limit ([`ConfigBuilder::dead_link`](crate::ConfigBuilder::dead_link)) and a
+/// silent one by [`ConfigBuilder::idle_timeout`](crate::ConfigBuilder::idle_timeout):
+/// both fail pending and later reads and writes with `TimedOut`.
+///
+/// Dropping the stream (both halves after [`into_split`](Self::into_split))
+/// lets the driver deliver what was written, for up to
+/// [`ConfigBuilder::linger`](crate::ConfigBuilder::linger), then frees it.
+///
+/// # Examples
+///
+/// ```no_run
+/// use kcpio::{Config, KcpStream};
+/// use tokio::io::{AsyncReadExt, AsyncWriteExt};
+///
+/// # async fn run() -> std::io::Result<()> {
+/// let config = Config::builder().build().unwrap();
+/// let mut stream = KcpStream::connect("127.0.0.1:29900", &config).await?;
+/// stream.write_all(b"hello").await?;
+/// let mut buf = [0; 5];
+/// stream.read_exact(&mut buf).await?;
+/// # Ok(()) }
+/// ```
+pub struct KcpStream {
+    inner: Arc<Handle>,
+}
+
+impl fmt::Debug for KcpStream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KcpStream")
+            .field("peer", &self.inner.session.peer)
+            .field("conv", &self.inner.session.conv)
+            .field("local", &self.inner.session.driver.local_addr)
+            .finish()
+    }
+}
+
+impl KcpStream {
+    /// Opens a session to `addr` on a new UDP socket bound to the unspecified
+    /// address of `addr`'s family, port 0, with its own driver task.
+    ///
+    /// Nothing is sent yet (KCP has no handshake): an unreachable peer shows
+    /// up on the first write, as `TimedOut` after the dead-link limit. The
+    /// conversation id is [`ConfigBuilder::conv`](crate::ConfigBuilder::conv)
+    /// or a random one. Must be called within a tokio runtime.
+    ///
+    /// # Errors
+    ///
+    /// Resolution errors, `InvalidInput` when `addr` resolves to nothing, and
+    /// socket errors (bind, buffer sizes, DSCP).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: nothing is created until the address is resolved, and the
+    /// rest completes without waiting.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run() -> std::io::Result<()> {
+    /// let config = kcpio::Config::builder().preset(kcpio::Preset::Fast3).build().unwrap();
+    /// let stream = kcpio::KcpStream::connect("127.0.0.1:29900", &config).await?;
+    /// println!("conv {:08x} from {}", stream.conv(), stream.local_addr()?);
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect<A: ToSocketAddrs>(addr: A, config: &Config) -> io::Result<KcpStream> {
+        let peer = tokio::net::lookup_host(addr).await?.next().ok_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidInput, "address resolved to nothing")
+        })?;
+        let session = driver::spawn_client(peer, config.inner.clone())?;
+        Ok(Self::from_session(session))
+    }
+
+    pub(crate) fn from_session(session: Arc<SessionShared>) -> Self {
+        Self {
+            inner: Arc::new(Handle { session }),
+        }
+    }
+
+    fn session(&self) -> &SessionShared {
+        &self.inner.session
+    }
+
+    /// The peer's address.
+    ///
+    /// # Errors
+    ///
+    /// None today; `io::Result` as `TcpStream::peer_addr`.
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        Ok(self.session().peer)
+    }
+
+    /// The local address of the UDP socket this session uses (shared with
+    /// the listener's other sessions on the server side).
+    ///
+    /// # Errors
+    ///
+    /// None today; `io::Result` as `TcpStream::local_addr`.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        Ok(self.session().driver.local_addr)
+    }
+
+    /// The KCP conversation id.
+    #[must_use]
+    pub fn conv(&self) -> u32 {
+        self.session().conv
+    }
+
+    /// A snapshot of the session's counters, RTT estimate and queue.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn show(stream: &kcpio::KcpStream) {
+    /// let st = stream.stats();
+    /// println!(
+    ///     "srtt {} ms, rto {} ms, {} RTO and {} fast retransmissions, {} recovered by FEC",
+    ///     st.srtt, st.rto, st.arq.retransmit_rto, st.arq.retransmit_fast, st.fec_in.recovered
+    /// );
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn stats(&self) -> SessionStats {
+        stats_of(self.session())
+    }
+
+    /// Splits the stream into a read half and a write half that can move to
+    /// different tasks. The session lives until both are dropped.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run(stream: kcpio::KcpStream) -> std::io::Result<()> {
+    /// use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    ///
+    /// let (mut r, mut w) = stream.into_split();
+    /// let writer = tokio::spawn(async move { w.write_all(b"hello").await });
+    /// let mut buf = [0; 5];
+    /// r.read_exact(&mut buf).await?;
+    /// writer.await??;
+    /// # Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn into_split(self) -> (OwnedReadHalf, OwnedWriteHalf) {
+        (
+            OwnedReadHalf {
+                inner: self.inner.clone(),
+            },
+            OwnedWriteHalf { inner: self.inner },
+        )
+    }
+
+    /// Sends `msg` as one message (message mode): the peer's
+    /// [`recv_message`](Self::recv_message) gets exactly these bytes. Waits
+    /// while the send window is full.
+    ///
+    /// # Errors
+    ///
+    /// `Unsupported` in stream mode; `InvalidInput` for an empty message or
+    /// one longer than 255 segments; `BrokenPipe` after shutdown; `TimedOut`
+    /// / `ConnectionReset` / `ConnectionAborted` when the session failed.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the message is queued whole or not at all.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run(stream: kcpio::KcpStream) -> std::io::Result<()> {
+    /// stream.send_message(b"ping").await?;
+    /// let mut buf = [0; 1500];
+    /// let n = stream.recv_message(&mut buf).await?;
+    /// # let _ = n; Ok(()) }
+    /// ```
+    pub async fn send_message(&self, msg: &[u8]) -> io::Result<()> {
+        poll_fn(|cx| poll_send_message(self.session(), cx, msg)).await
+    }
+
+    /// Receives one whole message into `buf` (message mode), returning its
+    /// length. A session keeps one read waker: receive from one task at a
+    /// time (as with `AsyncRead`).
+    ///
+    /// # Errors
+    ///
+    /// `Unsupported` in stream mode; `InvalidInput` when `buf` is shorter than
+    /// the next message (which stays queued); session failures as for reads.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a message is taken only when it is returned.
+    pub async fn recv_message(&self, buf: &mut [u8]) -> io::Result<usize> {
+        poll_fn(|cx| poll_recv_message(self.session(), cx, buf)).await
+    }
+}
+
+fn stats_of(s: &SessionShared) -> SessionStats {
+    let st = lock(&s.state);
+    SessionStats {
+        conv: s.conv,
+        srtt: st.kcp.srtt(),
+        rto: st.kcp.rto(),
+        wait_snd: st.kcp.wait_snd(),
+        datagrams_in: st.wire.datagrams_in,
+        bytes_in: st.wire.bytes_in,
+        datagrams_out: st.wire.datagrams_out,
+        bytes_out: st.wire.bytes_out,
+        input_errors: st.wire.input_errors,
+        arq: st.kcp.stats().clone(),
+        fec_out: st.fec_enc_stats(),
+        fec_in: st
+            .fec_dec
+            .as_ref()
+            .map(|d| d.stats().clone())
+            .unwrap_or_default(),
+    }
+}
+
+/// Reads from a session into `buf`.
+fn poll_read(
+    s: &SessionShared,
+    cx: &mut Context<'_>,
+    buf: &mut ReadBuf<'_>,
+) -> Poll<io::Result<()>> {
+    if buf.remaining() == 0 {
+        return Poll::Ready(Ok(()));
+    }
+    let mut st = lock(&s.state);
+    if st.kcp.readable() {
+        let n = st.kcp.recv(buf.initialize_unfilled());
+        buf.advance(n);
+        after_read(s, &mut st);
+        return Poll::Ready(Ok(()));
+    }
+    if let Some(e) = st.error {
+        return Poll::Ready(Err(e.to_io()));
+    }
+    register(&mut st.read_waker, cx);
+    Poll::Pending
+}
+
+/// After taking data out of the ARQ: the receive window may have opened. The
+/// ARQ announces it at its next flush; wake the driver only when no flush is
+/// scheduled within an interval.
+fn after_read(s: &SessionShared, st: &mut driver::SessionState) {
+    let interval = Duration::from_millis(u64::from(s.config().arq.interval));
+    let soon = Instant::now() + interval;
+    if st.deadline.is_none_or(|d| d > soon) {
+        s.notify_driver(st);
+    }
+}
+
+fn poll_write(s: &SessionShared, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+    if data.is_empty() {
+        return Poll::Ready(Ok(0));
+    }
+    let mut st = lock(&s.state);
+    if let Some(e) = st.error {
+        return Poll::Ready(Err(e.to_io()));
+    }
+    if st.write_closed {
+        return Poll::Ready(Err(broken_pipe()));
+    }
+    let n = st.kcp.send(data);
+    if n == 0 {
+        register(&mut st.write_waker, cx);
+        return Poll::Pending;
+    }
+    s.notify_driver(&mut st);
+    Poll::Ready(Ok(n))
+}
+
+fn poll_flush(s: &SessionShared) -> Poll<io::Result<()>> {
+    match lock(&s.state).error {
+        Some(e) => Poll::Ready(Err(e.to_io())),
+        None => Poll::Ready(Ok(())),
+    }
+}
+
+fn poll_shutdown(s: &SessionShared, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+    let mut st = lock(&s.state);
+    if !st.write_closed {
+        st.write_closed = true;
+        st.shutdown_deadline = Some(Instant::now() + s.config().linger);
+        s.notify_driver(&mut st);
+    }
+    if st.kcp.is_flushed() {
+        return Poll::Ready(Ok(()));
+    }
+    if let Some(e) = st.error {
+        return Poll::Ready(Err(e.to_io()));
+    }
+    if st.shutdown_deadline.is_some_and(|d| Instant::now() >= d) {
+        return Poll::Ready(Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "kcp shutdown: data not acknowledged within linger",
+        )));
+    }
+    register(&mut st.write_waker, cx);
+    Poll::Pending
+}
+
+fn poll_send_message(s: &SessionShared, cx: &mut Context<'_>, msg: &[u8]) -> Poll<io::Result<()>> {
+    if s.config().arq.stream {
+        return Poll::Ready(Err(unsupported_in_stream_mode()));
+    }
+    let mut st = lock(&s.state);
+    if let Some(e) = st.error {
+        return Poll::Ready(Err(e.to_io()));
+    }
+    if st.write_closed {
+        return Poll::Ready(Err(broken_pipe()));
+    }
+    match st.kcp.send_message(msg) {
+        Ok(()) => {
+            s.notify_driver(&mut st);
+            Poll::Ready(Ok(()))
+        }
+        Err(SendError::WouldBlock) => {
+            register(&mut st.write_waker, cx);
+            Poll::Pending
+        }
+        Err(e) => Poll::Ready(Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("kcp message refused: {e:?}"),
+        ))),
+    }
+}
+
+fn poll_recv_message(
+    s: &SessionShared,
+    cx: &mut Context<'_>,
+    buf: &mut [u8],
+) -> Poll<io::Result<usize>> {
+    if s.config().arq.stream {
+        return Poll::Ready(Err(unsupported_in_stream_mode()));
+    }
+    let mut st = lock(&s.state);
+    match st.kcp.recv_message(buf) {
+        Ok(n) => {
+            after_read(s, &mut st);
+            Poll::Ready(Ok(n))
+        }
+        Err(RecvError::BufferTooSmall { needed }) => Poll::Ready(Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "kcp message of {needed} bytes does not fit a {}-byte buffer",
+                buf.len()
+            ),
+        ))),
+        Err(_) => {
+            if let Some(e) = st.error {
+                return Poll::Ready(Err(e.to_io()));
+            }
+            register(&mut st.read_waker, cx);
+            Poll::Pending
+        }
+    }
+}
+
+fn broken_pipe() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::BrokenPipe,
+        "kcp stream was shut down for writing",
+    )
+}
+
+fn unsupported_in_stream_mode() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::Unsupported,
+        "message API needs message mode (Config::builder().stream(false))",
+    )
+}
+
+impl AsyncRead for KcpStream {
+    /// Copies received bytes into `buf`. Keeps the read waker (one per
+    /// session, shared with `recv_message` and the read half).
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        poll_read(self.session(), cx, buf)
+    }
+}
+
+impl AsyncWrite for KcpStream {
+    /// Queues as much of `buf` as the send window takes; `Pending` (write
+    /// waker kept) when the window is full, until acknowledgements free it.
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        poll_write(self.session(), cx, buf)
+    }
+
+    /// Written data is already with the driver: ready at once.
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        poll_flush(self.session())
+    }
+
+    /// Stops writing and completes once everything written was acknowledged,
+    /// or fails with `TimedOut` after `linger`. Reading still works.
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        poll_shutdown(self.session(), cx)
+    }
+}
+
+/// The read half of a [`KcpStream`], from [`KcpStream::into_split`].
+pub struct OwnedReadHalf {
+    inner: Arc<Handle>,
+}
+
+/// The write half of a [`KcpStream`], from [`KcpStream::into_split`].
+///
+/// Dropping it does not shut the stream down; call `shutdown` to wait for
+/// acknowledgement.
+pub struct OwnedWriteHalf {
+    inner: Arc<Handle>,
+}
+
+impl fmt::Debug for OwnedReadHalf {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OwnedReadHalf")
+            .field("peer", &self.inner.session.peer)
+            .field("conv", &self.inner.session.conv)
+            .finish()
+    }
+}
+
+impl fmt::Debug for OwnedWriteHalf {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OwnedWriteHalf")
+            .field("peer", &self.inner.session.peer)
+            .field("conv", &self.inner.session.conv)
+            .finish()
+    }
+}
+
+impl OwnedReadHalf {
+    /// The peer's address.
+    ///
+    /// # Errors
+    ///
+    /// None today; `io::Result` as `TcpStream::peer_addr`.
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        Ok(self.inner.session.peer)
+    }
+
+    /// The session's counters.
+    #[must_use]
+    pub fn stats(&self) -> SessionStats {
+        stats_of(&self.inner.session)
+    }
+
+    /// Receives one whole message; see [`KcpStream::recv_message`].
+    ///
+    /// # Errors
+    ///
+    /// As [`KcpStream::recv_message`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn recv_message(&self, buf: &mut [u8]) -> io::Result<usize> {
+        poll_fn(|cx| poll_recv_message(&self.inner.session, cx, buf)).await
+    }
+}
+
+impl OwnedWriteHalf {
+    /// The peer's address.
+    ///
+    /// # Errors
+    ///
+    /// None today; `io::Result` as `TcpStream::peer_addr`.
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        Ok(self.inner.session.peer)
+    }
+
+    /// Sends one whole message; see [`KcpStream::send_message`].
+    ///
+    /// # Errors
+    ///
+    /// As [`KcpStream::send_message`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn send_message(&self, msg: &[u8]) -> io::Result<()> {
+        poll_fn(|cx| poll_send_message(&self.inner.session, cx, msg)).await
+    }
+}
+
+impl AsyncRead for OwnedReadHalf {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        poll_read(&self.inner.session, cx, buf)
+    }
+}
+
+impl AsyncWrite for OwnedWriteHalf {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        poll_write(&self.inner.session, cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        poll_flush(&self.inner.session)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        poll_shutdown(&self.inner.session, cx)
+    }
+}

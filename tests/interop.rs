@@ -1,0 +1,336 @@
+//! Interop with kcp-go v5.6.72 through the repository's Go peer
+//! (`interop/kcpgo-peer`).
+//!
+//! Without Go these tests print `SKIPPED: ...` and pass; `KCPIO_REQUIRE_GO=1`
+//! (set by `.ci/run`) makes a missing Go a failure.
+
+mod support;
+
+use std::time::Duration;
+
+use kcpio::{Config, Key, Method, Preset};
+use support::gopeer::{self, GoServer, args};
+use support::kcp;
+use support::relay::{LinkConfig, Relay, RelayConfig};
+
+const CLIENT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The harness itself: a Go client against a Go echo server, directly and
+/// through the lossy relay. If these fail, the Rust cases below mean nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn harness_go_client_go_echo_server() {
+    let Some(bin) = gopeer::binary() else {
+        return;
+    };
+    let flags = [
+        "--crypt",
+        "aes-128",
+        "--datashard",
+        "10",
+        "--parityshard",
+        "3",
+        "--nodelay",
+        "fast3",
+        "--stream",
+        "--sndwnd",
+        "256",
+        "--rcvwnd",
+        "256",
+    ];
+    let server = GoServer::spawn(&bin, "echo-server", &flags).await;
+
+    let mut direct = args(&flags);
+    direct.extend(args(&[
+        "--addr",
+        &server.addr().to_string(),
+        "--bytes",
+        "300000",
+    ]));
+    let run = gopeer::run_client(&bin, &direct, CLIENT_TIMEOUT).await;
+    assert!(run.passed(), "direct: {run:?}\nserver: {:?}", server.log());
+    assert_eq!(run.number("bytes_verified"), Some(300_000.0));
+
+    let relay = Relay::start(
+        server.addr(),
+        RelayConfig::symmetric(5, LinkConfig::lossy(0.05)),
+    )
+    .await
+    .unwrap();
+    let mut relayed = args(&flags);
+    relayed.extend(args(&[
+        "--addr",
+        &relay.local_addr().to_string(),
+        "--bytes",
+        "300000",
+    ]));
+    let run = gopeer::run_client(&bin, &relayed, CLIENT_TIMEOUT).await;
+    let stats = relay.stats();
+    assert!(
+        run.passed(),
+        "relayed: {run:?}\nrelay: {stats:?}\nserver: {:?}",
+        server.log()
+    );
+    assert!(
+        stats.to_server.lost > 0 && stats.to_client.lost > 0,
+        "{stats:?}"
+    );
+}
+
+/// The harness's sink path: a Go client against a Go sink-server that exits
+/// after one session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn harness_go_client_go_sink_server() {
+    let Some(bin) = gopeer::binary() else {
+        return;
+    };
+    let flags = ["--crypt", "salsa20", "--nodelay", "fast3"];
+    let mut server_flags = flags.to_vec();
+    server_flags.extend(["--max-sessions", "1", "--idle", "1s"]);
+    let server = GoServer::spawn(&bin, "sink-server", &server_flags).await;
+    let mut client = args(&flags);
+    client.extend(args(&[
+        "--addr",
+        &server.addr().to_string(),
+        "--sink",
+        "--bytes",
+        "300000",
+        "--sndwnd",
+        "256",
+        "--rcvwnd",
+        "256",
+    ]));
+    let run = gopeer::run_client(&bin, &client, CLIENT_TIMEOUT).await;
+    assert!(run.passed(), "{run:?}\nserver: {:?}", server.log());
+    let log = server.log();
+    let status = server.wait(Duration::from_secs(20)).await;
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "sink-server did not end cleanly: {status:?} {log:?}"
+    );
+}
+
+// ---------------------------------------------------------------------------
+// kcpio against kcp-go
+// ---------------------------------------------------------------------------
+
+/// The ciphers of the matrix `cargo test` runs (the release-mode matrix over
+/// every kcp-go cipher is run by hand with the peer example).
+const CIPHERS: &[&str] = &[
+    "null",
+    "none",
+    "aes-128",
+    "salsa20",
+    "3des",
+    "sm4",
+    "aes-128-gcm",
+];
+/// FEC off and 10/3.
+const FEC: &[(usize, usize)] = &[(0, 0), (10, 3)];
+/// Bytes per case: a few hundred KB.
+const CASE_BYTES: u64 = 300_000;
+/// Windows of the matrix runs (kcp-go's default 32 is slow for nothing).
+const WND: u16 = 256;
+/// The kcptun default passphrase, which the Go peer also defaults to.
+const PASSPHRASE: &str = "it's a secrect";
+
+/// The kcpio side of a case: fast3, stream mode, the cipher and FEC shape.
+fn rust_config(cipher: &str, fec: (usize, usize)) -> Config {
+    let method = Method::from_name(cipher).unwrap_or_else(|| panic!("unknown cipher {cipher}"));
+    let mut b = Config::builder()
+        .preset(Preset::Fast3)
+        .stream(true)
+        .window(WND, WND)
+        .crypto(method, Key::passphrase(PASSPHRASE));
+    if fec.0 > 0 {
+        b = b.fec(fec.0, fec.1);
+    }
+    b.build().expect("valid config")
+}
+
+/// The Go side of a case, as flags.
+fn go_flags(cipher: &str, fec: (usize, usize)) -> Vec<String> {
+    args(&[
+        "--crypt",
+        cipher,
+        "--datashard",
+        &fec.0.to_string(),
+        "--parityshard",
+        &fec.1.to_string(),
+        "--nodelay",
+        "fast3",
+        "--stream",
+        "--sndwnd",
+        &WND.to_string(),
+        "--rcvwnd",
+        &WND.to_string(),
+    ])
+}
+
+fn cases() -> Vec<(&'static str, (usize, usize))> {
+    CIPHERS
+        .iter()
+        .flat_map(|c| FEC.iter().map(move |f| (*c, *f)))
+        .collect()
+}
+
+/// Rust client → Go echo server, every cipher × FEC case at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rust_client_go_echo_server() {
+    let Some(bin) = gopeer::binary() else {
+        return;
+    };
+    let mut runs = Vec::new();
+    for (cipher, fec) in cases() {
+        let bin = bin.clone();
+        runs.push(tokio::spawn(async move {
+            let flags = go_flags(cipher, fec);
+            let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+            let server = GoServer::spawn(&bin, "echo-server", &flags).await;
+            let config = rust_config(cipher, fec);
+            let res = kcp::echo_client(
+                server.addr(),
+                &config,
+                CASE_BYTES,
+                32 * 1024,
+                CLIENT_TIMEOUT,
+            )
+            .await;
+            (cipher, fec, res.map(|_| ()), server.log())
+        }));
+    }
+    let mut failures = Vec::new();
+    for run in runs {
+        let (cipher, fec, res, log) = run.await.unwrap();
+        if let Err(e) = res {
+            failures.push(format!("{cipher} fec {fec:?}: {e}; server log {log:?}"));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+/// Go client → Rust echo server, every cipher × FEC case at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn go_client_rust_echo_server() {
+    let Some(bin) = gopeer::binary() else {
+        return;
+    };
+    let mut runs = Vec::new();
+    for (cipher, fec) in cases() {
+        let bin = bin.clone();
+        runs.push(tokio::spawn(async move {
+            let server = kcp::EchoServer::start(&rust_config(cipher, fec)).await;
+            let mut flags = go_flags(cipher, fec);
+            flags.extend(args(&[
+                "--addr",
+                &server.addr().to_string(),
+                "--bytes",
+                &CASE_BYTES.to_string(),
+            ]));
+            let run = gopeer::run_client(&bin, &flags, CLIENT_TIMEOUT).await;
+            drop(server);
+            (cipher, fec, run)
+        }));
+    }
+    let mut failures = Vec::new();
+    for run in runs {
+        let (cipher, fec, run) = run.await.unwrap();
+        if !run.passed() || run.number("bytes_verified") != Some(CASE_BYTES as f64) {
+            failures.push(format!("{cipher} fec {fec:?}: {run:?}"));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+/// Rust client → Go sink-server: the Go side verifies the pattern and reports.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rust_client_go_sink_server() {
+    let Some(bin) = gopeer::binary() else {
+        return;
+    };
+    let cipher = "aes-128";
+    let mut flags = go_flags(cipher, (10, 3));
+    flags.extend(args(&["--max-sessions", "1", "--idle", "1s"]));
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let server = GoServer::spawn(&bin, "sink-server", &flags).await;
+    let bytes = 1_000_000;
+    let res = kcp::sink_client(
+        server.addr(),
+        &rust_config(cipher, (10, 3)),
+        bytes,
+        CLIENT_TIMEOUT,
+    )
+    .await;
+    res.unwrap_or_else(|e| panic!("{e}; server log {:?}", server.log()));
+    // The sink ends its session after 1 s of silence and exits 0 only if the
+    // whole pattern verified.
+    let log = server.log();
+    let status = server.wait(Duration::from_secs(20)).await;
+    assert!(status.is_some_and(|s| s.success()), "{status:?} {log:?}");
+}
+
+/// Both directions through the relay at 5% loss each way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interop_through_lossy_relay() {
+    let Some(bin) = gopeer::binary() else {
+        return;
+    };
+    let cipher = "salsa20";
+    let fec = (10, 3);
+    let link = LinkConfig {
+        loss: 0.05,
+        ..LinkConfig::default()
+    };
+
+    // Rust client → relay → Go echo server.
+    let flags = go_flags(cipher, fec);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let go_server = GoServer::spawn(&bin, "echo-server", &flags).await;
+    let relay = Relay::start(go_server.addr(), RelayConfig::symmetric(11, link.clone()))
+        .await
+        .unwrap();
+    let res = kcp::echo_client(
+        relay.local_addr(),
+        &rust_config(cipher, fec),
+        CASE_BYTES,
+        32 * 1024,
+        CLIENT_TIMEOUT,
+    )
+    .await
+    .map(|_| ());
+    let stats = relay.stats();
+    assert!(res.is_ok(), "{res:?} relay {stats:?}");
+    assert!(
+        stats.to_server.lost > 0 && stats.to_client.lost > 0,
+        "{stats:?}"
+    );
+
+    // Go client → relay → Rust echo server.
+    let rust_server = kcp::EchoServer::start(&rust_config(cipher, fec)).await;
+    let relay = Relay::start(rust_server.addr(), RelayConfig::symmetric(12, link))
+        .await
+        .unwrap();
+    let mut flags = go_flags(cipher, fec);
+    flags.extend(args(&[
+        "--addr",
+        &relay.local_addr().to_string(),
+        "--bytes",
+        &CASE_BYTES.to_string(),
+    ]));
+    let run = gopeer::run_client(&bin, &flags, CLIENT_TIMEOUT).await;
+    let stats = relay.stats();
+    assert!(run.passed(), "{run:?} relay {stats:?}");
+    assert!(
+        stats.to_server.lost > 0 && stats.to_client.lost > 0,
+        "{stats:?}"
+    );
+}

@@ -1,0 +1,351 @@
+//! The repository's Go peer (`interop/kcpgo-peer`, kcp-go v5.6.72): built once
+//! per test run, spawned as a server on `127.0.0.1:0` or run as a client, with
+//! every child killed on drop and every wait bounded.
+//!
+//! Where Go is missing (or the peer cannot be built) the tests print a loud
+//! `SKIPPED:` line and pass, so a plain `cargo test` works anywhere; with
+//! `KCPIO_REQUIRE_GO=1` (set by `.ci/run`) the same condition fails the test.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::{Duration, SystemTime};
+
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// The environment variable that turns a missing Go into a test failure.
+pub(crate) const REQUIRE_GO: &str = "KCPIO_REQUIRE_GO";
+
+/// Longest a `go build` may take (the first one may download modules).
+const BUILD_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Where the peer's sources live.
+fn source_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("interop/kcpgo-peer")
+}
+
+/// Cargo's target directory, found from the running test binary
+/// (`<target>/<profile>/deps/<test>-<hash>`).
+fn target_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("CARGO_TARGET_DIR") {
+        return PathBuf::from(dir);
+    }
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| {
+            exe.ancestors()
+                .find(|p| p.file_name().is_some_and(|n| n == "deps"))
+                .and_then(|deps| deps.parent())
+                .and_then(|profile| profile.parent())
+                .map(Path::to_path_buf)
+        })
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"))
+}
+
+fn mtime(p: &Path) -> Option<SystemTime> {
+    std::fs::metadata(p).and_then(|m| m.modified()).ok()
+}
+
+/// True when `bin` is older than any source file of the peer.
+fn is_stale(bin: &Path, src: &Path) -> bool {
+    let Some(built) = mtime(bin) else {
+        return true;
+    };
+    let Ok(entries) = std::fs::read_dir(src) else {
+        return true;
+    };
+    entries.flatten().any(|e| {
+        let p = e.path();
+        let relevant = p
+            .extension()
+            .is_some_and(|x| x == "go" || x == "mod" || x == "sum");
+        relevant && mtime(&p).is_none_or(|t| t > built)
+    })
+}
+
+/// Builds the peer (if stale) into `<target>/kcpgo-peer`. Parallel test
+/// binaries may race here: each builds into its own temporary file and renames
+/// it into place, which is atomic, so a reader never sees half a binary and a
+/// running peer keeps its inode.
+fn build() -> Result<PathBuf, String> {
+    let go = std::env::var_os("GO").unwrap_or_else(|| "go".into());
+    match std::process::Command::new(&go)
+        .arg("version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+    {
+        Ok(s) if s.success() => {}
+        Ok(s) => return Err(format!("Go not found: `go version` exited with {s}")),
+        Err(e) => return Err(format!("Go not found: cannot run `go` ({e})")),
+    }
+    let src = source_dir();
+    let target = target_dir();
+    std::fs::create_dir_all(&target).map_err(|e| format!("create {}: {e}", target.display()))?;
+    let bin = target.join("kcpgo-peer");
+    if !is_stale(&bin, &src) {
+        return Ok(bin);
+    }
+    let tmp = target.join(format!("kcpgo-peer.{}.tmp", std::process::id()));
+    let mut child = std::process::Command::new(&go)
+        .arg("build")
+        .arg("-o")
+        .arg(&tmp)
+        .arg(".")
+        .current_dir(&src)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot start `go build`: {e}"))?;
+    let started = std::time::Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(s)) => break s,
+            Ok(None) if started.elapsed() > BUILD_TIMEOUT => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!("`go build` took longer than {BUILD_TIMEOUT:?}"));
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(50)),
+            Err(e) => return Err(format!("waiting for `go build`: {e}")),
+        }
+    };
+    let mut stderr = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        use std::io::Read;
+        let _ = e.read_to_string(&mut stderr);
+    }
+    if !status.success() {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(format!(
+            "`go build` of {} failed ({status}):\n{stderr}",
+            src.display()
+        ));
+    }
+    std::fs::rename(&tmp, &bin).map_err(|e| format!("rename to {}: {e}", bin.display()))?;
+    Ok(bin)
+}
+
+/// The Go peer binary, built on first use. `None` means the caller must skip:
+/// the reason was printed loudly. Panics instead when `KCPIO_REQUIRE_GO=1`.
+pub(crate) fn binary() -> Option<PathBuf> {
+    static BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    match BIN.get_or_init(build) {
+        Ok(p) => Some(p.clone()),
+        Err(reason) => {
+            let required = std::env::var(REQUIRE_GO).is_ok_and(|v| v == "1");
+            assert!(
+                !required,
+                "{REQUIRE_GO}=1 but the kcp-go peer is unavailable: {reason}"
+            );
+            // Straight to the process's stderr: libtest captures `eprintln!`
+            // of passing tests, and a skip must be seen.
+            use std::io::Write;
+            let msg = format!(
+                "\n==================================================================\n\
+                 SKIPPED: {reason}\n\
+                 The kcp-go interop tests did not run. Install Go >= 1.24 (and allow\n\
+                 the module proxy) to run them; set {REQUIRE_GO}=1 to make this a failure.\n\
+                 ==================================================================\n"
+            );
+            // One write, so parallel tests do not interleave their lines.
+            let _ = std::io::stderr().lock().write_all(msg.as_bytes());
+            None
+        }
+    }
+}
+
+/// Lines a child printed, kept for failure messages.
+type Log = Arc<Mutex<Vec<String>>>;
+
+fn drain<R>(reader: R, log: Log, prefix: &'static str)
+where
+    R: tokio::io::AsyncRead + Unpin + Send + 'static,
+{
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(reader).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            let mut l = log.lock().unwrap_or_else(PoisonError::into_inner);
+            if l.len() < 10_000 {
+                l.push(format!("{prefix}{line}"));
+            }
+        }
+    });
+}
+
+/// A running `kcpgo-peer echo-server` or `sink-server`; killed on drop.
+pub(crate) struct GoServer {
+    child: Child,
+    addr: SocketAddr,
+    log: Log,
+}
+
+impl GoServer {
+    /// Starts `kcpgo-peer <mode> --addr 127.0.0.1:0 <args>` and waits (10 s at
+    /// most) for its `listening on IP:PORT` line.
+    pub(crate) async fn spawn(bin: &Path, mode: &str, args: &[&str]) -> GoServer {
+        let mut child = Command::new(bin)
+            .arg(mode)
+            .args(["--addr", "127.0.0.1:0"])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn kcpgo-peer");
+        let log: Log = Arc::default();
+        let stdout = child.stdout.take().expect("stdout");
+        if let Some(stderr) = child.stderr.take() {
+            drain(stderr, Arc::clone(&log), "stderr: ");
+        }
+        let mut lines = BufReader::new(stdout).lines();
+        let first = tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                match lines.next_line().await {
+                    Ok(Some(line)) if line.starts_with("listening on ") => return Some(line),
+                    Ok(Some(line)) => log
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .push(line),
+                    _ => return None,
+                }
+            }
+        })
+        .await;
+        let line = match first {
+            Ok(Some(line)) => line,
+            _ => panic!(
+                "kcpgo-peer {mode} {args:?} printed no `listening on` line; log: {:?}",
+                log.lock().unwrap_or_else(PoisonError::into_inner)
+            ),
+        };
+        let addr = parse_listening(&line)
+            .unwrap_or_else(|| panic!("cannot parse the address in {line:?}"));
+        log.lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(line);
+        drain(lines.into_inner(), Arc::clone(&log), "");
+        GoServer { child, addr, log }
+    }
+
+    /// Where the server listens.
+    pub(crate) fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// What the server printed so far.
+    pub(crate) fn log(&self) -> Vec<String> {
+        self.log
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Waits at most `timeout` for the server to exit by itself (after
+    /// `--max-sessions` or `--duration`); kills it and returns `None` otherwise.
+    pub(crate) async fn wait(mut self, timeout: Duration) -> Option<ExitStatus> {
+        match tokio::time::timeout(timeout, self.child.wait()).await {
+            Ok(Ok(s)) => Some(s),
+            _ => {
+                let _ = self.child.start_kill();
+                None
+            }
+        }
+    }
+}
+
+impl Drop for GoServer {
+    fn drop(&mut self) {
+        let _ = self.child.start_kill();
+    }
+}
+
+/// The address in a `listening on IP:PORT ...` line (Rust or Go peer).
+pub(crate) fn parse_listening(line: &str) -> Option<SocketAddr> {
+    line.strip_prefix("listening on ")?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// What a client run produced.
+#[derive(Debug)]
+pub(crate) struct ClientRun {
+    /// The exit code (`None`: killed by a signal or by the timeout).
+    pub(crate) code: Option<i32>,
+    /// The `--json` result object, if the client printed one.
+    pub(crate) json: Option<serde_json::Value>,
+    /// Everything on stdout.
+    pub(crate) stdout: String,
+    /// Everything on stderr.
+    pub(crate) stderr: String,
+    /// True when the client was killed for running past the timeout.
+    pub(crate) timed_out: bool,
+}
+
+impl ClientRun {
+    /// True when the client exited 0 and its JSON says `"pass": true`.
+    pub(crate) fn passed(&self) -> bool {
+        self.code == Some(0)
+            && self
+                .json
+                .as_ref()
+                .and_then(|j| j.get("pass"))
+                .and_then(serde_json::Value::as_bool)
+                == Some(true)
+    }
+
+    /// A numeric field of the JSON result.
+    pub(crate) fn number(&self, field: &str) -> Option<f64> {
+        self.json.as_ref()?.get(field)?.as_f64()
+    }
+}
+
+/// Runs `<program> client --json <args>` (the Go peer or the Rust peer
+/// example) and kills it after `timeout`.
+pub(crate) async fn run_client(program: &Path, args: &[String], timeout: Duration) -> ClientRun {
+    let child = Command::new(program)
+        .arg("client")
+        .arg("--json")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {}: {e}", program.display()));
+    match tokio::time::timeout(timeout, child.wait_with_output()).await {
+        Ok(Ok(out)) => {
+            let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+            let json = stdout
+                .lines()
+                .rev()
+                .find_map(|l| serde_json::from_str::<serde_json::Value>(l.trim()).ok());
+            ClientRun {
+                code: out.status.code(),
+                json,
+                stdout,
+                stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+                timed_out: false,
+            }
+        }
+        Ok(Err(e)) => panic!("waiting for {}: {e}", program.display()),
+        // The future owned the child: dropping it killed the process.
+        Err(_) => ClientRun {
+            code: None,
+            json: None,
+            stdout: String::new(),
+            stderr: String::new(),
+            timed_out: true,
+        },
+    }
+}
+
+/// `args` as owned strings, for [`run_client`].
+pub(crate) fn args(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| (*s).to_owned()).collect()
+}

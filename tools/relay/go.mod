@@ -1,0 +1,3 @@
+module kcpio/tools/relay
+
+go 1.24.0

@@ -1,0 +1,3 @@
+module kcpio/tools/tcpecho
+
+go 1.24.0
