@@ -613,9 +613,12 @@ fn build_config(f: &Flags, nd: NoDelay, conv: Option<u32>) -> Result<Config, Str
         .stream(f.stream)
         .crypto(method, key)
         .write_delay(f.write_delay)
-        .ack_nodelay(f.ack_nodelay)
         .rate_limit(f.rate_limit)
         .conv(conv);
+    // Only when asked: a preset (lowlat) may turn it on by itself.
+    if f.ack_nodelay {
+        b = b.ack_nodelay(true);
+    }
     if f.data_shard > 0 && f.parity_shard > 0 {
         let ds = usize::try_from(f.data_shard).map_err(|e| e.to_string())?;
         let ps = usize::try_from(f.parity_shard).map_err(|e| e.to_string())?;

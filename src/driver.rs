@@ -1485,7 +1485,10 @@ fn open_socket(
         Some(n) => sock.set_recv_buffer_size(n)?,
         // Best effort: the kernel caps it at rmem_max and reports double.
         None => {
-            if sock.recv_buffer_size().is_ok_and(|n| n < DEFAULT_RECV_BUFFER) {
+            if sock
+                .recv_buffer_size()
+                .is_ok_and(|n| n < DEFAULT_RECV_BUFFER)
+            {
                 let _ = sock.set_recv_buffer_size(DEFAULT_RECV_BUFFER);
             }
         }
