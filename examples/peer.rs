@@ -608,9 +608,12 @@ fn build_config(f: &Flags, nd: NoDelay, conv: Option<u32>) -> Result<Config, Str
         .stream(f.stream)
         .crypto(method, key)
         .write_delay(f.write_delay)
-        .ack_nodelay(f.ack_nodelay)
         .rate_limit(f.rate_limit)
         .conv(conv);
+    // Only when asked: a preset (lowlat) may turn it on by itself.
+    if f.ack_nodelay {
+        b = b.ack_nodelay(true);
+    }
     if f.data_shard > 0 && f.parity_shard > 0 {
         let ds = usize::try_from(f.data_shard).map_err(|e| e.to_string())?;
         let ps = usize::try_from(f.parity_shard).map_err(|e| e.to_string())?;
@@ -1087,7 +1090,17 @@ struct Outcome {
 }
 
 async fn dial(f: &Flags, nd: NoDelay, conv: Option<u32>) -> Result<KcpStream, String> {
-    let config = build_config(f, nd, conv)?;
+    // One Config (one key derivation) for every session without its own
+    // conv: thousands of parallel dials must not each run PBKDF2.
+    static SHARED: std::sync::OnceLock<Config> = std::sync::OnceLock::new();
+    let config = match (conv, SHARED.get()) {
+        (None, Some(c)) => c.clone(),
+        (None, None) => {
+            let c = build_config(f, nd, None)?;
+            SHARED.get_or_init(|| c).clone()
+        }
+        (Some(_), _) => build_config(f, nd, conv)?,
+    };
     KcpStream::connect(f.addr.as_str(), &config)
         .await
         .map_err(|e| format!("dial: {e}"))

@@ -3,6 +3,7 @@
 #
 #   sudo scripts/latency.sh [--quick] [--duration 30s] [--losses "0.01 0.05"] [--delay 20ms]
 #                           [--jitter 0ms] [--rate 60] [--size 64] [--seed 1] [--impair auto|nfqueue|relay]
+#                           [--only REGEX]   (only the contenders whose name matches, for iterating)
 #
 # Every contender runs its echo server and client inside one private network
 # namespace (kcpio-lat-PID) whose loopback OUTPUT chain goes through an
@@ -26,6 +27,7 @@ RATE=60
 SIZE=64
 SEED=1
 IMPAIR=auto
+ONLY=""
 TCP_CC=${TCP_CC:-bbr}
 KCPIO_LOWLAT_FLAGS=${KCPIO_LOWLAT_FLAGS:---nodelay lowlat}
 while [ $# -gt 0 ]; do
@@ -39,6 +41,7 @@ while [ $# -gt 0 ]; do
 	--size) SIZE=$2; shift ;;
 	--seed) SEED=$2; shift ;;
 	--impair) IMPAIR=$2; shift ;;
+	--only) ONLY=$2; shift ;;
 	-h | --help) sed -n '2,20p' "$0"; exit 0 ;;
 	*) die "unknown argument $1" ;;
 	esac
@@ -191,6 +194,7 @@ run_one() {
 for loss in $LOSSES; do
 	for c in "${CONTENDERS[@]}"; do
 		IFS='|' read -r name impl flags <<<"$c"
+		if [ -n "$ONLY" ] && ! grep -qE "$ONLY" <<<"$name"; then continue; fi
 		run_one "$loss" "$name" "$impl" "$flags"
 	done
 done

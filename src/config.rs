@@ -20,6 +20,17 @@ pub(crate) const MAX_DATAGRAM: usize = 1500;
 /// Smallest KCP mtu accepted: one segment header plus at least one byte.
 const MIN_KCP_MTU: usize = 25;
 
+/// [`Preset::LowLatency`]: RTO floor in ms (kcpio-only).
+const LOWLAT_MIN_RTO_MS: u32 = 20;
+/// [`Preset::LowLatency`]: RTO growth per timeout, percent of the RTO (kcpio-only).
+const LOWLAT_BACKOFF_PERCENT: u32 = 25;
+/// [`Preset::LowLatency`]: cap of a segment's backed-off RTO in ms (kcpio-only).
+const LOWLAT_MAX_RTO_MS: u32 = 200;
+/// [`Preset::LowLatency`]: FEC data and parity shards.
+const LOWLAT_FEC: (usize, usize) = (2, 2);
+/// [`Preset::LowLatency`]: FEC group deadline in ms (kcpio-only).
+const LOWLAT_FEC_DEADLINE_MS: u32 = 10;
+
 /// Parameter presets of the ARQ: `nodelay`, `interval`, fast `resend` and `nc`.
 ///
 /// | preset | nodelay | interval | resend | nc |
@@ -29,6 +40,10 @@ const MIN_KCP_MTU: usize = 25;
 /// | [`Fast`](Preset::Fast) (kcptun `fast`, kcptun's default) | off | 30 ms | 2 | on |
 /// | [`Fast2`](Preset::Fast2) (kcptun `fast2`) | on | 20 ms | 2 | on |
 /// | [`Fast3`](Preset::Fast3) (kcptun `fast3`) | on | 10 ms | 2 | on |
+/// | [`LowLatency`](Preset::LowLatency) (kcpio only, `lowlat`) | on | 10 ms | 1 | on |
+///
+/// [`LowLatency`](Preset::LowLatency) sets more than these four: see its
+/// documentation.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Preset {
     /// kcp-go's defaults: no nodelay, 100 ms interval, no fast resend,
@@ -43,6 +58,36 @@ pub enum Preset {
     Fast2,
     /// kcptun `fast3`: nodelay, 10 ms interval, fast resend 2, no congestion window.
     Fast3,
+    /// **kcpio's low-latency preset** (name `lowlat`, issue 7): for small
+    /// messages at a steady rate (game state, voice, interactive tunnels) on
+    /// lossy links, where the worst case matters more than bandwidth.
+    ///
+    /// On the wire it is kcp-go-compatible: a kcp-go peer with any settings
+    /// talks to it unchanged. It sets
+    ///
+    /// * fast3's ARQ timing with fast resend after **1** skipping ACK
+    ///   (nodelay, 10 ms interval, resend 1, no congestion window);
+    /// * ACK without delay ([`ack_nodelay`](ConfigBuilder::ack_nodelay));
+    /// * **kcpio-only**, changing only when this side retransmits: a 20 ms
+    ///   RTO floor ([`min_rto`](ConfigBuilder::min_rto)), a back-off of
+    ///   +25% of the RTO per timeout capped at 200 ms
+    ///   ([`rto_backoff_percent`](ConfigBuilder::rto_backoff_percent),
+    ///   [`max_rto`](ConfigBuilder::max_rto)), and the tail-loss probe
+    ///   ([`tail_probe`](ConfigBuilder::tail_probe));
+    /// * unless [`fec`](ConfigBuilder::fec) is set, FEC **2 data + 2 parity**
+    ///   shards with the **kcpio-only** 10 ms group deadline
+    ///   ([`fec_group_deadline`](ConfigBuilder::fec_group_deadline)): a group
+    ///   that has not filled 10 ms after its first packet is closed with
+    ///   12-byte filler shards and its parity leaves at once, so a lost
+    ///   packet is rebuilt about 10 ms late instead of a round trip or more.
+    ///   A kcp-go receiver decodes these groups like any other (it counts the
+    ///   fillers as `KCPInErrors`).
+    ///
+    /// The cost is bandwidth: at 60 messages of 64 bytes per second, about
+    /// twice the bytes on the wire of fast3 (the parity shards, the fillers,
+    /// and spurious retransmissions on reordering). `scripts/latency.sh`
+    /// measures it against kcp-go and TCP.
+    LowLatency,
 }
 
 impl Preset {
@@ -56,17 +101,56 @@ impl Preset {
             "fast" => Some(Self::Fast),
             "fast2" => Some(Self::Fast2),
             "fast3" => Some(Self::Fast3),
+            "lowlat" => Some(Self::LowLatency),
             _ => None,
         }
     }
 
-    fn arq(self) -> arq::Preset {
+    /// The name [`from_name`](Self::from_name) takes.
+    #[must_use]
+    pub fn name(self) -> &'static str {
         match self {
-            Self::Default => arq::Preset::Default,
-            Self::Normal => arq::Preset::Normal,
-            Self::Fast => arq::Preset::Fast,
-            Self::Fast2 => arq::Preset::Fast2,
-            Self::Fast3 => arq::Preset::Fast3,
+            Self::Default => "default",
+            Self::Normal => "normal",
+            Self::Fast => "fast",
+            Self::Fast2 => "fast2",
+            Self::Fast3 => "fast3",
+            Self::LowLatency => "lowlat",
+        }
+    }
+
+    /// The ARQ parameters this preset sets, on top of kcp-go's defaults
+    /// (mtu, windows and modes are the builder's).
+    #[must_use]
+    pub fn arq_config(self) -> ArqConfig {
+        match self {
+            Self::Default => ArqConfig::preset(arq::Preset::Default),
+            Self::Normal => ArqConfig::preset(arq::Preset::Normal),
+            Self::Fast => ArqConfig::preset(arq::Preset::Fast),
+            Self::Fast2 => ArqConfig::preset(arq::Preset::Fast2),
+            Self::Fast3 => ArqConfig::preset(arq::Preset::Fast3),
+            Self::LowLatency => ArqConfig {
+                fast_resend: 1,
+                ack_nodelay: true,
+                min_rto: Some(LOWLAT_MIN_RTO_MS),
+                backoff_percent: Some(LOWLAT_BACKOFF_PERCENT),
+                max_rto: Some(LOWLAT_MAX_RTO_MS),
+                tail_probe: true,
+                ..ArqConfig::preset(arq::Preset::Fast3)
+            },
+        }
+    }
+
+    /// The FEC shape (data, parity) and group deadline this preset turns on
+    /// when [`ConfigBuilder::fec`] is not set; `None` for the kcp-go presets.
+    #[must_use]
+    pub fn fec(self) -> Option<((usize, usize), Duration)> {
+        match self {
+            Self::LowLatency => Some((
+                LOWLAT_FEC,
+                Duration::from_millis(u64::from(LOWLAT_FEC_DEADLINE_MS)),
+            )),
+            _ => None,
         }
     }
 }
@@ -221,6 +305,7 @@ pub(crate) struct ConfigInner {
     pub(crate) linger: Duration,
     pub(crate) conv: Option<u32>,
     pub(crate) batching: bool,
+    pub(crate) reuse_port: usize,
 }
 
 impl ConfigInner {
@@ -261,6 +346,7 @@ impl fmt::Debug for Config {
             .field("linger", &c.linger)
             .field("conv", &c.conv)
             .field("batching", &c.batching)
+            .field("reuse_port", &c.reuse_port)
             .finish_non_exhaustive()
     }
 }
@@ -302,11 +388,15 @@ pub struct ConfigBuilder {
     stream: bool,
     method: Method,
     key: Key,
-    fec: (usize, usize),
+    fec: Option<(usize, usize)>,
     fec_group_deadline: Option<Duration>,
     nodelay: Option<(bool, u32, u32, bool)>,
     write_delay: bool,
-    ack_nodelay: bool,
+    ack_nodelay: Option<bool>,
+    min_rto: Option<Duration>,
+    rto_backoff_percent: Option<u32>,
+    max_rto: Option<Duration>,
+    tail_probe: Option<bool>,
     rate_limit: u64,
     dscp: u8,
     recv_buffer: Option<usize>,
@@ -318,6 +408,7 @@ pub struct ConfigBuilder {
     linger: Duration,
     conv: Option<u32>,
     batching: bool,
+    reuse_port: usize,
 }
 
 impl Default for ConfigBuilder {
@@ -330,11 +421,15 @@ impl Default for ConfigBuilder {
             stream: false,
             method: Method::Null,
             key: Key::raw(Vec::new()),
-            fec: (0, 0),
+            fec: None,
             fec_group_deadline: None,
             nodelay: None,
             write_delay: false,
-            ack_nodelay: false,
+            ack_nodelay: None,
+            min_rto: None,
+            rto_backoff_percent: None,
+            max_rto: None,
+            tail_probe: None,
             rate_limit: 0,
             dscp: 0,
             recv_buffer: None,
@@ -346,6 +441,7 @@ impl Default for ConfigBuilder {
             linger: Duration::from_secs(5),
             conv: None,
             batching: true,
+            reuse_port: 1,
         }
     }
 }
@@ -400,7 +496,7 @@ impl ConfigBuilder {
     /// 10 and 3. Receiving FEC works whatever this is set to.
     #[must_use]
     pub fn fec(mut self, data: usize, parity: usize) -> Self {
-        self.fec = (data, parity);
+        self.fec = Some((data, parity));
         self
     }
 
@@ -437,10 +533,51 @@ impl ConfigBuilder {
     }
 
     /// ACK without delay (kcp-go `SetACKNoDelay`): every input that queues an
-    /// ACK flushes at once. Default: false.
+    /// ACK flushes at once. Default: false ([`Preset::LowLatency`]: true).
     #[must_use]
     pub fn ack_nodelay(mut self, on: bool) -> Self {
-        self.ack_nodelay = on;
+        self.ack_nodelay = Some(on);
+        self
+    }
+
+    /// **kcpio-only**: the floor of the retransmission timeout, instead of
+    /// kcp-go's 30 ms (nodelay) or 100 ms. A lower floor lets a lost packet
+    /// be resent about one smoothed RTT plus four deviations after it left
+    /// on a short, steady path. Only this side's retransmissions change, so
+    /// it works with kcp-go peers. Whole milliseconds, at least 1. Default:
+    /// kcp-go's ([`Preset::LowLatency`]: 20 ms).
+    #[must_use]
+    pub fn min_rto(mut self, floor: Duration) -> Self {
+        self.min_rto = Some(floor);
+        self
+    }
+
+    /// **kcpio-only**: how much a segment's retransmission timeout grows
+    /// each time it expires, in percent of the current RTO estimate (kcp-go:
+    /// 100 without nodelay, 50 with it; 0 keeps it constant). Default:
+    /// kcp-go's ([`Preset::LowLatency`]: 25).
+    #[must_use]
+    pub fn rto_backoff_percent(mut self, percent: u32) -> Self {
+        self.rto_backoff_percent = Some(percent);
+        self
+    }
+
+    /// **kcpio-only**: cap of a segment's backed-off retransmission timeout
+    /// (kcp-go: none). Default: none ([`Preset::LowLatency`]: 200 ms).
+    #[must_use]
+    pub fn max_rto(mut self, cap: Duration) -> Self {
+        self.max_rto = Some(cap);
+        self
+    }
+
+    /// **kcpio-only**: tail-loss probe. The newest segment, which no later
+    /// ACK can report as skipped, is resent once after `max(1.5 × srtt,
+    /// srtt + interval)` when that comes before its RTO, without backing the
+    /// RTO off (like TCP's TLP). Retransmissions only: kcp-go peers are
+    /// unaffected. Default: false ([`Preset::LowLatency`]: true).
+    #[must_use]
+    pub fn tail_probe(mut self, on: bool) -> Self {
+        self.tail_probe = Some(on);
         self
     }
 
@@ -463,8 +600,12 @@ impl ConfigBuilder {
     }
 
     /// Socket receive and send buffer sizes in bytes (`SO_RCVBUF`,
-    /// `SO_SNDBUF`); 0 keeps the OS default. Default: OS default. kcptun uses
-    /// 4 MiB each.
+    /// `SO_SNDBUF`); 0 means the default. Default: the send buffer is the
+    /// OS default; the receive buffer is raised to 4 MiB when the OS default
+    /// is smaller (the kernel caps it at `net.core.rmem_max`), because a
+    /// listener's many peers, or one peer's full window, overflow Linux's
+    /// 208 KiB default in a burst and every drop costs a retransmission
+    /// timeout. kcptun uses 4 MiB each.
     #[must_use]
     pub fn socket_buffers(mut self, recv: usize, send: usize) -> Self {
         self.recv_buffer = (recv > 0).then_some(recv);
@@ -534,6 +675,22 @@ impl ConfigBuilder {
         self
     }
 
+    /// Listener sockets: with `n > 1`, [`KcpListener::bind`] binds `n` UDP
+    /// sockets to the same address with `SO_REUSEPORT`, each run by its own
+    /// driver task, all feeding one accept backlog. The kernel spreads peers
+    /// over the sockets by a hash of their address (one peer always reaches
+    /// the same socket), so a busy server uses up to `n` cores; give the
+    /// runtime that many worker threads. `max_sessions` applies per socket.
+    /// Ignored by clients and where `SO_REUSEPORT` does not exist
+    /// (non-Unix). Default: 1 (one socket, no `SO_REUSEPORT`).
+    ///
+    /// [`KcpListener::bind`]: crate::KcpListener::bind
+    #[must_use]
+    pub fn reuse_port(mut self, n: usize) -> Self {
+        self.reuse_port = n;
+        self
+    }
+
     /// Validates the settings and derives the key.
     ///
     /// # Errors
@@ -549,7 +706,15 @@ impl ConfigBuilder {
         if self.max_sessions == 0 {
             return Err(ConfigError::ZeroLimit("max_sessions"));
         }
-        let fec = match self.fec {
+        if self.reuse_port == 0 {
+            return Err(ConfigError::ZeroLimit("reuse_port"));
+        }
+        let preset_fec = self.preset.fec();
+        let fec_shape = self
+            .fec
+            .or_else(|| preset_fec.map(|(shape, _)| shape))
+            .unwrap_or((0, 0));
+        let fec = match fec_shape {
             (0, 0) => None,
             (data, parity) => {
                 if data == 0 || parity == 0 || data + parity > 255 {
@@ -560,8 +725,13 @@ impl ConfigBuilder {
                 Some((data, parity))
             }
         };
-        let mut key = self.key.bytes();
         let need = self.method.key_len();
+        // No PBKDF2 run (4096 rounds) for a method that takes no key.
+        let mut key = if need == 0 {
+            Vec::new()
+        } else {
+            self.key.bytes()
+        };
         if key.len() > need {
             key.truncate(need);
         }
@@ -575,7 +745,7 @@ impl ConfigBuilder {
                 overhead,
             });
         }
-        let mut arq = ArqConfig::preset(self.preset.arq());
+        let mut arq = self.preset.arq_config();
         if let Some((nodelay, interval, resend, nc)) = self.nodelay {
             arq.nodelay = nodelay;
             arq.interval = interval.clamp(10, 5000);
@@ -587,7 +757,27 @@ impl ConfigBuilder {
         arq.rcv_wnd = self.rcv_wnd;
         arq.stream = self.stream;
         arq.write_delay = self.write_delay;
-        arq.ack_nodelay = self.ack_nodelay;
+        if let Some(on) = self.ack_nodelay {
+            arq.ack_nodelay = on;
+        }
+        let ms = |d: Duration| u32::try_from(d.as_millis()).unwrap_or(u32::MAX).max(1);
+        if let Some(d) = self.min_rto {
+            arq.min_rto = Some(ms(d));
+        }
+        if let Some(p) = self.rto_backoff_percent {
+            arq.backoff_percent = Some(p);
+        }
+        if let Some(d) = self.max_rto {
+            arq.max_rto = Some(ms(d));
+        }
+        if let Some(on) = self.tail_probe {
+            arq.tail_probe = on;
+        }
+        // The preset's deadline only rides with the preset's own shape or an
+        // explicit one; `fec_group_deadline` always wins.
+        let fec_group_deadline = self
+            .fec_group_deadline
+            .or_else(|| preset_fec.map(|(_, d)| d));
         // 0 = never give up: a transmission count no segment reaches.
         arq.dead_link = if self.dead_link == 0 {
             u32::MAX
@@ -602,9 +792,7 @@ impl ConfigBuilder {
                 method: self.method,
                 crypto: Arc::new(crypto),
                 fec,
-                fec_group_deadline: self
-                    .fec_group_deadline
-                    .map(|d| u32::try_from(d.as_millis()).unwrap_or(u32::MAX).max(1)),
+                fec_group_deadline: fec_group_deadline.map(ms),
                 rate_limit: self.rate_limit,
                 dscp: self.dscp,
                 recv_buffer: self.recv_buffer,
@@ -615,6 +803,7 @@ impl ConfigBuilder {
                 linger: self.linger,
                 conv: self.conv,
                 batching: self.batching,
+                reuse_port: self.reuse_port,
             }),
         })
     }
@@ -729,6 +918,65 @@ mod tests {
         assert!(c.inner.arq.no_congestion);
         assert_eq!(Preset::from_name("fast2"), Some(Preset::Fast2));
         assert_eq!(Preset::from_name("turbo"), None);
+    }
+
+    #[test]
+    fn lowlat_preset_sets_its_knobs_and_options_override_them() {
+        assert_eq!(Preset::from_name("lowlat"), Some(Preset::LowLatency));
+        for p in [
+            Preset::Default,
+            Preset::Normal,
+            Preset::Fast,
+            Preset::Fast2,
+            Preset::Fast3,
+            Preset::LowLatency,
+        ] {
+            assert_eq!(Preset::from_name(p.name()), Some(p));
+        }
+        let c = Config::builder()
+            .preset(Preset::LowLatency)
+            .build()
+            .unwrap();
+        let a = &c.inner.arq;
+        assert!(a.nodelay && a.no_congestion && a.ack_nodelay && a.tail_probe);
+        assert_eq!((a.interval, a.fast_resend), (10, 1));
+        assert_eq!(a.min_rto, Some(LOWLAT_MIN_RTO_MS));
+        assert_eq!(a.backoff_percent, Some(LOWLAT_BACKOFF_PERCENT));
+        assert_eq!(a.max_rto, Some(LOWLAT_MAX_RTO_MS));
+        assert_eq!(c.inner.fec, Some(LOWLAT_FEC));
+        assert_eq!(c.inner.fec_group_deadline, Some(LOWLAT_FEC_DEADLINE_MS));
+        assert_eq!(c.kcp_mtu(), 1392);
+        // Explicit settings win over the preset's.
+        let c = Config::builder()
+            .preset(Preset::LowLatency)
+            .fec(0, 0)
+            .ack_nodelay(false)
+            .tail_probe(false)
+            .min_rto(Duration::from_millis(50))
+            .build()
+            .unwrap();
+        assert_eq!(c.inner.fec, None);
+        assert!(!c.inner.arq.ack_nodelay && !c.inner.arq.tail_probe);
+        assert_eq!(c.inner.arq.min_rto, Some(50));
+        let c = Config::builder()
+            .preset(Preset::LowLatency)
+            .fec(10, 3)
+            .build()
+            .unwrap();
+        assert_eq!(c.inner.fec, Some((10, 3)));
+        assert_eq!(c.inner.fec_group_deadline, Some(LOWLAT_FEC_DEADLINE_MS));
+        // The kcp-go presets carry none of the kcpio-only knobs.
+        for p in [Preset::Default, Preset::Fast3] {
+            let c = Config::builder().preset(p).build().unwrap();
+            let a = &c.inner.arq;
+            assert_eq!(
+                (a.min_rto, a.backoff_percent, a.max_rto),
+                (None, None, None)
+            );
+            assert!(!a.tail_probe && !a.ack_nodelay);
+            assert_eq!(c.inner.fec, None);
+            assert_eq!(c.inner.fec_group_deadline, None);
+        }
     }
 
     #[test]

@@ -65,6 +65,8 @@ const TOMBSTONE_TTL: Duration = Duration::from_secs(60);
 const MAX_TOMBSTONES: usize = 65_536;
 /// Rate limiter burst in bytes (kcp-go: 64 datagrams of 1500 bytes).
 const RATE_BURST: f64 = 96_000.0;
+/// Receive buffer asked for when the configuration leaves it to us.
+const DEFAULT_RECV_BUFFER: usize = 4 << 20;
 /// Smallest plaintext worth looking at (kcp-go: `min(24, 8 + 4)`).
 const MIN_PACKET: usize = 12;
 
@@ -271,6 +273,14 @@ struct Inbox {
     listener_closed: bool,
 }
 
+/// The accept backlog of a listener, shared by its drivers (one, or one per
+/// `SO_REUSEPORT` socket).
+#[derive(Default)]
+pub(crate) struct Accept {
+    pub(crate) queue: Mutex<AcceptQueue>,
+    pub(crate) notify: Notify,
+}
+
 /// Sessions created by a listener and not yet accepted (bounded by
 /// `accept_backlog`).
 #[derive(Default)]
@@ -288,8 +298,7 @@ pub(crate) struct DriverShared {
     pub(crate) config: Arc<ConfigInner>,
     inbox: Mutex<Inbox>,
     pub(crate) counters: Counters,
-    pub(crate) accept: Mutex<AcceptQueue>,
-    pub(crate) accept_notify: Notify,
+    pub(crate) accept: Arc<Accept>,
 }
 
 impl fmt::Debug for DriverShared {
@@ -423,6 +432,7 @@ impl Driver {
         udp: UdpState,
         config: Arc<ConfigInner>,
         role: Role,
+        accept: Arc<Accept>,
     ) -> io::Result<Self> {
         let local_addr = socket.local_addr()?;
         let crypto = config.crypto.clone();
@@ -450,8 +460,7 @@ impl Driver {
             config,
             inbox: Mutex::new(Inbox::default()),
             counters: Counters::default(),
-            accept: Mutex::new(AcceptQueue::default()),
-            accept_notify: Notify::new(),
+            accept,
         });
         Ok(Self {
             shared,
@@ -660,9 +669,19 @@ impl Driver {
         if listener_closed && self.listener_open {
             self.listener_open = false;
             let backlog: Vec<_> = {
-                let mut q = lock(&self.shared.accept);
+                let mut q = lock(&self.shared.accept.queue);
                 q.closed = true;
-                q.queue.drain(..).map(|(s, _)| s.id).collect()
+                // Only this driver's sessions: the backlog may be shared
+                // with the other sockets of a `reuse_port` group.
+                let mine = |s: &Arc<SessionShared>| Arc::ptr_eq(&s.driver, &self.shared);
+                let ids = q
+                    .queue
+                    .iter()
+                    .filter(|(s, _)| mine(s))
+                    .map(|(s, _)| s.id)
+                    .collect();
+                q.queue.retain(|(s, _)| !mine(s));
+                ids
             };
             for id in backlog {
                 self.remove_session(id, SessionError::Aborted, now);
@@ -832,7 +851,7 @@ impl Driver {
             bump(&counters.refused_cap);
             return None;
         }
-        if lock(&self.shared.accept).queue.len() >= self.shared.config.accept_backlog {
+        if lock(&self.shared.accept.queue).queue.len() >= self.shared.config.accept_backlog {
             bump(&counters.refused_backlog);
             return None;
         }
@@ -855,8 +874,10 @@ impl Driver {
         }
         let id = self.insert_session(peer, conv, st);
         if let Some(session) = self.session(id).cloned() {
-            lock(&self.shared.accept).queue.push_back((session, peer));
-            self.shared.accept_notify.notify_one();
+            lock(&self.shared.accept.queue)
+                .queue
+                .push_back((session, peer));
+            self.shared.accept.notify.notify_one();
         }
         Some(id)
     }
@@ -1425,11 +1446,12 @@ impl Future for Driver {
 impl Drop for Driver {
     fn drop(&mut self) {
         {
-            let mut q = lock(&self.shared.accept);
+            let mut q = lock(&self.shared.accept.queue);
             q.closed = true;
-            q.queue.clear();
+            let shared = &self.shared;
+            q.queue.retain(|(s, _)| !Arc::ptr_eq(&s.driver, shared));
         }
-        self.shared.accept_notify.notify_waiters();
+        self.shared.accept.notify.notify_waiters();
         for slot in &mut self.slots {
             if let Some(s) = slot.session.take() {
                 let mut st = lock(&s.state);
@@ -1451,12 +1473,25 @@ fn read_u32(b: &[u8], at: usize) -> Option<u32> {
 
 /// Opens a UDP socket bound to `bind`, configured from `config`, with its
 /// batched-I/O state.
-fn open_socket(bind: SocketAddr, config: &ConfigInner) -> io::Result<(UdpSocket, UdpState)> {
+fn open_socket(
+    bind: SocketAddr,
+    config: &ConfigInner,
+    reuse_port: bool,
+) -> io::Result<(UdpSocket, UdpState)> {
     use socket2::{Domain, Protocol, Socket, Type};
     let domain = Domain::for_address(bind);
     let sock = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
-    if let Some(n) = config.recv_buffer {
-        sock.set_recv_buffer_size(n)?;
+    match config.recv_buffer {
+        Some(n) => sock.set_recv_buffer_size(n)?,
+        // Best effort: the kernel caps it at rmem_max and reports double.
+        None => {
+            if sock
+                .recv_buffer_size()
+                .is_ok_and(|n| n < DEFAULT_RECV_BUFFER)
+            {
+                let _ = sock.set_recv_buffer_size(DEFAULT_RECV_BUFFER);
+            }
+        }
     }
     if let Some(n) = config.send_buffer {
         sock.set_send_buffer_size(n)?;
@@ -1470,6 +1505,10 @@ fn open_socket(bind: SocketAddr, config: &ConfigInner) -> io::Result<(UdpSocket,
             sock.set_tclass_v6(tos)?;
         }
     }
+    if reuse_port {
+        #[cfg(all(unix, not(any(target_os = "solaris", target_os = "illumos"))))]
+        sock.set_reuse_port(true)?;
+    }
     sock.bind(&bind.into())?;
     let udp = UdpState::new(socket2::SockRef::from(&sock), config.batching)?;
     let std_sock: std::net::UdpSocket = sock.into();
@@ -1477,15 +1516,35 @@ fn open_socket(bind: SocketAddr, config: &ConfigInner) -> io::Result<(UdpSocket,
     Ok((socket, udp))
 }
 
-/// Binds a listener socket at `addr` and spawns its driver.
+/// Binds the listener's sockets at `addr` and spawns one driver per socket:
+/// one socket, or `config.reuse_port` sockets bound to the same address with
+/// `SO_REUSEPORT` (the first one's port when `addr` asks for port 0), all
+/// feeding one accept backlog. Every socket is bound before any driver runs.
 pub(crate) fn spawn_listener(
     addr: SocketAddr,
     config: Arc<ConfigInner>,
-) -> io::Result<Arc<DriverShared>> {
-    let (socket, udp) = open_socket(addr, &config)?;
-    let driver = Driver::new(socket, udp, config, Role::Listener)?;
-    let shared = driver.shared().clone();
-    tokio::spawn(driver);
+) -> io::Result<Vec<Arc<DriverShared>>> {
+    let n = if cfg!(all(
+        unix,
+        not(any(target_os = "solaris", target_os = "illumos"))
+    )) {
+        config.reuse_port.max(1)
+    } else {
+        1
+    };
+    let accept = Arc::new(Accept::default());
+    let mut drivers = Vec::with_capacity(n);
+    let mut bind = addr;
+    for _ in 0..n {
+        let (socket, udp) = open_socket(bind, &config, n > 1)?;
+        let driver = Driver::new(socket, udp, config.clone(), Role::Listener, accept.clone())?;
+        bind = driver.shared.local_addr;
+        drivers.push(driver);
+    }
+    let shared = drivers.iter().map(|d| d.shared().clone()).collect();
+    for driver in drivers {
+        tokio::spawn(driver);
+    }
     Ok(shared)
 }
 
@@ -1500,8 +1559,9 @@ pub(crate) fn spawn_client(
     } else {
         (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
     };
-    let (socket, udp) = open_socket(bind, &config)?;
-    let mut driver = Driver::new(socket, udp, config, Role::Client)?;
+    let (socket, udp) = open_socket(bind, &config, false)?;
+    let accept = Arc::new(Accept::default());
+    let mut driver = Driver::new(socket, udp, config, Role::Client, accept)?;
     let now = Instant::now();
     let conv = match driver.shared.config.conv {
         Some(c) => c,

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::net::ToSocketAddrs;
 
 use crate::config::Config;
-use crate::driver::{self, DriverShared, lock};
+use crate::driver::{self, Accept, DriverShared, lock};
 use crate::session::KcpStream;
 
 /// Counters of a listener's socket, from [`KcpListener::stats`].
@@ -67,6 +67,43 @@ pub struct ListenerStats {
     /// Session deadlines that fired (ARQ ticks, idle timeouts, lingers): a
     /// quiet session with nothing in flight and no idle timeout adds none.
     pub timer_fires: u64,
+    /// UDP sockets behind these figures (more than one with
+    /// [`ConfigBuilder::reuse_port`](crate::ConfigBuilder::reuse_port)).
+    pub sockets: usize,
+}
+
+/// The counters of a group of listener sockets, summed.
+fn group_stats(drivers: &[Arc<DriverShared>]) -> ListenerStats {
+    let mut sum = ListenerStats::default();
+    for d in drivers {
+        let s = socket_stats(d);
+        sum.datagrams_in += s.datagrams_in;
+        sum.bytes_in += s.bytes_in;
+        sum.datagrams_out += s.datagrams_out;
+        sum.bytes_out += s.bytes_out;
+        sum.bad_crypto += s.bad_crypto;
+        sum.bad_fec += s.bad_fec;
+        sum.bad_kcp += s.bad_kcp;
+        sum.unknown_session += s.unknown_session;
+        sum.conv_mismatch += s.conv_mismatch;
+        sum.tombstoned += s.tombstoned;
+        sum.refused_backlog += s.refused_backlog;
+        sum.refused_cap += s.refused_cap;
+        sum.oob += s.oob;
+        sum.recv_errors += s.recv_errors;
+        sum.send_errors += s.send_errors;
+        sum.sessions_opened += s.sessions_opened;
+        sum.sessions_closed += s.sessions_closed;
+        sum.sessions_live += s.sessions_live;
+        // One shared backlog: counted once.
+        sum.backlog = s.backlog;
+        sum.recv_syscalls += s.recv_syscalls;
+        sum.send_syscalls += s.send_syscalls;
+        sum.truncated += s.truncated;
+        sum.timer_fires += s.timer_fires;
+        sum.sockets += 1;
+    }
+    sum
 }
 
 pub(crate) fn socket_stats(d: &DriverShared) -> ListenerStats {
@@ -92,11 +129,12 @@ pub(crate) fn socket_stats(d: &DriverShared) -> ListenerStats {
         sessions_opened: get(&c.sessions_opened),
         sessions_closed: get(&c.sessions_closed),
         sessions_live: get(&c.sessions_live),
-        backlog: lock(&d.accept).queue.len(),
+        backlog: lock(&d.accept.queue).queue.len(),
         recv_syscalls: sys.recv_syscalls,
         send_syscalls: sys.send_syscalls,
         truncated: sys.truncated,
         timer_fires: get(&c.timer_fires),
+        sockets: 1,
     }
 }
 
@@ -110,6 +148,11 @@ pub(crate) fn socket_stats(d: &DriverShared) -> ListenerStats {
 /// session never creates a new one (closed sessions leave a tombstone for a
 /// minute); a new conversation starting at sn 0 from the same address
 /// replaces the old session, as kcp-go does for a restarted client.
+///
+/// With [`ConfigBuilder::reuse_port`](crate::ConfigBuilder::reuse_port)`(n)`
+/// the listener binds `n` sockets to one port with `SO_REUSEPORT`, one driver
+/// task each, so a server spreads its peers over `n` cores; `accept` takes
+/// sessions from all of them.
 ///
 /// Dropping the listener refuses new peers and drops the sessions not yet
 /// accepted; accepted streams keep working, and the socket closes when the
@@ -134,13 +177,18 @@ pub(crate) fn socket_stats(d: &DriverShared) -> ListenerStats {
 /// # }
 /// ```
 pub struct KcpListener {
-    driver: Arc<DriverShared>,
+    /// One driver per socket (several with `reuse_port`), never empty.
+    drivers: Vec<Arc<DriverShared>>,
+    /// The backlog every driver feeds.
+    accept: Arc<Accept>,
+    local_addr: SocketAddr,
 }
 
 impl fmt::Debug for KcpListener {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KcpListener")
-            .field("local_addr", &self.driver.local_addr)
+            .field("local_addr", &self.local_addr)
+            .field("sockets", &self.drivers.len())
             .finish()
     }
 }
@@ -171,8 +219,17 @@ impl KcpListener {
         let addr = tokio::net::lookup_host(addr).await?.next().ok_or_else(|| {
             io::Error::new(io::ErrorKind::InvalidInput, "address resolved to nothing")
         })?;
-        let driver = driver::spawn_listener(addr, config.inner.clone())?;
-        Ok(Self { driver })
+        let drivers = driver::spawn_listener(addr, config.inner.clone())?;
+        let first = drivers
+            .first()
+            .ok_or_else(|| io::Error::other("no listener socket"))?;
+        let accept = first.accept.clone();
+        let local_addr = first.local_addr;
+        Ok(Self {
+            drivers,
+            accept,
+            local_addr,
+        })
     }
 
     /// Waits for the next session and returns it with the peer's address.
@@ -197,11 +254,11 @@ impl KcpListener {
     /// ```
     pub async fn accept(&self) -> io::Result<(KcpStream, SocketAddr)> {
         loop {
-            let notified = self.driver.accept_notify.notified();
+            let notified = self.accept.notify.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
             {
-                let mut q = lock(&self.driver.accept);
+                let mut q = lock(&self.accept.queue);
                 while let Some((session, peer)) = q.queue.pop_front() {
                     // A session that failed while waiting (idle timeout, taken
                     // over by a restarted peer) is not worth handing out.
@@ -210,7 +267,7 @@ impl KcpListener {
                     }
                     // More may be waiting for other accept callers.
                     if !q.queue.is_empty() {
-                        self.driver.accept_notify.notify_one();
+                        self.accept.notify.notify_one();
                     }
                     return Ok((KcpStream::from_session(session), peer));
                 }
@@ -231,19 +288,29 @@ impl KcpListener {
     ///
     /// None today; `io::Result` as `TcpListener::local_addr`.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        Ok(self.driver.local_addr)
+        Ok(self.local_addr)
     }
 
     /// A snapshot of the socket's counters: traffic, drops by reason,
-    /// refusals, sessions.
+    /// refusals, sessions (summed over the sockets of a `reuse_port` group).
     #[must_use]
     pub fn stats(&self) -> ListenerStats {
-        socket_stats(&self.driver)
+        group_stats(&self.drivers)
+    }
+
+    /// The counters of each socket of a
+    /// [`reuse_port`](crate::ConfigBuilder::reuse_port) group, in bind order
+    /// (one entry without it): how the kernel spread the peers.
+    #[must_use]
+    pub fn stats_per_socket(&self) -> Vec<ListenerStats> {
+        self.drivers.iter().map(|d| socket_stats(d)).collect()
     }
 }
 
 impl Drop for KcpListener {
     fn drop(&mut self) {
-        self.driver.close_listener();
+        for d in &self.drivers {
+            d.close_listener();
+        }
     }
 }

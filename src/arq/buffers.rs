@@ -37,6 +37,8 @@ pub(crate) struct SendMeta {
     pub(crate) queued_out: bool,
     /// Stream mode may still append to this (queued) segment.
     pub(crate) mergeable: bool,
+    /// kcpio-only: `resendts` is a tail-loss probe deadline, not the RTO.
+    pub(crate) probe: bool,
 }
 
 /// The send ring: in-flight segments followed by queued ones.

@@ -45,6 +45,26 @@ pub struct ArqConfig {
     /// Transmissions of one segment after which [`Kcp::is_dead`](super::Kcp::is_dead)
     /// turns true. Default 20.
     pub dead_link: u32,
+    /// **kcpio-only** (issue 7): floor of the retransmission timeout in ms,
+    /// instead of kcp-go's 30 (with `nodelay`) or 100. Values below 1 are
+    /// taken as 1. Only changes when this side retransmits, so it is safe
+    /// with a kcp-go peer. Default `None` (kcp-go's floors).
+    pub min_rto: Option<u32>,
+    /// **kcpio-only** (issue 7): what a segment's RTO grows by each time it
+    /// times out, in percent of the current RTO estimate: 100 is kcp-go
+    /// without `nodelay` (waits R, 2R, 3R, ...), 50 kcp-go with it (R, 1.5R,
+    /// 2R, ...), 0 keeps the wait at R. Default `None` (kcp-go's rule).
+    pub backoff_percent: Option<u32>,
+    /// **kcpio-only** (issue 7): cap in ms of one segment's backed-off RTO
+    /// (kcp-go's is uncapped). Default `None`.
+    pub max_rto: Option<u32>,
+    /// **kcpio-only** (issue 7): tail-loss probe. A segment sent with nothing
+    /// behind it can only be recovered by its RTO, since no later ACK can
+    /// mark it skipped; with this on, its first retransmission comes after
+    /// `max(srtt * 3 / 2, srtt + interval)` when that is sooner than the RTO,
+    /// and that probe does not back the RTO off (TCP's TLP, RFC 8985).
+    /// Retransmissions only, so a kcp-go peer cannot tell. Default false.
+    pub tail_probe: bool,
 }
 
 impl Default for ArqConfig {
@@ -61,6 +81,10 @@ impl Default for ArqConfig {
             write_delay: false,
             ack_nodelay: false,
             dead_link: 20,
+            min_rto: None,
+            backoff_percent: None,
+            max_rto: None,
+            tail_probe: false,
         }
     }
 }

@@ -80,6 +80,11 @@ struct Scan<'a> {
     lost: u64,
     fast: u64,
     early: u64,
+    probes: u64,
+    /// kcpio-only tail-loss probe timeout, when on and srtt is known.
+    pto: Option<u32>,
+    /// sn of the newest in-flight segment.
+    last_sn: u32,
     dead: bool,
     /// Smallest positive `resendts - current` (kcp-go's next-update candidate).
     min_pos: i32,
@@ -115,6 +120,15 @@ impl Scan<'_> {
         let send = if m.xmit == 0 {
             m.rto = rx_rto;
             m.resendts = current.wrapping_add(m.rto);
+            // kcpio-only tail-loss probe: nothing behind this segment can
+            // make it skipped, so probe before the RTO.
+            m.probe = false;
+            if let Some(pto) = self.pto {
+                if m.sn == self.last_sn && pto < rx_rto {
+                    m.resendts = current.wrapping_add(pto);
+                    m.probe = true;
+                }
+            }
             true
         } else if m.fastack >= self.resent && m.fastack != FASTACK_OFF {
             // Fast retransmit; disabled until this segment's next RTO.
@@ -123,6 +137,7 @@ impl Scan<'_> {
             m.fastack = FASTACK_OFF;
             m.rto = rx_rto;
             m.resendts = current.wrapping_add(m.rto);
+            m.probe = false;
             self.fast += 1;
             true
         } else if m.fastack > 0 && m.fastack != FASTACK_OFF && self.none_admitted {
@@ -131,7 +146,16 @@ impl Scan<'_> {
             m.fastack = FASTACK_OFF;
             m.rto = rx_rto;
             m.resendts = current.wrapping_add(m.rto);
+            m.probe = false;
             self.early += 1;
+            true
+        } else if m.probe && (current.wrapping_sub(m.resendts) as i32) >= 0 {
+            // The probe fired: resend once, keep the RTO as it was (the
+            // segment's RTO deadline counts from this transmission).
+            m.probe = false;
+            m.fastack = 0;
+            m.resendts = current.wrapping_add(m.rto);
+            self.probes += 1;
             true
         } else if (current.wrapping_sub(m.resendts) as i32) >= 0 {
             m.rto = self.rtt.backoff(m.rto);
@@ -181,6 +205,8 @@ struct Params {
     write_delay: bool,
     ack_nodelay: bool,
     dead_link: u32,
+    /// kcpio-only tail-loss probe (`ArqConfig::tail_probe`).
+    tail_probe: bool,
 }
 
 /// One KCP conversation as a sans-IO state machine.
@@ -357,12 +383,17 @@ impl Kcp {
                 write_delay: config.write_delay,
                 ack_nodelay: config.ack_nodelay,
                 dead_link: config.dead_link,
+                tail_probe: config.tail_probe,
             },
             snd: SendRing::new(2 * snd_wnd),
             rcv: RecvRing::new(rcv_wnd),
             acklist: Vec::new(),
             out: OutQueue::new(control_cap(config.mtu, rcv_wnd)),
-            rtt: Rtt::new(config.nodelay, interval),
+            rtt: Rtt::new(config.nodelay, interval).with_options(
+                config.min_rto,
+                config.backoff_percent,
+                config.max_rto,
+            ),
             // kcp-go guesses the peer's window as its own default (C: 128).
             rmt_wnd: 32,
             // A kcp-go session runs one flush when it is created; on an empty
@@ -815,6 +846,13 @@ impl Kcp {
             lost: 0,
             fast: 0,
             early: 0,
+            probes: 0,
+            pto: if self.p.tail_probe {
+                self.rtt.probe_timeout()
+            } else {
+                None
+            },
+            last_sn: self.snd.nxt.wrapping_sub(1),
             dead: false,
             min_pos: i32::MAX,
             min_any: i32::MAX,
@@ -827,6 +865,7 @@ impl Kcp {
             lost,
             fast,
             early,
+            probes,
             dead,
             min_pos,
             min_any,
@@ -849,6 +888,7 @@ impl Kcp {
         self.stats.retransmit_rto += lost;
         self.stats.retransmit_fast += fast;
         self.stats.retransmit_early += early;
+        self.stats.retransmit_probe += probes;
 
         // Phase 6: congestion response. kcp-go counts early retransmits as
         // a "change" too; C only fast ones.

@@ -28,6 +28,8 @@ pub(crate) enum Backoff {
     /// C's nodelay 1 adds `rto/2` (x1.5 each time); only C's nodelay >= 2 is
     /// additive like this.
     AddHalf,
+    /// kcpio-only (`ArqConfig::backoff_percent`): `rto += rx_rto * pct / 100`.
+    Percent(u32),
 }
 
 /// The smoothed RTT, its variance and the resulting `rx_rto`, plus the
@@ -40,6 +42,8 @@ pub(crate) struct Rtt {
     min_rto: u32,
     interval: u32,
     backoff: Backoff,
+    /// kcpio-only cap of a segment's backed-off RTO (`ArqConfig::max_rto`).
+    max_seg_rto: Option<u32>,
 }
 
 impl Rtt {
@@ -55,7 +59,27 @@ impl Rtt {
             } else {
                 Backoff::AddFull
             },
+            max_seg_rto: None,
         }
+    }
+
+    /// Apply the kcpio-only RTO options of `ArqConfig` (all `None`: kcp-go's
+    /// rules unchanged).
+    pub(crate) fn with_options(
+        mut self,
+        min_rto: Option<u32>,
+        backoff_percent: Option<u32>,
+        max_rto: Option<u32>,
+    ) -> Self {
+        if let Some(m) = min_rto {
+            self.min_rto = m.max(1);
+            self.rto = self.rto.max(self.min_rto);
+        }
+        if let Some(p) = backoff_percent {
+            self.backoff = Backoff::Percent(p);
+        }
+        self.max_seg_rto = max_rto.map(|m| m.max(1));
+        self
     }
 
     /// Smoothed RTT in ms (kcp-go `rx_srtt`).
@@ -105,10 +129,28 @@ impl Rtt {
 
     /// A segment's next RTO after it timed out with `seg_rto`.
     pub(crate) fn backoff(&self, seg_rto: u32) -> u32 {
-        match self.backoff {
+        let next = match self.backoff {
             Backoff::AddFull => seg_rto.wrapping_add(self.rto),
             Backoff::AddHalf => seg_rto.wrapping_add(self.rto / 2),
+            Backoff::Percent(p) => {
+                let step = u64::from(self.rto) * u64::from(p) / 100;
+                seg_rto.saturating_add(u32::try_from(step).unwrap_or(u32::MAX))
+            }
+        };
+        match self.max_seg_rto {
+            Some(cap) => next.min(cap.max(self.rto)),
+            None => next,
         }
+    }
+
+    /// kcpio-only tail-loss probe timeout: `max(srtt * 3 / 2, srtt +
+    /// interval)`, or `None` before the first RTT sample.
+    pub(crate) fn probe_timeout(&self) -> Option<u32> {
+        if self.srtt <= 0 {
+            return None;
+        }
+        let srtt = self.srtt as u32;
+        Some((srtt + srtt / 2).max(srtt.saturating_add(self.interval)))
     }
 }
 
@@ -144,6 +186,40 @@ mod tests {
         assert_eq!(slow.rto(), 100);
         assert_eq!(slow.backoff(100), 200);
         assert_eq!(slow.backoff(200), 300);
+    }
+
+    #[test]
+    fn kcpio_options_floor_step_and_cap() {
+        let mut r = Rtt::new(true, 10).with_options(Some(15), Some(25), Some(70));
+        r.sample(2);
+        // 2 + max(10, 4) = 12, floored at 15 instead of kcp-go's 30
+        assert_eq!(r.rto(), 15);
+        assert_eq!(r.backoff(15), 18);
+        r.sample(40);
+        let rto = r.rto();
+        assert!(rto > 15);
+        // capped at 70, never below the estimate itself
+        assert_eq!(r.backoff(69), 70);
+        assert_eq!(r.backoff(1000), 70);
+        assert_eq!(Rtt::new(true, 10).probe_timeout(), None);
+        let mut p = Rtt::new(true, 10);
+        p.sample(40);
+        assert_eq!(p.probe_timeout(), Some(60));
+        let mut q = Rtt::new(true, 30);
+        q.sample(40);
+        assert_eq!(q.probe_timeout(), Some(70));
+    }
+
+    #[test]
+    fn no_options_is_kcp_go() {
+        let mut a = Rtt::new(true, 10);
+        let mut b = Rtt::new(true, 10).with_options(None, None, None);
+        for s in [40, 45, 38, 90, 41] {
+            a.sample(s);
+            b.sample(s);
+            assert_eq!(a.rto(), b.rto());
+            assert_eq!(a.backoff(a.rto()), b.backoff(b.rto()));
+        }
     }
 
     #[test]

@@ -37,6 +37,9 @@ pub struct ArqStats {
     pub retransmit_fast: u64,
     /// Early retransmissions (kcp-go `EarlyRetransSegs`).
     pub retransmit_early: u64,
+    /// kcpio-only tail-loss probes (`ArqConfig::tail_probe`): a segment with
+    /// nothing behind it resent at the probe timeout, before its RTO.
+    pub retransmit_probe: u64,
     /// Packets dropped, shorter than a header.
     pub input_truncated: u64,
     /// Packets cut at a segment of another conversation.
@@ -54,6 +57,6 @@ impl ArqStats {
     /// All retransmissions (kcp-go `RetransSegs`).
     #[must_use]
     pub fn retransmits(&self) -> u64 {
-        self.retransmit_rto + self.retransmit_fast + self.retransmit_early
+        self.retransmit_rto + self.retransmit_fast + self.retransmit_early + self.retransmit_probe
     }
 }

@@ -7,6 +7,7 @@ mod alloc;
 mod basic;
 mod kcpgo_trace;
 mod link;
+mod lowlat;
 mod modes;
 mod probe;
 mod prop;

@@ -76,6 +76,7 @@ fn config() -> impl Strategy<Value = ArqConfig> {
                     write_delay: false,
                     ack_nodelay,
                     dead_link,
+                    ..ArqConfig::default()
                 }
             },
         )
