@@ -188,11 +188,14 @@ pub(crate) struct GoServer {
 impl GoServer {
     /// Starts `kcpgo-peer <mode> --addr 127.0.0.1:0 <args>` and waits (10 s at
     /// most) for its `listening on IP:PORT` line.
-    pub(crate) async fn spawn(bin: &Path, mode: &str, args: &[&str]) -> GoServer {
+    pub(crate) async fn spawn<S>(bin: &Path, mode: &str, args: &[S]) -> GoServer
+    where
+        S: AsRef<str> + std::fmt::Debug,
+    {
         let mut child = Command::new(bin)
             .arg(mode)
             .args(["--addr", "127.0.0.1:0"])
-            .args(args)
+            .args(args.iter().map(AsRef::as_ref))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
