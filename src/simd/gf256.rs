@@ -348,6 +348,35 @@ pub(crate) fn dot_rows_with(
     true
 }
 
+/// The portable kernel row by row, for inputs shorter than one SIMD chunk:
+/// `tables.len() / offsets.len()` rows, `out_stride` apart, `len` bytes each.
+/// Bounds were checked by the caller; slicing keeps it safe.
+#[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+#[cold]
+#[inline(never)]
+fn rows_portable(
+    tables: &[NibbleTable],
+    src: &[u8],
+    offsets: &[usize],
+    out: &mut [u8],
+    out_stride: usize,
+    len: usize,
+) {
+    let k = offsets.len();
+    if k == 0 {
+        return;
+    }
+    for (r, row) in tables.chunks_exact(k).enumerate() {
+        dot_portable(
+            row,
+            src,
+            offsets,
+            &mut out[r * out_stride..r * out_stride + len],
+            0,
+        );
+    }
+}
+
 /// The portable kernel over `out[start..]`; the SIMD kernels finish their
 /// tails with it. Bounds were checked by the caller; slicing keeps it safe.
 fn dot_portable(
@@ -408,7 +437,7 @@ mod x86 {
     #[cfg(target_arch = "x86_64")]
     use core::arch::x86_64::*;
 
-    use super::{NibbleTable, dot_portable};
+    use super::{NibbleTable, rows_portable};
 
     /// AVX2 body of [`super::dot_rows_with`] for `R` rows at once: each 32-byte
     /// input chunk is loaded and split into nibbles once for all rows. A ragged
@@ -428,20 +457,11 @@ mod x86 {
         out_stride: usize,
         len: usize,
     ) {
-        let k = offsets.len();
         if len < 32 {
-            for r in 0..R {
-                let row = &tables[r * k..(r + 1) * k];
-                dot_portable(
-                    row,
-                    src,
-                    offsets,
-                    &mut out[r * out_stride..r * out_stride + len],
-                    0,
-                );
-            }
+            rows_portable(tables, src, offsets, out, out_stride, len);
             return;
         }
+        let k = offsets.len();
         let base = src.as_ptr();
         let dst = out.as_mut_ptr();
         // SAFETY: register-only intrinsic; AVX2 is enabled on this function.
@@ -509,20 +529,11 @@ mod x86 {
         out_stride: usize,
         len: usize,
     ) {
-        let k = offsets.len();
         if len < 16 {
-            for r in 0..R {
-                let row = &tables[r * k..(r + 1) * k];
-                dot_portable(
-                    row,
-                    src,
-                    offsets,
-                    &mut out[r * out_stride..r * out_stride + len],
-                    0,
-                );
-            }
+            rows_portable(tables, src, offsets, out, out_stride, len);
             return;
         }
+        let k = offsets.len();
         let base = src.as_ptr();
         let dst = out.as_mut_ptr();
         // SAFETY: register-only intrinsic; SSSE3 is enabled on this function.
