@@ -646,8 +646,9 @@ fn fatal(msg: &str) -> ExitCode {
 // counters and process figures
 // ---------------------------------------------------------------------------
 
-/// Wire and protocol counters summed over sessions (kcp-go's SNMP names).
-#[derive(Clone, Copy, Debug, Default)]
+/// Wire and protocol counters summed over sessions (kcp-go's SNMP names);
+/// also the middle part of the JSON [`Report`], where they stand in this order.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
 struct Counters {
     out_pkts: u64,
     out_bytes: u64,
@@ -1022,21 +1023,8 @@ struct Report {
     #[serde(serialize_with = "go_float")]
     rtt_max_ms: f64,
 
-    out_pkts: u64,
-    out_bytes: u64,
-    in_pkts: u64,
-    in_bytes: u64,
-    out_segs: u64,
-    in_segs: u64,
-    retrans_segs: u64,
-    fast_retrans_segs: u64,
-    early_retrans_segs: u64,
-    lost_segs: u64,
-    repeat_segs: u64,
-    fec_recovered: u64,
-    fec_errs: u64,
-    fec_parity_shards: u64,
-    in_csum_errors: u64,
+    #[serde(flatten)]
+    counters: Counters,
     #[serde(serialize_with = "go_float")]
     overhead: f64,
     #[serde(serialize_with = "go_float")]
@@ -1130,11 +1118,10 @@ async fn run_bytes(f: Arc<Flags>, nd: NoDelay, conv: Option<u32>) -> Outcome {
         while off < total {
             let n = (total - off).min(chunk as u64) as usize;
             pattern::fill(&mut buf[..n], off);
-            match tokio::time::timeout_at(deadline, wr.write_all(&buf[..n])).await {
-                Ok(Ok(())) => off += n as u64,
-                Ok(Err(e)) => return (wr, Err(format!("write: {e}"))),
-                Err(_) => return (wr, Err("write: timeout".to_owned())),
+            if let Err(e) = by_deadline(deadline, "write", wr.write_all(&buf[..n])).await {
+                return (wr, Err(e));
             }
+            off += n as u64;
         }
         (wr, Ok(()))
     });
@@ -1144,11 +1131,7 @@ async fn run_bytes(f: Arc<Flags>, nd: NoDelay, conv: Option<u32>) -> Outcome {
         if f.sink {
             let mut b = [0u8; 8];
             loop {
-                match tokio::time::timeout_at(deadline, rd.read_exact(&mut b)).await {
-                    Ok(Ok(_)) => {}
-                    Ok(Err(e)) => return Err(format!("waiting for sink report: {e}")),
-                    Err(_) => return Err("waiting for sink report: timeout".into()),
-                }
+                by_deadline(deadline, "waiting for sink report", rd.read_exact(&mut b)).await?;
                 let v = u64::from_le_bytes(b);
                 if v & (1 << 63) != 0 {
                     verified = v & !(1 << 63);
@@ -1162,12 +1145,10 @@ async fn run_bytes(f: Arc<Flags>, nd: NoDelay, conv: Option<u32>) -> Outcome {
         } else {
             let mut buf = vec![0u8; 64 * 1024];
             while verified < total {
-                let n = match tokio::time::timeout_at(deadline, rd.read(&mut buf)).await {
-                    Ok(Ok(0)) => return Err("read: EOF".into()),
-                    Ok(Ok(n)) => n,
-                    Ok(Err(e)) => return Err(format!("read: {e}")),
-                    Err(_) => return Err("read: timeout".into()),
-                };
+                let n = by_deadline(deadline, "read", rd.read(&mut buf)).await?;
+                if n == 0 {
+                    return Err("read: EOF".into());
+                }
                 if verified + n as u64 > total {
                     return Err(format!(
                         "echo returned {} bytes more than sent",
@@ -1262,28 +1243,14 @@ async fn run_msg(f: Arc<Flags>, nd: NoDelay, conv: Option<u32>, epoch: Instant) 
         let mut error = None;
         for i in 0..f.messages.max(0) as u64 {
             build_msg(&mut out, i, epoch);
-            match tokio::time::timeout_at(deadline, stream.write_all(&out)).await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => {
-                    error = Some(format!("write: {e}"));
-                    break;
-                }
-                Err(_) => {
-                    error = Some("write: timeout".into());
-                    break;
-                }
+            if let Err(e) = by_deadline(deadline, "write", stream.write_all(&out)).await {
+                error = Some(e);
+                break;
             }
             st.sent += 1;
-            match tokio::time::timeout_at(deadline, stream.read_exact(&mut inb)).await {
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => {
-                    error = Some(format!("read: {e}"));
-                    break;
-                }
-                Err(_) => {
-                    error = Some("read: timeout".into());
-                    break;
-                }
+            if let Err(e) = by_deadline(deadline, "read", stream.read_exact(&mut inb)).await {
+                error = Some(e);
+                break;
             }
             match check_msg(&inb, i, epoch) {
                 Ok(rtt) => {
@@ -1336,16 +1303,9 @@ async fn run_msg(f: Arc<Flags>, nd: NoDelay, conv: Option<u32>, epoch: Instant) 
                 }
                 tokio::time::sleep_until(start + offset).await;
                 build_msg(&mut buf, i, epoch);
-                match tokio::time::timeout_at(deadline, wr.write_all(&buf)).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => {
-                        result = Err(format!("write: {e}"));
-                        break;
-                    }
-                    Err(_) => {
-                        result = Err("write: timeout".to_owned());
-                        break;
-                    }
+                if let Err(e) = by_deadline(deadline, "write", wr.write_all(&buf)).await {
+                    result = Err(e);
+                    break;
                 }
                 sent.fetch_add(1, Ordering::SeqCst);
                 i += 1;
@@ -1409,6 +1369,20 @@ async fn run_msg(f: Arc<Flags>, nd: NoDelay, conv: Option<u32>, epoch: Instant) 
         msg: st,
         stream,
         error,
+    }
+}
+
+/// `op` bounded by `deadline`; a failure reads `<what>: <error>` or
+/// `<what>: timeout`.
+async fn by_deadline<T>(
+    deadline: Instant,
+    what: &str,
+    op: impl Future<Output = io::Result<T>>,
+) -> Result<T, String> {
+    match tokio::time::timeout_at(deadline, op).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(format!("{what}: {e}")),
+        Err(_) => Err(format!("{what}: timeout")),
     }
 }
 
@@ -1518,21 +1492,7 @@ async fn client(f: Flags, nd: NoDelay) -> ExitCode {
     if !elapsed.is_zero() {
         res.mb_per_s = res.bytes_verified as f64 / elapsed.as_secs_f64() / 1e6;
     }
-    res.out_pkts = counters.out_pkts;
-    res.out_bytes = counters.out_bytes;
-    res.in_pkts = counters.in_pkts;
-    res.in_bytes = counters.in_bytes;
-    res.out_segs = counters.out_segs;
-    res.in_segs = counters.in_segs;
-    res.retrans_segs = counters.retrans_segs;
-    res.fast_retrans_segs = counters.fast_retrans_segs;
-    res.early_retrans_segs = counters.early_retrans_segs;
-    res.lost_segs = counters.lost_segs;
-    res.repeat_segs = counters.repeat_segs;
-    res.fec_recovered = counters.fec_recovered;
-    res.fec_errs = counters.fec_errs;
-    res.fec_parity_shards = counters.fec_parity_shards;
-    res.in_csum_errors = counters.in_csum_errors;
+    res.counters = counters;
     let (user, sys, rss) = process_usage();
     res.cpu_user_s = user;
     res.cpu_sys_s = sys;
@@ -1544,7 +1504,7 @@ async fn client(f: Flags, nd: NoDelay) -> ExitCode {
         }
         res.payload_bytes = res.sent * f.size;
         if res.payload_bytes > 0 {
-            res.overhead = round3(res.out_bytes as f64 / res.payload_bytes as f64);
+            res.overhead = round3(res.counters.out_bytes as f64 / res.payload_bytes as f64);
         }
         rtts.sort_by(f64::total_cmp);
         if let (Some(first), Some(last)) = (rtts.first(), rtts.last()) {
@@ -1590,8 +1550,8 @@ async fn client(f: Flags, nd: NoDelay) -> ExitCode {
                 res.rtt_p999_ms,
                 res.rtt_max_ms,
                 res.overhead,
-                res.retrans_segs,
-                res.fec_recovered
+                res.counters.retrans_segs,
+                res.counters.fec_recovered
             );
         } else {
             println!(

@@ -6,12 +6,13 @@
 
 mod support;
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
-use kcpio::{Config, Key, Method, Preset};
+use kcpio::{Config, ConfigBuilder, Key, Method, Preset};
 use support::gopeer::{self, GoServer, args};
 use support::kcp;
-use support::relay::{LinkConfig, Relay, RelayConfig};
+use support::relay::{LinkConfig, Relay, RelayConfig, RelayStats};
 
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -22,30 +23,12 @@ async fn harness_go_client_go_echo_server() {
     let Some(bin) = gopeer::binary() else {
         return;
     };
-    let flags = [
-        "--crypt",
-        "aes-128",
-        "--datashard",
-        "10",
-        "--parityshard",
-        "3",
-        "--nodelay",
-        "fast3",
-        "--stream",
-        "--sndwnd",
-        "256",
-        "--rcvwnd",
-        "256",
-    ];
+    // aes-128, 10/3, fast3, stream mode, 256/256 windows.
+    let flags = go_flags("aes-128", (10, 3));
     let server = GoServer::spawn(&bin, "echo-server", &flags).await;
 
-    let mut direct = args(&flags);
-    direct.extend(args(&[
-        "--addr",
-        &server.addr().to_string(),
-        "--bytes",
-        "300000",
-    ]));
+    let mut direct = flags.clone();
+    direct.extend(to_addr(server.addr(), &["--bytes", "300000"]));
     let run = gopeer::run_client(&bin, &direct, CLIENT_TIMEOUT).await;
     assert!(run.passed(), "direct: {run:?}\nserver: {:?}", server.log());
     assert_eq!(run.number("bytes_verified"), Some(300_000.0));
@@ -56,13 +39,8 @@ async fn harness_go_client_go_echo_server() {
     )
     .await
     .unwrap();
-    let mut relayed = args(&flags);
-    relayed.extend(args(&[
-        "--addr",
-        &relay.local_addr().to_string(),
-        "--bytes",
-        "300000",
-    ]));
+    let mut relayed = flags.clone();
+    relayed.extend(to_addr(relay.local_addr(), &["--bytes", "300000"]));
     let run = gopeer::run_client(&bin, &relayed, CLIENT_TIMEOUT).await;
     let stats = relay.stats();
     assert!(
@@ -70,10 +48,7 @@ async fn harness_go_client_go_echo_server() {
         "relayed: {run:?}\nrelay: {stats:?}\nserver: {:?}",
         server.log()
     );
-    assert!(
-        stats.to_server.lost > 0 && stats.to_client.lost > 0,
-        "{stats:?}"
-    );
+    assert_lost_both_ways(&stats);
 }
 
 /// The harness's sink path: a Go client against a Go sink-server that exits
@@ -88,17 +63,12 @@ async fn harness_go_client_go_sink_server() {
     server_flags.extend(["--max-sessions", "1", "--idle", "1s"]);
     let server = GoServer::spawn(&bin, "sink-server", &server_flags).await;
     let mut client = args(&flags);
-    client.extend(args(&[
-        "--addr",
-        &server.addr().to_string(),
-        "--sink",
-        "--bytes",
-        "300000",
-        "--sndwnd",
-        "256",
-        "--rcvwnd",
-        "256",
-    ]));
+    client.extend(to_addr(
+        server.addr(),
+        &[
+            "--sink", "--bytes", "300000", "--sndwnd", "256", "--rcvwnd", "256",
+        ],
+    ));
     let run = gopeer::run_client(&bin, &client, CLIENT_TIMEOUT).await;
     assert!(run.passed(), "{run:?}\nserver: {:?}", server.log());
     let log = server.log();
@@ -135,16 +105,50 @@ const PASSPHRASE: &str = "it's a secrect";
 
 /// The kcpio side of a case: fast3, stream mode, the cipher and FEC shape.
 fn rust_config(cipher: &str, fec: (usize, usize)) -> Config {
+    rust_builder(cipher, fec, true)
+        .build()
+        .expect("valid config")
+}
+
+/// fast3, `WND` windows, the cipher with `PASSPHRASE`, stream or message
+/// mode, and FEC unless `fec.0` is 0.
+fn rust_builder(cipher: &str, fec: (usize, usize), stream: bool) -> ConfigBuilder {
     let method = Method::from_name(cipher).unwrap_or_else(|| panic!("unknown cipher {cipher}"));
     let mut b = Config::builder()
         .preset(Preset::Fast3)
-        .stream(true)
+        .stream(stream)
         .window(WND, WND)
         .crypto(method, Key::passphrase(PASSPHRASE));
     if fec.0 > 0 {
         b = b.fec(fec.0, fec.1);
     }
-    b.build().expect("valid config")
+    b
+}
+
+/// `--addr <addr>` followed by `rest`, for a Go client's flags.
+fn to_addr(addr: SocketAddr, rest: &[&str]) -> Vec<String> {
+    let mut v = args(&["--addr", &addr.to_string()]);
+    v.extend(args(rest));
+    v
+}
+
+/// Fails unless the relay dropped datagrams in both directions (so the run
+/// really went through loss).
+fn assert_lost_both_ways(stats: &RelayStats) {
+    assert!(
+        stats.to_server.lost > 0 && stats.to_client.lost > 0,
+        "{stats:?}"
+    );
+}
+
+/// Fails with every line of `failures`, if any.
+fn assert_no_failures(failures: &[String]) {
+    assert!(
+        failures.is_empty(),
+        "{} failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }
 
 /// The Go side of a case, as flags.
@@ -183,9 +187,7 @@ async fn rust_client_go_echo_server() {
     for (cipher, fec) in cases() {
         let bin = bin.clone();
         runs.push(tokio::spawn(async move {
-            let flags = go_flags(cipher, fec);
-            let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-            let server = GoServer::spawn(&bin, "echo-server", &flags).await;
+            let server = GoServer::spawn(&bin, "echo-server", &go_flags(cipher, fec)).await;
             let config = rust_config(cipher, fec);
             let res = kcp::echo_client(
                 server.addr(),
@@ -205,12 +207,7 @@ async fn rust_client_go_echo_server() {
             failures.push(format!("{cipher} fec {fec:?}: {e}; server log {log:?}"));
         }
     }
-    assert!(
-        failures.is_empty(),
-        "{} failed:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    assert_no_failures(&failures);
 }
 
 /// Go client → Rust echo server, every cipher × FEC case at once.
@@ -225,12 +222,10 @@ async fn go_client_rust_echo_server() {
         runs.push(tokio::spawn(async move {
             let server = kcp::EchoServer::start(&rust_config(cipher, fec)).await;
             let mut flags = go_flags(cipher, fec);
-            flags.extend(args(&[
-                "--addr",
-                &server.addr().to_string(),
-                "--bytes",
-                &CASE_BYTES.to_string(),
-            ]));
+            flags.extend(to_addr(
+                server.addr(),
+                &["--bytes", &CASE_BYTES.to_string()],
+            ));
             let run = gopeer::run_client(&bin, &flags, CLIENT_TIMEOUT).await;
             drop(server);
             (cipher, fec, run)
@@ -243,12 +238,7 @@ async fn go_client_rust_echo_server() {
             failures.push(format!("{cipher} fec {fec:?}: {run:?}"));
         }
     }
-    assert!(
-        failures.is_empty(),
-        "{} failed:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    assert_no_failures(&failures);
 }
 
 /// Rust client → Go sink-server: the Go side verifies the pattern and reports.
@@ -260,7 +250,6 @@ async fn rust_client_go_sink_server() {
     let cipher = "aes-128";
     let mut flags = go_flags(cipher, (10, 3));
     flags.extend(args(&["--max-sessions", "1", "--idle", "1s"]));
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let server = GoServer::spawn(&bin, "sink-server", &flags).await;
     let bytes = 1_000_000;
     let res = kcp::sink_client(
@@ -292,9 +281,7 @@ async fn interop_through_lossy_relay() {
     };
 
     // Rust client → relay → Go echo server.
-    let flags = go_flags(cipher, fec);
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let go_server = GoServer::spawn(&bin, "echo-server", &flags).await;
+    let go_server = GoServer::spawn(&bin, "echo-server", &go_flags(cipher, fec)).await;
     let relay = Relay::start(go_server.addr(), RelayConfig::symmetric(11, link.clone()))
         .await
         .unwrap();
@@ -309,10 +296,7 @@ async fn interop_through_lossy_relay() {
     .map(|_| ());
     let stats = relay.stats();
     assert!(res.is_ok(), "{res:?} relay {stats:?}");
-    assert!(
-        stats.to_server.lost > 0 && stats.to_client.lost > 0,
-        "{stats:?}"
-    );
+    assert_lost_both_ways(&stats);
 
     // Go client → relay → Rust echo server.
     let rust_server = kcp::EchoServer::start(&rust_config(cipher, fec)).await;
@@ -320,19 +304,14 @@ async fn interop_through_lossy_relay() {
         .await
         .unwrap();
     let mut flags = go_flags(cipher, fec);
-    flags.extend(args(&[
-        "--addr",
-        &relay.local_addr().to_string(),
-        "--bytes",
-        &CASE_BYTES.to_string(),
-    ]));
+    flags.extend(to_addr(
+        relay.local_addr(),
+        &["--bytes", &CASE_BYTES.to_string()],
+    ));
     let run = gopeer::run_client(&bin, &flags, CLIENT_TIMEOUT).await;
     let stats = relay.stats();
     assert!(run.passed(), "{run:?} relay {stats:?}");
-    assert!(
-        stats.to_server.lost > 0 && stats.to_client.lost > 0,
-        "{stats:?}"
-    );
+    assert_lost_both_ways(&stats);
 }
 
 /// Settings the two ends need not share: FEC on one side only (kcp-go's
@@ -395,15 +374,7 @@ async fn interop_mixed_settings() {
     for case in cases {
         let bin = bin.clone();
         runs.push(tokio::spawn(async move {
-            let method = Method::from_name(cipher).unwrap();
-            let mut b = Config::builder()
-                .preset(Preset::Fast3)
-                .stream(case.stream)
-                .window(WND, WND)
-                .crypto(method, Key::passphrase(PASSPHRASE));
-            if case.rust_fec.0 > 0 {
-                b = b.fec(case.rust_fec.0, case.rust_fec.1);
-            }
+            let mut b = rust_builder(cipher, case.rust_fec, case.stream);
             if !case.extra.is_empty() {
                 b = b.mtu(1350).write_delay(true).ack_nodelay(true);
             }
@@ -416,8 +387,7 @@ async fn interop_mixed_settings() {
             let mut failures = Vec::new();
 
             // kcpio client → kcp-go server.
-            let flag_refs: Vec<&str> = flags.iter().map(String::as_str).collect();
-            let server = GoServer::spawn(&bin, "echo-server", &flag_refs).await;
+            let server = GoServer::spawn(&bin, "echo-server", &flags).await;
             let res =
                 kcp::echo_client(server.addr(), &config, CASE_BYTES, 1000, CLIENT_TIMEOUT).await;
             if let Err(e) = res {
@@ -431,12 +401,10 @@ async fn interop_mixed_settings() {
 
             // kcp-go client → kcpio server.
             let server = kcp::EchoServer::start(&config).await;
-            flags.extend(args(&[
-                "--addr",
-                &server.addr().to_string(),
-                "--bytes",
-                &CASE_BYTES.to_string(),
-            ]));
+            flags.extend(to_addr(
+                server.addr(),
+                &["--bytes", &CASE_BYTES.to_string()],
+            ));
             let run = gopeer::run_client(&bin, &flags, CLIENT_TIMEOUT).await;
             if !run.passed() {
                 failures.push(format!("{} (kcp-go client): {run:?}", case.name));
@@ -466,22 +434,17 @@ async fn interop_wrong_key_fails_both_ways() {
         .build()
         .unwrap();
     let flags = go_flags(cipher, (0, 0));
-    let flag_refs: Vec<&str> = flags.iter().map(String::as_str).collect();
     let short = Duration::from_secs(2);
 
-    let go_server = GoServer::spawn(&bin, "echo-server", &flag_refs).await;
+    let go_server = GoServer::spawn(&bin, "echo-server", &flags).await;
     let rust_side = kcp::echo_client(go_server.addr(), &wrong, 10_000, 1000, short);
 
     let rust_server = kcp::EchoServer::start(&wrong).await;
     let mut client = flags.clone();
-    client.extend(args(&[
-        "--addr",
-        &rust_server.addr().to_string(),
-        "--bytes",
-        "10000",
-        "--timeout",
-        "2s",
-    ]));
+    client.extend(to_addr(
+        rust_server.addr(),
+        &["--bytes", "10000", "--timeout", "2s"],
+    ));
     let go_side = gopeer::run_client(&bin, &client, CLIENT_TIMEOUT);
 
     let (rust_res, go_run) = tokio::join!(rust_side, go_side);
@@ -506,13 +469,7 @@ async fn go_client_rust_sink_server() {
     let cipher = "sm4";
     let server = kcp::SinkServer::start(&rust_config(cipher, (10, 3))).await;
     let mut flags = go_flags(cipher, (10, 3));
-    flags.extend(args(&[
-        "--addr",
-        &server.addr().to_string(),
-        "--sink",
-        "--bytes",
-        "1000000",
-    ]));
+    flags.extend(to_addr(server.addr(), &["--sink", "--bytes", "1000000"]));
     let run = gopeer::run_client(&bin, &flags, CLIENT_TIMEOUT).await;
     assert!(run.passed(), "{run:?}");
     assert_eq!(run.number("bytes_verified"), Some(1_000_000.0), "{run:?}");
@@ -527,16 +484,10 @@ async fn go_pingpong_sessions_on_one_rust_listener() {
     };
     let server = kcp::EchoServer::start(&rust_config("aes-128", (0, 0))).await;
     let mut flags = go_flags("aes-128", (0, 0));
-    flags.extend(args(&[
-        "--addr",
-        &server.addr().to_string(),
-        "--parallel",
-        "50",
-        "--messages",
-        "32",
-        "--size",
-        "100",
-    ]));
+    flags.extend(to_addr(
+        server.addr(),
+        &["--parallel", "50", "--messages", "32", "--size", "100"],
+    ));
     let run = gopeer::run_client(&bin, &flags, CLIENT_TIMEOUT).await;
     assert!(run.passed(), "{run:?}");
     assert_eq!(run.number("received"), Some(50.0 * 32.0), "{run:?}");

@@ -7,9 +7,9 @@ use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use kcpio::{Config, KcpStream, Key, Method, Preset};
+use kcpio::{Config, KcpStream, Key, Method, Preset, SessionStats};
 use support::kcp;
-use support::relay::{LinkConfig, Relay, RelayConfig};
+use support::relay::{LinkConfig, Relay, RelayConfig, RelayStats};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UdpSocket;
 
@@ -29,11 +29,25 @@ async fn udp_echo() -> (SocketAddr, tokio::task::JoinHandle<()>) {
     (addr, task)
 }
 
+/// A loopback UDP socket connected to `to`.
+async fn udp_client(to: SocketAddr) -> UdpSocket {
+    let client = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    client.connect(to).await.unwrap();
+    client
+}
+
+/// One datagram from a connected socket, failing the test after 5 s.
+async fn recv_within_5s(sock: &UdpSocket, buf: &mut [u8]) -> usize {
+    tokio::time::timeout(Duration::from_secs(5), sock.recv(buf))
+        .await
+        .unwrap()
+        .unwrap()
+}
+
 /// Sends `count` numbered datagrams through `relay` in paced bursts and
 /// collects the sequence numbers echoed back until the line is quiet.
 async fn ping_pong(relay: &Relay, count: u32) -> Vec<u32> {
-    let client = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-    client.connect(relay.local_addr()).await.unwrap();
+    let client = udp_client(relay.local_addr()).await;
     let mut got = Vec::new();
     let mut buf = [0u8; 64];
     let mut payload = [0u8; 32];
@@ -186,16 +200,12 @@ async fn relay_delay_is_applied_each_way() {
     let relay = Relay::start(server, RelayConfig::symmetric(1, link))
         .await
         .unwrap();
-    let client = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-    client.connect(relay.local_addr()).await.unwrap();
+    let client = udp_client(relay.local_addr()).await;
     let mut buf = [0u8; 16];
     for _ in 0..3 {
         let start = tokio::time::Instant::now();
         client.send(b"ping").await.unwrap();
-        let n = tokio::time::timeout(Duration::from_secs(5), client.recv(&mut buf))
-            .await
-            .unwrap()
-            .unwrap();
+        let n = recv_within_5s(&client, &mut buf).await;
         assert_eq!(&buf[..n], b"ping");
         // A lower bound only: the relay must never deliver early.
         assert!(start.elapsed() >= Duration::from_millis(80));
@@ -219,8 +229,7 @@ async fn relay_full_queue_drops_and_counts() {
     )
     .await
     .unwrap();
-    let client = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-    client.connect(relay.local_addr()).await.unwrap();
+    let client = udp_client(relay.local_addr()).await;
     for i in 0u32..100 {
         client.send(&i.to_le_bytes()).await.unwrap();
     }
@@ -265,15 +274,9 @@ async fn relay_gives_each_client_its_own_upstream() {
     for (payload, addr) in &from {
         server.send_to(payload, addr).await.unwrap();
     }
-    let n = tokio::time::timeout(Duration::from_secs(5), a.recv(&mut buf))
-        .await
-        .unwrap()
-        .unwrap();
+    let n = recv_within_5s(&a, &mut buf).await;
     assert_eq!(&buf[..n], b"a");
-    let n = tokio::time::timeout(Duration::from_secs(5), b.recv(&mut buf))
-        .await
-        .unwrap()
-        .unwrap();
+    let n = recv_within_5s(&b, &mut buf).await;
     assert_eq!(&buf[..n], b"b");
     assert_eq!(relay.stats().clients, 2);
 }
@@ -282,8 +285,7 @@ async fn relay_gives_each_client_its_own_upstream() {
 async fn relay_blackhole_cuts_and_restores() {
     let (server, _echo) = udp_echo().await;
     let relay = Relay::start(server, RelayConfig::default()).await.unwrap();
-    let client = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-    client.connect(relay.local_addr()).await.unwrap();
+    let client = udp_client(relay.local_addr()).await;
     let mut buf = [0u8; 8];
     relay.set_blackhole(true);
     client.send(b"x").await.unwrap();
@@ -294,10 +296,7 @@ async fn relay_blackhole_cuts_and_restores() {
     );
     relay.set_blackhole(false);
     client.send(b"y").await.unwrap();
-    let n = tokio::time::timeout(Duration::from_secs(5), client.recv(&mut buf))
-        .await
-        .unwrap()
-        .unwrap();
+    let n = recv_within_5s(&client, &mut buf).await;
     assert_eq!(&buf[..n], b"y");
     assert_eq!(relay.stats().to_server.lost, 1);
 }
@@ -307,14 +306,10 @@ async fn relay_stops_when_dropped() {
     let (server, _echo) = udp_echo().await;
     let relay = Relay::start(server, RelayConfig::default()).await.unwrap();
     let addr = relay.local_addr();
-    let client = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-    client.connect(addr).await.unwrap();
+    let client = udp_client(addr).await;
     let mut buf = [0u8; 8];
     client.send(b"1").await.unwrap();
-    tokio::time::timeout(Duration::from_secs(5), client.recv(&mut buf))
-        .await
-        .unwrap()
-        .unwrap();
+    recv_within_5s(&client, &mut buf).await;
     assert!(relay.is_running());
     drop(relay);
     // Let the aborted task unwind and close its sockets.
@@ -351,17 +346,34 @@ fn lossy_link(loss: f64) -> LinkConfig {
     }
 }
 
-async fn sixteen_mib_through(config: Config, loss: f64, seed: u64, fec: bool) {
-    let server = kcp::SinkServer::start(&config).await;
-    let relay = Relay::start(
-        server.addr(),
-        RelayConfig::symmetric(seed, lossy_link(loss)),
-    )
-    .await
-    .unwrap();
-    let res = kcp::sink_client(relay.local_addr(), &config, BIG, BIG_TIMEOUT).await;
+/// Sends `bytes` to a sink server through a relay with `link` each way;
+/// returns the client's stats and the relay's.
+async fn sink_through(
+    config: &Config,
+    seed: u64,
+    link: LinkConfig,
+    bytes: u64,
+) -> (SessionStats, RelayStats) {
+    let server = kcp::SinkServer::start(config).await;
+    let relay = Relay::start(server.addr(), RelayConfig::symmetric(seed, link))
+        .await
+        .unwrap();
+    let res = kcp::sink_client(relay.local_addr(), config, bytes, BIG_TIMEOUT).await;
     let s = relay.stats();
     let stats = res.unwrap_or_else(|e| panic!("{e}; relay {s:?}"));
+    (stats, s)
+}
+
+/// fast3, stream mode, 1024-segment windows.
+fn big_windows() -> kcpio::ConfigBuilder {
+    Config::builder()
+        .preset(Preset::Fast3)
+        .stream(true)
+        .window(1024, 1024)
+}
+
+async fn sixteen_mib_through(config: Config, loss: f64, seed: u64, fec: bool) {
+    let (stats, s) = sink_through(&config, seed, lossy_link(loss), BIG).await;
     // The loss really happened, at about the configured rate.
     let observed = s.to_server.lost as f64 / s.to_server.received as f64;
     assert!(
@@ -385,10 +397,7 @@ async fn sixteen_mib_through(config: Config, loss: f64, seed: u64, fec: bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sixteen_mib_at_10_percent_loss_aes128_fec() {
-    let config = Config::builder()
-        .preset(Preset::Fast3)
-        .stream(true)
-        .window(1024, 1024)
+    let config = big_windows()
         .crypto(Method::Aes128, Key::passphrase("relay test"))
         .fec(10, 3)
         .build()
@@ -398,12 +407,7 @@ async fn sixteen_mib_at_10_percent_loss_aes128_fec() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sixteen_mib_at_20_percent_loss_without_fec() {
-    let config = Config::builder()
-        .preset(Preset::Fast3)
-        .stream(true)
-        .window(1024, 1024)
-        .build()
-        .unwrap();
+    let config = big_windows().build().unwrap();
     sixteen_mib_through(config, 0.20, 20, false).await;
 }
 
@@ -426,6 +430,30 @@ async fn connected_through(relay: &Relay, config: &Config) -> KcpStream {
     stream
 }
 
+/// An echo server behind a clean relay, a stream that proved the path, and
+/// then the relay cut (blackholed). Keep the server alive.
+async fn cut_after_echo(config: &Config) -> (kcp::EchoServer, Relay, KcpStream) {
+    let server = kcp::EchoServer::start(config).await;
+    let relay = Relay::start(server.addr(), RelayConfig::default())
+        .await
+        .unwrap();
+    let stream = connected_through(&relay, config).await;
+    relay.set_blackhole(true);
+    (server, relay, stream)
+}
+
+/// The pending read must end within `secs` with a dead-peer error.
+async fn assert_read_dies(stream: &mut KcpStream, secs: u64, hang: &str, what: &str) {
+    let mut buf = [0u8; 64];
+    let res = tokio::time::timeout(Duration::from_secs(secs), stream.read(&mut buf))
+        .await
+        .expect(hang);
+    match res {
+        Err(e) => assert!(is_dead_peer_error(&e), "unexpected error kind: {e:?}"),
+        Ok(n) => panic!("read {n} bytes {what}"),
+    }
+}
+
 fn is_dead_peer_error(e: &std::io::Error) -> bool {
     matches!(
         e.kind(),
@@ -442,21 +470,15 @@ async fn cut_link_with_data_in_flight_fails_reads() {
         .dead_link(8)
         .build()
         .unwrap();
-    let server = kcp::EchoServer::start(&config).await;
-    let relay = Relay::start(server.addr(), RelayConfig::default())
-        .await
-        .unwrap();
-    let mut stream = connected_through(&relay, &config).await;
-    relay.set_blackhole(true);
+    let (_server, relay, mut stream) = cut_after_echo(&config).await;
     stream.write_all(&[7u8; 4000]).await.unwrap();
-    let mut buf = [0u8; 64];
-    let res = tokio::time::timeout(Duration::from_secs(30), stream.read(&mut buf))
-        .await
-        .expect("a read on a dead link must fail, not hang");
-    match res {
-        Err(e) => assert!(is_dead_peer_error(&e), "unexpected error kind: {e:?}"),
-        Ok(n) => panic!("read {n} bytes through a cut link"),
-    }
+    assert_read_dies(
+        &mut stream,
+        30,
+        "a read on a dead link must fail, not hang",
+        "through a cut link",
+    )
+    .await;
     // Later writes fail too instead of queueing forever.
     let later = tokio::time::timeout(Duration::from_secs(10), stream.write_all(&[1u8; 100])).await;
     assert!(
@@ -474,20 +496,14 @@ async fn silent_peer_hits_the_idle_timeout() {
         .idle_timeout(Duration::from_secs(1))
         .build()
         .unwrap();
-    let server = kcp::EchoServer::start(&config).await;
-    let relay = Relay::start(server.addr(), RelayConfig::default())
-        .await
-        .unwrap();
-    let mut stream = connected_through(&relay, &config).await;
-    relay.set_blackhole(true);
-    let mut buf = [0u8; 64];
-    let res = tokio::time::timeout(Duration::from_secs(20), stream.read(&mut buf))
-        .await
-        .expect("a read on a silent link must end with the idle timeout");
-    match res {
-        Err(e) => assert!(is_dead_peer_error(&e), "unexpected error kind: {e:?}"),
-        Ok(n) => panic!("read {n} bytes from a silent peer"),
-    }
+    let (_server, _relay, mut stream) = cut_after_echo(&config).await;
+    assert_read_dies(
+        &mut stream,
+        20,
+        "a read on a silent link must end with the idle timeout",
+        "from a silent peer",
+    )
+    .await;
 }
 
 /// Heavy reordering and duplication with some loss and jitter, in message
@@ -513,14 +529,7 @@ async fn reordering_and_duplication_in_message_mode() {
         queue: 8192,
         ..LinkConfig::default()
     };
-    let server = kcp::SinkServer::start(&config).await;
-    let relay = Relay::start(server.addr(), RelayConfig::symmetric(77, link))
-        .await
-        .unwrap();
-    let bytes = 4 << 20;
-    let res = kcp::sink_client(relay.local_addr(), &config, bytes, BIG_TIMEOUT).await;
-    let s = relay.stats();
-    res.unwrap_or_else(|e| panic!("{e}; relay {s:?}"));
+    let (_, s) = sink_through(&config, 77, link, 4 << 20).await;
     assert!(
         s.to_server.duplicated > 0 && s.to_server.reordered > 0,
         "{s:?}"

@@ -25,8 +25,8 @@ fn fast() -> kcpio::ConfigBuilder {
 
 /// Spawns an echo server; returns its address and the listener (keep it).
 async fn echo_server(config: &Config) -> (SocketAddr, std::sync::Arc<KcpListener>) {
-    let listener = std::sync::Arc::new(KcpListener::bind("127.0.0.1:0", config).await.unwrap());
-    let addr = listener.local_addr().unwrap();
+    let (listener, addr) = bind_loopback(config).await;
+    let listener = std::sync::Arc::new(listener);
     let l = listener.clone();
     tokio::spawn(async move {
         while let Ok((stream, _)) = l.accept().await {
@@ -74,16 +74,51 @@ fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
     v
 }
 
+/// Connects to `addr` and echoes `data` through it (see `echo_roundtrip`),
+/// all within `secs` seconds.
+async fn connect_and_echo(
+    secs: u64,
+    addr: SocketAddr,
+    config: &Config,
+    data: Vec<u8>,
+    seed: u64,
+    max_piece: usize,
+) {
+    timeout(Duration::from_secs(secs), async {
+        let stream = KcpStream::connect(addr, config).await.unwrap();
+        echo_roundtrip(stream, data, seed, max_piece).await;
+    })
+    .await
+    .unwrap();
+}
+
+/// Binds a listener on an IPv4 loopback port; returns it and its address.
+async fn bind_loopback(config: &Config) -> (KcpListener, SocketAddr) {
+    let listener = KcpListener::bind("127.0.0.1:0", config).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    (listener, addr)
+}
+
+/// Accepts one session, failing the test after `secs` seconds.
+async fn accept_within(listener: &KcpListener, secs: u64) -> (KcpStream, SocketAddr) {
+    timeout(Duration::from_secs(secs), listener.accept())
+        .await
+        .unwrap()
+        .unwrap()
+}
+
+/// Sleeps `step_ms` at a time while `busy` holds (callers bound it with a timeout).
+async fn wait_while(step_ms: u64, mut busy: impl FnMut() -> bool) {
+    while busy() {
+        tokio::time::sleep(Duration::from_millis(step_ms)).await;
+    }
+}
+
 #[tokio::test]
 async fn echo_random_lengths_up_to_1mib() {
     let config = fast().build().unwrap();
     let (addr, _l) = echo_server(&config).await;
-    timeout(Duration::from_secs(60), async {
-        let stream = KcpStream::connect(addr, &config).await.unwrap();
-        echo_roundtrip(stream, random_bytes(4 << 20, 1), 7, 1 << 20).await;
-    })
-    .await
-    .unwrap();
+    connect_and_echo(60, addr, &config, random_bytes(4 << 20, 1), 7, 1 << 20).await;
 }
 
 #[tokio::test]
@@ -91,12 +126,7 @@ async fn echo_small_pieces_message_mode_config() {
     // stream(false): every write is its own segment; the byte stream still works.
     let config = fast().stream(false).build().unwrap();
     let (addr, _l) = echo_server(&config).await;
-    timeout(Duration::from_secs(30), async {
-        let stream = KcpStream::connect(addr, &config).await.unwrap();
-        echo_roundtrip(stream, random_bytes(200_000, 2), 8, 3000).await;
-    })
-    .await
-    .unwrap();
+    connect_and_echo(30, addr, &config, random_bytes(200_000, 2), 8, 3000).await;
 }
 
 #[tokio::test]
@@ -107,12 +137,7 @@ async fn echo_with_aes128_and_fec() {
         .build()
         .unwrap();
     let (addr, l) = echo_server(&config).await;
-    timeout(Duration::from_secs(60), async {
-        let stream = KcpStream::connect(addr, &config).await.unwrap();
-        echo_roundtrip(stream, random_bytes(2 << 20, 3), 9, 100_000).await;
-    })
-    .await
-    .unwrap();
+    connect_and_echo(60, addr, &config, random_bytes(2 << 20, 3), 9, 100_000).await;
     let stats = l.stats();
     assert_eq!(stats.bad_crypto, 0);
     assert!(stats.datagrams_in > 0);
@@ -136,12 +161,15 @@ async fn echo_with_every_cipher_and_portable_path() {
             .build()
             .unwrap();
         let (addr, _l) = echo_server(&config).await;
-        timeout(Duration::from_secs(30), async {
-            let stream = KcpStream::connect(addr, &config).await.unwrap();
-            echo_roundtrip(stream, random_bytes(300_000, 4 + i as u64), 10, 20_000).await;
-        })
-        .await
-        .unwrap();
+        connect_and_echo(
+            30,
+            addr,
+            &config,
+            random_bytes(300_000, 4 + i as u64),
+            10,
+            20_000,
+        )
+        .await;
     }
 }
 
@@ -238,28 +266,29 @@ async fn copy_bidirectional_between_two_streams() {
     let (echo_addr, _l) = echo_server(&config).await;
     // A proxy: accepts on one listener, connects to the echo server, and
     // joins the two streams with copy_bidirectional.
-    let proxy = KcpListener::bind("127.0.0.1:0", &config).await.unwrap();
-    let proxy_addr = proxy.local_addr().unwrap();
+    let (proxy, proxy_addr) = bind_loopback(&config).await;
     let pc = config.clone();
     let proxy_task = tokio::spawn(async move {
         let (mut inbound, _) = proxy.accept().await.unwrap();
         let mut outbound = KcpStream::connect(echo_addr, &pc).await.unwrap();
         let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
     });
-    timeout(Duration::from_secs(30), async {
-        let stream = KcpStream::connect(proxy_addr, &config).await.unwrap();
-        echo_roundtrip(stream, random_bytes(500_000, 7), 11, 30_000).await;
-    })
-    .await
-    .unwrap();
+    connect_and_echo(
+        30,
+        proxy_addr,
+        &config,
+        random_bytes(500_000, 7),
+        11,
+        30_000,
+    )
+    .await;
     proxy_task.abort();
 }
 
 #[tokio::test]
 async fn shutdown_delivers_everything_and_reads_still_work() {
     let config = fast().build().unwrap();
-    let listener = KcpListener::bind("127.0.0.1:0", &config).await.unwrap();
-    let addr = listener.local_addr().unwrap();
+    let (listener, addr) = bind_loopback(&config).await;
     let data = random_bytes(1 << 20, 8);
     let expect = data.clone();
     timeout(Duration::from_secs(30), async move {
@@ -292,8 +321,7 @@ async fn shutdown_delivers_everything_and_reads_still_work() {
 #[tokio::test]
 async fn dropped_stream_still_delivers_its_data() {
     let config = fast().build().unwrap();
-    let listener = KcpListener::bind("127.0.0.1:0", &config).await.unwrap();
-    let addr = listener.local_addr().unwrap();
+    let (listener, addr) = bind_loopback(&config).await;
     let data = random_bytes(300_000, 9);
     timeout(Duration::from_secs(30), async {
         let mut client = KcpStream::connect(addr, &config).await.unwrap();
@@ -420,8 +448,7 @@ async fn idle_timeout_fails_a_quiet_session() {
 #[tokio::test]
 async fn message_mode_roundtrip() {
     let config = fast().stream(false).window(512, 512).build().unwrap();
-    let listener = KcpListener::bind("127.0.0.1:0", &config).await.unwrap();
-    let addr = listener.local_addr().unwrap();
+    let (listener, addr) = bind_loopback(&config).await;
     timeout(Duration::from_secs(30), async {
         let client = KcpStream::connect(addr, &config).await.unwrap();
         let sizes = [1usize, 2, 100, 1375, 1376, 1377, 5000, 64_000, 200_000];
@@ -451,12 +478,8 @@ async fn message_mode_roundtrip() {
     .await
     .unwrap();
     let stream_mode = fast().build().unwrap();
-    let l2 = KcpListener::bind("127.0.0.1:0", &stream_mode)
-        .await
-        .unwrap();
-    let c = KcpStream::connect(l2.local_addr().unwrap(), &stream_mode)
-        .await
-        .unwrap();
+    let (_l2, addr2) = bind_loopback(&stream_mode).await;
+    let c = KcpStream::connect(addr2, &stream_mode).await.unwrap();
     assert_eq!(
         c.send_message(b"x").await.unwrap_err().kind(),
         io::ErrorKind::Unsupported
@@ -509,8 +532,7 @@ async fn plain_listener_flood_is_bounded_by_backlog_and_cap() {
     let config = fast().accept_backlog(8).max_sessions(16).build().unwrap();
     // A listener nobody accepts from: whatever the flood creates stays in
     // the backlog, which must stay bounded.
-    let listener = KcpListener::bind("127.0.0.1:0", &config).await.unwrap();
-    let addr = listener.local_addr().unwrap();
+    let (listener, addr) = bind_loopback(&config).await;
     timeout(Duration::from_secs(30), flood(addr, 20_000, 15, 24))
         .await
         .unwrap();
@@ -533,10 +555,7 @@ async fn plain_listener_flood_is_bounded_by_backlog_and_cap() {
     // It still serves: accept (skipping any session the random flood
     // happened to create) and read what a crafted peer sent.
     let (mut s, peer) = loop {
-        let (s, peer) = timeout(Duration::from_secs(5), listener.accept())
-            .await
-            .unwrap()
-            .unwrap();
+        let (s, peer) = accept_within(&listener, 5).await;
         if ours.contains(&peer) {
             break (s, peer);
         }
@@ -563,31 +582,29 @@ fn push_segment(conv: u32, sn: u32, data: &[u8]) -> Vec<u8> {
     p
 }
 
+/// Sends one `push_segment` from `raw` to `addr`.
+async fn send_push(raw: &UdpSocket, addr: SocketAddr, conv: u32, sn: u32, data: &[u8]) {
+    raw.send_to(&push_segment(conv, sn, data), addr)
+        .await
+        .unwrap();
+}
+
 #[tokio::test]
 async fn late_packets_of_a_closed_session_never_create_a_new_one() {
     let config = fast().linger(Duration::from_millis(100)).build().unwrap();
-    let listener = KcpListener::bind("127.0.0.1:0", &config).await.unwrap();
-    let addr = listener.local_addr().unwrap();
+    let (listener, addr) = bind_loopback(&config).await;
     let raw = UdpSocket::bind("127.0.0.1:0").await.unwrap();
     timeout(Duration::from_secs(10), async {
-        raw.send_to(&push_segment(7, 0, b"abc"), addr)
-            .await
-            .unwrap();
+        send_push(&raw, addr, 7, 0, b"abc").await;
         let (mut s, _) = listener.accept().await.unwrap();
         let mut b = [0u8; 3];
         s.read_exact(&mut b).await.unwrap();
         drop(s);
         // Wait for the session to be freed.
-        while listener.stats().sessions_live > 0 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        wait_while(20, || listener.stats().sessions_live > 0).await;
         // A retransmission of the old conversation arrives late.
-        raw.send_to(&push_segment(7, 0, b"abc"), addr)
-            .await
-            .unwrap();
-        raw.send_to(&push_segment(7, 1, b"def"), addr)
-            .await
-            .unwrap();
+        send_push(&raw, addr, 7, 0, b"abc").await;
+        send_push(&raw, addr, 7, 1, b"def").await;
         assert!(
             timeout(Duration::from_millis(300), listener.accept())
                 .await
@@ -596,9 +613,7 @@ async fn late_packets_of_a_closed_session_never_create_a_new_one() {
         );
         assert!(listener.stats().tombstoned >= 2);
         // A new conversation from the same address is a new session.
-        raw.send_to(&push_segment(8, 0, b"new"), addr)
-            .await
-            .unwrap();
+        send_push(&raw, addr, 8, 0, b"new").await;
         let (s2, _) = listener.accept().await.unwrap();
         assert_eq!(s2.conv(), 8);
     })
@@ -609,24 +624,17 @@ async fn late_packets_of_a_closed_session_never_create_a_new_one() {
 #[tokio::test]
 async fn new_conversation_at_sn_zero_takes_over_the_address() {
     let config = fast().build().unwrap();
-    let listener = KcpListener::bind("127.0.0.1:0", &config).await.unwrap();
-    let addr = listener.local_addr().unwrap();
+    let (listener, addr) = bind_loopback(&config).await;
     let raw = UdpSocket::bind("127.0.0.1:0").await.unwrap();
     timeout(Duration::from_secs(10), async {
-        raw.send_to(&push_segment(1, 0, b"one"), addr)
-            .await
-            .unwrap();
+        send_push(&raw, addr, 1, 0, b"one").await;
         let (mut old, _) = listener.accept().await.unwrap();
         let mut b = [0u8; 3];
         old.read_exact(&mut b).await.unwrap();
         // Another conv, not at sn 0: dropped.
-        raw.send_to(&push_segment(2, 5, b"two"), addr)
-            .await
-            .unwrap();
+        send_push(&raw, addr, 2, 5, b"two").await;
         // Another conv at sn 0: the client restarted.
-        raw.send_to(&push_segment(3, 0, b"three"), addr)
-            .await
-            .unwrap();
+        send_push(&raw, addr, 3, 0, b"three").await;
         let (new, _) = listener.accept().await.unwrap();
         assert_eq!(new.conv(), 3);
         let e = old.read(&mut b).await.unwrap_err();
@@ -659,16 +667,11 @@ async fn stats_and_addresses() {
 #[tokio::test]
 async fn fixed_conv_is_used() {
     let config = fast().conv(Some(0xDEAD_BEEF)).build().unwrap();
-    let listener = KcpListener::bind("127.0.0.1:0", &config).await.unwrap();
-    let mut c = KcpStream::connect(listener.local_addr().unwrap(), &config)
-        .await
-        .unwrap();
+    let (listener, addr) = bind_loopback(&config).await;
+    let mut c = KcpStream::connect(addr, &config).await.unwrap();
     assert_eq!(c.conv(), 0xDEAD_BEEF);
     c.write_all(b"x").await.unwrap();
-    let (s, _) = timeout(Duration::from_secs(5), listener.accept())
-        .await
-        .unwrap()
-        .unwrap();
+    let (s, _) = accept_within(&listener, 5).await;
     assert_eq!(s.conv(), 0xDEAD_BEEF);
 }
 
@@ -704,9 +707,7 @@ async fn dropped_streams_free_sessions_and_sockets() {
     // The server side hears nothing more: its idle timeout ends the echo
     // task, which drops the stream and frees the session.
     timeout(Duration::from_secs(5), async {
-        while l.stats().sessions_live > 0 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        wait_while(20, || l.stats().sessions_live > 0).await;
     })
     .await
     .expect("the server session must be freed");
@@ -718,15 +719,10 @@ async fn dropped_streams_free_sessions_and_sockets() {
 #[tokio::test]
 async fn blocked_write_is_woken_when_the_peer_reads() {
     let config = fast().window(4, 4).build().unwrap();
-    let listener = KcpListener::bind("127.0.0.1:0", &config).await.unwrap();
-    let mut client = KcpStream::connect(listener.local_addr().unwrap(), &config)
-        .await
-        .unwrap();
+    let (listener, addr) = bind_loopback(&config).await;
+    let mut client = KcpStream::connect(addr, &config).await.unwrap();
     client.write_all(b"first").await.unwrap();
-    let (mut server, _) = timeout(Duration::from_secs(5), listener.accept())
-        .await
-        .unwrap()
-        .unwrap();
+    let (mut server, _) = accept_within(&listener, 5).await;
     // Nobody reads on the server: its receive window fills, then our send
     // buffer; a write must then be pending, not an error.
     let chunk = vec![5u8; 1 << 16];
@@ -754,9 +750,7 @@ async fn blocked_write_is_woken_when_the_peer_reads() {
         .unwrap()
         .unwrap();
     timeout(Duration::from_secs(5), async {
-        while !task.is_woken() {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        wait_while(5, || !task.is_woken()).await;
     })
     .await
     .expect("the writer's waker must fire when acks free the window");
@@ -788,8 +782,7 @@ async fn ipv6_loopback() {
 #[tokio::test]
 async fn accepted_streams_outlive_the_listener() {
     let config = fast().build().unwrap();
-    let listener = KcpListener::bind("127.0.0.1:0", &config).await.unwrap();
-    let addr = listener.local_addr().unwrap();
+    let (listener, addr) = bind_loopback(&config).await;
     timeout(Duration::from_secs(10), async {
         let mut c = KcpStream::connect(addr, &config).await.unwrap();
         c.write_all(b"a").await.unwrap();
@@ -819,12 +812,7 @@ async fn rate_limit_paces_the_sender() {
     let (addr, _l) = echo_server(&fast().build().unwrap()).await;
     let data = random_bytes(300_000, 20);
     let start = tokio::time::Instant::now();
-    timeout(Duration::from_secs(20), async {
-        let stream = KcpStream::connect(addr, &config).await.unwrap();
-        echo_roundtrip(stream, data, 21, 50_000).await;
-    })
-    .await
-    .unwrap();
+    connect_and_echo(20, addr, &config, data, 21, 50_000).await;
     let el = start.elapsed();
     assert!(el >= Duration::from_millis(750), "{el:?}");
 }
@@ -838,34 +826,20 @@ async fn socket_options_apply() {
         .build()
         .unwrap();
     let (addr, _l) = echo_server(&config).await;
-    timeout(Duration::from_secs(20), async {
-        let stream = KcpStream::connect(addr, &config).await.unwrap();
-        echo_roundtrip(stream, random_bytes(200_000, 22), 23, 20_000).await;
-    })
-    .await
-    .unwrap();
+    connect_and_echo(20, addr, &config, random_bytes(200_000, 22), 23, 20_000).await;
 }
 
 #[tokio::test]
 async fn accept_skips_sessions_that_failed_in_the_backlog() {
     let config = fast().build().unwrap();
-    let listener = KcpListener::bind("127.0.0.1:0", &config).await.unwrap();
-    let addr = listener.local_addr().unwrap();
+    let (listener, addr) = bind_loopback(&config).await;
     let raw = UdpSocket::bind("127.0.0.1:0").await.unwrap();
     timeout(Duration::from_secs(10), async {
-        raw.send_to(&push_segment(1, 0, b"one"), addr)
-            .await
-            .unwrap();
-        while listener.stats().backlog < 1 {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        send_push(&raw, addr, 1, 0, b"one").await;
+        wait_while(10, || listener.stats().backlog < 1).await;
         // The peer restarts before anyone accepted its first session.
-        raw.send_to(&push_segment(2, 0, b"two"), addr)
-            .await
-            .unwrap();
-        while listener.stats().sessions_opened < 2 {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        send_push(&raw, addr, 2, 0, b"two").await;
+        wait_while(10, || listener.stats().sessions_opened < 2).await;
         let (s, _) = listener.accept().await.unwrap();
         assert_eq!(s.conv(), 2);
     })
@@ -902,12 +876,7 @@ async fn quiet_sessions_cost_no_timer_wakeups() {
 async fn write_delay_and_ack_nodelay_echo() {
     let config = fast().write_delay(true).ack_nodelay(true).build().unwrap();
     let (addr, _l) = echo_server(&config).await;
-    timeout(Duration::from_secs(20), async {
-        let stream = KcpStream::connect(addr, &config).await.unwrap();
-        echo_roundtrip(stream, random_bytes(300_000, 30), 31, 10_000).await;
-    })
-    .await
-    .unwrap();
+    connect_and_echo(20, addr, &config, random_bytes(300_000, 30), 31, 10_000).await;
 }
 
 #[tokio::test]

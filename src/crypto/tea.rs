@@ -29,6 +29,64 @@ fn word(block: &[u8], at: usize) -> u32 {
     u32::from_be_bytes(w)
 }
 
+/// The four big-endian words of a 16-byte key.
+fn key_words(key: &[u8; 16]) -> [u32; 4] {
+    let mut k = [0u32; 4];
+    for (w, c) in k.iter_mut().zip(key.chunks_exact(4)) {
+        *w = word(c, 0);
+    }
+    k
+}
+
+/// The `cipher` traits of an 8-byte, encrypt-only block cipher on two
+/// big-endian words, from the type's `encrypt_words` (one block) and
+/// `encrypt_lanes` (four blocks, one per lane of `[u32; 4]`).
+///
+/// Opening a CFB datagram encrypts ciphertext blocks that are all known, so
+/// the ciphers take them four at a time (TEA and XTEA have only shifts, adds
+/// and XORs: LLVM vectorizes the lanes).
+macro_rules! be_word_cipher {
+    ($t:ty) => {
+        impl BlockSizeUser for $t {
+            type BlockSize = U8;
+        }
+
+        impl ParBlocksSizeUser for $t {
+            type ParBlocksSize = U4;
+        }
+
+        impl BlockCipherEncrypt for $t {
+            #[inline]
+            fn encrypt_with_backend(&self, f: impl BlockCipherEncClosure<BlockSize = U8>) {
+                f.call(self)
+            }
+        }
+
+        impl BlockCipherEncBackend for $t {
+            #[inline(always)]
+            fn encrypt_block(&self, mut block: InOut<'_, '_, Block<Self>>) {
+                let input = block.get_in();
+                let (v0, v1) = self.encrypt_words(word(input, 0), word(input, 4));
+                let out = block.get_out();
+                out[..4].copy_from_slice(&v0.to_be_bytes());
+                out[4..].copy_from_slice(&v1.to_be_bytes());
+            }
+
+            #[inline(always)]
+            fn encrypt_par_blocks(&self, mut blocks: InOut<'_, '_, ParBlocks<Self>>) {
+                let input = blocks.get_in();
+                let mut v0: [u32; 4] = core::array::from_fn(|i| word(&input[i], 0));
+                let mut v1: [u32; 4] = core::array::from_fn(|i| word(&input[i], 4));
+                self.encrypt_lanes(&mut v0, &mut v1);
+                for (out, (a, b)) in blocks.get_out().iter_mut().zip(v0.iter().zip(v1.iter())) {
+                    out[..4].copy_from_slice(&a.to_be_bytes());
+                    out[4..].copy_from_slice(&b.to_be_bytes());
+                }
+            }
+        }
+    };
+}
+
 /// TEA with 16 rounds, big-endian key and block words.
 #[derive(Clone)]
 pub(crate) struct Tea16 {
@@ -38,11 +96,7 @@ pub(crate) struct Tea16 {
 impl Tea16 {
     /// Expands a 16-byte key.
     pub(crate) fn new(key: &[u8; 16]) -> Self {
-        let mut k = [0u32; 4];
-        for (w, c) in k.iter_mut().zip(key.chunks_exact(4)) {
-            *w = word(c, 0);
-        }
-        Self { k }
+        Self { k: key_words(key) }
     }
 
     #[inline(always)]
@@ -60,39 +114,10 @@ impl Tea16 {
         }
         (v0, v1)
     }
-}
 
-impl BlockSizeUser for Tea16 {
-    type BlockSize = U8;
-}
-
-/// Four blocks at a time when opening, one per lane (see [`XteaBe`]).
-impl ParBlocksSizeUser for Tea16 {
-    type ParBlocksSize = U4;
-}
-
-impl BlockCipherEncrypt for Tea16 {
-    #[inline]
-    fn encrypt_with_backend(&self, f: impl BlockCipherEncClosure<BlockSize = U8>) {
-        f.call(self)
-    }
-}
-
-impl BlockCipherEncBackend for Tea16 {
+    /// [`Self::encrypt_words`] on four blocks, one per lane.
     #[inline(always)]
-    fn encrypt_block(&self, mut block: InOut<'_, '_, Block<Self>>) {
-        let input = block.get_in();
-        let (v0, v1) = self.encrypt_words(word(input, 0), word(input, 4));
-        let out = block.get_out();
-        out[..4].copy_from_slice(&v0.to_be_bytes());
-        out[4..].copy_from_slice(&v1.to_be_bytes());
-    }
-
-    #[inline(always)]
-    fn encrypt_par_blocks(&self, mut blocks: InOut<'_, '_, ParBlocks<Self>>) {
-        let input = blocks.get_in();
-        let mut v0: [u32; 4] = core::array::from_fn(|i| word(&input[i], 0));
-        let mut v1: [u32; 4] = core::array::from_fn(|i| word(&input[i], 4));
+    fn encrypt_lanes(&self, v0: &mut [u32; 4], v1: &mut [u32; 4]) {
         let [k0, k1, k2, k3] = self.k;
         let mut sum = 0u32;
         for _ in 0..8 {
@@ -108,12 +133,10 @@ impl BlockCipherEncBackend for Tea16 {
                 );
             }
         }
-        for (out, (a, b)) in blocks.get_out().iter_mut().zip(v0.iter().zip(v1.iter())) {
-            out[..4].copy_from_slice(&a.to_be_bytes());
-            out[4..].copy_from_slice(&b.to_be_bytes());
-        }
     }
 }
+
+be_word_cipher!(Tea16);
 
 /// XTEA (32 cycles) with big-endian words. The per-round `sum + key[..]`
 /// terms depend only on the key, so they are computed once (as Go's
@@ -127,10 +150,7 @@ pub(crate) struct XteaBe {
 impl XteaBe {
     /// Expands a 16-byte key.
     pub(crate) fn new(key: &[u8; 16]) -> Self {
-        let mut k = [0u32; 4];
-        for (w, c) in k.iter_mut().zip(key.chunks_exact(4)) {
-            *w = word(c, 0);
-        }
+        let k = key_words(key);
         let mut table = [0u32; 64];
         let mut sum = 0u32;
         for pair in table.chunks_exact_mut(2) {
@@ -149,41 +169,10 @@ impl XteaBe {
         }
         (v0, v1)
     }
-}
 
-impl BlockSizeUser for XteaBe {
-    type BlockSize = U8;
-}
-
-/// Opening a CFB datagram encrypts ciphertext blocks that are all known, so
-/// XTEA takes them four at a time, one block per lane of `[u32; 4]` words
-/// (XTEA has only shifts, adds and XORs: LLVM vectorizes the lanes).
-impl ParBlocksSizeUser for XteaBe {
-    type ParBlocksSize = U4;
-}
-
-impl BlockCipherEncrypt for XteaBe {
-    #[inline]
-    fn encrypt_with_backend(&self, f: impl BlockCipherEncClosure<BlockSize = U8>) {
-        f.call(self)
-    }
-}
-
-impl BlockCipherEncBackend for XteaBe {
+    /// [`Self::encrypt_words`] on four blocks, one per lane.
     #[inline(always)]
-    fn encrypt_block(&self, mut block: InOut<'_, '_, Block<Self>>) {
-        let input = block.get_in();
-        let (v0, v1) = self.encrypt_words(word(input, 0), word(input, 4));
-        let out = block.get_out();
-        out[..4].copy_from_slice(&v0.to_be_bytes());
-        out[4..].copy_from_slice(&v1.to_be_bytes());
-    }
-
-    #[inline(always)]
-    fn encrypt_par_blocks(&self, mut blocks: InOut<'_, '_, ParBlocks<Self>>) {
-        let input = blocks.get_in();
-        let mut v0: [u32; 4] = core::array::from_fn(|i| word(&input[i], 0));
-        let mut v1: [u32; 4] = core::array::from_fn(|i| word(&input[i], 4));
+    fn encrypt_lanes(&self, v0: &mut [u32; 4], v1: &mut [u32; 4]) {
         for pair in self.table.chunks_exact(2) {
             let (t0, t1) = (pair[0], pair[1]);
             for (a, b) in v0.iter_mut().zip(v1.iter()) {
@@ -193,12 +182,10 @@ impl BlockCipherEncBackend for XteaBe {
                 *b = b.wrapping_add((((a << 4) ^ (a >> 5)).wrapping_add(*a)) ^ t1);
             }
         }
-        for (out, (a, b)) in blocks.get_out().iter_mut().zip(v0.iter().zip(v1.iter())) {
-            out[..4].copy_from_slice(&a.to_be_bytes());
-            out[4..].copy_from_slice(&b.to_be_bytes());
-        }
     }
 }
+
+be_word_cipher!(XteaBe);
 
 #[cfg(test)]
 mod tests {

@@ -285,7 +285,7 @@ impl ErasureCodec for VandermondeCodec {
         }
         self.offsets.clear();
         self.offsets.extend((0..d).map(|j| j * stride));
-        if !gf256::dot_rows_with(
+        rows_product(
             self.kernel,
             &self.parity_tables,
             data,
@@ -293,10 +293,7 @@ impl ErasureCodec for VandermondeCodec {
             parity,
             stride,
             len,
-        ) {
-            return Err(CodecError::BadArguments);
-        }
-        Ok(())
+        )
     }
 
     fn reconstruct_data(
@@ -319,7 +316,7 @@ impl ErasureCodec for VandermondeCodec {
         self.offsets.clear();
         self.offsets
             .extend(plan.sources.iter().map(|&s| s * stride));
-        if !gf256::dot_rows_with(
+        rows_product(
             self.kernel,
             &plan.tables,
             shards,
@@ -327,10 +324,26 @@ impl ErasureCodec for VandermondeCodec {
             out,
             stride,
             len,
-        ) {
-            return Err(CodecError::BadArguments);
-        }
+        )
+    }
+}
+
+/// [`gf256::dot_rows_with`], with arguments that do not fit as
+/// [`CodecError::BadArguments`].
+#[inline]
+fn rows_product(
+    kernel: Kernel,
+    tables: &[NibbleTable],
+    src: &[u8],
+    offsets: &[usize],
+    out: &mut [u8],
+    stride: usize,
+    len: usize,
+) -> Result<(), CodecError> {
+    if gf256::dot_rows_with(kernel, tables, src, offsets, out, stride, len) {
         Ok(())
+    } else {
+        Err(CodecError::BadArguments)
     }
 }
 

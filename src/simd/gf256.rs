@@ -348,6 +348,35 @@ pub(crate) fn dot_rows_with(
     true
 }
 
+/// The portable kernel row by row, for inputs shorter than one SIMD chunk:
+/// `tables.len() / offsets.len()` rows, `out_stride` apart, `len` bytes each.
+/// Bounds were checked by the caller; slicing keeps it safe.
+#[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+#[cold]
+#[inline(never)]
+fn rows_portable(
+    tables: &[NibbleTable],
+    src: &[u8],
+    offsets: &[usize],
+    out: &mut [u8],
+    out_stride: usize,
+    len: usize,
+) {
+    let k = offsets.len();
+    if k == 0 {
+        return;
+    }
+    for (r, row) in tables.chunks_exact(k).enumerate() {
+        dot_portable(
+            row,
+            src,
+            offsets,
+            &mut out[r * out_stride..r * out_stride + len],
+            0,
+        );
+    }
+}
+
 /// The portable kernel over `out[start..]`; the SIMD kernels finish their
 /// tails with it. Bounds were checked by the caller; slicing keeps it safe.
 fn dot_portable(
@@ -408,164 +437,118 @@ mod x86 {
     #[cfg(target_arch = "x86_64")]
     use core::arch::x86_64::*;
 
-    use super::{NibbleTable, dot_portable};
+    use super::{NibbleTable, rows_portable};
 
-    /// AVX2 body of [`super::dot_rows_with`] for `R` rows at once: each 32-byte
-    /// input chunk is loaded and split into nibbles once for all rows. A ragged
-    /// end is one more chunk ending at `len`, overlapping bytes already written
-    /// (outputs are recomputed, not accumulated); `len < 32` runs portably.
-    ///
-    /// # Safety
-    /// The CPU supports AVX2, `tables.len() == R * offsets.len()`,
-    /// `offsets[j] + len <= src.len()` for every `j`, `out_stride >= len`, and
-    /// `(R - 1) * out_stride + len <= out.len()`.
-    #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn rows_avx2<const R: usize>(
-        tables: &[NibbleTable],
-        src: &[u8],
-        offsets: &[usize],
-        out: &mut [u8],
-        out_stride: usize,
-        len: usize,
-    ) {
-        let k = offsets.len();
-        if len < 32 {
-            for r in 0..R {
-                let row = &tables[r * k..(r + 1) * k];
-                dot_portable(
-                    row,
-                    src,
-                    offsets,
-                    &mut out[r * out_stride..r * out_stride + len],
-                    0,
-                );
-            }
-            return;
-        }
-        let base = src.as_ptr();
-        let dst = out.as_mut_ptr();
-        // SAFETY: register-only intrinsic; AVX2 is enabled on this function.
-        let mask = unsafe { _mm256_set1_epi8(0x0f) };
-        let mut i = 0;
-        loop {
-            if i + 32 > len {
-                i = len - 32;
-            }
-            // SAFETY: register-only intrinsic.
-            let mut acc = [unsafe { _mm256_setzero_si256() }; R];
-            for (j, &off) in offsets.iter().enumerate() {
-                // SAFETY: `off + i + 32 <= off + len <= src.len()`, so the 32-byte
-                // unaligned load is inside `src`; the rest are register operations.
-                let (lo, hi) = unsafe {
-                    let x = _mm256_loadu_si256(base.add(off + i).cast());
-                    (
-                        _mm256_and_si256(x, mask),
-                        _mm256_and_si256(_mm256_srli_epi64(x, 4), mask),
-                    )
-                };
-                for (r, a) in acc.iter_mut().enumerate() {
-                    let t = &tables[r * k + j];
-                    // SAFETY: each table half is a 16-byte array read with an
-                    // unaligned 16-byte load; the rest are register operations.
-                    *a = unsafe {
-                        let tlo =
-                            _mm256_broadcastsi128_si256(_mm_loadu_si128(t.lo.as_ptr().cast()));
-                        let thi =
-                            _mm256_broadcastsi128_si256(_mm_loadu_si128(t.hi.as_ptr().cast()));
-                        _mm256_xor_si256(
-                            *a,
-                            _mm256_xor_si256(
-                                _mm256_shuffle_epi8(tlo, lo),
-                                _mm256_shuffle_epi8(thi, hi),
-                            ),
-                        )
-                    };
+    /// One row kernel, `$w` bytes per step: the body of [`rows_avx2`] and
+    /// [`rows_ssse3`], with the instruction set's intrinsics as arguments and
+    /// `table: |p| ...` loading a 16-byte nibble table at `p` into a vector.
+    macro_rules! row_kernel {
+        (
+            $(#[$doc:meta])*
+            fn $name:ident, feature $feature:literal, width $w:literal,
+            loadu $loadu:ident, storeu $storeu:ident, set1 $set1:ident, zero $zero:ident,
+            and $and:ident, srli $srli:ident, xor $xor:ident, shuffle $shuffle:ident,
+            table |$p:ident| $table:expr
+        ) => {
+            $(#[$doc])*
+            #[target_feature(enable = $feature)]
+            pub(super) unsafe fn $name<const R: usize>(
+                tables: &[NibbleTable],
+                src: &[u8],
+                offsets: &[usize],
+                out: &mut [u8],
+                out_stride: usize,
+                len: usize,
+            ) {
+                if len < $w {
+                    rows_portable(tables, src, offsets, out, out_stride, len);
+                    return;
+                }
+                let k = offsets.len();
+                let base = src.as_ptr();
+                let dst = out.as_mut_ptr();
+                // SAFETY: register-only intrinsic; the instruction set is
+                // enabled on this function.
+                let mask = unsafe { $set1(0x0f) };
+                let mut i = 0;
+                loop {
+                    if i + $w > len {
+                        i = len - $w;
+                    }
+                    // SAFETY: register-only intrinsic.
+                    let mut acc = [unsafe { $zero() }; R];
+                    for (j, &off) in offsets.iter().enumerate() {
+                        // SAFETY: `off + i + $w <= off + len <= src.len()`, so the
+                        // `$w`-byte unaligned load is inside `src`; the rest are
+                        // register operations.
+                        let (lo, hi) = unsafe {
+                            let x = $loadu(base.add(off + i).cast());
+                            ($and(x, mask), $and($srli(x, 4), mask))
+                        };
+                        for (r, a) in acc.iter_mut().enumerate() {
+                            let t = &tables[r * k + j];
+                            // SAFETY: each table half is a 16-byte array read with
+                            // an unaligned 16-byte load; the rest are register
+                            // operations.
+                            *a = unsafe {
+                                let tlo = {
+                                    let $p = t.lo.as_ptr();
+                                    $table
+                                };
+                                let thi = {
+                                    let $p = t.hi.as_ptr();
+                                    $table
+                                };
+                                $xor(*a, $xor($shuffle(tlo, lo), $shuffle(thi, hi)))
+                            };
+                        }
+                    }
+                    for (r, a) in acc.iter().enumerate() {
+                        // SAFETY: `r * out_stride + i + $w <= (R - 1) * out_stride + len
+                        // <= out.len()`.
+                        unsafe { $storeu(dst.add(r * out_stride + i).cast(), *a) };
+                    }
+                    if i + $w == len {
+                        break;
+                    }
+                    i += $w;
                 }
             }
-            for (r, a) in acc.iter().enumerate() {
-                // SAFETY: `r * out_stride + i + 32 <= (R - 1) * out_stride + len <= out.len()`.
-                unsafe { _mm256_storeu_si256(dst.add(r * out_stride + i).cast(), *a) };
-            }
-            if i + 32 == len {
-                break;
-            }
-            i += 32;
-        }
+        };
     }
 
-    /// SSSE3 body of [`super::dot_rows_with`] for `R` rows at once, 16 bytes per
-    /// step; same scheme and contract as [`rows_avx2`], `len < 16` portable.
-    ///
-    /// # Safety
-    /// The CPU supports SSSE3, `tables.len() == R * offsets.len()`,
-    /// `offsets[j] + len <= src.len()` for every `j`, `out_stride >= len`, and
-    /// `(R - 1) * out_stride + len <= out.len()`.
-    #[target_feature(enable = "ssse3")]
-    pub(super) unsafe fn rows_ssse3<const R: usize>(
-        tables: &[NibbleTable],
-        src: &[u8],
-        offsets: &[usize],
-        out: &mut [u8],
-        out_stride: usize,
-        len: usize,
-    ) {
-        let k = offsets.len();
-        if len < 16 {
-            for r in 0..R {
-                let row = &tables[r * k..(r + 1) * k];
-                dot_portable(
-                    row,
-                    src,
-                    offsets,
-                    &mut out[r * out_stride..r * out_stride + len],
-                    0,
-                );
-            }
-            return;
-        }
-        let base = src.as_ptr();
-        let dst = out.as_mut_ptr();
-        // SAFETY: register-only intrinsic; SSSE3 is enabled on this function.
-        let mask = unsafe { _mm_set1_epi8(0x0f) };
-        let mut i = 0;
-        loop {
-            if i + 16 > len {
-                i = len - 16;
-            }
-            // SAFETY: register-only intrinsic.
-            let mut acc = [unsafe { _mm_setzero_si128() }; R];
-            for (j, &off) in offsets.iter().enumerate() {
-                // SAFETY: `off + i + 16 <= off + len <= src.len()`, so the 16-byte
-                // unaligned load is inside `src`; the rest are register operations.
-                let (lo, hi) = unsafe {
-                    let x = _mm_loadu_si128(base.add(off + i).cast());
-                    (
-                        _mm_and_si128(x, mask),
-                        _mm_and_si128(_mm_srli_epi64(x, 4), mask),
-                    )
-                };
-                for (r, a) in acc.iter_mut().enumerate() {
-                    let t = &tables[r * k + j];
-                    // SAFETY: each table half is a 16-byte array read unaligned.
-                    *a = unsafe {
-                        let tlo = _mm_loadu_si128(t.lo.as_ptr().cast());
-                        let thi = _mm_loadu_si128(t.hi.as_ptr().cast());
-                        _mm_xor_si128(
-                            *a,
-                            _mm_xor_si128(_mm_shuffle_epi8(tlo, lo), _mm_shuffle_epi8(thi, hi)),
-                        )
-                    };
-                }
-            }
-            for (r, a) in acc.iter().enumerate() {
-                // SAFETY: `r * out_stride + i + 16 <= (R - 1) * out_stride + len <= out.len()`.
-                unsafe { _mm_storeu_si128(dst.add(r * out_stride + i).cast(), *a) };
-            }
-            if i + 16 == len {
-                break;
-            }
-            i += 16;
-        }
+    row_kernel! {
+        /// AVX2 body of [`super::dot_rows_with`] for `R` rows at once: each 32-byte
+        /// input chunk is loaded and split into nibbles once for all rows. A ragged
+        /// end is one more chunk ending at `len`, overlapping bytes already written
+        /// (outputs are recomputed, not accumulated); `len < 32` runs portably.
+        ///
+        /// # Safety
+        /// The CPU supports AVX2, `tables.len() == R * offsets.len()`,
+        /// `offsets[j] + len <= src.len()` for every `j`, `out_stride >= len`, and
+        /// `(R - 1) * out_stride + len <= out.len()`.
+        fn rows_avx2, feature "avx2", width 32,
+        loadu _mm256_loadu_si256, storeu _mm256_storeu_si256,
+        set1 _mm256_set1_epi8, zero _mm256_setzero_si256,
+        and _mm256_and_si256, srli _mm256_srli_epi64,
+        xor _mm256_xor_si256, shuffle _mm256_shuffle_epi8,
+        table |p| _mm256_broadcastsi128_si256(_mm_loadu_si128(p.cast()))
+    }
+
+    row_kernel! {
+        /// SSSE3 body of [`super::dot_rows_with`] for `R` rows at once, 16 bytes per
+        /// step; same scheme and contract as [`rows_avx2`], `len < 16` portable.
+        ///
+        /// # Safety
+        /// The CPU supports SSSE3, `tables.len() == R * offsets.len()`,
+        /// `offsets[j] + len <= src.len()` for every `j`, `out_stride >= len`, and
+        /// `(R - 1) * out_stride + len <= out.len()`.
+        fn rows_ssse3, feature "ssse3", width 16,
+        loadu _mm_loadu_si128, storeu _mm_storeu_si128,
+        set1 _mm_set1_epi8, zero _mm_setzero_si128,
+        and _mm_and_si128, srli _mm_srli_epi64,
+        xor _mm_xor_si128, shuffle _mm_shuffle_epi8,
+        table |p| _mm_loadu_si128(p.cast())
     }
 }
 

@@ -168,6 +168,18 @@ impl Received {
 }
 
 /// Recognisable bytes for datagram `id`.
+/// A sender and a receiver of the same family, or `None` (the caller skips)
+/// where the family is not available.
+fn pair(family: Family, batching: bool) -> Option<(Endpoint, Endpoint)> {
+    match (
+        Endpoint::bind(family, batching),
+        Endpoint::bind(family, batching),
+    ) {
+        (Some(tx), Some(rx)) => Some((tx, rx)),
+        _ => None,
+    }
+}
+
 fn payload(id: usize, len: usize) -> Vec<u8> {
     (0..len)
         .map(|j| (id * 131 + j * 7 + (j >> 8)) as u8)
@@ -211,10 +223,7 @@ fn mixed_sizes_arrive_exactly(batching: bool) {
     const SIZES: [usize; 9] = [1, 7, 100, 512, 999, 1200, 1400, 1472, 33];
     const ROUND: usize = 32;
     for family in FAMILIES {
-        let (Some(tx), Some(rx)) = (
-            Endpoint::bind(family, batching),
-            Endpoint::bind(family, batching),
-        ) else {
+        let Some((tx, rx)) = pair(family, batching) else {
             continue;
         };
         let payloads: Vec<Vec<u8>> = (0..200)
@@ -323,8 +332,7 @@ fn gso_runs_split_for_any_receiver(batching: bool) {
 #[test]
 fn gro_receive_is_split_by_stride() {
     for family in FAMILIES {
-        let (Some(tx), Some(rx)) = (Endpoint::bind(family, true), Endpoint::bind(family, true))
-        else {
+        let Some((tx, rx)) = pair(family, true) else {
             continue;
         };
         if !offloads(&tx, &rx) {
@@ -355,10 +363,7 @@ fn gro_receive_is_split_by_stride() {
 /// A datagram larger than its buffer is reported empty and counted; with GRO
 /// the whole segments before the cut are kept.
 fn truncated_datagrams_are_dropped_and_counted(batching: bool) {
-    let (Some(tx), Some(rx)) = (
-        Endpoint::bind(Family::V4, batching),
-        Endpoint::bind(Family::V4, batching),
-    ) else {
+    let Some((tx, rx)) = pair(Family::V4, batching) else {
         return;
     };
     let big = payload(1, 500);
@@ -399,10 +404,7 @@ fn truncated_datagrams_are_dropped_and_counted(batching: bool) {
 /// A transmit the kernel rejects for its destination is reported on its own;
 /// the transmits around it go out, and GSO stays on.
 fn bad_destination_skips_one_transmit(batching: bool) {
-    let (Some(tx), Some(rx)) = (
-        Endpoint::bind(Family::V4, batching),
-        Endpoint::bind(Family::V4, batching),
-    ) else {
+    let Some((tx, rx)) = pair(Family::V4, batching) else {
         return;
     };
     let gso_before = tx.state.max_gso_segments();
@@ -453,10 +455,7 @@ fn bad_destination_skips_one_transmit(batching: bool) {
 /// once each (counted); the socket keeps working afterwards.
 fn closed_port_is_a_counted_error(batching: bool) {
     for family in FAMILIES {
-        let (Some(tx), Some(rx)) = (
-            Endpoint::bind(family, batching),
-            Endpoint::bind(family, batching),
-        ) else {
+        let Some((tx, rx)) = pair(family, batching) else {
             continue;
         };
         let closed = {
@@ -648,10 +647,7 @@ fn dual_stack_reports_plain_ipv4(batching: bool) {
 fn refused_gso_falls_back_without_loss() {
     /// `SO_NO_CHECK` in the generic Linux ABI.
     const SO_NO_CHECK: libc::c_int = 11;
-    let (Some(tx), Some(rx)) = (
-        Endpoint::bind(Family::V4, true),
-        Endpoint::bind(Family::V4, true),
-    ) else {
+    let Some((tx, rx)) = pair(Family::V4, true) else {
         return;
     };
     if tx.state.max_gso_segments() == 1 {

@@ -9,7 +9,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -160,8 +160,28 @@ pub(crate) fn binary() -> Option<PathBuf> {
     }
 }
 
+/// Spawning a peer: no stdin, stdout and stderr piped, killed on drop.
+trait PipedChild {
+    fn piped_child(&mut self) -> std::io::Result<Child>;
+}
+
+impl PipedChild for Command {
+    fn piped_child(&mut self) -> std::io::Result<Child> {
+        self.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+    }
+}
+
 /// Lines a child printed, kept for failure messages.
 type Log = Arc<Mutex<Vec<String>>>;
+
+/// The log's lines, also after a panic elsewhere poisoned the lock.
+fn locked(log: &Log) -> MutexGuard<'_, Vec<String>> {
+    log.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
 fn drain<R>(reader: R, log: Log, prefix: &'static str)
 where
@@ -170,7 +190,7 @@ where
     tokio::spawn(async move {
         let mut lines = BufReader::new(reader).lines();
         while let Ok(Some(line)) = lines.next_line().await {
-            let mut l = log.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut l = locked(&log);
             if l.len() < 10_000 {
                 l.push(format!("{prefix}{line}"));
             }
@@ -188,16 +208,15 @@ pub(crate) struct GoServer {
 impl GoServer {
     /// Starts `kcpgo-peer <mode> --addr 127.0.0.1:0 <args>` and waits (10 s at
     /// most) for its `listening on IP:PORT` line.
-    pub(crate) async fn spawn(bin: &Path, mode: &str, args: &[&str]) -> GoServer {
+    pub(crate) async fn spawn<S>(bin: &Path, mode: &str, args: &[S]) -> GoServer
+    where
+        S: AsRef<str> + std::fmt::Debug,
+    {
         let mut child = Command::new(bin)
             .arg(mode)
             .args(["--addr", "127.0.0.1:0"])
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
+            .args(args.iter().map(AsRef::as_ref))
+            .piped_child()
             .expect("spawn kcpgo-peer");
         let log: Log = Arc::default();
         let stdout = child.stdout.take().expect("stdout");
@@ -209,10 +228,7 @@ impl GoServer {
             loop {
                 match lines.next_line().await {
                     Ok(Some(line)) if line.starts_with("listening on ") => return Some(line),
-                    Ok(Some(line)) => log
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .push(line),
+                    Ok(Some(line)) => locked(&log).push(line),
                     _ => return None,
                 }
             }
@@ -222,14 +238,12 @@ impl GoServer {
             Ok(Some(line)) => line,
             _ => panic!(
                 "kcpgo-peer {mode} {args:?} printed no `listening on` line; log: {:?}",
-                log.lock().unwrap_or_else(PoisonError::into_inner)
+                locked(&log)
             ),
         };
         let addr = parse_listening(&line)
             .unwrap_or_else(|| panic!("cannot parse the address in {line:?}"));
-        log.lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(line);
+        locked(&log).push(line);
         drain(lines.into_inner(), Arc::clone(&log), "");
         GoServer { child, addr, log }
     }
@@ -241,10 +255,7 @@ impl GoServer {
 
     /// What the server printed so far.
     pub(crate) fn log(&self) -> Vec<String> {
-        self.log
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        locked(&self.log).clone()
     }
 
     /// Waits at most `timeout` for the server to exit by itself (after
@@ -315,11 +326,7 @@ pub(crate) async fn run_client(program: &Path, args: &[String], timeout: Duratio
         .arg("client")
         .arg("--json")
         .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
+        .piped_child()
         .unwrap_or_else(|e| panic!("spawn {}: {e}", program.display()));
     match tokio::time::timeout(timeout, child.wait_with_output()).await {
         Ok(Ok(out)) => {
