@@ -709,19 +709,36 @@ impl Driver {
             );
             let size = self.rx_size;
             let count = self.rx_count;
+            // A short batch (fewer messages than asked for) means the kernel
+            // found the queue empty: `recvmmsg` and the portable loop stop
+            // early only at EAGAIN or at an error, and errors cannot arise
+            // mid-queue here (driver sockets are never connected and do not
+            // set IP_RECVERR, so no ICMP error is queued; the portable path
+            // says when it holds one back). Reporting it to tokio as
+            // `WouldBlock` clears the readiness now instead of with one more
+            // `recvmmsg` that would return EAGAIN. A datagram that arrives
+            // meanwhile is not missed: tokio clears only the readiness it
+            // handed out, not an event delivered after it.
+            let mut drained = 0;
             let res = socket.try_io(Interest::READABLE, || {
                 let mut chunks = rx.chunks_mut(size);
                 let mut bufs: [IoSliceMut<'_>; BATCH_SIZE] =
                     std::array::from_fn(|_| IoSliceMut::new(chunks.next().unwrap_or_default()));
                 let n = count.min(udp.batch_size());
-                udp.recv(
+                let got = udp.recv(
                     socket2::SockRef::from(socket),
                     bufs.get_mut(..n).unwrap_or_default(),
                     meta,
-                )
+                )?;
+                if got > 0 && got < n && !udp.recv_error_pending() {
+                    drained = got;
+                    return Err(io::ErrorKind::WouldBlock.into());
+                }
+                Ok(got)
             });
             match res {
                 Ok(n) => break n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock && drained > 0 => break drained,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
                 Err(_) => {
                     // ICMP errors, truncation reports...: counted, never fatal.
