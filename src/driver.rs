@@ -375,6 +375,10 @@ pub(crate) struct Driver {
     sleep: Pin<Box<Sleep>>,
     sleep_at: Option<Instant>,
     ready: VecDeque<SessionId>,
+    /// Sessions fed input that woke a reader: serviced at the next poll,
+    /// after the driver yielded once, so a reply the application writes
+    /// meanwhile leaves in the same datagram as the ACKs.
+    deferred: Vec<SessionId>,
     inbox_scratch: Vec<SessionId>,
     /// Packets of the current receive batch, by session (reused).
     routed: Vec<Routed>,
@@ -479,6 +483,7 @@ impl Driver {
             sleep: Box::pin(tokio::time::sleep_until(now)),
             sleep_at: None,
             ready: VecDeque::new(),
+            deferred: Vec::new(),
             inbox_scratch: Vec::new(),
             routed: Vec::with_capacity(rx_count * 4),
             listener_open: matches!(role, Role::Listener),
@@ -565,7 +570,9 @@ impl Driver {
     /// A fresh session state for `conv`.
     fn new_state(&self, conv: u32, now: Instant) -> Option<SessionState> {
         let config = &self.shared.config;
-        let kcp = Kcp::new(conv, &config.arq).ok()?;
+        let mut kcp = Kcp::new(conv, &config.arq).ok()?;
+        // Input ACKs flushed late (see `deferred`) share the reply's datagram.
+        kcp.set_merge_flushes(true);
         let fec_enc = match config.fec {
             Some((d, p)) => {
                 let mut enc = FecEncoder::new(d, p).ok()?;
@@ -1019,7 +1026,11 @@ impl Driver {
             };
             if !st.queued {
                 st.queued = true;
-                self.ready.push_back(id);
+                if read_waker.is_some() {
+                    self.deferred.push(id);
+                } else {
+                    self.ready.push_back(id);
+                }
             }
         }
         // Woken outside the lock, so the reader does not block on it.
@@ -1422,6 +1433,8 @@ impl Future for Driver {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = self.get_mut();
         let mut rounds = 0;
+        // Deferred by the last poll's input: their readers have run since.
+        this.ready.extend(this.deferred.drain(..));
         loop {
             let now = Instant::now();
             this.drain_inbox(cx, now);
@@ -1443,6 +1456,12 @@ impl Future for Driver {
             }
             if this.finished() {
                 return Poll::Ready(());
+            }
+            if !this.deferred.is_empty() {
+                // Yield once so the woken readers run (and perhaps reply)
+                // before these sessions flush.
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
             }
             if this.poll_timer(cx) {
                 more = true;
