@@ -4,7 +4,7 @@
 use super::codec::{ErasureCodec, VandermondeCodec};
 use super::{
     FLAG_DATA, FLAG_PARITY, FecDecodeError, FecStats, KCP_OVERHEAD, MAX_PACKET, MAX_SHARDS,
-    SHARD_OFFSET, SHARD_STRIDE, paws, read_u16, read_u32,
+    SHARD_OFFSET, SHARD_STRIDE, grow_arena, paws, read_u16, read_u32,
 };
 
 /// Groups kept: the newest and the 3 before it, as kcp-go keeps them
@@ -170,7 +170,8 @@ impl FecDecoder {
         self.slots = (0..WINDOW).map(|_| Slot::new(d + p)).collect();
         self.spare = Vec::with_capacity(WINDOW);
         self.codec = codec;
-        self.recovered = vec![0; d * SHARD_STRIDE];
+        // Allocated at the first recovery.
+        self.recovered = Vec::new();
         self.queue = Vec::with_capacity(d);
         self.queue_next = 0;
     }
@@ -290,13 +291,10 @@ impl FecDecoder {
             return Some(i);
         }
         let i = self.slots.iter().position(|s| !s.used)?;
-        let total = self.total;
         let slot = &mut self.slots[i];
         if slot.arena.is_empty() {
-            slot.arena = self
-                .spare
-                .pop()
-                .unwrap_or_else(|| vec![0; total * SHARD_STRIDE]);
+            // Grown by `store` as shards arrive.
+            slot.arena = self.spare.pop().unwrap_or_default();
         }
         slot.reset(group);
         Some(i)
@@ -332,6 +330,11 @@ impl FecDecoder {
             return;
         }
         let shard = packet.get(SHARD_OFFSET..).unwrap_or(&[]);
+        grow_arena(
+            &mut s.arena,
+            (pos + 1) * SHARD_STRIDE,
+            self.total * SHARD_STRIDE,
+        );
         if let Some(dst) = s
             .arena
             .get_mut(pos * SHARD_STRIDE..pos * SHARD_STRIDE + shard.len())
@@ -386,6 +389,8 @@ impl FecDecoder {
                 tail.fill(0);
             }
         }
+        let full = self.data * SHARD_STRIDE;
+        grow_arena(&mut self.recovered, full, full);
         let undrained = self.queue.len() - self.queue_next;
         self.stats.dropped_undrained += undrained as u64;
         self.queue.clear();
