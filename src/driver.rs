@@ -375,6 +375,10 @@ pub(crate) struct Driver {
     sleep: Pin<Box<Sleep>>,
     sleep_at: Option<Instant>,
     ready: VecDeque<SessionId>,
+    /// Sessions fed input that woke a reader: serviced at the next poll,
+    /// after the driver yielded once, so a reply the application writes
+    /// meanwhile leaves in the same datagram as the ACKs.
+    deferred: Vec<SessionId>,
     inbox_scratch: Vec<SessionId>,
     /// Packets of the current receive batch, by session (reused).
     routed: Vec<Routed>,
@@ -479,6 +483,7 @@ impl Driver {
             sleep: Box::pin(tokio::time::sleep_until(now)),
             sleep_at: None,
             ready: VecDeque::new(),
+            deferred: Vec::new(),
             inbox_scratch: Vec::new(),
             routed: Vec::with_capacity(rx_count * 4),
             listener_open: matches!(role, Role::Listener),
@@ -565,7 +570,9 @@ impl Driver {
     /// A fresh session state for `conv`.
     fn new_state(&self, conv: u32, now: Instant) -> Option<SessionState> {
         let config = &self.shared.config;
-        let kcp = Kcp::new(conv, &config.arq).ok()?;
+        let mut kcp = Kcp::new(conv, &config.arq).ok()?;
+        // Input ACKs flushed late (see `deferred`) share the reply's datagram.
+        kcp.set_merge_flushes(true);
         let fec_enc = match config.fec {
             Some((d, p)) => {
                 let mut enc = FecEncoder::new(d, p).ok()?;
@@ -709,19 +716,36 @@ impl Driver {
             );
             let size = self.rx_size;
             let count = self.rx_count;
+            // A short batch (fewer messages than asked for) means the kernel
+            // found the queue empty: `recvmmsg` and the portable loop stop
+            // early only at EAGAIN or at an error, and errors cannot arise
+            // mid-queue here (driver sockets are never connected and do not
+            // set IP_RECVERR, so no ICMP error is queued; the portable path
+            // says when it holds one back). Reporting it to tokio as
+            // `WouldBlock` clears the readiness now instead of with one more
+            // `recvmmsg` that would return EAGAIN. A datagram that arrives
+            // meanwhile is not missed: tokio clears only the readiness it
+            // handed out, not an event delivered after it.
+            let mut drained = 0;
             let res = socket.try_io(Interest::READABLE, || {
                 let mut chunks = rx.chunks_mut(size);
                 let mut bufs: [IoSliceMut<'_>; BATCH_SIZE] =
                     std::array::from_fn(|_| IoSliceMut::new(chunks.next().unwrap_or_default()));
                 let n = count.min(udp.batch_size());
-                udp.recv(
+                let got = udp.recv(
                     socket2::SockRef::from(socket),
                     bufs.get_mut(..n).unwrap_or_default(),
                     meta,
-                )
+                )?;
+                if got > 0 && got < n && !udp.recv_error_pending() {
+                    drained = got;
+                    return Err(io::ErrorKind::WouldBlock.into());
+                }
+                Ok(got)
             });
             match res {
                 Ok(n) => break n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock && drained > 0 => break drained,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
                 Err(_) => {
                     // ICMP errors, truncation reports...: counted, never fatal.
@@ -1002,7 +1026,11 @@ impl Driver {
             };
             if !st.queued {
                 st.queued = true;
-                self.ready.push_back(id);
+                if read_waker.is_some() {
+                    self.deferred.push(id);
+                } else {
+                    self.ready.push_back(id);
+                }
             }
         }
         // Woken outside the lock, so the reader does not block on it.
@@ -1405,6 +1433,8 @@ impl Future for Driver {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = self.get_mut();
         let mut rounds = 0;
+        // Deferred by the last poll's input: their readers have run since.
+        this.ready.extend(this.deferred.drain(..));
         loop {
             let now = Instant::now();
             this.drain_inbox(cx, now);
@@ -1426,6 +1456,12 @@ impl Future for Driver {
             }
             if this.finished() {
                 return Poll::Ready(());
+            }
+            if !this.deferred.is_empty() {
+                // Yield once so the woken readers run (and perhaps reply)
+                // before these sessions flush.
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
             }
             if this.poll_timer(cx) {
                 more = true;

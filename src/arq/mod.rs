@@ -336,6 +336,9 @@ pub struct Kcp {
 
     /// A flush requested by `send*`, run at the next call that has `now`.
     pending: Option<Flush>,
+    /// Output of several flushes not yet drained may share a datagram
+    /// (see [`set_merge_flushes`](Self::set_merge_flushes)).
+    merge_flushes: bool,
     /// kcp-go's session timer: when the next periodic flush is due.
     next_timer: Timestamp,
     /// The connection was idle at the end of the last call: timer ticks are
@@ -413,6 +416,7 @@ impl Kcp {
             scan_dirty: false,
             resend_floor: None,
             pending: None,
+            merge_flushes: false,
             next_timer: Timestamp::from_millis(0),
             parked: true,
             started: false,
@@ -956,7 +960,7 @@ impl Kcp {
             let (cmd, counter) = match item.kind {
                 OutKind::End => {
                     self.out.pop();
-                    if used > 0 {
+                    if used > 0 && !self.merge_flushes {
                         break;
                     }
                     continue;
@@ -1015,6 +1019,17 @@ impl Kcp {
             self.out.pop();
         }
         used
+    }
+
+    /// Let [`poll_transmit`](Self::poll_transmit) pack the output of
+    /// several flushes into one packet (up to `mtu`) when the caller did not
+    /// drain between them. Off by default: each flush's last packet is then
+    /// closed at its end, as kcp-go sends it. On, a caller that delays
+    /// draining after input (say until the application answered) sends
+    /// the ACKs of kcp-go's `Input` flush and the reply's data together;
+    /// kcp-go accepts any packing of segments in a datagram.
+    pub(crate) fn set_merge_flushes(&mut self, on: bool) {
+        self.merge_flushes = on;
     }
 
     /// Request the flush kcp-go's `Write` performs after queueing data.

@@ -11,6 +11,8 @@
 //! so no call builds a list of slices and nothing allocates per call once the
 //! decode-matrix cache is warm.
 
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+
 use crate::simd::gf256::{self, Kernel, NibbleTable};
 
 /// Why the codec refused a call.
@@ -146,14 +148,61 @@ const PLAN_CACHE: usize = 32;
 /// (at least one), so memory stays bounded whatever the shape.
 const PLAN_BUDGET: usize = 256 * 1024;
 
-/// kcp-go's Reed-Solomon code on the runtime-dispatched GF(2^8) kernel.
-pub(crate) struct VandermondeCodec {
+/// What a code of one shape computes once: read-only, shared by every codec
+/// of that shape (see [`shared_shape`]).
+struct Shape {
     data: usize,
     parity: usize,
     /// The full `S x d` encoding matrix.
     matrix: Vec<u8>,
     /// Tables of the parity rows, `m * d`, row-major.
     parity_tables: Vec<NibbleTable>,
+}
+
+/// Shapes in use, weakly held: one matrix and one set of parity tables per
+/// `(data, parity)` however many encoders and decoders use it (a server has
+/// one of each per session). Consulted when a codec is made, never per packet.
+static SHAPES: Mutex<Vec<Weak<Shape>>> = Mutex::new(Vec::new());
+
+/// The shared [`Shape`] of `(data, parity)`, built on first use; `None` for
+/// an invalid shape.
+fn shared_shape(data: usize, parity: usize) -> Option<Arc<Shape>> {
+    if data == 0 || parity == 0 || data + parity > 256 {
+        return None;
+    }
+    let mut shapes = SHAPES.lock().unwrap_or_else(PoisonError::into_inner);
+    let found = shapes
+        .iter()
+        .filter_map(Weak::upgrade)
+        .find(|s| s.data == data && s.parity == parity);
+    if let Some(shape) = found {
+        return Some(shape);
+    }
+    let matrix = encoding_matrix(data, data + parity)?;
+    let parity_tables = matrix
+        .get(data * data..)?
+        .iter()
+        .map(|&c| NibbleTable::new(c))
+        .collect();
+    let shape = Arc::new(Shape {
+        data,
+        parity,
+        matrix,
+        parity_tables,
+    });
+    // Shapes nobody uses any more leave the list here, so it stays as long
+    // as the number of shapes alive.
+    shapes.retain(|w| w.strong_count() > 0);
+    shapes.push(Arc::downgrade(&shape));
+    Some(shape)
+}
+
+/// kcp-go's Reed-Solomon code on the runtime-dispatched GF(2^8) kernel.
+pub(crate) struct VandermondeCodec {
+    data: usize,
+    parity: usize,
+    /// Matrix and parity tables, shared with the other codecs of this shape.
+    shape: Arc<Shape>,
     plans: Vec<DecodePlan>,
     /// Plans kept at most (`PLAN_CACHE`, fewer for large shapes).
     plan_cap: usize,
@@ -163,7 +212,7 @@ pub(crate) struct VandermondeCodec {
     /// Scratch offsets (reused).
     offsets: Vec<usize>,
     /// Scratch for building decode plans: the chosen rows, elimination work
-    /// space, and the inverse.
+    /// space, and the inverse (allocated by the first decode).
     sub: Vec<u8>,
     work: Vec<u8>,
     inverse: Vec<u8>,
@@ -173,28 +222,20 @@ impl VandermondeCodec {
     /// The code with `data` data and `parity` parity shards; `None` unless
     /// both are positive and the total is at most 256.
     pub(crate) fn new(data: usize, parity: usize) -> Option<Self> {
-        if data == 0 || parity == 0 || data + parity > 256 {
-            return None;
-        }
-        let matrix = encoding_matrix(data, data + parity)?;
-        let parity_tables = matrix[data * data..]
-            .iter()
-            .map(|&c| NibbleTable::new(c))
-            .collect();
+        let shape = shared_shape(data, parity)?;
         Some(Self {
             data,
             parity,
-            matrix,
-            parity_tables,
+            shape,
             plans: Vec::new(),
             plan_cap: (PLAN_BUDGET / (data * parity.min(data) * size_of::<NibbleTable>()))
                 .clamp(1, PLAN_CACHE),
             next_victim: 0,
             kernel: Kernel::detect(),
             offsets: Vec::with_capacity(data + parity),
-            sub: Vec::with_capacity(data * data),
-            work: Vec::with_capacity(data * data),
-            inverse: Vec::with_capacity(data * data),
+            sub: Vec::new(),
+            work: Vec::new(),
+            inverse: Vec::new(),
         })
     }
 
@@ -204,9 +245,21 @@ impl VandermondeCodec {
         self.kernel = kernel;
     }
 
+    /// Both codecs use the same shared matrix and tables.
+    #[cfg(test)]
+    pub(crate) fn shares_shape_with(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.shape, &other.shape)
+    }
+
+    /// Codecs alive with this codec's shape (this one included).
+    #[cfg(test)]
+    pub(crate) fn shape_users(&self) -> usize {
+        Arc::strong_count(&self.shape)
+    }
+
     #[cfg(test)]
     pub(crate) fn matrix(&self) -> &[u8] {
-        &self.matrix
+        &self.shape.matrix
     }
 
     fn plan_for(&mut self, present: &[bool]) -> Result<usize, CodecError> {
@@ -245,7 +298,8 @@ impl VandermondeCodec {
             .extend((0..total).filter(|&i| present[i]).take(d));
         self.sub.clear();
         for &s in &plan.sources {
-            self.sub.extend_from_slice(&self.matrix[s * d..(s + 1) * d]);
+            self.sub
+                .extend_from_slice(&self.shape.matrix[s * d..(s + 1) * d]);
         }
         if !invert_into(&self.sub, d, &mut self.work, &mut self.inverse) {
             return Err(CodecError::Singular);
@@ -287,7 +341,7 @@ impl ErasureCodec for VandermondeCodec {
         self.offsets.extend((0..d).map(|j| j * stride));
         rows_product(
             self.kernel,
-            &self.parity_tables,
+            &self.shape.parity_tables,
             data,
             &self.offsets,
             parity,

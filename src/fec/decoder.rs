@@ -4,7 +4,7 @@
 use super::codec::{ErasureCodec, VandermondeCodec};
 use super::{
     FLAG_DATA, FLAG_PARITY, FecDecodeError, FecStats, KCP_OVERHEAD, MAX_PACKET, MAX_SHARDS,
-    SHARD_OFFSET, SHARD_STRIDE, paws, read_u16, read_u32,
+    SHARD_OFFSET, SHARD_STRIDE, grow_arena, paws, read_u16, read_u32,
 };
 
 /// Groups kept: the newest and the 3 before it, as kcp-go keeps them
@@ -155,7 +155,8 @@ impl FecDecoder {
             + self.slots.capacity() * size_of::<Slot>()
             + self.recovered.capacity()
             + self.queue.capacity() * size_of::<(usize, usize)>()
-            + 2 * SAMPLES * size_of::<(u32, bool)>()
+            + (self.tuner.ring.capacity() + self.tuner.scratch.capacity())
+                * size_of::<(u32, bool)>()
     }
 
     /// Switches to `codec`'s shape, dropping every stored group.
@@ -170,7 +171,8 @@ impl FecDecoder {
         self.slots = (0..WINDOW).map(|_| Slot::new(d + p)).collect();
         self.spare = Vec::with_capacity(WINDOW);
         self.codec = codec;
-        self.recovered = vec![0; d * SHARD_STRIDE];
+        // Allocated at the first recovery.
+        self.recovered = Vec::new();
         self.queue = Vec::with_capacity(d);
         self.queue_next = 0;
     }
@@ -290,13 +292,10 @@ impl FecDecoder {
             return Some(i);
         }
         let i = self.slots.iter().position(|s| !s.used)?;
-        let total = self.total;
         let slot = &mut self.slots[i];
         if slot.arena.is_empty() {
-            slot.arena = self
-                .spare
-                .pop()
-                .unwrap_or_else(|| vec![0; total * SHARD_STRIDE]);
+            // Grown by `store` as shards arrive.
+            slot.arena = self.spare.pop().unwrap_or_default();
         }
         slot.reset(group);
         Some(i)
@@ -332,6 +331,11 @@ impl FecDecoder {
             return;
         }
         let shard = packet.get(SHARD_OFFSET..).unwrap_or(&[]);
+        grow_arena(
+            &mut s.arena,
+            (pos + 1) * SHARD_STRIDE,
+            self.total * SHARD_STRIDE,
+        );
         if let Some(dst) = s
             .arena
             .get_mut(pos * SHARD_STRIDE..pos * SHARD_STRIDE + shard.len())
@@ -386,6 +390,8 @@ impl FecDecoder {
                 tail.fill(0);
             }
         }
+        let full = self.data * SHARD_STRIDE;
+        grow_arena(&mut self.recovered, full, full);
         let undrained = self.queue.len() - self.queue_next;
         self.stats.dropped_undrained += undrained as u64;
         self.queue.clear();
@@ -479,9 +485,13 @@ const SAMPLES: usize = 2 * MAX_SHARDS + 2;
 const TUNE_EVERY: u32 = 4;
 
 /// Learns the sender's shard ratio from recent `(seqid, is_data)` samples.
+///
+/// The ring grows with the samples (to `SAMPLES`) and the sorting scratch is
+/// made by the first search, so a decoder that saw a few shards holds a few
+/// samples, not 8 KiB.
 struct Tuner {
-    ring: Box<[(u32, bool); SAMPLES]>,
-    scratch: Box<[(u32, bool); SAMPLES]>,
+    ring: Vec<(u32, bool)>,
+    scratch: Vec<(u32, bool)>,
     len: usize,
     head: usize,
     since_try: u32,
@@ -490,8 +500,8 @@ struct Tuner {
 impl Tuner {
     fn new() -> Self {
         Self {
-            ring: Box::new([(0, false); SAMPLES]),
-            scratch: Box::new([(0, false); SAMPLES]),
+            ring: Vec::new(),
+            scratch: Vec::new(),
             len: 0,
             head: 0,
             since_try: TUNE_EVERY,
@@ -499,7 +509,16 @@ impl Tuner {
     }
 
     fn sample(&mut self, seqid: u32, is_data: bool) {
-        self.ring[self.head] = (seqid, is_data);
+        if let Some(slot) = self.ring.get_mut(self.head) {
+            *slot = (seqid, is_data);
+        } else {
+            if self.ring.len() == self.ring.capacity() {
+                let want = (self.ring.capacity() * 2).clamp(16, SAMPLES);
+                self.ring.reserve_exact(want - self.ring.len());
+            }
+            // Not full yet: `head == ring.len()`.
+            self.ring.push((seqid, is_data));
+        }
         self.head = (self.head + 1) % SAMPLES;
         self.len = (self.len + 1).min(SAMPLES);
         self.since_try = self.since_try.saturating_add(1);
@@ -513,10 +532,15 @@ impl Tuner {
             return None;
         }
         self.since_try = 0;
-        let n = self.len;
-        let last = self.ring[(self.head + SAMPLES - 1) % SAMPLES].0;
-        let s = &mut self.scratch[..n];
-        s.copy_from_slice(&self.ring[..n]);
+        let n = self.len.min(self.ring.len());
+        let &(last, _) = self.ring.get((self.head + SAMPLES - 1) % SAMPLES)?;
+        if self.scratch.capacity() < SAMPLES {
+            self.scratch.reserve_exact(SAMPLES);
+        }
+        self.scratch.clear();
+        self.scratch
+            .extend_from_slice(self.ring.get(..n).unwrap_or_default());
+        let s = &mut self.scratch[..];
         // Order by signed distance from the last sample, so seqids within 2^31
         // either side of it (late arrivals included) sort right across the wrap.
         s.sort_unstable_by_key(|&(seq, _)| seq.wrapping_sub(last) as i32);

@@ -3,7 +3,7 @@
 use super::codec::{ErasureCodec, VandermondeCodec};
 use super::{
     CONTINUITY_MS, DATA_HEADER, FLAG_DATA, FLAG_PARITY, FecError, FecStats, MAX_PACKET, MAX_SHARDS,
-    PARITY_HEADER, SHARD_OFFSET, SHARD_STRIDE, paws,
+    PARITY_HEADER, SHARD_OFFSET, SHARD_STRIDE, grow_arena, paws,
 };
 use crate::arq::Timestamp;
 
@@ -24,8 +24,11 @@ const FILLER_PAYLOAD: usize = 4;
 ///    each packet right away. Undrained packets are dropped when the next
 ///    group completes (counted in [`FecStats::parity_undrained`]).
 ///
-/// Nothing allocates after [`new`](Self::new): shards are copied into one
-/// arena owned by the encoder and parity is computed into another.
+/// Shards are copied into one arena owned by the encoder and parity is
+/// computed into another. Both grow with use (the data arena by the shards
+/// stored, the parity arena at the first group that emits parity), so an
+/// idle session holds a shard or two; once they reach their full size
+/// (after the first groups) nothing allocates any more.
 pub struct FecEncoder {
     data: usize,
     parity: usize,
@@ -44,9 +47,9 @@ pub struct FecEncoder {
     group_start: Option<Timestamp>,
     /// kcpio-only: close a group this many ms after its first shard.
     deadline: Option<u32>,
-    /// `data` shards, `SHARD_STRIDE` apart.
+    /// Up to `data` shards, `SHARD_STRIDE` apart (grown as they are stored).
     arena: Vec<u8>,
-    /// `parity` shards, `SHARD_STRIDE` apart.
+    /// `parity` shards, `SHARD_STRIDE` apart; empty until a group emits parity.
     parity_arena: Vec<u8>,
     /// Fillers then parity of the last closed group, waiting for `poll_parity`.
     out: Pending,
@@ -106,8 +109,8 @@ impl FecEncoder {
             last_data: None,
             group_start: None,
             deadline: None,
-            arena: vec![0; data * SHARD_STRIDE],
-            parity_arena: vec![0; parity * SHARD_STRIDE],
+            arena: Vec::new(),
+            parity_arena: Vec::new(),
             out: Pending::default(),
             codec,
             stats: FecStats::default(),
@@ -302,6 +305,11 @@ impl FecEncoder {
     /// Copies one Reed-Solomon shard (size field onward) into the arena.
     fn store_shard(&mut self, shard: &[u8]) {
         let i = self.filled;
+        grow_arena(
+            &mut self.arena,
+            (i + 1) * SHARD_STRIDE,
+            self.data * SHARD_STRIDE,
+        );
         if let Some(dst) = self
             .arena
             .get_mut(i * SHARD_STRIDE..i * SHARD_STRIDE + shard.len())
@@ -329,6 +337,8 @@ impl FecEncoder {
         let len = self.max_len;
         let mut ok = false;
         if emit {
+            let full = self.parity * SHARD_STRIDE;
+            grow_arena(&mut self.parity_arena, full, full);
             for (i, &l) in self.lens.iter().enumerate().take(self.filled) {
                 if let Some(tail) = self
                     .arena

@@ -181,6 +181,21 @@ pub fn encode_oob(buf: &mut [u8], body_len: usize) -> usize {
     len
 }
 
+/// Makes `arena` at least `len` bytes long (new bytes zero), growing its
+/// capacity by doubling but never past `full`: arenas are sized by the
+/// shards really stored, so an idle session holds one or two shards' worth,
+/// and a busy one reaches `full` after a few groups and never grows again.
+pub(crate) fn grow_arena(arena: &mut Vec<u8>, len: usize, full: usize) {
+    if arena.len() >= len {
+        return;
+    }
+    if arena.capacity() < len {
+        let want = (arena.capacity() * 2).max(len).min(full.max(len));
+        arena.reserve_exact(want - arena.len());
+    }
+    arena.resize(len, 0);
+}
+
 pub(crate) fn read_u16(b: &[u8], at: usize) -> Option<u16> {
     let s = b.get(at..at.checked_add(2)?)?;
     Some(u16::from_le_bytes([s[0], s[1]]))

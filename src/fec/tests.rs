@@ -788,3 +788,50 @@ fn steady_lossy_traffic_keeps_decoder_memory_within_four_arenas() {
     assert!(dec.heap_bytes() <= bound, "{} > {bound}", dec.heap_bytes());
     assert!(snapshot.unwrap() <= dec.heap_bytes());
 }
+
+/// Codecs of one shape share its matrix and tables; another shape gets its
+/// own; a shape nobody uses is rebuilt (and equal) when it is needed again.
+#[test]
+fn codecs_of_one_shape_share_it() {
+    use super::codec::VandermondeCodec;
+    // A shape no other test uses, so parallel tests do not change the counts.
+    let a = VandermondeCodec::new(37, 5).unwrap();
+    let b = VandermondeCodec::new(37, 5).unwrap();
+    let other = VandermondeCodec::new(37, 6).unwrap();
+    assert!(a.shares_shape_with(&b));
+    assert!(!a.shares_shape_with(&other));
+    assert_eq!(a.shape_users(), 2);
+    assert_eq!(other.shape_users(), 1);
+    let matrix = a.matrix().to_vec();
+    drop((a, b));
+    let again = VandermondeCodec::new(37, 5).unwrap();
+    assert_eq!(again.shape_users(), 1);
+    assert_eq!(again.matrix(), &matrix[..]);
+}
+
+/// An idle encoder and decoder hold arenas for the shards they saw, not for
+/// whole groups; a full group brings them to size.
+#[test]
+fn arenas_grow_with_the_shards_seen() {
+    let mut enc = FecEncoder::new(10, 3).unwrap();
+    let mut dec = FecDecoder::new(10, 3);
+    let empty = dec.heap_bytes();
+    let (data, parity) = encode(&mut enc, ms(0), &[0x51; 40]);
+    assert!(parity.is_empty());
+    dec.handle(&data).unwrap();
+    let one = dec.heap_bytes();
+    assert!(one - empty <= 2 * SHARD_STRIDE, "{empty} -> {one}");
+    let mut wire = vec![];
+    for i in 1..10u32 {
+        let (d, p) = encode(&mut enc, ms(i), &[0x52; 40]);
+        wire.push(d);
+        wire.extend(p);
+    }
+    assert_eq!(wire.len(), 9 + 3, "the group's parity came out");
+    // Lose shard 1: the decoder rebuilds it (its recovery buffer appears).
+    for p in &wire[1..] {
+        dec.handle(p).unwrap();
+    }
+    assert_eq!(drain(&mut dec), vec![vec![0x52; 40]]);
+    assert!(dec.heap_bytes() >= one + 10 * SHARD_STRIDE);
+}

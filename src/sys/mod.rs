@@ -271,6 +271,13 @@ impl UdpState {
         fallback::recv(self, &sock, bufs, meta)
     }
 
+    /// A receive error is held back for the next [`recv`](Self::recv) call
+    /// (the portable path met it after returning some datagrams). While one
+    /// is, a short batch does not mean the queue was empty.
+    pub(crate) fn recv_error_pending(&self) -> bool {
+        self.pending_recv_error.load(Ordering::Relaxed) != 0
+    }
+
     /// Sends `transmits` in order, as many as the socket takes now.
     ///
     /// Returns `Ok(n)`: `transmits[..n]` were handed to the kernel in full

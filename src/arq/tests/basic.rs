@@ -64,3 +64,43 @@ fn kcp_can_move_between_threads_and_sit_behind_a_mutex() {
     assert_send_sync::<crate::arq::Kcp>();
     assert_send_sync::<crate::arq::ArqStats>();
 }
+
+/// An echo round: `a` sends, `b` answers; the answer's ACK releases `a`'s
+/// segment, so `a`'s input queues kcp-go's `Input` flush (an ACK for the
+/// answer). `a` then writes its next message before anything is drained.
+fn echo_round_then_write(merge: bool) -> Vec<Vec<u8>> {
+    let cfg = ArqConfig {
+        stream: true,
+        ..ArqConfig::preset(Preset::Fast3)
+    };
+    let (mut a, mut b) = pair(&cfg);
+    a.set_merge_flushes(merge);
+    assert_eq!(a.send(b"ping"), 4);
+    let p = drain(&mut a, 0);
+    deliver(&mut b, 5, &p);
+    let mut buf = [0u8; 64];
+    assert_eq!(b.recv(&mut buf), 4);
+    assert_eq!(b.send(b"pong"), 4);
+    let reply = drain(&mut b, 5);
+    assert_eq!(cmd_sn(&reply), vec![(ACK, 0), (PUSH, 0)]);
+    deliver(&mut a, 10, &reply);
+    assert_eq!(a.recv(&mut buf), 4);
+    assert_eq!(a.send(b"ping again"), 10);
+    drain(&mut a, 10)
+}
+
+#[test]
+fn undrained_flushes_share_a_packet_only_when_merging_is_on() {
+    // Default (kcp-go's packing): the Input flush's ACK closes its own packet.
+    let apart = echo_round_then_write(false);
+    assert_eq!(apart.len(), 2);
+    assert_eq!(cmd_sn(&apart), vec![(ACK, 0), (PUSH, 1)]);
+    // Merged: the same segments, in the same order, in one packet.
+    let merged = echo_round_then_write(true);
+    assert_eq!(merged.len(), 1);
+    assert_eq!(cmd_sn(&merged), vec![(ACK, 0), (PUSH, 1)]);
+    assert_eq!(
+        headers(&merged[0]),
+        [headers(&apart[0]), headers(&apart[1])].concat()
+    );
+}
