@@ -282,14 +282,14 @@ fn usage() {
 }
 
 fn print_flags(mode: &str) {
-    eprintln!("Usage of {mode}:");
+    use std::fmt::Write as _;
+    let mut text = format!("Usage of {mode}:\n");
     for (name, takes_value, help) in FLAG_HELP {
-        if *takes_value {
-            eprintln!("  -{name} value\n    \t{help}");
-        } else {
-            eprintln!("  -{name}\n    \t{help}");
-        }
+        let arg = if *takes_value { " value" } else { "" };
+        let _ = writeln!(text, "  -{name}{arg}\n    \t{help}");
     }
+    // A closed pipe (`peer client -h | head`) is not an error worth a panic.
+    let _ = io::Write::write_all(&mut io::stderr(), text.as_bytes());
 }
 
 /// Go's `strconv.ParseInt(s, 0, 64)`: decimal, or `0x`/`0o`/`0b`/`0` prefixes, `_` separators.
@@ -633,15 +633,14 @@ fn build_config(f: &Flags, nd: NoDelay, conv: Option<u32>) -> Result<Config, Str
     }
     // KCP has no FIN: this program ends sessions by its own --idle and
     // --timeout rules, so the library's idle timeout stays off (its default).
-    if f.max_sessions > 0 {
-        b = b.max_sessions(
-            usize::try_from(f.max_sessions)
-                .unwrap_or(usize::MAX)
-                .max(4096),
-        );
-    }
+    // kcp-go's listener has no session cap: lift kcpio's default (4096) so a
+    // server accepts as many sessions as the Go peer would.
+    b = b.max_sessions(MAX_SERVER_SESSIONS);
     b.build().map_err(|e| e.to_string())
 }
+
+/// Sessions per listener: far beyond what any run here opens.
+const MAX_SERVER_SESSIONS: usize = 1_000_000;
 
 fn fatal(msg: &str) -> ExitCode {
     eprintln!("peer: {msg}");
@@ -820,7 +819,7 @@ async fn serve(f: Flags, nd: NoDelay, kind: ServerKind) -> ExitCode {
                     let mut stream = stream;
                     let (inb, outb, ok) = match kind {
                         ServerKind::Echo => echo_session(&mut stream, f.idle).await,
-                        ServerKind::Sink => sink_session(&mut stream, f.idle).await,
+                        ServerKind::Sink => sink_session(&mut stream, conv, f.idle).await,
                     };
                     if let Ok(mut c) = counters.lock() {
                         c.add(&stream.stats());
@@ -902,7 +901,7 @@ where
 /// Verifies the pattern, discards, and reports progress: an 8-byte
 /// little-endian count of bytes received, bit 63 set once a byte was wrong;
 /// after every 64 KiB and whenever input pauses for 20 ms with unreported bytes.
-async fn sink_session<S>(s: &mut S, idle: Duration) -> (u64, u64, bool)
+async fn sink_session<S>(s: &mut S, conv: u32, idle: Duration) -> (u64, u64, bool)
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
@@ -920,7 +919,7 @@ where
                 if !verifier.push(&buf[..n]) && !warned {
                     warned = true;
                     eprintln!(
-                        "sink: pattern mismatch at offset {}",
+                        "sink conv={conv:#010x}: pattern mismatch at offset {}",
                         verifier.mismatch.unwrap_or(0)
                     );
                 }
@@ -933,7 +932,11 @@ where
                 }
                 false
             }
-            Ok(Err(e)) if e.kind() == io::ErrorKind::TimedOut => true,
+            // The library gave up on the peer (dead link): the session is
+            // over, like a Go read deadline; only a mismatch makes it a failure.
+            Ok(Err(e)) if e.kind() == io::ErrorKind::TimedOut => {
+                return (verifier.offset, outb, verifier.mismatch.is_none());
+            }
             Ok(Err(_)) => return (verifier.offset, outb, false),
             Err(_) => true,
         };
@@ -1409,7 +1412,8 @@ fn percentile(r: &[f64], p: f64) -> f64 {
     if r.is_empty() {
         return 0.0;
     }
-    let k = ((p / 100.0 * r.len() as f64).ceil() as usize).saturating_sub(1);
+    // The 1e-9 keeps p99.9 of 1000 samples at rank 999 despite rounding.
+    let k = ((p * r.len() as f64 / 100.0 - 1e-9).ceil() as usize).saturating_sub(1);
     r[k.min(r.len() - 1)]
 }
 
@@ -1691,6 +1695,38 @@ mod tests {
         assert_eq!(go_duration(Duration::from_secs(7200)), "2h0m0s");
         assert_eq!(go_duration(Duration::from_micros(500)), "500µs");
         assert_eq!(go_duration(Duration::ZERO), "0s");
+    }
+
+    #[test]
+    fn percentile_is_nearest_rank() {
+        let r: Vec<f64> = (1..=1000).map(f64::from).collect();
+        for (p, want) in [
+            (50.0, 500.0),
+            (90.0, 900.0),
+            (99.0, 990.0),
+            (99.9, 999.0),
+            (100.0, 1000.0),
+            (0.0, 1.0),
+        ] {
+            assert_eq!(percentile(&r, p), want, "p{p}");
+        }
+        assert_eq!(percentile(&[7.0], 99.9), 7.0);
+        assert_eq!(percentile(&[], 50.0), 0.0);
+    }
+
+    #[test]
+    fn messages_round_trip() {
+        let epoch = Instant::now();
+        let mut buf = vec![0u8; 64];
+        build_msg(&mut buf, 41, epoch);
+        assert_eq!(&buf[0..8], &41u64.to_le_bytes());
+        assert!(check_msg(&buf, 41, epoch).is_ok_and(|rtt| (0.0..1000.0).contains(&rtt)));
+        assert!(check_msg(&buf, 42, epoch).is_err());
+        let mut want = vec![0u8; 48];
+        pattern::fill(&mut want, 41 * 64 + 16);
+        assert_eq!(&buf[16..], &want[..]);
+        buf[40] ^= 1;
+        assert!(check_msg(&buf, 41, epoch).is_err());
     }
 
     #[test]

@@ -75,7 +75,7 @@ setup_namespace() {
 	NSX=(ip netns exec "$NS")
 	# prove it: a UDP echo through a 20 ms impairer must take >= 40 ms
 	local f="$RUN/selftest"
-	"${NSX[@]}" "$BIN/impairer" --delay 20ms >"$f.imp" 2>&1 &
+	"${NSX[@]}" "$BIN/impairer" --delay 20ms --lifetime 30s >"$f.imp" 2>&1 &
 	local ip=$!; CHILDREN+=("$ip")
 	wait_line "$f.imp" 'impairer ready' 5 >/dev/null || { stop "$ip"; return 1; }
 	"${NSX[@]}" "$BIN/kcpgo-peer" echo-server --addr 127.0.0.1:0 --quiet --duration 20s >"$f.srv" 2>&1 &
@@ -162,7 +162,8 @@ run_one() {
 	local fl=($flags)
 	local imp srv port target
 	if [ "$IMPAIR" = nfqueue ]; then
-		"${NSX[@]}" "$BIN/impairer" --loss "$loss" --delay "$DELAY" --jitter "$JITTER" --seed "$SEED" >"$f.imp" 2>&1 &
+		"${NSX[@]}" "$BIN/impairer" --loss "$loss" --delay "$DELAY" --jitter "$JITTER" --seed "$SEED" \
+			--lifetime "$((SAFETY + 30))s" >"$f.imp" 2>&1 &
 		imp=$!; CHILDREN+=("$imp")
 		wait_line "$f.imp" 'impairer ready' 5 >/dev/null || die "impairer did not start (see $f.imp)"
 		"${NSX[@]}" "${srvbin[@]}" --addr 127.0.0.1:0 --quiet --duration "${SAFETY}s" "${fl[@]}" >"$f.srv" 2>&1 &
@@ -178,7 +179,7 @@ run_one() {
 			server_failed "$f" "$name" "$srv" ""; return 0
 		fi
 		"$BIN/relay" --listen 127.0.0.1:0 --target "127.0.0.1:$port" --loss "$loss" --delay "$DELAY" \
-			--jitter "$JITTER" --seed "$SEED" >"$f.imp" 2>&1 &
+			--jitter "$JITTER" --seed "$SEED" --duration "$((SAFETY + 30))s" >"$f.imp" 2>&1 &
 		imp=$!; CHILDREN+=("$imp")
 		target="127.0.0.1:$(port_of "$(wait_line "$f.imp" 'listening on' 5)")"
 	fi

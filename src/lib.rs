@@ -4,44 +4,37 @@
 //! optional Reed-Solomon FEC and optional per-packet encryption, byte-compatible
 //! with Go's kcp-go v5.
 //!
-//! Data walks one way through layers that each live in one module:
+//! A [`KcpStream`] is `AsyncRead + AsyncWrite` like a `TcpStream` (with
+//! `into_split`, and a message API in message mode), and a
+//! [`KcpListener`] accepts them like a `TcpListener`; one [`Config`] (built
+//! from kcp-go's defaults, with kcptun's [`Preset`]s) describes both. KCP
+//! retransmits early and, with FEC, rebuilds lost datagrams from parity, so
+//! latency stays low on long, lossy links where TCP waits out a timeout.
 //!
-//! ```text
-//!  write ─► KcpStream ─► driver ─► arq (segments) ─► fec (shards) ─► crypto (seal) ─► sys (batch send) ─► UDP
-//!  read  ◄─ KcpStream ◄─ driver ◄─ arq (reassembly) ◄─ fec (recover) ◄─ crypto (open) ◄─ sys (batch recv) ◄─ UDP
+//! # Example
+//!
+//! An echo over loopback, encrypted with AES-128:
+//!
 //! ```
-//!
-//! [`arq`], [`fec`] and [`crypto`] are sans-IO: bytes and `now` in, datagrams
-//! and deadlines out. They can be driven from any runtime or a game loop.
-//!
-//! The tokio surface replaces `TcpStream` and `TcpListener`: [`KcpStream`]
-//! (`AsyncRead + AsyncWrite`, `into_split`, a message API in message mode)
-//! and [`KcpListener`], configured by one validated [`Config`]. Each UDP
-//! socket is served by one driver task, whatever the number of sessions on
-//! it.
-//!
-//! ```no_run
 //! use kcpio::{Config, KcpListener, KcpStream, Key, Method, Preset};
 //! use tokio::io::{AsyncReadExt, AsyncWriteExt};
 //!
-//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // Both ends must agree on the cipher and key; the rest is local.
 //! let config = Config::builder()
 //!     .preset(Preset::Fast3)
-//!     .window(1024, 1024)
-//!     .stream(true)
-//!     .crypto(Method::Aes128, Key::passphrase("it's a secrect"))
-//!     .fec(10, 3)
+//!     .crypto(Method::Aes128, Key::passphrase("it's a secret"))
 //!     .build()?;
 //!
 //! let listener = KcpListener::bind("127.0.0.1:0", &config).await?;
 //! let addr = listener.local_addr()?;
 //! tokio::spawn(async move {
-//!     while let Ok((stream, _peer)) = listener.accept().await {
-//!         tokio::spawn(async move {
-//!             let (mut r, mut w) = stream.into_split();
-//!             let _ = tokio::io::copy(&mut r, &mut w).await;
-//!         });
-//!     }
+//!     let (mut stream, _peer) = listener.accept().await?;
+//!     let mut buf = [0; 5];
+//!     stream.read_exact(&mut buf).await?;
+//!     stream.write_all(&buf).await?;
+//!     stream.shutdown().await // waits for the acknowledgement
 //! });
 //!
 //! let mut stream = KcpStream::connect(addr, &config).await?;
@@ -51,6 +44,37 @@
 //! assert_eq!(&buf, b"hello");
 //! # Ok(()) }
 //! ```
+//!
+//! KCP has no end-of-stream marker (neither has kcp-go): `shutdown` waits
+//! until everything written is acknowledged, but the peer never reads EOF.
+//! Frame your own end marker and set an
+//! [`idle_timeout`](ConfigBuilder::idle_timeout) to reap sessions whose peer
+//! went away. The repository's `examples/` hold an echo pair, a TCP port
+//! forwarder (`tunnel.rs`) and the lossy-link demo
+//! (`cargo run --release --example demo`).
+//!
+//! # Layers
+//!
+//! Data walks one way through layers that each live in one module:
+//!
+//! ```text
+//!  write ─► KcpStream ─► driver ─► arq (segments) ─► fec (shards) ─► crypto (seal) ─► sys (batch send) ─► UDP
+//!  read  ◄─ KcpStream ◄─ driver ◄─ arq (reassembly) ◄─ fec (recover) ◄─ crypto (open) ◄─ sys (batch recv) ◄─ UDP
+//! ```
+//!
+//! - the session ([`KcpStream`], [`KcpListener`]) is the tokio surface;
+//! - one driver task per UDP socket, whatever the number of sessions on it,
+//!   demultiplexes datagrams to sessions, runs their timers and batches
+//!   their output;
+//! - [`arq`] is the KCP state machine (segments, acknowledgements,
+//!   retransmission, windows);
+//! - [`fec`] adds Reed-Solomon parity shards and rebuilds lost data shards;
+//! - [`crypto`] seals and opens each datagram (kcptun's ciphers);
+//! - `sys` sends and receives datagrams in batches (`sendmmsg`/`recvmmsg`,
+//!   GSO/GRO on Linux).
+//!
+//! [`arq`], [`fec`] and [`crypto`] are sans-IO: bytes and `now` in, datagrams
+//! and deadlines out. They can be driven from any runtime or a game loop.
 
 #[forbid(unsafe_code)]
 pub mod arq;

@@ -334,3 +334,211 @@ async fn interop_through_lossy_relay() {
         "{stats:?}"
     );
 }
+
+/// Settings the two ends need not share: FEC on one side only (kcp-go's
+/// decoder adapts, and so must ours), message mode instead of stream mode,
+/// a kcptun-style 1350 MTU, a fixed conv, and the write-delay/ack-nodelay
+/// switches. Both directions, all at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interop_mixed_settings() {
+    let Some(bin) = gopeer::binary() else {
+        return;
+    };
+    struct Mixed {
+        name: &'static str,
+        rust_fec: (usize, usize),
+        go_fec: (usize, usize),
+        stream: bool,
+        extra: &'static [&'static str],
+    }
+    let cases = [
+        Mixed {
+            name: "fec only on kcpio",
+            rust_fec: (10, 3),
+            go_fec: (0, 0),
+            stream: true,
+            extra: &[],
+        },
+        Mixed {
+            name: "fec only on kcp-go",
+            rust_fec: (0, 0),
+            go_fec: (10, 3),
+            stream: true,
+            extra: &[],
+        },
+        Mixed {
+            name: "different fec shapes",
+            rust_fec: (3, 2),
+            go_fec: (10, 3),
+            stream: true,
+            extra: &[],
+        },
+        Mixed {
+            name: "message mode, mtu 1350, conv, writedelay, acknodelay",
+            rust_fec: (0, 0),
+            go_fec: (0, 0),
+            stream: false,
+            extra: &[
+                "--mtu",
+                "1350",
+                "--conv",
+                "305419896",
+                "--writedelay",
+                "--acknodelay",
+                "--chunk",
+                "1000",
+            ],
+        },
+    ];
+    let cipher = "aes-128-gcm";
+    let mut runs = Vec::new();
+    for case in cases {
+        let bin = bin.clone();
+        runs.push(tokio::spawn(async move {
+            let method = Method::from_name(cipher).unwrap();
+            let mut b = Config::builder()
+                .preset(Preset::Fast3)
+                .stream(case.stream)
+                .window(WND, WND)
+                .crypto(method, Key::passphrase(PASSPHRASE));
+            if case.rust_fec.0 > 0 {
+                b = b.fec(case.rust_fec.0, case.rust_fec.1);
+            }
+            if !case.extra.is_empty() {
+                b = b.mtu(1350).write_delay(true).ack_nodelay(true);
+            }
+            let config = b.build().unwrap();
+            let mut flags = go_flags(cipher, case.go_fec);
+            if !case.stream {
+                flags.retain(|f| f != "--stream");
+            }
+            flags.extend(args(case.extra));
+            let mut failures = Vec::new();
+
+            // kcpio client → kcp-go server.
+            let flag_refs: Vec<&str> = flags.iter().map(String::as_str).collect();
+            let server = GoServer::spawn(&bin, "echo-server", &flag_refs).await;
+            let res =
+                kcp::echo_client(server.addr(), &config, CASE_BYTES, 1000, CLIENT_TIMEOUT).await;
+            if let Err(e) = res {
+                failures.push(format!(
+                    "{} (kcpio client): {e}; log {:?}",
+                    case.name,
+                    server.log()
+                ));
+            }
+            drop(server);
+
+            // kcp-go client → kcpio server.
+            let server = kcp::EchoServer::start(&config).await;
+            flags.extend(args(&[
+                "--addr",
+                &server.addr().to_string(),
+                "--bytes",
+                &CASE_BYTES.to_string(),
+            ]));
+            let run = gopeer::run_client(&bin, &flags, CLIENT_TIMEOUT).await;
+            if !run.passed() {
+                failures.push(format!("{} (kcp-go client): {run:?}", case.name));
+            }
+            failures
+        }));
+    }
+    let mut failures = Vec::new();
+    for run in runs {
+        failures.extend(run.await.unwrap());
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The negative control: with different keys nothing gets through, and both
+/// harness directions report the failure (so a pass above means something).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interop_wrong_key_fails_both_ways() {
+    let Some(bin) = gopeer::binary() else {
+        return;
+    };
+    let cipher = "aes-128";
+    let wrong = Config::builder()
+        .preset(Preset::Fast3)
+        .stream(true)
+        .crypto(Method::Aes128, Key::passphrase("not the secret"))
+        .build()
+        .unwrap();
+    let flags = go_flags(cipher, (0, 0));
+    let flag_refs: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let short = Duration::from_secs(2);
+
+    let go_server = GoServer::spawn(&bin, "echo-server", &flag_refs).await;
+    let rust_side = kcp::echo_client(go_server.addr(), &wrong, 10_000, 1000, short);
+
+    let rust_server = kcp::EchoServer::start(&wrong).await;
+    let mut client = flags.clone();
+    client.extend(args(&[
+        "--addr",
+        &rust_server.addr().to_string(),
+        "--bytes",
+        "10000",
+        "--timeout",
+        "2s",
+    ]));
+    let go_side = gopeer::run_client(&bin, &client, CLIENT_TIMEOUT);
+
+    let (rust_res, go_run) = tokio::join!(rust_side, go_side);
+    assert!(
+        rust_res.is_err(),
+        "a kcpio client with the wrong key passed"
+    );
+    assert!(
+        !go_run.passed(),
+        "a kcp-go client with the wrong key passed: {go_run:?}"
+    );
+    assert_eq!(go_run.code, Some(1), "{go_run:?}");
+}
+
+/// kcp-go client → kcpio sink server (the in-process sink speaks the Go
+/// sink-server's report protocol, which the Go client checks).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn go_client_rust_sink_server() {
+    let Some(bin) = gopeer::binary() else {
+        return;
+    };
+    let cipher = "sm4";
+    let server = kcp::SinkServer::start(&rust_config(cipher, (10, 3))).await;
+    let mut flags = go_flags(cipher, (10, 3));
+    flags.extend(args(&[
+        "--addr",
+        &server.addr().to_string(),
+        "--sink",
+        "--bytes",
+        "1000000",
+    ]));
+    let run = gopeer::run_client(&bin, &flags, CLIENT_TIMEOUT).await;
+    assert!(run.passed(), "{run:?}");
+    assert_eq!(run.number("bytes_verified"), Some(1_000_000.0), "{run:?}");
+}
+
+/// Many kcp-go sessions at once on one kcpio listener, each a closed-loop
+/// ping-pong of framed messages (the Go peer's `--messages` mode).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn go_pingpong_sessions_on_one_rust_listener() {
+    let Some(bin) = gopeer::binary() else {
+        return;
+    };
+    let server = kcp::EchoServer::start(&rust_config("aes-128", (0, 0))).await;
+    let mut flags = go_flags("aes-128", (0, 0));
+    flags.extend(args(&[
+        "--addr",
+        &server.addr().to_string(),
+        "--parallel",
+        "50",
+        "--messages",
+        "32",
+        "--size",
+        "100",
+    ]));
+    let run = gopeer::run_client(&bin, &flags, CLIENT_TIMEOUT).await;
+    assert!(run.passed(), "{run:?}");
+    assert_eq!(run.number("received"), Some(50.0 * 32.0), "{run:?}");
+    assert_eq!(run.number("lost"), Some(0.0), "{run:?}");
+}

@@ -7,9 +7,10 @@ use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use kcpio::{Config, Key, Method, Preset};
+use kcpio::{Config, KcpStream, Key, Method, Preset};
 use support::kcp;
 use support::relay::{LinkConfig, Relay, RelayConfig};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UdpSocket;
 
 /// A UDP echo server on loopback; returns its address and the task.
@@ -350,7 +351,7 @@ fn lossy_link(loss: f64) -> LinkConfig {
     }
 }
 
-async fn sixteen_mib_through(config: Config, loss: f64, seed: u64) {
+async fn sixteen_mib_through(config: Config, loss: f64, seed: u64, fec: bool) {
     let server = kcp::SinkServer::start(&config).await;
     let relay = Relay::start(
         server.addr(),
@@ -373,6 +374,13 @@ async fn sixteen_mib_through(config: Config, loss: f64, seed: u64) {
         a.retransmit_rto + a.retransmit_fast + a.retransmit_early > 0,
         "no retransmission at {loss} loss: {stats:?}"
     );
+    if fec {
+        // Parity went out, and the server's parity came back.
+        assert!(stats.fec_out.parity_out > 0, "{stats:?}");
+        assert!(stats.fec_in.parity_in > 0, "{stats:?}");
+    } else {
+        assert_eq!(stats.fec_out.parity_out + stats.fec_in.parity_in, 0);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -385,7 +393,7 @@ async fn sixteen_mib_at_10_percent_loss_aes128_fec() {
         .fec(10, 3)
         .build()
         .unwrap();
-    sixteen_mib_through(config, 0.10, 10).await;
+    sixteen_mib_through(config, 0.10, 10, true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -396,5 +404,125 @@ async fn sixteen_mib_at_20_percent_loss_without_fec() {
         .window(1024, 1024)
         .build()
         .unwrap();
-    sixteen_mib_through(config, 0.20, 20).await;
+    sixteen_mib_through(config, 0.20, 20, false).await;
+}
+
+// ---------------------------------------------------------------------------
+// a link that goes dead
+// ---------------------------------------------------------------------------
+
+/// Connects through a clean relay and proves the path with one echo.
+async fn connected_through(relay: &Relay, config: &Config) -> KcpStream {
+    let mut stream = KcpStream::connect(relay.local_addr(), config)
+        .await
+        .unwrap();
+    stream.write_all(b"hello").await.unwrap();
+    let mut buf = [0u8; 5];
+    tokio::time::timeout(Duration::from_secs(10), stream.read_exact(&mut buf))
+        .await
+        .expect("echo through the relay")
+        .unwrap();
+    assert_eq!(&buf, b"hello");
+    stream
+}
+
+fn is_dead_peer_error(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::TimedOut | std::io::ErrorKind::ConnectionReset
+    )
+}
+
+/// Data in flight when the cable is cut: the retransmission limit must
+/// surface as an error on the pending read, not a hang.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cut_link_with_data_in_flight_fails_reads() {
+    let config = Config::builder()
+        .preset(Preset::Fast3)
+        .dead_link(8)
+        .build()
+        .unwrap();
+    let server = kcp::EchoServer::start(&config).await;
+    let relay = Relay::start(server.addr(), RelayConfig::default())
+        .await
+        .unwrap();
+    let mut stream = connected_through(&relay, &config).await;
+    relay.set_blackhole(true);
+    stream.write_all(&[7u8; 4000]).await.unwrap();
+    let mut buf = [0u8; 64];
+    let res = tokio::time::timeout(Duration::from_secs(30), stream.read(&mut buf))
+        .await
+        .expect("a read on a dead link must fail, not hang");
+    match res {
+        Err(e) => assert!(is_dead_peer_error(&e), "unexpected error kind: {e:?}"),
+        Ok(n) => panic!("read {n} bytes through a cut link"),
+    }
+    // Later writes fail too instead of queueing forever.
+    let later = tokio::time::timeout(Duration::from_secs(10), stream.write_all(&[1u8; 100])).await;
+    assert!(
+        matches!(later, Ok(Err(ref e)) if is_dead_peer_error(e)),
+        "{later:?}"
+    );
+    assert!(relay.stats().to_server.lost > 0);
+}
+
+/// Nothing in flight, the peer simply goes silent: the idle timeout ends it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_peer_hits_the_idle_timeout() {
+    let config = Config::builder()
+        .preset(Preset::Fast3)
+        .idle_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let server = kcp::EchoServer::start(&config).await;
+    let relay = Relay::start(server.addr(), RelayConfig::default())
+        .await
+        .unwrap();
+    let mut stream = connected_through(&relay, &config).await;
+    relay.set_blackhole(true);
+    let mut buf = [0u8; 64];
+    let res = tokio::time::timeout(Duration::from_secs(20), stream.read(&mut buf))
+        .await
+        .expect("a read on a silent link must end with the idle timeout");
+    match res {
+        Err(e) => assert!(is_dead_peer_error(&e), "unexpected error kind: {e:?}"),
+        Ok(n) => panic!("read {n} bytes from a silent peer"),
+    }
+}
+
+/// Heavy reordering and duplication with some loss and jitter, in message
+/// mode (32 KiB writes are fragmented and reassembled) with FEC: every byte
+/// still arrives once, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reordering_and_duplication_in_message_mode() {
+    let config = Config::builder()
+        .preset(Preset::Fast3)
+        .stream(false)
+        .window(512, 512)
+        .crypto(Method::Salsa20, Key::passphrase("reorder"))
+        .fec(10, 3)
+        .build()
+        .unwrap();
+    let link = LinkConfig {
+        loss: 0.02,
+        duplicate: 0.10,
+        reorder: 0.30,
+        reorder_delay: Duration::from_millis(4),
+        delay: Duration::from_millis(1),
+        jitter: Duration::from_millis(3),
+        queue: 8192,
+        ..LinkConfig::default()
+    };
+    let server = kcp::SinkServer::start(&config).await;
+    let relay = Relay::start(server.addr(), RelayConfig::symmetric(77, link))
+        .await
+        .unwrap();
+    let bytes = 4 << 20;
+    let res = kcp::sink_client(relay.local_addr(), &config, bytes, BIG_TIMEOUT).await;
+    let s = relay.stats();
+    res.unwrap_or_else(|e| panic!("{e}; relay {s:?}"));
+    assert!(
+        s.to_server.duplicated > 0 && s.to_server.reordered > 0,
+        "{s:?}"
+    );
 }

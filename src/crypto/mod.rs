@@ -314,7 +314,7 @@ enum Engine {
     Tea(Box<tea::Tea16>),
     Xtea(Box<tea::XteaBe>),
     Sm4(Box<sm4t::Sm4>),
-    Aes128Gcm(Box<aes_gcm::Aes128Gcm>),
+    Aes128Gcm(Box<Gcm>),
 }
 
 /// Seals and opens datagrams for one method and key.
@@ -400,9 +400,13 @@ impl PacketCrypto {
                 Engine::Xtea(Box::new(tea::XteaBe::new(&key_array::<16>(method, key)?)))
             }
             Method::Sm4 => Engine::Sm4(Box::new(sm4t::Sm4::new(&key_array::<16>(method, key)?))),
-            Method::Aes128Gcm => Engine::Aes128Gcm(Box::new(
-                aes_gcm::Aes128Gcm::new_from_slice(key).map_err(|_| bad())?,
-            )),
+            Method::Aes128Gcm => {
+                let key = key_array::<16>(method, key)?;
+                Engine::Aes128Gcm(Box::new(Gcm {
+                    fast: crate::simd::gcm::Aes128GcmNi::new(&key),
+                    generic: aes_gcm::Aes128Gcm::new(&key.into()),
+                }))
+            }
         };
         Ok(Self { method, engine })
     }
@@ -482,11 +486,10 @@ impl PacketCrypto {
                 let (head, rest) = datagram.split_at_mut(GCM_NONCE);
                 head.copy_from_slice(nonce);
                 let (body, tag_out) = rest.split_at_mut(payload_len);
-                let nonce = GcmNonce::from(<[u8; GCM_NONCE]>::try_from(&*head).unwrap_or_default());
-                // Fails only beyond GCM's 64 GiB message limit.
+                let nonce = <[u8; GCM_NONCE]>::try_from(&*head).unwrap_or_default();
                 let tag = aead
-                    .encrypt_inout_detached(&nonce, &[], body.into())
-                    .map_err(|_| SealError::TooLarge { len: needed })?;
+                    .seal(&nonce, body)
+                    .ok_or(SealError::TooLarge { len: needed })?;
                 tag_out.copy_from_slice(&tag);
             }
             engine => {
@@ -520,10 +523,11 @@ impl PacketCrypto {
             Engine::Aes128Gcm(aead) => {
                 let (head, rest) = datagram.split_at_mut(GCM_NONCE);
                 let (body, tag) = rest.split_at_mut(len - GCM_NONCE - GCM_TAG);
-                let nonce = GcmNonce::from(<[u8; GCM_NONCE]>::try_from(&*head).unwrap_or_default());
-                let tag = GcmTag::from(<[u8; GCM_TAG]>::try_from(&*tag).unwrap_or_default());
-                aead.decrypt_inout_detached(&nonce, &[], body.into(), &tag)
-                    .map_err(|_| OpenError::BadTag)?;
+                let nonce = <[u8; GCM_NONCE]>::try_from(&*head).unwrap_or_default();
+                let tag = <[u8; GCM_TAG]>::try_from(&*tag).unwrap_or_default();
+                if !aead.open(&nonce, body, &tag) {
+                    return Err(OpenError::BadTag);
+                }
                 Ok(GCM_NONCE..len - GCM_TAG)
             }
             engine => {
@@ -557,6 +561,44 @@ impl PacketCrypto {
     }
 }
 
+/// AES-128-GCM: the one-pass AES-NI/PCLMULQDQ kernel when the CPU has
+/// it, else the `aes-gcm` crate.
+struct Gcm {
+    fast: Option<crate::simd::gcm::Aes128GcmNi>,
+    generic: aes_gcm::Aes128Gcm,
+}
+
+impl Gcm {
+    /// Encrypts `body` in place and returns the tag; `None` only beyond
+    /// GCM's 64 GiB message limit.
+    fn seal(&self, nonce: &[u8; GCM_NONCE], body: &mut [u8]) -> Option<[u8; GCM_TAG]> {
+        match &self.fast {
+            Some(k) => Some(k.seal(nonce, body)),
+            None => self
+                .generic
+                .encrypt_inout_detached(&GcmNonce::from(*nonce), &[], body.into())
+                .ok()
+                .map(Into::into),
+        }
+    }
+
+    /// Verifies and decrypts `body` in place.
+    fn open(&self, nonce: &[u8; GCM_NONCE], body: &mut [u8], tag: &[u8; GCM_TAG]) -> bool {
+        match &self.fast {
+            Some(k) => k.open(nonce, body, tag),
+            None => self
+                .generic
+                .decrypt_inout_detached(
+                    &GcmNonce::from(*nonce),
+                    &[],
+                    body.into(),
+                    &GcmTag::from(*tag),
+                )
+                .is_ok(),
+        }
+    }
+}
+
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Direction {
     Seal,
@@ -574,11 +616,7 @@ impl Engine {
         }
         match self {
             Engine::Null | Engine::None | Engine::Aes128Gcm(_) => {}
-            Engine::Xor(pad) => {
-                for (d, p) in datagram.iter_mut().zip(pad.iter()) {
-                    *d ^= *p;
-                }
-            }
+            Engine::Xor(pad) => crate::simd::xor::xor_into(datagram, &pad[..]),
             Engine::Salsa20(s) => {
                 if let Some((nonce, body)) = datagram.split_first_chunk_mut::<8>() {
                     s.apply_keystream(nonce, body);

@@ -344,3 +344,32 @@ fn packet_crypto_is_send_and_sync() {
     fn check<T: Send + Sync>() {}
     check::<PacketCrypto>();
 }
+
+#[test]
+fn gcm_fallback_and_kernel_agree() {
+    // The crate path runs only on CPUs without AES-NI/PCLMULQDQ: check it
+    // against the kernel path (when there is one) and round-trip it.
+    let key = [0x42u8; 16];
+    let fallback = Gcm {
+        fast: None,
+        generic: aes_gcm::Aes128Gcm::new(&key.into()),
+    };
+    let fast = Gcm {
+        fast: crate::simd::gcm::Aes128GcmNi::new(&key),
+        generic: aes_gcm::Aes128Gcm::new(&key.into()),
+    };
+    for len in [0usize, 1, 15, 16, 17, 127, 128, 129, 1388] {
+        let data: Vec<u8> = (0..len).map(|i| i as u8).collect();
+        let nonce = [len as u8; 12];
+        let mut a = data.clone();
+        let ta = fallback.seal(&nonce, &mut a).unwrap();
+        let mut b = data.clone();
+        let tb = fast.seal(&nonce, &mut b).unwrap();
+        assert_eq!((&a, ta), (&b, tb), "len {len}");
+        assert!(fallback.open(&nonce, &mut b, &tb));
+        assert_eq!(b, data);
+        let mut bad = ta;
+        bad[0] ^= 1;
+        assert!(!fallback.open(&nonce, &mut a, &bad));
+    }
+}

@@ -91,6 +91,9 @@ fn build() -> Result<PathBuf, String> {
     let tmp = target.join(format!("kcpgo-peer.{}.tmp", std::process::id()));
     let mut child = std::process::Command::new(&go)
         .arg("build")
+        // No VCS stamping: it needs a working `git` on the checkout (and
+        // fails on some worktrees or foreign-owned clones), and buys nothing here.
+        .arg("-buildvcs=false")
         .arg("-o")
         .arg(&tmp)
         .arg(".")

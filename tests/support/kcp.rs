@@ -145,7 +145,10 @@ pub(crate) async fn sink_client(
                     v & !(1 << 63)
                 ));
             }
-            if v >= bytes {
+            if v > bytes {
+                return Err(format!("the sink counted {v} bytes, {bytes} were sent"));
+            }
+            if v == bytes {
                 break;
             }
         }

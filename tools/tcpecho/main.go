@@ -322,7 +322,7 @@ func percentile(r []float64, p float64) float64 {
 	if len(r) == 0 {
 		return 0
 	}
-	k := int(math.Ceil(p/100*float64(len(r)))) - 1
+	k := int(math.Ceil(p*float64(len(r))/100-1e-9)) - 1
 	k = max(0, min(k, len(r)-1))
 	return r[k]
 }
