@@ -120,6 +120,7 @@ CONTENDERS=(
 	"kcpio fast3|kcpio|--nodelay fast3"
 	"kcpio fast3 + FEC 10/3|kcpio|--nodelay fast3 --datashard 10 --parityshard 3"
 	"kcpio low-latency preset|kcpio|$KCPIO_LOWLAT_FLAGS"
+	"kcp-go with lowlat's kcp-go-expressible settings (1,10,1,1 + acknodelay + FEC 2/2)|kcp-go|--nodelay 1,10,1,1 --acknodelay --datashard 2 --parityshard 2"
 	"TCP ($TCP_CC, TCP_NODELAY)|tcp|--cc $TCP_CC"
 )
 
