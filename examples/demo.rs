@@ -31,6 +31,9 @@ use kcpio::{Config, KcpListener, KcpStream, Key, Method, Preset, SessionStats};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::{Instant, MissedTickBehavior};
 
+#[path = "../tests/support/stats.rs"]
+mod stats;
+use stats::percentile;
 #[path = "../tests/support/relay.rs"]
 mod relay;
 
@@ -476,15 +479,6 @@ impl Progress {
 
 // ---------------------------------------------------------------------------
 // Reporting.
-
-fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
-    if sorted.is_empty() {
-        return None;
-    }
-    // Nearest rank.
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted.get(rank.clamp(1, sorted.len()) - 1).copied()
-}
 
 fn fmt_ms(v: Option<f64>) -> String {
     v.map_or_else(|| "-".to_owned(), |v| format!("{v:.1} ms"))

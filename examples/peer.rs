@@ -19,6 +19,8 @@
 
 #[path = "../tests/support/pattern.rs"]
 mod pattern;
+#[path = "../tests/support/stats.rs"]
+mod stats;
 
 use std::io;
 use std::process::ExitCode;
@@ -1386,14 +1388,9 @@ async fn by_deadline<T>(
     }
 }
 
-/// Nearest-rank percentile of sorted `r`.
+/// Nearest-rank percentile of sorted `r`; 0 when it is empty (as the Go peer).
 fn percentile(r: &[f64], p: f64) -> f64 {
-    if r.is_empty() {
-        return 0.0;
-    }
-    // The 1e-9 keeps p99.9 of 1000 samples at rank 999 despite rounding.
-    let k = ((p * r.len() as f64 / 100.0 - 1e-9).ceil() as usize).saturating_sub(1);
-    r[k.min(r.len() - 1)]
+    stats::percentile(r, p).unwrap_or(0.0)
 }
 
 async fn client(f: Flags, nd: NoDelay) -> ExitCode {

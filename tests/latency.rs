@@ -18,6 +18,9 @@
 //! the figures of several settings over several seeds (used to choose the
 //! preset's values).
 
+#[path = "support/stats.rs"]
+mod stats;
+
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
@@ -122,11 +125,7 @@ struct Figures {
 
 impl Figures {
     fn pct(&self, p: f64) -> u64 {
-        if self.rtts.is_empty() {
-            return u64::MAX;
-        }
-        let k = ((p / 100.0 * self.rtts.len() as f64).ceil() as usize).saturating_sub(1);
-        self.rtts[k.min(self.rtts.len() - 1)]
+        stats::percentile(&self.rtts, p).unwrap_or(u64::MAX)
     }
     fn max(&self) -> u64 {
         self.rtts.last().copied().unwrap_or(u64::MAX)
