@@ -1,4 +1,4 @@
-//! Every method against kcp-go v5.6.72's own output (`shared/vectors/crypto.json`):
+//! Every method against kcp-go v5.6.72's own output (`tests/vectors/crypto.json`):
 //! sealing with the recorded nonce reproduces the recorded datagram byte for
 //! byte, opening every recorded datagram (including a real session's first
 //! datagram) gives back the plaintext, and the KCP segments inside parse.
@@ -8,20 +8,13 @@ use std::path::PathBuf;
 use kcpio::crypto::{Method, OpenError, PacketCrypto, derive_key};
 use serde_json::Value;
 
-/// `shared/vectors` beside the repository (CI's layout), or beside the
-/// directory holding the worktrees.
+/// The vectors shipped in the repository (`tests/vectors`, copied from
+/// kcp-go's generator output), or a directory named by `KCPIO_VECTORS`.
 fn vectors_dir() -> PathBuf {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let candidates = [
-        std::env::var_os("KCPIO_VECTORS").map(PathBuf::from),
-        Some(root.join("../shared/vectors")),
-        Some(root.join("../../shared/vectors")),
-    ];
-    candidates
-        .into_iter()
-        .flatten()
-        .find(|p| p.join("crypto.json").is_file())
-        .expect("shared/vectors/crypto.json not found beside the repository")
+    match std::env::var_os("KCPIO_VECTORS") {
+        Some(dir) => PathBuf::from(dir),
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/vectors"),
+    }
 }
 
 fn load() -> Value {
