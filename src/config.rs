@@ -376,6 +376,13 @@ impl Config {
         self.inner.method
     }
 
+    /// The packet cipher with its key schedule: what seals and opens the
+    /// datagrams of a [`Conn`](crate::Conn) driven by hand.
+    #[must_use]
+    pub fn packet_crypto(&self) -> &PacketCrypto {
+        &self.inner.crypto
+    }
+
     /// Whether the session is a byte stream that merges small writes (true)
     /// or keeps message boundaries (false).
     #[must_use]

@@ -81,6 +81,8 @@ pub mod arq;
 #[forbid(unsafe_code)]
 mod config;
 #[forbid(unsafe_code)]
+pub mod conn;
+#[forbid(unsafe_code)]
 pub mod crypto;
 #[forbid(unsafe_code)]
 mod driver;
@@ -96,6 +98,7 @@ mod simd; // runtime-dispatched SIMD kernels (GF(2^8), Salsa20, GCM): unsafe all
 mod sys; // batched datagram syscalls: the only other place unsafe is allowed
 
 pub use config::{Config, ConfigBuilder, ConfigError, Key, Preset};
+pub use conn::{Conn, ConnError, SessionError, SessionStats};
 pub use crypto::Method;
 pub use listener::{KcpListener, ListenerStats};
-pub use session::{KcpStream, OwnedReadHalf, OwnedWriteHalf, SessionStats};
+pub use session::{KcpStream, OwnedReadHalf, OwnedWriteHalf};

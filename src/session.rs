@@ -14,42 +14,10 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::ToSocketAddrs;
 use tokio::time::Instant;
 
-use crate::arq::{ArqStats, RecvError, SendError};
+use crate::arq::{RecvError, SendError};
 use crate::config::Config;
+use crate::conn::SessionStats;
 use crate::driver::{self, SessionShared, lock, register};
-use crate::fec::FecStats;
-
-/// Counters and estimator state of one session, from [`KcpStream::stats`].
-#[derive(Clone, Debug, Default)]
-#[non_exhaustive]
-pub struct SessionStats {
-    /// The conversation id.
-    pub conv: u32,
-    /// Smoothed round-trip time in milliseconds.
-    pub srtt: u32,
-    /// Current retransmission timeout in milliseconds.
-    pub rto: u32,
-    /// Segments queued or in flight (kcp-go `WaitSnd`).
-    pub wait_snd: usize,
-    /// Datagrams received for this session (after demultiplexing).
-    pub datagrams_in: u64,
-    /// Bytes of those datagrams on the wire.
-    pub bytes_in: u64,
-    /// Datagrams produced for this session, parity included.
-    pub datagrams_out: u64,
-    /// Bytes of those datagrams before sealing (crypto overhead not counted).
-    pub bytes_out: u64,
-    /// Packets the ARQ refused (malformed, wrong conv), regular or recovered.
-    pub input_errors: u64,
-    /// ARQ counters: segments in and out, retransmissions by rule, ...
-    pub arq: ArqStats,
-    /// FEC encoder counters (data shards and parity sent); default when FEC
-    /// is off.
-    pub fec_out: FecStats,
-    /// FEC decoder counters (shards received, packets recovered); default
-    /// until the peer sends FEC.
-    pub fec_in: FecStats,
-}
 
 /// Holds a session for one or two handles; when the last is dropped the
 /// session keeps flushing in the background for up to `linger`, then is freed.
