@@ -11,11 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::arq::{self, ArqConfig};
-use crate::crypto::{self, Method, PacketCrypto};
+use crate::crypto::{self, MAX_DATAGRAM, Method, PacketCrypto};
 use crate::fec;
-
-/// Largest datagram kcp-go reads (its `mtuLimit`); a larger MTU is clamped.
-pub(crate) const MAX_DATAGRAM: usize = 1500;
 
 /// Smallest KCP mtu accepted: one segment header plus at least one byte.
 const MIN_KCP_MTU: usize = 25;

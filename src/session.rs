@@ -8,16 +8,13 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::ToSocketAddrs;
-use tokio::time::Instant;
 
-use crate::arq::{RecvError, SendError};
 use crate::config::Config;
-use crate::conn::SessionStats;
-use crate::driver::{self, SessionShared, lock, register};
+use crate::conn::{Conn, SessionStats};
+use crate::driver::{self, shared::SessionShared, shared::Side};
 
 /// Holds a session for one or two handles; when the last is dropped the
 /// session keeps flushing in the background for up to `linger`, then is freed.
@@ -238,28 +235,12 @@ impl KcpStream {
 }
 
 fn stats_of(s: &SessionShared) -> SessionStats {
-    let st = lock(&s.state);
-    SessionStats {
-        conv: s.conv,
-        srtt: st.kcp.srtt(),
-        rto: st.kcp.rto(),
-        wait_snd: st.kcp.wait_snd(),
-        datagrams_in: st.wire.datagrams_in,
-        bytes_in: st.wire.bytes_in,
-        datagrams_out: st.wire.datagrams_out,
-        bytes_out: st.wire.bytes_out,
-        input_errors: st.wire.input_errors,
-        arq: st.kcp.stats().clone(),
-        fec_out: st.fec_enc_stats(),
-        fec_in: st
-            .fec_dec
-            .as_ref()
-            .map(|d| d.stats().clone())
-            .unwrap_or_default(),
-    }
+    s.with_conn(Conn::stats)
 }
 
-/// Reads from a session into `buf`.
+// The handle side of the contract in `driver::shared`: each call locks the
+// session, asks its `Conn`, and registers a waker on `WouldBlock`.
+
 fn poll_read(
     s: &SessionShared,
     cx: &mut Context<'_>,
@@ -268,106 +249,27 @@ fn poll_read(
     if buf.remaining() == 0 {
         return Poll::Ready(Ok(()));
     }
-    let mut st = lock(&s.state);
-    if st.kcp.readable() {
-        let n = st.kcp.recv(buf.initialize_unfilled());
-        buf.advance(n);
-        after_read(s, &mut st);
-        return Poll::Ready(Ok(()));
-    }
-    if let Some(e) = st.error {
-        return Poll::Ready(Err(e.to_io()));
-    }
-    register(&mut st.read_waker, cx);
-    Poll::Pending
-}
-
-/// After taking data out of the ARQ: the receive window may have opened. The
-/// ARQ announces it at its next flush; wake the driver only when no flush is
-/// scheduled within an interval.
-fn after_read(s: &SessionShared, st: &mut driver::SessionState) {
-    let interval = Duration::from_millis(u64::from(s.config().arq.interval));
-    let soon = Instant::now() + interval;
-    if st.deadline.is_none_or(|d| d > soon) {
-        s.notify_driver(st);
-    }
+    s.poll_call(cx, Side::Read, |c| c.read(buf.initialize_unfilled()))
+        .map_ok(|n| buf.advance(n))
 }
 
 fn poll_write(s: &SessionShared, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
-    if data.is_empty() {
-        return Poll::Ready(Ok(0));
-    }
-    let mut st = lock(&s.state);
-    if let Some(e) = st.error {
-        return Poll::Ready(Err(e.to_io()));
-    }
-    if st.write_closed {
-        return Poll::Ready(Err(broken_pipe()));
-    }
-    let n = st.kcp.send(data);
-    if n == 0 {
-        register(&mut st.write_waker, cx);
-        return Poll::Pending;
-    }
-    s.notify_driver(&mut st);
-    Poll::Ready(Ok(n))
+    s.poll_call(cx, Side::Write, |c| c.write(data))
 }
 
 fn poll_flush(s: &SessionShared) -> Poll<io::Result<()>> {
-    match lock(&s.state).error {
-        Some(e) => Poll::Ready(Err(e.to_io())),
+    match s.with_conn(Conn::error) {
+        Some(e) => Poll::Ready(Err(e.into())),
         None => Poll::Ready(Ok(())),
     }
 }
 
 fn poll_shutdown(s: &SessionShared, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-    let mut st = lock(&s.state);
-    if !st.write_closed {
-        st.write_closed = true;
-        st.shutdown_deadline = Some(Instant::now() + s.config().linger);
-        s.notify_driver(&mut st);
-    }
-    if st.kcp.is_flushed() {
-        return Poll::Ready(Ok(()));
-    }
-    if let Some(e) = st.error {
-        return Poll::Ready(Err(e.to_io()));
-    }
-    if st.shutdown_deadline.is_some_and(|d| Instant::now() >= d) {
-        return Poll::Ready(Err(io::Error::new(
-            io::ErrorKind::TimedOut,
-            "kcp shutdown: data not acknowledged within linger",
-        )));
-    }
-    register(&mut st.write_waker, cx);
-    Poll::Pending
+    s.poll_call(cx, Side::Write, Conn::shutdown)
 }
 
 fn poll_send_message(s: &SessionShared, cx: &mut Context<'_>, msg: &[u8]) -> Poll<io::Result<()>> {
-    if s.config().arq.stream {
-        return Poll::Ready(Err(unsupported_in_stream_mode()));
-    }
-    let mut st = lock(&s.state);
-    if let Some(e) = st.error {
-        return Poll::Ready(Err(e.to_io()));
-    }
-    if st.write_closed {
-        return Poll::Ready(Err(broken_pipe()));
-    }
-    match st.kcp.send_message(msg) {
-        Ok(()) => {
-            s.notify_driver(&mut st);
-            Poll::Ready(Ok(()))
-        }
-        Err(SendError::WouldBlock) => {
-            register(&mut st.write_waker, cx);
-            Poll::Pending
-        }
-        Err(e) => Poll::Ready(Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("kcp message refused: {e:?}"),
-        ))),
-    }
+    s.poll_call(cx, Side::Write, |c| c.send_message(msg))
 }
 
 fn poll_recv_message(
@@ -375,44 +277,7 @@ fn poll_recv_message(
     cx: &mut Context<'_>,
     buf: &mut [u8],
 ) -> Poll<io::Result<usize>> {
-    if s.config().arq.stream {
-        return Poll::Ready(Err(unsupported_in_stream_mode()));
-    }
-    let mut st = lock(&s.state);
-    match st.kcp.recv_message(buf) {
-        Ok(n) => {
-            after_read(s, &mut st);
-            Poll::Ready(Ok(n))
-        }
-        Err(RecvError::BufferTooSmall { needed }) => Poll::Ready(Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!(
-                "kcp message of {needed} bytes does not fit a {}-byte buffer",
-                buf.len()
-            ),
-        ))),
-        Err(_) => {
-            if let Some(e) = st.error {
-                return Poll::Ready(Err(e.to_io()));
-            }
-            register(&mut st.read_waker, cx);
-            Poll::Pending
-        }
-    }
-}
-
-fn broken_pipe() -> io::Error {
-    io::Error::new(
-        io::ErrorKind::BrokenPipe,
-        "kcp stream was shut down for writing",
-    )
-}
-
-fn unsupported_in_stream_mode() -> io::Error {
-    io::Error::new(
-        io::ErrorKind::Unsupported,
-        "message API needs message mode (Config::builder().stream(false))",
-    )
+    s.poll_call(cx, Side::Read, |c| c.recv_message(buf))
 }
 
 impl AsyncRead for KcpStream {

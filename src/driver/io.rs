@@ -1,0 +1,519 @@
+//! The socket half of a driver: the receive batch (GRO split, open in
+//! place), the transmit slots (seal outside any session lock, GSO runs),
+//! the rate limiter, and the system calls. Knows nothing of sessions.
+
+use std::io::{self, IoSliceMut};
+use std::net::SocketAddr;
+use std::ops::Range;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use rand::{RngCore, SeedableRng};
+use rand_chacha::ChaCha20Rng;
+use tokio::io::Interest;
+use tokio::net::UdpSocket;
+
+use super::shared::DriverShared;
+use super::stats::{add, bump};
+use crate::config::ConfigInner;
+use crate::crypto::{MAX_DATAGRAM, PacketCrypto};
+use crate::sys::{BATCH_SIZE, RecvMeta, Transmit, UdpState};
+
+/// Receive buffers of a client socket (a listener uses `BATCH_SIZE`).
+const CLIENT_RECV_BUFFERS: usize = 8;
+/// Rate limiter burst in bytes (kcp-go: 64 datagrams of 1500 bytes).
+const RATE_BURST: f64 = 96_000.0;
+/// Receive buffer asked for when the configuration leaves it to us.
+const DEFAULT_RECV_BUFFER: usize = 4 << 20;
+
+/// Token bucket for `rate_limit`.
+struct RateLimiter {
+    rate: f64,
+    tokens: f64,
+    last: Duration,
+}
+
+/// One datagram of the receive batch: `start..end` in the batch buffer.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Datagram {
+    pub(crate) peer: SocketAddr,
+    pub(crate) start: usize,
+    pub(crate) end: usize,
+}
+
+/// The datagrams of one received message, by value (borrows nothing).
+pub(crate) struct Datagrams {
+    peer: SocketAddr,
+    off: usize,
+    end: usize,
+    stride: usize,
+}
+
+impl Iterator for Datagrams {
+    type Item = Datagram;
+
+    fn next(&mut self) -> Option<Datagram> {
+        if self.off >= self.end {
+            return None;
+        }
+        let next = (self.off + self.stride).min(self.end);
+        let d = Datagram {
+            peer: self.peer,
+            start: self.off,
+            end: next,
+        };
+        self.off = next;
+        Some(d)
+    }
+}
+
+/// A socket with its reused buffers.
+pub(crate) struct Io {
+    socket: UdpSocket,
+    crypto: Arc<PacketCrypto>,
+    rng: ChaCha20Rng,
+    nonce: [u8; 16],
+    // Receive buffers: `rx_count` buffers of `rx_size` bytes, laid end to end.
+    rx: Vec<u8>,
+    rx_size: usize,
+    rx_count: usize,
+    rx_meta: Vec<RecvMeta>,
+    rx_got: usize,
+    // Transmit slots of `stride` bytes (the configured MTU, the largest
+    // datagram we send), laid end to end so a run of full-size datagrams to
+    // one peer is contiguous and goes out as one GSO message:
+    // `[tx_sent, tx_count)` wait to be sent, `[tx_sealed, tx_count)` still
+    // need sealing.
+    tx: Vec<u8>,
+    stride: usize,
+    tx_len: Vec<usize>,
+    tx_dest: Vec<SocketAddr>,
+    tx_slots: usize,
+    tx_count: usize,
+    tx_sealed: usize,
+    tx_sent: usize,
+    rate: Option<RateLimiter>,
+    /// The rate limiter holds the slots until then.
+    pub(crate) rate_wait: Option<Duration>,
+}
+
+impl Io {
+    /// Buffers for `socket`: a listener's receive batch is `BATCH_SIZE`
+    /// buffers, a client's `CLIENT_RECV_BUFFERS`.
+    pub(crate) fn new(
+        socket: UdpSocket,
+        udp: &UdpState,
+        config: &ConfigInner,
+        listener: bool,
+    ) -> Self {
+        let parity = config.fec.map_or(0, |(_, p)| p);
+        let tx_slots = BATCH_SIZE + parity;
+        let stride = config.mtu.clamp(1, MAX_DATAGRAM);
+        let rx_count = if listener {
+            BATCH_SIZE
+        } else {
+            CLIENT_RECV_BUFFERS
+        };
+        let rx_size = if udp.gro_segments() > 1 {
+            (udp.gro_segments() * MAX_DATAGRAM).min(65_536)
+        } else {
+            MAX_DATAGRAM
+        };
+        let rate = (config.rate_limit > 0).then_some(RateLimiter {
+            rate: config.rate_limit as f64,
+            tokens: RATE_BURST,
+            last: Duration::ZERO,
+        });
+        let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
+        Self {
+            socket,
+            crypto: config.crypto.clone(),
+            rng: ChaCha20Rng::from_os_rng(),
+            nonce: [0; 16],
+            rx: vec![0; rx_count * rx_size],
+            rx_size,
+            rx_count,
+            rx_meta: vec![RecvMeta::default(); rx_count],
+            rx_got: 0,
+            tx: vec![0; tx_slots * stride],
+            stride,
+            tx_len: vec![0; tx_slots],
+            tx_dest: vec![unspecified; tx_slots],
+            tx_slots,
+            tx_count: 0,
+            tx_sealed: 0,
+            tx_sent: 0,
+            rate,
+            rate_wait: None,
+        }
+    }
+
+    /// The socket's local address.
+    pub(crate) fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.socket.local_addr()
+    }
+
+    /// A random conversation id for a client.
+    pub(crate) fn random_conv(&mut self) -> u32 {
+        self.rng.next_u32()
+    }
+
+    // ------------------------------------------------------------ receive
+
+    /// One receive system call. `Ready(n)` with the number of messages
+    /// received (0 after a counted error), `Pending` when the socket is
+    /// drained. Then [`datagram`](Self::datagram) walks them.
+    pub(crate) fn poll_recv(&mut self, cx: &mut Context<'_>, shared: &DriverShared) -> Poll<usize> {
+        self.rx_got = 0;
+        let got = loop {
+            match self.socket.poll_recv_ready(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Err(_)) => {
+                    bump(&shared.counters.recv_errors);
+                    return Poll::Ready(0);
+                }
+                Poll::Ready(Ok(())) => {}
+            }
+            let (socket, udp, rx, meta) =
+                (&self.socket, &shared.udp, &mut self.rx, &mut self.rx_meta);
+            let size = self.rx_size;
+            let count = self.rx_count;
+            // A short batch (fewer messages than asked for) means the kernel
+            // found the queue empty: `recvmmsg` and the portable loop stop
+            // early only at EAGAIN or at an error, and errors cannot arise
+            // mid-queue here (driver sockets are never connected and do not
+            // set IP_RECVERR, so no ICMP error is queued; the portable path
+            // says when it holds one back). Reporting it to tokio as
+            // `WouldBlock` clears the readiness now instead of with one more
+            // `recvmmsg` that would return EAGAIN. A datagram that arrives
+            // meanwhile is not missed: tokio clears only the readiness it
+            // handed out, not an event delivered after it.
+            let mut drained = 0;
+            let res = socket.try_io(Interest::READABLE, || {
+                let mut chunks = rx.chunks_mut(size);
+                let mut bufs: [IoSliceMut<'_>; BATCH_SIZE] =
+                    std::array::from_fn(|_| IoSliceMut::new(chunks.next().unwrap_or_default()));
+                let n = count.min(udp.batch_size());
+                let got = udp.recv(
+                    socket2::SockRef::from(socket),
+                    bufs.get_mut(..n).unwrap_or_default(),
+                    meta,
+                )?;
+                if got > 0 && got < n && !udp.recv_error_pending() {
+                    drained = got;
+                    return Err(io::ErrorKind::WouldBlock.into());
+                }
+                Ok(got)
+            });
+            match res {
+                Ok(n) => break n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock && drained > 0 => break drained,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(_) => {
+                    // ICMP errors, truncation reports...: counted, never fatal.
+                    bump(&shared.counters.recv_errors);
+                    return Poll::Ready(0);
+                }
+            }
+        };
+        self.rx_got = got;
+        Poll::Ready(got)
+    }
+
+    /// The datagrams of message `i` of the last receive (a GRO run split
+    /// into its datagrams), in arrival order.
+    pub(crate) fn message(&self, i: usize) -> Option<Datagrams> {
+        if i >= self.rx_got {
+            return None;
+        }
+        let m = self.rx_meta.get(i)?;
+        let start = i * self.rx_size;
+        Some(Datagrams {
+            peer: m.addr,
+            off: start,
+            end: start + m.len.min(self.rx_size),
+            stride: m.stride.max(1),
+        })
+    }
+
+    /// Opens (decrypts and verifies) a datagram in place; the plaintext's
+    /// range in the batch buffer.
+    pub(crate) fn open(&mut self, d: Datagram) -> Option<Range<usize>> {
+        let datagram = self.rx.get_mut(d.start..d.end)?;
+        let range = self.crypto.open(datagram).ok()?;
+        let (start, end) = (d.start + range.start, d.start + range.end);
+        (start <= end && end <= d.end).then_some(start..end)
+    }
+
+    /// Bytes of the batch buffer (a plaintext range from [`open`](Self::open)).
+    pub(crate) fn rx(&self, range: Range<usize>) -> &[u8] {
+        self.rx.get(range).unwrap_or_default()
+    }
+
+    // ----------------------------------------------------------- transmit
+
+    /// Slots free for new datagrams.
+    pub(crate) fn free_slots(&self) -> usize {
+        self.tx_slots - self.tx_count
+    }
+
+    /// Whether datagrams are waiting to be sent.
+    pub(crate) fn has_pending(&self) -> bool {
+        self.tx_count > 0
+    }
+
+    /// The next free slot (`stride` bytes), for a session to write into.
+    pub(crate) fn next_slot(&mut self) -> &mut [u8] {
+        let base = self.tx_count * self.stride;
+        self.tx
+            .get_mut(base..base + self.stride)
+            .unwrap_or_default()
+    }
+
+    /// The next slot now holds a datagram body of `payload` plaintext bytes
+    /// for `dest`, to be sealed.
+    pub(crate) fn push(&mut self, dest: SocketAddr, payload: usize) {
+        if let (Some(len), Some(d)) = (
+            self.tx_len.get_mut(self.tx_count),
+            self.tx_dest.get_mut(self.tx_count),
+        ) {
+            *len = payload;
+            *d = dest;
+            self.tx_count += 1;
+        }
+    }
+
+    /// Seals the datagrams not yet sealed (no session lock is held here).
+    fn seal_pending(&mut self) {
+        let nonce_len = self.crypto.nonce_len().min(self.nonce.len());
+        let plain = self.crypto.header_len() == 0 && self.crypto.trailer_len() == 0;
+        while self.tx_sealed < self.tx_count {
+            let i = self.tx_sealed;
+            self.tx_sealed += 1;
+            if plain {
+                continue;
+            }
+            let base = i * self.stride;
+            let (Some(buf), Some(len)) = (
+                self.tx.get_mut(base..base + self.stride),
+                self.tx_len.get_mut(i),
+            ) else {
+                continue;
+            };
+            let nonce = self.nonce.get_mut(..nonce_len).unwrap_or_default();
+            self.rng.fill_bytes(nonce);
+            match self.crypto.seal(buf, *len, nonce) {
+                Ok(n) => *len = n,
+                Err(_) => *len = 0, // cannot happen with Conn's headroom; never sent
+            }
+        }
+    }
+
+    /// Whether the rate limiter lets a send go now (else `rate_wait` says
+    /// until when).
+    fn rate_allows(&mut self, now: Duration) -> bool {
+        if let Some(rate) = self.rate.as_mut() {
+            let elapsed = now.saturating_sub(rate.last).as_secs_f64();
+            rate.last = now;
+            rate.tokens = (rate.tokens + elapsed * rate.rate).min(RATE_BURST);
+            if rate.tokens < 0.0 {
+                let wait = Duration::from_secs_f64(-rate.tokens / rate.rate);
+                self.rate_wait = Some(now + wait);
+                return false;
+            }
+        }
+        self.rate_wait = None;
+        true
+    }
+
+    /// Sends what is in the transmit slots. Returns true when they are all
+    /// gone (and reset), false when the socket (or the rate limit) blocked.
+    pub(crate) fn poll_flush(
+        &mut self,
+        cx: &mut Context<'_>,
+        now: Duration,
+        shared: &DriverShared,
+    ) -> bool {
+        self.seal_pending();
+        while self.tx_sent < self.tx_count {
+            if !self.rate_allows(now) {
+                return false;
+            }
+            match self.socket.poll_send_ready(cx) {
+                Poll::Pending => return false,
+                Poll::Ready(Err(_)) => bump(&shared.counters.send_errors),
+                Poll::Ready(Ok(())) => {}
+            }
+            let mut transmits = [Transmit {
+                destination: shared.local_addr,
+                contents: &[],
+                segment_size: None,
+            }; BATCH_SIZE];
+            // Slots per transmit, to map "n transmits sent" back to slots.
+            let mut spans = [0usize; BATCH_SIZE];
+            let slots = Slots {
+                tx: &self.tx,
+                len: self.tx_len.get(..self.tx_count).unwrap_or_default(),
+                dest: &self.tx_dest,
+                stride: self.stride,
+            };
+            let (n, skipped) = slots.gather(
+                self.tx_sent,
+                &mut transmits,
+                &mut spans,
+                shared.udp.max_gso_segments(),
+            );
+            self.tx_sent += skipped;
+            if n == 0 {
+                continue;
+            }
+            let batch = transmits.get(..n).unwrap_or_default();
+            let res = self.socket.try_io(Interest::WRITABLE, || {
+                shared.udp.send(socket2::SockRef::from(&self.socket), batch)
+            });
+            match res {
+                Ok(sent) => {
+                    let sent = sent.clamp(1, n.max(1));
+                    let sent_bytes: usize = batch.iter().take(sent).map(|t| t.contents.len()).sum();
+                    let slots: usize = spans.iter().take(sent).sum();
+                    add(&shared.counters.datagrams_out, slots);
+                    add(&shared.counters.bytes_out, sent_bytes);
+                    if let Some(rate) = self.rate.as_mut() {
+                        rate.tokens -= sent_bytes as f64;
+                    }
+                    self.tx_sent += slots.max(1);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(_) => {
+                    // About transmits[0] only (unreachable, too large...):
+                    // drop it; KCP retransmits what mattered.
+                    bump(&shared.counters.send_errors);
+                    self.tx_sent += spans.first().copied().unwrap_or(1).max(1);
+                }
+            }
+        }
+        self.tx_count = 0;
+        self.tx_sealed = 0;
+        self.tx_sent = 0;
+        true
+    }
+}
+
+/// The filled transmit slots, borrowed for one send.
+struct Slots<'a> {
+    tx: &'a [u8],
+    /// Lengths of the filled slots.
+    len: &'a [usize],
+    dest: &'a [SocketAddr],
+    stride: usize,
+}
+
+impl<'a> Slots<'a> {
+    /// Fills `transmits` from slot `from` on: runs of full-stride datagrams
+    /// to one peer become one GSO transmit. Returns how many, and how many
+    /// leading slots that failed to seal were skipped; `spans[i]` is the
+    /// number of slots behind `transmits[i]`.
+    fn gather(
+        &self,
+        from: usize,
+        transmits: &mut [Transmit<'a>; BATCH_SIZE],
+        spans: &mut [usize; BATCH_SIZE],
+        max_gso: usize,
+    ) -> (usize, usize) {
+        let stride = self.stride;
+        let count = self.len.len();
+        let max_run = max_gso.min(65_507 / stride.max(1)).max(1);
+        let (mut n, mut skipped) = (0, 0);
+        let mut i = from;
+        while i < count && n < BATCH_SIZE {
+            let Some(&dest) = self.dest.get(i) else { break };
+            let first = self.len.get(i).copied().unwrap_or(0);
+            if first == 0 {
+                // A slot that failed to seal is never sent: skip it when it
+                // leads the batch, else end the batch before it.
+                if n == 0 {
+                    skipped += 1;
+                    i += 1;
+                    continue;
+                }
+                break;
+            }
+            // A GSO run: full-stride datagrams to one peer, the last may be
+            // shorter; they are contiguous because slots are `stride` apart.
+            let mut j = i + 1;
+            let mut total = first;
+            if first == stride {
+                while j < count && j - i < max_run {
+                    let (len, d) = (
+                        self.len.get(j).copied().unwrap_or(0),
+                        self.dest.get(j).copied(),
+                    );
+                    if d != Some(dest) || len == 0 || len > stride {
+                        break;
+                    }
+                    total += len;
+                    j += 1;
+                    if len < stride {
+                        break;
+                    }
+                }
+            }
+            let base = i * stride;
+            if let (Some(t), Some(span)) = (transmits.get_mut(n), spans.get_mut(n)) {
+                t.destination = dest;
+                t.contents = self.tx.get(base..base + total).unwrap_or_default();
+                t.segment_size = (j - i > 1).then_some(stride);
+                *span = j - i;
+            }
+            n += 1;
+            i = j;
+        }
+        (n, skipped)
+    }
+}
+
+/// Opens a UDP socket bound to `bind`, configured from `config`, with its
+/// batched-I/O state.
+pub(crate) fn open_socket(
+    bind: SocketAddr,
+    config: &ConfigInner,
+    reuse_port: bool,
+) -> io::Result<(UdpSocket, UdpState)> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let domain = Domain::for_address(bind);
+    let sock = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
+    match config.recv_buffer {
+        Some(n) => sock.set_recv_buffer_size(n)?,
+        // Best effort: the kernel caps it at rmem_max and reports double.
+        None => {
+            if sock
+                .recv_buffer_size()
+                .is_ok_and(|n| n < DEFAULT_RECV_BUFFER)
+            {
+                let _ = sock.set_recv_buffer_size(DEFAULT_RECV_BUFFER);
+            }
+        }
+    }
+    if let Some(n) = config.send_buffer {
+        sock.set_send_buffer_size(n)?;
+    }
+    if config.dscp != 0 {
+        let tos = u32::from(config.dscp) << 2;
+        if bind.is_ipv4() {
+            sock.set_tos(tos)?;
+        } else {
+            #[cfg(any(target_os = "linux", target_os = "android", target_os = "macos"))]
+            sock.set_tclass_v6(tos)?;
+        }
+    }
+    if reuse_port {
+        #[cfg(all(unix, not(any(target_os = "solaris", target_os = "illumos"))))]
+        sock.set_reuse_port(true)?;
+    }
+    sock.bind(&bind.into())?;
+    let udp = UdpState::new(socket2::SockRef::from(&sock), config.batching)?;
+    let std_sock: std::net::UdpSocket = sock.into();
+    let socket = UdpSocket::from_std(std_sock)?;
+    Ok((socket, udp))
+}

@@ -1,0 +1,585 @@
+//! The one task per UDP socket.
+//!
+//! A [`Driver`] owns a UDP socket and every session on it. It is the only
+//! place that reads the clock, draws random numbers, or makes system calls.
+//! It is split by concern:
+//!
+//! - [`table`]: the sans-IO session table (demux by address and conv,
+//!   takeover, tombstones, admission, the deadline heap);
+//! - [`io`]: the socket half (receive batch, open, transmit slots, seal,
+//!   GSO runs, rate limit);
+//! - [`shared`]: what handles see (each session's [`Conn`] under a lock,
+//!   wakers, the inbox, the accept backlog);
+//! - [`stats`]: the socket counters;
+//! - this file: the task loop, the one `Sleep`, the deferred flush and the
+//!   bounded rounds.
+//!
+//! One wake-up of the driver: drain the inbox, receive a batch of datagrams
+//! (open, route, then one session lock per session per batch: `Conn` input,
+//! wake readers), fire due timers, let the sessions that have something to
+//! say write datagrams into the reused transmit slots, seal them (outside
+//! any session lock) and send them in batches. A wake-up does a bounded
+//! number of rounds, then wakes itself and yields, so a flood cannot starve
+//! the runtime. When the socket is not writable the unsent datagrams stay
+//! in their slots and the sessions stay queued; nothing we produced is ever
+//! dropped, the KCP windows are the flow control.
+//!
+//! Time: the driver's clock is a `Duration` since its `epoch`, the time
+//! [`Conn`] and the table take; only the `Sleep` sees a tokio `Instant`.
+
+mod io;
+pub(crate) mod shared;
+pub(crate) mod stats;
+mod table;
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::net::UdpSocket;
+use tokio::time::{Instant, Sleep};
+
+use self::io::{Io, open_socket};
+use self::shared::{
+    Accept, DriverShared, Inbox, SessionShared, SessionState, lock, register, wake,
+};
+use self::stats::{add, bump};
+use self::table::{Inbound, Route, SessionId, Table};
+use crate::config::ConfigInner;
+use crate::conn::{Conn, SessionError};
+use crate::sys::UdpState;
+
+/// Receive batches a listener reads per round, and rounds per wake-up
+/// before the driver yields.
+const MAX_ROUNDS: usize = 8;
+/// Sessions serviced per round at most.
+const SESSIONS_PER_ROUND: usize = 256;
+
+/// Whose socket this is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    /// A client stream: one session, one peer.
+    Client,
+    /// A listener: sessions are created by the first valid packet of a peer.
+    Listener,
+}
+
+/// A received packet routed to a session, waiting in the batch for
+/// [`Driver::deliver_routed`]: the plaintext is `rx[start..end]`.
+#[derive(Clone, Copy)]
+struct Routed {
+    id: SessionId,
+    start: usize,
+    end: usize,
+}
+
+/// What a call to [`Driver::service`] ended with.
+#[derive(PartialEq, Eq)]
+enum Serviced {
+    Done,
+    /// The transmit slots are full; the session stays queued.
+    SlotsFull,
+}
+
+/// The task that owns one UDP socket and all sessions on it.
+pub(crate) struct Driver {
+    shared: Arc<DriverShared>,
+    io: Io,
+    table: Table<Arc<SessionShared>>,
+    role: Role,
+    epoch: Instant,
+    sleep: Pin<Box<Sleep>>,
+    sleep_at: Option<Duration>,
+    ready: VecDeque<SessionId>,
+    /// Sessions fed input that woke a reader: serviced at the next poll,
+    /// after the driver yielded once, so a reply the application writes
+    /// meanwhile leaves in the same datagram as the ACKs.
+    deferred: Vec<SessionId>,
+    inbox_scratch: Vec<SessionId>,
+    /// Packets of the current receive batch, by session (reused).
+    routed: Vec<Routed>,
+    /// Free slots a session needs before it may produce a datagram: one
+    /// plus a FEC group's parity, so a completed group goes out together.
+    slots_needed: usize,
+}
+
+impl Driver {
+    /// Builds a driver around a bound, non-blocking socket. `udp` was made by
+    /// `UdpState::new` on the same socket.
+    fn new(
+        socket: UdpSocket,
+        udp: UdpState,
+        config: Arc<ConfigInner>,
+        role: Role,
+        accept: Arc<Accept>,
+    ) -> std::io::Result<Self> {
+        let listener = role == Role::Listener;
+        let io = Io::new(socket, &udp, &config, listener);
+        let local_addr = io.local_addr()?;
+        let table = Table::new(listener, config.max_sessions, config.accept_backlog);
+        let slots_needed = 1 + config.fec.map_or(0, |(_, p)| p);
+        let now = Instant::now();
+        let shared = Arc::new(DriverShared {
+            local_addr,
+            udp,
+            config,
+            inbox: Mutex::new(Inbox::default()),
+            counters: stats::Counters::default(),
+            accept,
+        });
+        Ok(Self {
+            shared,
+            io,
+            table,
+            role,
+            epoch: now,
+            sleep: Box::pin(tokio::time::sleep_until(now)),
+            sleep_at: None,
+            ready: VecDeque::new(),
+            deferred: Vec::new(),
+            inbox_scratch: Vec::new(),
+            routed: Vec::with_capacity(crate::sys::BATCH_SIZE * 4),
+            slots_needed,
+        })
+    }
+
+    /// The driver's clock: time since its epoch.
+    fn now(&self) -> Duration {
+        Instant::now().saturating_duration_since(self.epoch)
+    }
+
+    /// Creates a session for `peer`/`conv` and registers it. The session
+    /// starts queued, so the driver services it once and arms its timers
+    /// (an idle timeout runs from creation).
+    fn insert_session(
+        &mut self,
+        peer: SocketAddr,
+        conv: u32,
+        now: Duration,
+    ) -> Option<Arc<SessionShared>> {
+        let conn = Conn::with_config(conv, self.shared.config.clone(), now).ok()?;
+        let mut st = SessionState::new(conn);
+        st.queued = true;
+        let driver = self.shared.clone();
+        let id = self.table.insert(peer, conv, |id| {
+            Arc::new(SessionShared {
+                id,
+                peer,
+                conv,
+                state: Mutex::new(st),
+                driver,
+            })
+        });
+        self.ready.push_back(id);
+        self.shared.counters.opened();
+        tracing::debug!(%peer, conv, local = %self.shared.local_addr, "kcp session opened");
+        self.table.get(id).cloned()
+    }
+
+    /// Frees a session: out of the table, tombstoned, its `Conn` failed
+    /// with `reason` unless it already failed, its handles woken.
+    fn remove_session(&mut self, id: SessionId, reason: SessionError, now: Duration) {
+        let Some(session) = self.table.remove(id, now) else {
+            return;
+        };
+        {
+            let mut st = lock(&session.state);
+            st.removed = true;
+            st.armed = None;
+            st.conn.abort(reason);
+            st.wake_all();
+        }
+        self.shared.counters.closed();
+        tracing::debug!(peer = %session.peer, conv = session.conv, "kcp session closed");
+    }
+
+    /// Takes the handles' notifications; registers the task's waker.
+    fn drain_inbox(&mut self, cx: &Context<'_>, now: Duration) {
+        let listener_closed;
+        {
+            let mut inbox = lock(&self.shared.inbox);
+            std::mem::swap(&mut inbox.dirty, &mut self.inbox_scratch);
+            register(&mut inbox.waker, cx);
+            listener_closed = inbox.listener_closed;
+        }
+        self.ready.extend(self.inbox_scratch.drain(..));
+        if listener_closed && self.table.accepting() {
+            self.table.stop_accepting();
+            for id in self.shared.accept.close(&self.shared) {
+                self.remove_session(id, SessionError::Aborted, now);
+            }
+        }
+    }
+
+    /// One receive system call and the datagrams it brought. `Ready` when
+    /// the socket had something (datagrams or an error), `Pending` when it
+    /// is drained.
+    fn poll_recv_batch(&mut self, cx: &mut Context<'_>, now: Duration) -> Poll<()> {
+        let Poll::Ready(got) = self.io.poll_recv(cx, &self.shared) else {
+            return Poll::Pending;
+        };
+        for i in 0..got {
+            let Some(datagrams) = self.io.message(i) else {
+                break;
+            };
+            for d in datagrams {
+                self.route_datagram(d, now);
+            }
+        }
+        self.deliver_routed(now);
+        Poll::Ready(())
+    }
+
+    /// One datagram: opened in place, routed by the table, and queued in
+    /// `routed` for its session (a new one made first when the table
+    /// accepts a new conversation).
+    fn route_datagram(&mut self, d: io::Datagram, now: Duration) {
+        let counters = &self.shared.counters;
+        bump(&counters.datagrams_in);
+        add(&counters.bytes_in, d.end - d.start);
+        let Some(range) = self.io.open(d) else {
+            bump(&counters.bad_crypto);
+            tracing::trace!(peer = %d.peer, "datagram failed to open");
+            return;
+        };
+        let route = match Inbound::parse(self.io.rx(range.clone())) {
+            Ok(inbound) => {
+                let accept = &self.shared.accept;
+                self.table.route(d.peer, &inbound, now, || accept.len())
+            }
+            Err(r) => Route::Drop(r),
+        };
+        let id = match route {
+            Route::Deliver(id) => id,
+            Route::Drop(r) => {
+                self.shared.counters.refused(r);
+                return;
+            }
+            Route::Accept { conv, replaces } => {
+                if let Some(old) = replaces {
+                    self.remove_session(old, SessionError::Reset, now);
+                }
+                let Some(session) = self.insert_session(d.peer, conv, now) else {
+                    return;
+                };
+                let id = session.id;
+                self.shared.accept.push(session, d.peer);
+                id
+            }
+        };
+        self.routed.push(Routed {
+            id,
+            start: range.start,
+            end: range.end,
+        });
+    }
+
+    /// Feeds the packets routed in this receive batch to their sessions:
+    /// grouped by session (arrival order kept within each), so a session's
+    /// lock is taken once per batch, not once per datagram.
+    fn deliver_routed(&mut self, now: Duration) {
+        if self.routed.is_empty() {
+            return;
+        }
+        // Offsets grow in arrival order, so (id, start) keeps each session's order.
+        self.routed.sort_unstable_by_key(|r| (r.id, r.start));
+        let mut i = 0;
+        while let Some(first) = self.routed.get(i) {
+            let id = first.id;
+            let mut j = i + 1;
+            while self.routed.get(j).is_some_and(|r| r.id == id) {
+                j += 1;
+            }
+            self.deliver_run(id, i, j, now);
+            i = j;
+        }
+        self.routed.clear();
+    }
+
+    /// `routed[from..to]`, all for session `id`: into its `Conn`, then
+    /// wakers, and the session queued (deferred when a reader woke).
+    fn deliver_run(&mut self, id: SessionId, from: usize, to: usize, now: Duration) {
+        let Some(session) = self.table.get(id) else {
+            return;
+        };
+        let counters = &self.shared.counters;
+        let (read_waker, write_waker);
+        {
+            let mut guard = lock(&session.state);
+            let st = &mut *guard;
+            if st.conn.error().is_some() {
+                return;
+            }
+            for r in self.routed.get(from..to).unwrap_or_default() {
+                let got = st.conn.handle_packet(now, self.io.rx(r.start..r.end));
+                add(&counters.bad_kcp, got.bad_kcp as usize);
+                if got.bad_fec {
+                    bump(&counters.bad_fec);
+                }
+            }
+            read_waker = if st.conn.readable() {
+                st.read_waker.take()
+            } else {
+                None
+            };
+            write_waker = if st.conn.writable() {
+                st.write_waker.take()
+            } else {
+                None
+            };
+            if !st.queued {
+                st.queued = true;
+                if read_waker.is_some() {
+                    self.deferred.push(id);
+                } else {
+                    self.ready.push_back(id);
+                }
+            }
+        }
+        // Woken outside the lock, so the reader does not block on it.
+        if let Some(w) = read_waker {
+            w.wake();
+        }
+        if let Some(w) = write_waker {
+            w.wake();
+        }
+    }
+
+    /// Moves sessions whose deadline passed to the ready queue.
+    fn fire_timers(&mut self, now: Duration) {
+        while let Some(id) = self.table.pop_due(now) {
+            let Some(session) = self.table.get(id) else {
+                continue;
+            };
+            let mut st = lock(&session.state);
+            st.armed = None;
+            bump(&self.shared.counters.timer_fires);
+            if !st.queued {
+                st.queued = true;
+                self.ready.push_back(id);
+            }
+        }
+    }
+
+    /// Lets up to `SESSIONS_PER_ROUND` ready sessions transmit. Returns false
+    /// when the socket blocked with datagrams still waiting.
+    fn service_ready(&mut self, cx: &mut Context<'_>, now: Duration) -> bool {
+        for _ in 0..SESSIONS_PER_ROUND {
+            let Some(id) = self.ready.pop_front() else {
+                return true;
+            };
+            while self.service(id, now) == Serviced::SlotsFull {
+                if !self.io.poll_flush(cx, now, &self.shared) {
+                    self.ready.push_front(id);
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    /// Runs a session's timers, collects its datagrams into the transmit
+    /// slots, frees it when finished, else arms its next deadline.
+    fn service(&mut self, id: SessionId, now: Duration) -> Serviced {
+        let Some(session) = self.table.get(id).cloned() else {
+            return Serviced::Done;
+        };
+        let finished;
+        {
+            let mut guard = lock(&session.state);
+            let st = &mut *guard;
+            st.conn.handle_timeout(now);
+            loop {
+                if self.io.free_slots() < self.slots_needed {
+                    return Serviced::SlotsFull;
+                }
+                let Some(t) = st.conn.poll_transmit(now, self.io.next_slot()) else {
+                    break;
+                };
+                self.io.push(session.peer, t.len);
+            }
+            finished = st.conn.is_finished();
+            if let Some(e) = st.conn.error() {
+                st.wake_all();
+                if e != SessionError::Aborted {
+                    tracing::info!(peer = %session.peer, conv = session.conv, "kcp session failed: {e}");
+                }
+            } else if !finished {
+                if st.conn.writable() {
+                    wake(&mut st.write_waker);
+                }
+                let next = st.conn.poll_timeout();
+                if next != st.armed {
+                    st.armed = next;
+                    self.table.schedule(id, next);
+                }
+            }
+            st.queued = false;
+        }
+        if finished {
+            // Released sessions that are done, and failed ones.
+            self.remove_session(id, SessionError::Aborted, now);
+        }
+        Serviced::Done
+    }
+
+    /// Points the one `Sleep` at the earliest deadline. Returns true when
+    /// that deadline has already passed (the caller runs another round).
+    fn poll_timer(&mut self, cx: &mut Context<'_>) -> bool {
+        let mut next = self.table.next_deadline();
+        if let Some(w) = self.io.rate_wait {
+            next = Some(next.map_or(w, |n| n.min(w)));
+        }
+        let Some(at) = next else {
+            self.sleep_at = None;
+            return false;
+        };
+        if self.sleep_at != Some(at) {
+            self.sleep.as_mut().reset(self.epoch + at);
+            self.sleep_at = Some(at);
+        }
+        if self.sleep.as_mut().poll(cx).is_ready() {
+            self.sleep_at = None;
+            return true;
+        }
+        false
+    }
+
+    fn finished(&self) -> bool {
+        let idle = self.table.live() == 0 && !self.io.has_pending();
+        match self.role {
+            Role::Client => idle,
+            Role::Listener => !self.table.accepting() && idle,
+        }
+    }
+}
+
+impl Future for Driver {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.get_mut();
+        let mut rounds = 0;
+        // Deferred by the last poll's input: their readers have run since.
+        this.ready.extend(this.deferred.drain(..));
+        loop {
+            let now = this.now();
+            this.drain_inbox(cx, now);
+            let mut more = false;
+            let batches = match this.role {
+                Role::Client => 1,
+                Role::Listener => 2,
+            };
+            for _ in 0..batches {
+                match this.poll_recv_batch(cx, now) {
+                    Poll::Ready(()) => more = true,
+                    Poll::Pending => break,
+                }
+            }
+            this.fire_timers(now);
+            let unblocked =
+                this.service_ready(cx, now) && this.io.poll_flush(cx, now, &this.shared);
+            if unblocked && !this.ready.is_empty() {
+                more = true;
+            }
+            if this.finished() {
+                return Poll::Ready(());
+            }
+            if !this.deferred.is_empty() {
+                // Yield once so the woken readers run (and perhaps reply)
+                // before these sessions flush.
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
+            if this.poll_timer(cx) {
+                more = true;
+            }
+            if !more {
+                return Poll::Pending;
+            }
+            rounds += 1;
+            if rounds >= MAX_ROUNDS {
+                // Bounded work per wake-up: let other tasks run.
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
+        }
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.shared.accept.close(&self.shared);
+        for s in self.table.sessions() {
+            let mut st = lock(&s.state);
+            st.removed = true;
+            st.conn.abort(SessionError::Aborted);
+            st.wake_all();
+        }
+    }
+}
+
+/// Binds the listener's sockets at `addr` and spawns one driver per socket:
+/// one socket, or `config.reuse_port` sockets bound to the same address with
+/// `SO_REUSEPORT` (the first one's port when `addr` asks for port 0), all
+/// feeding one accept backlog. Every socket is bound before any driver runs.
+pub(crate) fn spawn_listener(
+    addr: SocketAddr,
+    config: Arc<ConfigInner>,
+) -> std::io::Result<Vec<Arc<DriverShared>>> {
+    let n = if cfg!(all(
+        unix,
+        not(any(target_os = "solaris", target_os = "illumos"))
+    )) {
+        config.reuse_port.max(1)
+    } else {
+        1
+    };
+    let accept = Arc::new(Accept::default());
+    let mut drivers = Vec::with_capacity(n);
+    let mut bind = addr;
+    for _ in 0..n {
+        let (socket, udp) = open_socket(bind, &config, n > 1)?;
+        let driver = Driver::new(socket, udp, config.clone(), Role::Listener, accept.clone())?;
+        bind = driver.shared.local_addr;
+        drivers.push(driver);
+    }
+    let shared = drivers.iter().map(|d| d.shared.clone()).collect();
+    for driver in drivers {
+        tokio::spawn(driver);
+    }
+    Ok(shared)
+}
+
+/// Binds a client socket for `peer` (unspecified address of its family,
+/// port 0), creates the one session and spawns the driver.
+pub(crate) fn spawn_client(
+    peer: SocketAddr,
+    config: Arc<ConfigInner>,
+) -> std::io::Result<Arc<SessionShared>> {
+    let bind: SocketAddr = if peer.is_ipv4() {
+        (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
+    } else {
+        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+    };
+    let (socket, udp) = open_socket(bind, &config, false)?;
+    let accept = Arc::new(Accept::default());
+    let mut driver = Driver::new(socket, udp, config, Role::Client, accept)?;
+    let conv = match driver.shared.config.conv {
+        Some(c) => c,
+        None => driver.io.random_conv(),
+    };
+    let now = driver.now();
+    let session = driver.insert_session(peer, conv, now).ok_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "kcp configuration refused by the ARQ or FEC",
+        )
+    })?;
+    tokio::spawn(driver);
+    Ok(session)
+}

@@ -1,0 +1,318 @@
+//! The contract between handles (streams, listeners) and the driver task.
+//!
+//! - Each session is a [`SessionShared`]: its [`Conn`] behind a
+//!   `std::sync::Mutex` held only for pure state changes (never across an
+//!   `.await` or a system call), plus the wakers of the handles.
+//! - A handle locks, calls the `Conn`, registers a waker on
+//!   `WouldBlock`, and asks the driver to look at the session only when the
+//!   call moved the session's deadline earlier than the one the driver
+//!   armed ([`SessionState::needs_driver`]): it never reads the clock or
+//!   other driver state to decide. The request pushes the session's id into
+//!   the driver's inbox once (`queued` deduplicates, so the inbox is bounded
+//!   by the number of sessions) and wakes the driver task.
+//! - The accept backlog ([`Accept`]) is the one queue between the drivers of
+//!   a listener and its `accept` calls; only its methods touch it.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use super::stats::Counters;
+use super::table::SessionId;
+use crate::config::ConfigInner;
+use crate::conn::{Conn, ConnError};
+use crate::sys::UdpState;
+
+/// Locks a mutex, ignoring poisoning: every critical section leaves the
+/// state consistent, and a panic elsewhere must not take the socket down.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Wakes an optional waker, leaving the slot empty.
+pub(crate) fn wake(slot: &mut Option<Waker>) {
+    if let Some(w) = slot.take() {
+        w.wake();
+    }
+}
+
+/// Stores `cx`'s waker in `slot` unless it is already there.
+pub(crate) fn register(slot: &mut Option<Waker>, cx: &Context<'_>) {
+    match slot {
+        Some(w) if w.will_wake(cx.waker()) => {}
+        _ => *slot = Some(cx.waker().clone()),
+    }
+}
+
+/// Which waker a blocked call waits on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Side {
+    /// Reads and `recv_message`.
+    Read,
+    /// Writes, `send_message` and shutdown.
+    Write,
+}
+
+/// A session's state under its lock.
+pub(crate) struct SessionState {
+    pub(crate) conn: Conn,
+    pub(crate) read_waker: Option<Waker>,
+    pub(crate) write_waker: Option<Waker>,
+    /// In the driver's inbox or ready queue.
+    pub(crate) queued: bool,
+    /// The deadline the driver armed for this session (time since the
+    /// driver's epoch); `None` when none is armed or it fired.
+    pub(crate) armed: Option<Duration>,
+    /// Removed from the driver's table.
+    pub(crate) removed: bool,
+}
+
+impl SessionState {
+    pub(crate) fn new(conn: Conn) -> Self {
+        Self {
+            conn,
+            read_waker: None,
+            write_waker: None,
+            queued: false,
+            armed: None,
+            removed: false,
+        }
+    }
+
+    /// The last call moved the session's deadline earlier than the one the
+    /// driver armed: output or a timer is due that the driver does not know
+    /// of.
+    fn needs_driver(&self) -> bool {
+        self.conn
+            .poll_timeout()
+            .is_some_and(|t| self.armed.is_none_or(|a| t < a))
+    }
+
+    /// Wakes the handles after the session failed or was removed.
+    pub(crate) fn wake_all(&mut self) {
+        wake(&mut self.read_waker);
+        wake(&mut self.write_waker);
+    }
+}
+
+/// One session as seen by its handles.
+pub(crate) struct SessionShared {
+    pub(crate) id: SessionId,
+    pub(crate) peer: SocketAddr,
+    pub(crate) conv: u32,
+    pub(crate) state: Mutex<SessionState>,
+    pub(crate) driver: Arc<DriverShared>,
+}
+
+impl fmt::Debug for SessionShared {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Session")
+            .field("peer", &self.peer)
+            .field("conv", &self.conv)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SessionShared {
+    /// Runs one application call on the session's `Conn`: `Ready` with its
+    /// verdict, or `Pending` with `cx` registered on `side` when it says
+    /// `WouldBlock`. Tells the driver when the call needs it.
+    pub(crate) fn poll_call<T>(
+        &self,
+        cx: &Context<'_>,
+        side: Side,
+        call: impl FnOnce(&mut Conn) -> Result<T, ConnError>,
+    ) -> Poll<io::Result<T>> {
+        let mut st = lock(&self.state);
+        let verdict = call(&mut st.conn);
+        if st.needs_driver() {
+            self.notify_driver(&mut st);
+        }
+        match verdict {
+            Err(ConnError::WouldBlock) => {
+                let slot = match side {
+                    Side::Read => &mut st.read_waker,
+                    Side::Write => &mut st.write_waker,
+                };
+                register(slot, cx);
+                Poll::Pending
+            }
+            v => Poll::Ready(v.map_err(io::Error::from)),
+        }
+    }
+
+    /// Reads the session's `Conn` (stats, error).
+    pub(crate) fn with_conn<T>(&self, f: impl FnOnce(&Conn) -> T) -> T {
+        f(&lock(&self.state).conn)
+    }
+
+    /// Asks the driver to look at this session: `st.queued` deduplicates.
+    fn notify_driver(&self, st: &mut SessionState) {
+        if st.queued || st.removed {
+            return;
+        }
+        st.queued = true;
+        self.driver.push_inbox(self.id);
+    }
+
+    /// All user handles are gone: the session flushes for up to `linger`,
+    /// then the driver frees it.
+    pub(crate) fn release(&self) {
+        let mut st = lock(&self.state);
+        st.conn.release();
+        st.read_waker = None;
+        st.write_waker = None;
+        self.notify_driver(&mut st);
+    }
+}
+
+/// Messages from handles to the driver task.
+#[derive(Default)]
+pub(crate) struct Inbox {
+    pub(crate) dirty: Vec<SessionId>,
+    pub(crate) waker: Option<Waker>,
+    pub(crate) listener_closed: bool,
+}
+
+/// The part of a driver its handles see.
+pub(crate) struct DriverShared {
+    pub(crate) local_addr: SocketAddr,
+    /// The socket's batched-I/O state (capabilities and system-call counters).
+    pub(crate) udp: UdpState,
+    pub(crate) config: Arc<ConfigInner>,
+    pub(crate) inbox: Mutex<Inbox>,
+    pub(crate) counters: Counters,
+    pub(crate) accept: Arc<Accept>,
+}
+
+impl fmt::Debug for DriverShared {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Driver")
+            .field("local_addr", &self.local_addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DriverShared {
+    fn wake_with(&self, change: impl FnOnce(&mut Inbox)) {
+        let waker = {
+            let mut inbox = lock(&self.inbox);
+            change(&mut inbox);
+            inbox.waker.take()
+        };
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+
+    fn push_inbox(&self, id: SessionId) {
+        self.wake_with(|inbox| inbox.dirty.push(id));
+    }
+
+    /// The listener handle is gone: refuse new peers, drop the backlog, and
+    /// stop once the remaining sessions are done.
+    pub(crate) fn close_listener(&self) {
+        self.wake_with(|inbox| inbox.listener_closed = true);
+    }
+
+    /// This socket's counters.
+    pub(crate) fn stats(&self) -> crate::ListenerStats {
+        let mut s = self.counters.snapshot(&self.udp.stats());
+        s.backlog = self.accept.len();
+        s
+    }
+}
+
+/// What [`Accept::take`] found.
+pub(crate) enum Taken {
+    /// A session and its peer.
+    Session(Arc<SessionShared>, SocketAddr),
+    /// Nothing yet.
+    Empty,
+    /// Every driver is gone.
+    Closed,
+}
+
+/// The accept backlog of a listener, shared by its drivers (one, or one per
+/// `SO_REUSEPORT` socket); bounded by `accept_backlog` (the table's
+/// admission asks [`len`](Self::len)).
+#[derive(Default)]
+pub(crate) struct Accept {
+    queue: Mutex<AcceptQueue>,
+    notify: Notify,
+}
+
+#[derive(Default)]
+struct AcceptQueue {
+    queue: VecDeque<(Arc<SessionShared>, SocketAddr)>,
+    /// A driver is gone: `accept` fails.
+    closed: bool,
+}
+
+impl Accept {
+    /// Sessions waiting.
+    pub(crate) fn len(&self) -> usize {
+        lock(&self.queue).queue.len()
+    }
+
+    /// A new session for `accept`.
+    pub(crate) fn push(&self, session: Arc<SessionShared>, peer: SocketAddr) {
+        lock(&self.queue).queue.push_back((session, peer));
+        self.notify.notify_one();
+    }
+
+    /// The next session still worth handing out (one that failed while
+    /// waiting, by idle timeout or takeover, is skipped).
+    pub(crate) fn take(&self) -> Taken {
+        let mut q = lock(&self.queue);
+        while let Some((session, peer)) = q.queue.pop_front() {
+            if session.with_conn(Conn::error).is_some() {
+                continue;
+            }
+            // More may be waiting for other accept callers.
+            if !q.queue.is_empty() {
+                self.notify.notify_one();
+            }
+            return Taken::Session(session, peer);
+        }
+        if q.closed {
+            Taken::Closed
+        } else {
+            Taken::Empty
+        }
+    }
+
+    /// Waits for [`push`](Self::push) or [`close`](Self::close); enable the
+    /// returned future before calling [`take`](Self::take).
+    pub(crate) fn notified(&self) -> tokio::sync::futures::Notified<'_> {
+        self.notify.notified()
+    }
+
+    /// `driver` stops: `accept` fails from now on, and its sessions leave
+    /// the backlog (returned, for the driver to free).
+    pub(crate) fn close(&self, driver: &Arc<DriverShared>) -> Vec<SessionId> {
+        let ids = {
+            let mut q = lock(&self.queue);
+            q.closed = true;
+            // Only this driver's sessions: the backlog may be shared with the
+            // other sockets of a `reuse_port` group.
+            let mine = |s: &Arc<SessionShared>| Arc::ptr_eq(&s.driver, driver);
+            let ids = q
+                .queue
+                .iter()
+                .filter(|(s, _)| mine(s))
+                .map(|(s, _)| s.id)
+                .collect();
+            q.queue.retain(|(s, _)| !mine(s));
+            ids
+        };
+        self.notify.notify_waiters();
+        ids
+    }
+}

@@ -1,0 +1,147 @@
+//! Socket counters, named once: the list below makes both the relaxed
+//! atomics the driver bumps and the public [`ListenerStats`] snapshot, with
+//! its `merge` for a `reuse_port` group.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::table::Refusal;
+use crate::sys::SysStats;
+
+macro_rules! socket_counters {
+    ($( $(#[$doc:meta])* $name:ident, )*) => {
+        /// Socket-level counters (relaxed atomics), shared with listener and
+        /// stream handles for their `stats()`.
+        #[derive(Debug, Default)]
+        pub(crate) struct Counters {
+            $( pub(crate) $name: AtomicU64, )*
+        }
+
+        /// Counters of a listener's socket, from
+        /// [`KcpListener::stats`](crate::KcpListener::stats).
+        ///
+        /// Every datagram that does not reach a session is counted under one
+        /// reason and dropped; none is logged above `debug`.
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+        #[non_exhaustive]
+        pub struct ListenerStats {
+            $( $(#[$doc])* pub $name: u64, )*
+            /// Sessions waiting to be accepted now.
+            pub backlog: usize,
+            /// Receive system calls made (`recvmmsg` or one-datagram calls).
+            pub recv_syscalls: u64,
+            /// Send system calls made (`sendmmsg` or one-datagram calls).
+            pub send_syscalls: u64,
+            /// Datagrams cut short by a small receive buffer, dropped.
+            pub truncated: u64,
+            /// UDP sockets behind these figures (more than one with
+            /// [`ConfigBuilder::reuse_port`](crate::ConfigBuilder::reuse_port)).
+            pub sockets: usize,
+        }
+
+        impl Counters {
+            /// One socket's figures (`backlog` is the caller's to fill).
+            pub(crate) fn snapshot(&self, sys: &SysStats) -> ListenerStats {
+                ListenerStats {
+                    $( $name: self.$name.load(Ordering::Relaxed), )*
+                    backlog: 0,
+                    recv_syscalls: sys.recv_syscalls,
+                    send_syscalls: sys.send_syscalls,
+                    truncated: sys.truncated,
+                    sockets: 1,
+                }
+            }
+        }
+
+        impl ListenerStats {
+            /// Adds another socket of the same group (the backlog is shared:
+            /// counted once).
+            pub(crate) fn merge(&mut self, o: &ListenerStats) {
+                $( self.$name += o.$name; )*
+                self.backlog = o.backlog;
+                self.recv_syscalls += o.recv_syscalls;
+                self.send_syscalls += o.send_syscalls;
+                self.truncated += o.truncated;
+                self.sockets += o.sockets;
+            }
+        }
+    };
+}
+
+socket_counters! {
+    /// Datagrams received on the socket.
+    datagrams_in,
+    /// Their bytes.
+    bytes_in,
+    /// Datagrams sent.
+    datagrams_out,
+    /// Their bytes.
+    bytes_out,
+    /// Dropped: failed decryption or integrity check, or too short.
+    bad_crypto,
+    /// FEC packets the decoder refused.
+    bad_fec,
+    /// Packets the ARQ refused (malformed, or too short after decryption).
+    bad_kcp,
+    /// Dropped: no session for the address and no conv to create one.
+    unknown_session,
+    /// Dropped: another conv than the address's session (not a takeover).
+    conv_mismatch,
+    /// Dropped: a late packet of a recently closed session.
+    tombstoned,
+    /// New peers refused because the accept backlog was full.
+    refused_backlog,
+    /// New peers refused because the session cap was reached.
+    refused_cap,
+    /// Out-of-band packets (not supported; dropped).
+    oob,
+    /// Receive errors (ICMP reports, truncation), never fatal.
+    recv_errors,
+    /// Send errors other than a full buffer.
+    send_errors,
+    /// Sessions created.
+    sessions_opened,
+    /// Sessions freed.
+    sessions_closed,
+    /// Sessions alive now (accepted, waiting in the backlog, or lingering).
+    sessions_live,
+    /// Session deadlines that fired (ARQ ticks, idle timeouts, lingers): a
+    /// quiet session with nothing in flight and no idle timeout adds none.
+    timer_fires,
+}
+
+/// Adds one to a counter.
+pub(crate) fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Adds `n` to a counter.
+pub(crate) fn add(c: &AtomicU64, n: usize) {
+    c.fetch_add(n as u64, Ordering::Relaxed);
+}
+
+impl Counters {
+    /// Counts a datagram the table dropped, under its reason.
+    pub(crate) fn refused(&self, r: Refusal) {
+        bump(match r {
+            Refusal::BadKcp => &self.bad_kcp,
+            Refusal::Oob => &self.oob,
+            Refusal::UnknownSession => &self.unknown_session,
+            Refusal::ConvMismatch => &self.conv_mismatch,
+            Refusal::Tombstoned => &self.tombstoned,
+            Refusal::SessionCap => &self.refused_cap,
+            Refusal::Backlog => &self.refused_backlog,
+        });
+    }
+
+    /// A session opened.
+    pub(crate) fn opened(&self) {
+        bump(&self.sessions_opened);
+        bump(&self.sessions_live);
+    }
+
+    /// A session closed.
+    pub(crate) fn closed(&self) {
+        bump(&self.sessions_closed);
+        self.sessions_live.fetch_sub(1, Ordering::Relaxed);
+    }
+}
