@@ -58,7 +58,7 @@ fn kcp_go(preset: Preset, fec: Option<(usize, usize)>, name: &'static str) -> Se
 /// `kcpio::Preset::LowLatency` on the sans-IO types, from the preset's own
 /// definition.
 fn lowlat() -> Setup {
-    let p = kcpio::Preset::LowLatency;
+    let p = Preset::LowLatency;
     let fec = p.fec();
     Setup {
         name: "kcpio lowlat",
