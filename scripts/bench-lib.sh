@@ -45,8 +45,14 @@ stop() {
 	done
 	kill -9 "$pid" 2>/dev/null || true
 	wait "$pid" 2>/dev/null || true
+	forget "$pid"
+}
+
+# forget PID: drop a child that has already been waited for, so that cleanup
+# never signals a PID the system may have reused.
+forget() {
 	local keep=() p
-	for p in "${CHILDREN[@]}"; do [ "$p" = "$pid" ] || keep+=("$p"); done
+	for p in "${CHILDREN[@]}"; do [ "$p" = "$1" ] || keep+=("$p"); done
 	CHILDREN=("${keep[@]}")
 }
 

@@ -188,8 +188,13 @@ cpu_of() {
 http_fetch() {
 	local f=$1 url=$2 t0 t1
 	t0=$(now)
+	# in the background and waited for, so that a signal stops the run at once
 	ip netns exec "$C" bash -c 'curl -sS --max-time "$1" -w "%{stderr}CURL %{size_download} %{time_total} %{exitcode}\n" "$2" | sha256sum' \
-		_ "$CAP" "$url" >"$f.sha" 2>"$f.curl" || true
+		_ "$CAP" "$url" >"$f.sha" 2>"$f.curl" &
+	local w=$!
+	CHILDREN+=("$w")
+	wait "$w" || true
+	forget "$w"
 	t1=$(now)
 	local line by secs rc sha
 	line=$(grep -m1 '^CURL ' "$f.curl" || echo "CURL 0 0 99")
@@ -272,7 +277,11 @@ row_peer() {
 	fi
 	local c0 t0 t1; c0=$(cpu_of "$sp"); t0=$(now)
 	ip netns exec "$S" "$b" client --addr "$CLI_IP:$port" --sink --bytes "$SIZE" --timeout "${CAP}s" --json \
-		"${fl[@]}" >"$f.peer.json" 2>"$f.peer.err" || true
+		"${fl[@]}" >"$f.peer.json" 2>"$f.peer.err" &
+	local w=$!
+	CHILDREN+=("$w")
+	wait "$w" || true
+	forget "$w"
 	t1=$(now)
 	local cs; cs=$(cpu_of "$sp")
 	stop "$sp"
