@@ -242,7 +242,7 @@ def table(d):
             + (f", competing TCP {first['compete']} flow" if first.get("compete") else "")
             + "\n"
         )
-        cols = "| row | goodput MB/s (median) | runs | of rate×(1−loss) | CPU s/GB | wire B / payload B | probe RTT p50 / p99 ms | bottleneck drops down / up |"
+        cols = "| row | goodput MB/s (median) | runs | of rate×(1−loss) | CPU s/GB | wire B / payload B | probe RTT p50 / p99 ms (inflation over base RTT) | bottleneck drops down / up |"
         sep = "|---|---:|---|---:|---:|---:|---:|---:|"
         if first.get("compete"):
             cols += " competing flow MB/s | Jain |"
@@ -303,7 +303,8 @@ def table(d):
             summary.append(s)
             line = (
                 f"| {row} | {s['goodput_MBps']:.2f} | {runs_s} | {_fmt(s['goodput_frac'], 0, True)} | {_fmt(s['cpu_s_per_GB'], 1)} | "
-                f"{_fmt(s['wire_per_payload'])} | {_fmt(s['probe_p50_ms'], 0)} / {_fmt(s['probe_p99_ms'], 0)} | "
+                f"{_fmt(s['wire_per_payload'])} | {_fmt(s['probe_p50_ms'], 0)} / {_fmt(s['probe_p99_ms'], 0)} "
+                f"({_fmt(s['probe_infl_p50'], 0, True)} / {_fmt(s['probe_infl_p99'], 0, True)}) | "
                 f"{_fmt(s['q_down_drop_frac'], 2, True)} / {_fmt(s['q_up_drop_frac'], 2, True)} |"
             )
             if first.get("compete"):
