@@ -45,8 +45,14 @@ stop() {
 	done
 	kill -9 "$pid" 2>/dev/null || true
 	wait "$pid" 2>/dev/null || true
+	forget "$pid"
+}
+
+# forget PID: drop a child that has already been waited for, so that cleanup
+# never signals a PID the system may have reused.
+forget() {
 	local keep=() p
-	for p in "${CHILDREN[@]}"; do [ "$p" = "$pid" ] || keep+=("$p"); done
+	for p in "${CHILDREN[@]}"; do [ "$p" = "$1" ] || keep+=("$p"); done
 	CHILDREN=("${keep[@]}")
 }
 
@@ -92,17 +98,55 @@ build_rust() {
 		log "kcpio peer: $KCPIO_PEER (from KCPIO_PEER_BIN, not rebuilt)"
 		return 0
 	fi
-	if [ ! -f "$ROOT/examples/peer.rs" ]; then
-		loud "examples/peer.rs is missing: every kcpio row is SKIPPED"
-		return 0
+	if build_example peer; then KCPIO_PEER=$EXAMPLE_BIN; fi
+}
+
+# build_example NAME: cargo build --release --example NAME; leaves the binary's
+# path in EXAMPLE_BIN and returns 0, or says loudly that every row needing it
+# is skipped and returns 1.
+EXAMPLE_BIN=""
+build_example() {
+	EXAMPLE_BIN=""
+	if [ ! -f "$ROOT/examples/$1.rs" ]; then
+		loud "examples/$1.rs is missing: every row that needs it is SKIPPED"
+		return 1
 	fi
-	command -v cargo >/dev/null || { loud "cargo not found: every kcpio row is SKIPPED"; return 0; }
-	log "cargo build --release --example peer"
-	if (cd "$ROOT" && cargo build --release --example peer >&2); then
-		KCPIO_PEER="$ROOT/target/release/examples/peer"
+	command -v cargo >/dev/null || { loud "cargo not found: every row that needs examples/$1.rs is SKIPPED"; return 1; }
+	log "cargo build --release --example $1"
+	if (cd "$ROOT" && cargo build --release --example "$1" >&2); then
+		EXAMPLE_BIN="$ROOT/target/release/examples/$1"
 	else
-		loud "cargo build --release --example peer FAILED: every kcpio row is SKIPPED"
+		loud "cargo build --release --example $1 FAILED: every row that needs it is SKIPPED"
+		return 1
 	fi
+}
+
+# build_impairer: installs iptables, libnetfilter-queue-dev and a C compiler
+# with apt-get when missing and compiles tools/impairer into $BIN/impairer.
+build_impairer() {
+	local need=()
+	command -v iptables >/dev/null || need+=(iptables)
+	[ -f /usr/include/libnetfilter_queue/libnetfilter_queue.h ] || need+=(libnetfilter-queue-dev)
+	command -v cc >/dev/null || need+=(gcc)
+	if [ ${#need[@]} -gt 0 ]; then
+		log "installing ${need[*]} (apt-get)"
+		apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >&2
+	fi
+	cc -O2 -Wall -o "$BIN/impairer" "$ROOT/tools/impairer/impairer.c" -lnetfilter_queue -lnfnetlink
+}
+
+# start_impairer LOGFILE NS ARGS...: runs tools/impairer inside namespace NS
+# (its NFQUEUE rule must already be there), waits for its ready line and
+# leaves its PID in IMPAIRER_PID; returns 1 if it did not come up. It prints
+# its counters to LOGFILE when stopped.
+IMPAIRER_PID=""
+start_impairer() {
+	local f=$1 ns=$2
+	shift 2
+	ip netns exec "$ns" "$BIN/impairer" "$@" >"$f" 2>&1 &
+	IMPAIRER_PID=$!
+	CHILDREN+=("$IMPAIRER_PID")
+	wait_line "$f" 'impairer ready' 5 >/dev/null
 }
 
 # peer_bin IMPL -> path of the peer binary for kcp-go or kcpio

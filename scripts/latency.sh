@@ -51,19 +51,6 @@ done
 RUN="$OUT/latency-$(date +%Y%m%d-%H%M%S)"
 mkdir -p "$RUN"
 
-# --- what the impairment needs ---------------------------------------------
-ensure_nfqueue_tools() {
-	local need=()
-	command -v iptables >/dev/null || need+=(iptables)
-	[ -f /usr/include/libnetfilter_queue/libnetfilter_queue.h ] || need+=(libnetfilter-queue-dev)
-	command -v cc >/dev/null || need+=(gcc)
-	if [ ${#need[@]} -gt 0 ]; then
-		log "installing ${need[*]} (apt-get)"
-		apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >&2
-	fi
-	cc -O2 -Wall -o "$BIN/impairer" "$ROOT/tools/impairer/impairer.c" -lnetfilter_queue -lnfnetlink
-}
-
 NS=""
 NSX=()  # command prefix that runs inside the namespace
 setup_namespace() {
@@ -75,9 +62,9 @@ setup_namespace() {
 	NSX=(ip netns exec "$NS")
 	# prove it: a UDP echo through a 20 ms impairer must take >= 40 ms
 	local f="$RUN/selftest"
-	"${NSX[@]}" "$BIN/impairer" --delay 20ms --lifetime 30s >"$f.imp" 2>&1 &
-	local ip=$!; CHILDREN+=("$ip")
-	wait_line "$f.imp" 'impairer ready' 5 >/dev/null || { stop "$ip"; return 1; }
+	local ip
+	start_impairer "$f.imp" "$NS" --delay 20ms --lifetime 30s || { stop "$IMPAIRER_PID"; return 1; }
+	ip=$IMPAIRER_PID
 	"${NSX[@]}" "$BIN/kcpgo-peer" echo-server --addr 127.0.0.1:0 --quiet --duration 20s >"$f.srv" 2>&1 &
 	local sp=$!; CHILDREN+=("$sp")
 	local port; port=$(port_of "$(wait_line "$f.srv" 'listening on' 5)") || true
@@ -100,7 +87,7 @@ if [ "$IMPAIR" != relay ]; then
 		[ "$IMPAIR" = nfqueue ] && die "NFQUEUE needs root"
 		loud "not root: falling back to the user-space relay (KCP only, no TCP row)"
 		IMPAIR=relay
-	elif ! ensure_nfqueue_tools || ! setup_namespace; then
+	elif ! build_impairer || ! setup_namespace; then
 		[ "$IMPAIR" = nfqueue ] && die "NFQUEUE impairment could not be set up"
 		loud "NFQUEUE impairment could not be set up: falling back to the user-space relay (KCP only, no TCP row)"
 		IMPAIR=relay
@@ -162,10 +149,9 @@ run_one() {
 	local fl=($flags)
 	local imp srv port target
 	if [ "$IMPAIR" = nfqueue ]; then
-		"${NSX[@]}" "$BIN/impairer" --loss "$loss" --delay "$DELAY" --jitter "$JITTER" --seed "$SEED" \
-			--lifetime "$((SAFETY + 30))s" >"$f.imp" 2>&1 &
-		imp=$!; CHILDREN+=("$imp")
-		wait_line "$f.imp" 'impairer ready' 5 >/dev/null || die "impairer did not start (see $f.imp)"
+		start_impairer "$f.imp" "$NS" --loss "$loss" --delay "$DELAY" --jitter "$JITTER" --seed "$SEED" \
+			--lifetime "$((SAFETY + 30))s" || die "impairer did not start (see $f.imp)"
+		imp=$IMPAIRER_PID
 		"${NSX[@]}" "${srvbin[@]}" --addr 127.0.0.1:0 --quiet --duration "${SAFETY}s" "${fl[@]}" >"$f.srv" 2>&1 &
 		srv=$!; CHILDREN+=("$srv")
 		if ! port=$(port_of "$(wait_line "$f.srv" 'listening on' 10)") || [ -z "$port" ]; then
