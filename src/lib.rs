@@ -89,6 +89,8 @@ pub mod fec;
 #[forbid(unsafe_code)]
 mod listener;
 #[forbid(unsafe_code)]
+pub mod mux;
+#[forbid(unsafe_code)]
 mod session;
 #[allow(unsafe_code)]
 mod simd; // runtime-dispatched SIMD kernels (GF(2^8), Salsa20, GCM): unsafe allowed
