@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use kcpio::mux::frame::{Cmd, Frames, Header, HEADER_LEN};
+use kcpio::mux::frame::{Cmd, Frames, HEADER_LEN, Header};
 use kcpio::mux::snappy::{Decoder, Encoder, MAX_ENCODED_CHUNK};
 use kcpio::mux::{Error, MuxConfig, ProtocolError, Role, Session, Version};
 use serde_json::Value;
@@ -45,7 +45,9 @@ fn smux_frames_decode_and_reencode() {
             let d = &v["streams"][dir];
             let stream = smux_stream(d);
             let expected = d["smux_frames"].as_array().expect("frames");
-            let frames: Vec<_> = Frames::new(&stream).collect::<Result<_, _>>().expect("whole frames");
+            let frames: Vec<_> = Frames::new(&stream)
+                .collect::<Result<_, _>>()
+                .expect("whole frames");
             assert_eq!(frames.len(), expected.len(), "{name} {dir}");
             let mut rebuilt = Vec::new();
             for (f, e) in frames.iter().zip(expected) {
@@ -54,7 +56,10 @@ fn smux_frames_decode_and_reencode() {
                 assert_eq!(u64::from(h.sid), e["sid"].as_u64().unwrap());
                 assert_eq!(u64::from(h.len), e["length"].as_u64().unwrap());
                 let cmd = Cmd::from_u8(h.cmd).expect("known command");
-                assert_eq!(format!("{cmd:?}").to_uppercase(), e["cmd"].as_str().unwrap());
+                assert_eq!(
+                    format!("{cmd:?}").to_uppercase(),
+                    e["cmd"].as_str().unwrap()
+                );
                 if cmd == Cmd::Upd {
                     let upd = f.upd().expect("8-byte body");
                     assert_eq!(u64::from(upd.consumed), e["consumed"].as_u64().unwrap());
@@ -79,7 +84,10 @@ fn smux_frames_decode_and_reencode() {
 
 #[test]
 fn snappy_chunks_decode_and_reencode() {
-    for name in ["C_smux1_snappy_small.json", "F_smux1_snappy_compressed.json"] {
+    for name in [
+        "C_smux1_snappy_small.json",
+        "F_smux1_snappy_compressed.json",
+    ] {
         let v = load(name);
         for dir in ["c2s", "s2c"] {
             let d = &v["streams"][dir];
@@ -152,7 +160,10 @@ fn replay_client(name: &str, version: Version) {
     wire.extend(drain(&mut s)); // v2: the UPD after the first read
     s.close_stream(sid);
     wire.extend(drain(&mut s));
-    assert_eq!(s.handle_input(&s2c[psh_end..]).unwrap(), s2c.len() - psh_end);
+    assert_eq!(
+        s.handle_input(&s2c[psh_end..]).unwrap(),
+        s2c.len() - psh_end
+    );
     if version == Version::V1 {
         // The keepalive at 10 s.
         s.handle_timeout(Duration::from_secs(10));
@@ -178,7 +189,11 @@ fn server_parses_every_captured_client_stream() {
     for name in ALL {
         let v = load(name);
         let c2s = smux_stream(&v["streams"]["c2s"]);
-        let version = if c2s[0] == 2 { Version::V2 } else { Version::V1 };
+        let version = if c2s[0] == 2 {
+            Version::V2
+        } else {
+            Version::V1
+        };
         let config = MuxConfig::builder().version(version).build().unwrap();
         let mut s = Session::new(Role::Server, &config, Duration::ZERO);
         // One byte at a time: frames straddle every call.
@@ -198,12 +213,19 @@ fn version_mismatch_names_what_arrived() {
     let config = MuxConfig::default();
     let mut s = Session::new(Role::Server, &config, Duration::ZERO);
     let err = s.handle_input(&c2s).unwrap_err();
-    let Error::Protocol(ProtocolError::VersionMismatch { expected: 1, header }) = err else {
+    let Error::Protocol(ProtocolError::VersionMismatch {
+        expected: 1,
+        header,
+    }) = err
+    else {
         panic!("{err:?}");
     };
     assert_eq!(header, [2, 0, 0, 0, 3, 0, 0, 0]);
     let msg = err.to_string();
-    assert!(msg.contains("version 1") && msg.contains("version 2"), "{msg}");
+    assert!(
+        msg.contains("version 1") && msg.contains("version 2"),
+        "{msg}"
+    );
     assert!(msg.contains("02 00 00 00 03 00 00 00"), "{msg}");
     // Nothing is sent after the error.
     assert_eq!(drain(&mut s), b"");

@@ -912,7 +912,7 @@ impl Session {
                 frames += 1;
                 s.syn_pending = false;
             }
-            if s.upd_pending && !s.fin_sent {
+            if s.upd_pending {
                 let upd = Upd {
                     consumed: s.num_read,
                     window: self.config.stream_window,
