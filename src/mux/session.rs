@@ -929,12 +929,9 @@ impl Session {
             self.ctl.pop_front();
         }
         let frame_size = self.config.max_frame_size;
-        let mut rounds = self.ready.len();
-        while rounds > 0 {
-            rounds -= 1;
-            let Some(sid) = self.ready.pop_front() else {
-                break;
-            };
+        // Each turn emits a frame (bounded by `buf`) or takes a stream off
+        // the queue, so this ends.
+        while let Some(sid) = self.ready.pop_front() {
             let Some(s) = self.streams.get_mut(&sid) else {
                 continue;
             };
