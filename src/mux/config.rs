@@ -76,7 +76,6 @@ impl Default for MuxConfig {
 
 impl MuxConfig {
     /// A builder starting from the defaults in the table above.
-    #[must_use]
     pub fn builder() -> MuxConfigBuilder {
         MuxConfigBuilder {
             config: Self::default(),

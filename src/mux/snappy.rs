@@ -334,11 +334,10 @@ impl Decoder {
     fn chunk(&mut self) -> Result<(), DecodeError> {
         let body = &self.body[..];
         match self.head[0] {
-            CHUNK_IDENTIFIER => {
-                if body != &STREAM_IDENTIFIER[4..] {
-                    return Err(DecodeError::BadIdentifier);
-                }
+            CHUNK_IDENTIFIER if body != &STREAM_IDENTIFIER[4..] => {
+                return Err(DecodeError::BadIdentifier);
             }
+            CHUNK_IDENTIFIER => {}
             kind @ (CHUNK_COMPRESSED | CHUNK_UNCOMPRESSED) => {
                 let Some((sum, data)) = body.split_first_chunk::<4>() else {
                     return Err(DecodeError::BadLength(body.len()));
