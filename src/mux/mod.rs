@@ -23,12 +23,12 @@
 //!
 //! ```
 //! use kcpio::mux::{Mux, MuxConfig, Version};
-//! use kcpio::{Config, KcpListener, KcpStream};
+//! use kcpio::{Config, KcpListener, KcpStream, Preset};
 //! use tokio::io::{AsyncReadExt, AsyncWriteExt};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let config = Config::default();
+//! let config = Config::builder().preset(Preset::Fast3).build()?;
 //! let mux_config = MuxConfig::builder().version(Version::V2).build()?;
 //!
 //! let listener = KcpListener::bind("127.0.0.1:0", &config).await?;
