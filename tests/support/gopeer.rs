@@ -21,9 +21,9 @@ pub(crate) const REQUIRE_GO: &str = "KCPIO_REQUIRE_GO";
 /// Longest a `go build` may take (the first one may download modules).
 const BUILD_TIMEOUT: Duration = Duration::from_secs(600);
 
-/// Where the peer's sources live.
-fn source_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("interop/kcpgo-peer")
+/// Where a Go program's sources live (`dir` relative to the repository).
+fn source_dir(dir: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(dir)
 }
 
 /// Cargo's target directory, found from the running test binary
@@ -65,11 +65,17 @@ fn is_stale(bin: &Path, src: &Path) -> bool {
     })
 }
 
-/// Builds the peer (if stale) into `<target>/kcpgo-peer`. Parallel test
-/// binaries may race here: each builds into its own temporary file and renames
-/// it into place, which is atomic, so a reader never sees half a binary and a
-/// running peer keeps its inode.
+/// Builds the kcp-go peer (if stale) into `<target>/kcpgo-peer`.
 fn build() -> Result<PathBuf, String> {
+    build_go("interop/kcpgo-peer", "kcpgo-peer", &[])
+}
+
+/// Builds the Go program in `dir` (if stale) into `<target>/<name>`, passing
+/// `go_args` to `go build` (e.g. `-modfile=...`). Parallel test binaries may
+/// race here: each builds into its own temporary file and renames it into
+/// place, which is atomic, so a reader never sees half a binary and a running
+/// peer keeps its inode.
+pub(crate) fn build_go(dir: &str, name: &str, go_args: &[&str]) -> Result<PathBuf, String> {
     let go = std::env::var_os("GO").unwrap_or_else(|| "go".into());
     match std::process::Command::new(&go)
         .arg("version")
@@ -81,19 +87,20 @@ fn build() -> Result<PathBuf, String> {
         Ok(s) => return Err(format!("Go not found: `go version` exited with {s}")),
         Err(e) => return Err(format!("Go not found: cannot run `go` ({e})")),
     }
-    let src = source_dir();
+    let src = source_dir(dir);
     let target = target_dir();
     std::fs::create_dir_all(&target).map_err(|e| format!("create {}: {e}", target.display()))?;
-    let bin = target.join("kcpgo-peer");
+    let bin = target.join(name);
     if !is_stale(&bin, &src) {
         return Ok(bin);
     }
-    let tmp = target.join(format!("kcpgo-peer.{}.tmp", std::process::id()));
+    let tmp = target.join(format!("{name}.{}.tmp", std::process::id()));
     let mut child = std::process::Command::new(&go)
         .arg("build")
         // No VCS stamping: it needs a working `git` on the checkout (and
         // fails on some worktrees or foreign-owned clones), and buys nothing here.
         .arg("-buildvcs=false")
+        .args(go_args)
         .arg("-o")
         .arg(&tmp)
         .arg(".")
@@ -135,13 +142,19 @@ fn build() -> Result<PathBuf, String> {
 /// the reason was printed loudly. Panics instead when `KCPIO_REQUIRE_GO=1`.
 pub(crate) fn binary() -> Option<PathBuf> {
     static BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    match BIN.get_or_init(build) {
+    available(BIN.get_or_init(build), "kcp-go")
+}
+
+/// The built binary, or `None` after printing a loud `SKIPPED:` line (a
+/// failure instead when `KCPIO_REQUIRE_GO=1`). `what` names the tests.
+pub(crate) fn available(built: &Result<PathBuf, String>, what: &str) -> Option<PathBuf> {
+    match built {
         Ok(p) => Some(p.clone()),
         Err(reason) => {
             let required = std::env::var(REQUIRE_GO).is_ok_and(|v| v == "1");
             assert!(
                 !required,
-                "{REQUIRE_GO}=1 but the kcp-go peer is unavailable: {reason}"
+                "{REQUIRE_GO}=1 but the {what} peer is unavailable: {reason}"
             );
             // Straight to the process's stderr: libtest captures `eprintln!`
             // of passing tests, and a skip must be seen.
@@ -149,7 +162,7 @@ pub(crate) fn binary() -> Option<PathBuf> {
             let msg = format!(
                 "\n==================================================================\n\
                  SKIPPED: {reason}\n\
-                 The kcp-go interop tests did not run. Install Go >= 1.24 (and allow\n\
+                 The {what} interop tests did not run. Install Go >= 1.24 (and allow\n\
                  the module proxy) to run them; set {REQUIRE_GO}=1 to make this a failure.\n\
                  ==================================================================\n"
             );
@@ -161,7 +174,7 @@ pub(crate) fn binary() -> Option<PathBuf> {
 }
 
 /// Spawning a peer: no stdin, stdout and stderr piped, killed on drop.
-trait PipedChild {
+pub(crate) trait PipedChild {
     fn piped_child(&mut self) -> std::io::Result<Child>;
 }
 
@@ -176,14 +189,14 @@ impl PipedChild for Command {
 }
 
 /// Lines a child printed, kept for failure messages.
-type Log = Arc<Mutex<Vec<String>>>;
+pub(crate) type Log = Arc<Mutex<Vec<String>>>;
 
 /// The log's lines, also after a panic elsewhere poisoned the lock.
-fn locked(log: &Log) -> MutexGuard<'_, Vec<String>> {
+pub(crate) fn locked(log: &Log) -> MutexGuard<'_, Vec<String>> {
     log.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-fn drain<R>(reader: R, log: Log, prefix: &'static str)
+pub(crate) fn drain<R>(reader: R, log: Log, prefix: &'static str)
 where
     R: tokio::io::AsyncRead + Unpin + Send + 'static,
 {
@@ -322,9 +335,15 @@ impl ClientRun {
 /// Runs `<program> client --json <args>` (the Go peer or the Rust peer
 /// example) and kills it after `timeout`.
 pub(crate) async fn run_client(program: &Path, args: &[String], timeout: Duration) -> ClientRun {
+    let mut full = vec!["client".to_owned(), "--json".to_owned()];
+    full.extend_from_slice(args);
+    run_program(program, &full, timeout).await
+}
+
+/// Runs `<program> <args>`, keeps what it printed and its last JSON line on
+/// stdout, and kills it after `timeout`.
+pub(crate) async fn run_program(program: &Path, args: &[String], timeout: Duration) -> ClientRun {
     let child = Command::new(program)
-        .arg("client")
-        .arg("--json")
         .args(args)
         .piped_child()
         .unwrap_or_else(|e| panic!("spawn {}: {e}", program.display()));

@@ -8,3 +8,4 @@ pub(crate) mod gopeer;
 pub(crate) mod kcp;
 pub(crate) mod pattern;
 pub(crate) mod relay;
+pub(crate) mod smuxpeer;
