@@ -760,22 +760,33 @@ async fn run_client(f: Flags) -> Result<bool, String> {
         let (mux, rep, f) = (Arc::clone(&mux), Arc::clone(&rep), Arc::clone(&f));
         async move {
             if f.app == "idle" {
-                let mut streams = Vec::new();
-                for i in 0..f.streams {
-                    match mux.open_stream().await {
-                        Ok(s) => streams.push(s),
-                        Err(e) => rep.error(format!("open stream {i}: {e}")),
-                    }
-                }
+                // Open and echo on every stream at once, hold them idle, echo again.
+                let mut streams: Vec<Option<MuxStream>> = (0..f.streams).map(|_| None).collect();
                 for round in 0..2u64 {
-                    for s in &mut streams {
-                        match echo(s, round * f.bytes, &f).await {
-                            Ok(n) => rep.add(n, 0),
-                            Err(e) => rep.error(format!("stream {}: {e}", s.id())),
+                    let mut set = tokio::task::JoinSet::new();
+                    for (i, slot) in streams.iter_mut().enumerate() {
+                        let (mux, f, taken) = (Arc::clone(&mux), Arc::clone(&f), slot.take());
+                        set.spawn(async move {
+                            let mut s = match taken {
+                                Some(s) => s,
+                                None => mux.open_stream().await?,
+                            };
+                            let n = echo(&mut s, round * f.bytes, &f).await?;
+                            Ok::<_, io::Error>((i, s, n))
+                        });
+                    }
+                    while let Some(r) = set.join_next().await {
+                        match r {
+                            Ok(Ok((i, s, n))) => {
+                                streams[i] = Some(s);
+                                rep.add(n, 0);
+                            }
+                            Ok(Err(e)) => rep.error(format!("idle stream: {e}")),
+                            Err(e) => rep.error(format!("idle task: {e}")),
                         }
                     }
                     if round == 0 {
-                        eprintln!("holding {} streams for {:?}", streams.len(), f.hold);
+                        eprintln!("holding {} streams for {:?}", f.streams, f.hold);
                         tokio::time::sleep(f.hold).await;
                         if mux.is_closed() {
                             rep.error(format!("the session died during the {:?} hold", f.hold));
@@ -783,7 +794,7 @@ async fn run_client(f: Flags) -> Result<bool, String> {
                         }
                     }
                 }
-                rep.add(0, streams.len() as u64);
+                rep.add(0, streams.iter().flatten().count() as u64);
                 return;
             }
             let mut set = tokio::task::JoinSet::new();
