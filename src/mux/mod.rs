@@ -150,8 +150,7 @@ pub fn fuzz_session(data: &[u8]) {
         }
         if !s.wants_input() {
             // Drain the streams so input can resume.
-            let ids: Vec<StreamId> = (0..=64).collect();
-            for sid in ids {
+            for sid in 0..=64 {
                 while let Ok(Some(n)) = s.read(sid, &mut read) {
                     if n == 0 {
                         break;
