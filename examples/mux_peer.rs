@@ -417,6 +417,27 @@ async fn read_pattern<R: AsyncRead + Unpin>(
     Ok(got)
 }
 
+/// The half-closing side: write `--bytes`, shut down, read the reply to EOF
+/// and check it is as long.
+async fn initiate(s: &mut MuxStream, f: &Flags) -> io::Result<u64> {
+    write_pattern(s, 0, f.bytes, f.write_size).await?;
+    s.shutdown().await?;
+    let got = read_pattern(s, 0, None).await?;
+    if got != f.bytes {
+        let msg = format!("reply was {got} bytes, want {}", f.bytes);
+        return Err(io::Error::other(msg));
+    }
+    Ok(f.bytes + got)
+}
+
+/// The answering side: read to EOF, write as many bytes back, shut down.
+async fn respond(s: &mut MuxStream, f: &Flags) -> io::Result<u64> {
+    let n = read_pattern(s, 0, None).await?;
+    write_pattern(s, 0, n, f.write_size).await?;
+    s.shutdown().await?;
+    Ok(2 * n)
+}
+
 // ---- transports ------------------------------------------------------------
 
 fn start<T>(io: T, f: &Flags, cfg: &MuxConfig) -> Mux
@@ -479,24 +500,8 @@ async fn serve_stream(mut s: MuxStream, f: &Flags, first: bool) -> io::Result<u6
             s.shutdown().await?;
             Ok(n)
         }
-        "halfclose" => {
-            let n = read_pattern(&mut s, 0, None).await?;
-            write_pattern(&mut s, 0, n, f.write_size).await?;
-            s.shutdown().await?;
-            Ok(2 * n)
-        }
-        "halfclose-rev" => {
-            write_pattern(&mut s, 0, f.bytes, f.write_size).await?;
-            s.shutdown().await?;
-            let got = read_pattern(&mut s, 0, None).await?;
-            if got != f.bytes {
-                return Err(io::Error::other(format!(
-                    "reply was {got} bytes, want {}",
-                    f.bytes
-                )));
-            }
-            Ok(f.bytes + got)
-        }
+        "halfclose" => respond(&mut s, f).await,
+        "halfclose-rev" => initiate(&mut s, f).await,
         _ => {
             let (mut r, mut w) = s.into_split();
             let n = tokio::io::copy(&mut r, &mut w).await.unwrap_or(0);
@@ -693,24 +698,10 @@ async fn client_stream(mux: &Mux, f: &Flags, rep: &Report, first: bool) -> io::R
             Ok(got)
         }
         "halfclose" => {
-            write_pattern(&mut s, 0, f.bytes, f.write_size).await?;
-            s.shutdown().await?;
             *rep.half_close.lock().unwrap() = true;
-            let got = read_pattern(&mut s, 0, None).await?;
-            if got != f.bytes {
-                return Err(io::Error::other(format!(
-                    "reply was {got} bytes, want {}",
-                    f.bytes
-                )));
-            }
-            Ok(f.bytes + got)
+            initiate(&mut s, f).await
         }
-        "halfclose-rev" => {
-            let n = read_pattern(&mut s, 0, None).await?;
-            write_pattern(&mut s, 0, n, f.write_size).await?;
-            s.shutdown().await?;
-            Ok(2 * n)
-        }
+        "halfclose-rev" => respond(&mut s, f).await,
         "sizes" => {
             let mut buf = vec![0; 65535];
             let mut off = 0;

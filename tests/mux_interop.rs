@@ -274,32 +274,31 @@ fn check_client(what: &str, run: &support::gopeer::ClientRun) {
 
 // ---- the matrix ---------------------------------------------------------
 
+/// kcpio client against a Go echo server, then Go client against a kcpio
+/// echo server: `streams` concurrent streams of `bytes` each.
+async fn echo_both_ways(bin: &Path, case: Case, streams: usize, bytes: u64) {
+    let what = format!("{case:?}, {streams} streams");
+    let (n, b) = (streams.to_string(), bytes.to_string());
+    let mut server = go_server(bin, &case, &["--app", "echo", "--max-streams", &n]).await;
+    let mux = Arc::new(rust_client(server.addr(), &case, &case.mux_config()).await);
+    timeout(LIMIT, many_echo(Arc::clone(&mux), streams, bytes))
+        .await
+        .expect(&what);
+    assert_go_ok(&what, server.report(LIMIT).await.as_ref(), &server.log());
+    drop(mux);
+    let (addr, task) = rust_server(case, case.mux_config(), echo_server).await;
+    let args = ["--app", "echo", "--streams", &n, "--bytes", &b];
+    let run = go_client(bin, addr, &case, &args).await;
+    check_client(&what, &run);
+    task.abort();
+}
+
 /// Echo with 8 streams both ways in every cell of the matrix.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn echo_matrix() {
     for case in Case::all() {
         let Some(bin) = bin(case.smux) else { return };
-        let what = format!("{case:?}");
-        // kcpio client -> Go server.
-        let mut server = go_server(&bin, &case, &["--app", "echo", "--max-streams", "8"]).await;
-        let mux = Arc::new(rust_client(server.addr(), &case, &case.mux_config()).await);
-        timeout(LIMIT, many_echo(Arc::clone(&mux), 8, 300_000))
-            .await
-            .expect(&what);
-        let report = server.report(LIMIT).await;
-        assert_go_ok(&what, report.as_ref(), &server.log());
-        drop(mux);
-        // Go client -> kcpio server.
-        let (addr, task) = rust_server(case, case.mux_config(), echo_server).await;
-        let run = go_client(
-            &bin,
-            addr,
-            &case,
-            &["--app", "echo", "--streams", "8", "--bytes", "300000"],
-        )
-        .await;
-        check_client(&what, &run);
-        task.abort();
+        echo_both_ways(&bin, case, 8, 300_000).await;
     }
 }
 
@@ -312,32 +311,14 @@ async fn thousand_concurrent_streams() {
             (Version::V1, Transport::Tcp, false),
             (Version::V2, Transport::Kcp, true),
         ] {
+            let Some(bin) = bin(smux) else { return };
             let case = Case {
                 smux,
                 version,
                 transport,
                 snappy,
             };
-            let Some(bin) = bin(smux) else { return };
-            let what = format!("{case:?}");
-            let mut server =
-                go_server(&bin, &case, &["--app", "echo", "--max-streams", "1000"]).await;
-            let mux = Arc::new(rust_client(server.addr(), &case, &case.mux_config()).await);
-            timeout(LIMIT, many_echo(Arc::clone(&mux), 1000, 4000))
-                .await
-                .expect(&what);
-            assert_go_ok(&what, server.report(LIMIT).await.as_ref(), &server.log());
-            drop(mux);
-            let (addr, task) = rust_server(case, case.mux_config(), echo_server).await;
-            let run = go_client(
-                &bin,
-                addr,
-                &case,
-                &["--app", "echo", "--streams", "1000", "--bytes", "4000"],
-            )
-            .await;
-            check_client(&what, &run);
-            task.abort();
+            echo_both_ways(&bin, case, 1000, 4000).await;
         }
     }
 }

@@ -150,36 +150,6 @@ impl std::fmt::Debug for MuxStream {
     }
 }
 
-impl AsyncRead for MuxStream {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        self.handle.poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for MuxStream {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        self.handle.poll_write(cx, buf)
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.handle.poll_flush(cx)
-    }
-
-    /// Half-close: a FIN after the queued data; completes once it is handed
-    /// to the transport. Reads continue until the peer's FIN.
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.handle.poll_shutdown(cx)
-    }
-}
-
 /// The read half of a [`MuxStream`], from [`MuxStream::into_split`].
 pub struct OwnedReadHalf {
     handle: Arc<Handle>,
@@ -229,30 +199,47 @@ impl std::fmt::Debug for OwnedWriteHalf {
     }
 }
 
-impl AsyncRead for OwnedReadHalf {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        self.handle.poll_read(cx, buf)
-    }
+/// `AsyncRead` for a type whose `handle` field derefs to a [`Handle`].
+macro_rules! delegate_read {
+    ($t:ty) => {
+        impl AsyncRead for $t {
+            fn poll_read(
+                self: Pin<&mut Self>,
+                cx: &mut Context<'_>,
+                buf: &mut ReadBuf<'_>,
+            ) -> Poll<io::Result<()>> {
+                self.handle.poll_read(cx, buf)
+            }
+        }
+    };
 }
 
-impl AsyncWrite for OwnedWriteHalf {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        self.handle.poll_write(cx, buf)
-    }
+/// `AsyncWrite` for a type whose `handle` field derefs to a [`Handle`];
+/// `poll_shutdown` is the half-close (a FIN after the queued data, complete
+/// once it is handed to the transport; reads continue until the peer's FIN).
+macro_rules! delegate_write {
+    ($t:ty) => {
+        impl AsyncWrite for $t {
+            fn poll_write(
+                self: Pin<&mut Self>,
+                cx: &mut Context<'_>,
+                buf: &[u8],
+            ) -> Poll<io::Result<usize>> {
+                self.handle.poll_write(cx, buf)
+            }
 
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.handle.poll_flush(cx)
-    }
+            fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+                self.handle.poll_flush(cx)
+            }
 
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.handle.poll_shutdown(cx)
-    }
+            fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+                self.handle.poll_shutdown(cx)
+            }
+        }
+    };
 }
+
+delegate_read!(MuxStream);
+delegate_write!(MuxStream);
+delegate_read!(OwnedReadHalf);
+delegate_write!(OwnedWriteHalf);
