@@ -1,4 +1,4 @@
-# Shared helpers for scripts/latency.sh and scripts/vs-kcpgo.sh (sourced, not run).
+# Shared helpers for scripts/latency.sh, scripts/vs-kcpgo.sh and scripts/vs-smux.sh (sourced, not run).
 # Builds the Go peer and tools into scripts/out/bin, the Rust peer with cargo,
 # tracks child processes and namespaces, and cleans them up on exit.
 
@@ -113,3 +113,23 @@ peer_bin() {
 	*) die "unknown impl $1" ;;
 	esac
 }
+
+# --- side-by-side runs (vs-kcpgo.sh, vs-smux.sh) -----------------------------
+# start_run NAME: RUN=scripts/out/NAME-<timestamp>, RES=$RUN/results.tsv (empty);
+# installs GNU time for the clients' CPU figures.
+start_run() {
+	RUN="$OUT/$1-$(date +%Y%m%d-%H%M%S)"
+	mkdir -p "$RUN"
+	RES="$RUN/results.tsv"
+	: >"$RES"
+	if [ ! -x /usr/bin/time ]; then
+		log "installing GNU time (apt-get)"
+		apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq time >&2
+	fi
+}
+# record TEST METRIC IMPL REP VALUE: one row of $RES
+record() { printf '%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" "$5" >>"$RES"; }
+# jget FILE FIELD: a field of the last JSON line in FILE
+jget() { python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])[sys.argv[2]])' "$1" "$2"; }
+# timecpu FILE: user+sys seconds from a `/usr/bin/time -f '%U %S %M'` file
+timecpu() { awk '{ print $1 + $2 }' "$1"; }

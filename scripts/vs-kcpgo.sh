@@ -47,15 +47,7 @@ while [ $# -gt 0 ]; do
 done
 want() { [[ ",$ONLY," == *",$1,"* ]]; }
 
-RUN="$OUT/vs-kcpgo-$(date +%Y%m%d-%H%M%S)"
-mkdir -p "$RUN"
-RES="$RUN/results.tsv"
-: >"$RES"
-
-if [ ! -x /usr/bin/time ]; then
-	log "installing GNU time (apt-get)"
-	apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq time >&2
-fi
+start_run vs-kcpgo
 build_go
 build_rust
 IMPLS=(kcp-go)
@@ -74,10 +66,7 @@ if want idle; then
 	fi
 fi
 
-record() { printf '%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" "$5" >>"$RES"; }
 secs() { python3 -c 'import sys; print(float(sys.argv[1]) / float(sys.argv[2]))' "$1" "$2"; }
-jget() { python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])[sys.argv[2]])' "$1" "$2"; }
-timecpu() { awk '{ print $1 + $2 }' "$1"; }
 
 start_server() { # IMPL MODE FILE FLAGS... -> SRV PORT
 	local b; b=$(peer_bin "$1")

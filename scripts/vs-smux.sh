@@ -45,15 +45,7 @@ while [ $# -gt 0 ]; do
 done
 want() { [[ ",$ONLY," == *",$1,"* ]]; }
 
-RUN="$OUT/vs-smux-$(date +%Y%m%d-%H%M%S)"
-mkdir -p "$RUN"
-RES="$RUN/results.tsv"
-: >"$RES"
-
-if [ ! -x /usr/bin/time ]; then
-	log "installing GNU time (apt-get)"
-	apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq time >&2
-fi
+start_run vs-smux
 build_go
 log "building interop/smux-peer ${MODFILE:-(smux v1.5.58)}"
 (cd "$ROOT/interop/smux-peer" && go build -buildvcs=false $MODFILE -o "$BIN/smux-peer" .) || die "go build smux-peer failed"
@@ -81,9 +73,6 @@ mux_bin() { case $1 in go) echo "$BIN/smux-peer" ;; kcpio) echo "$MUX_PEER" ;; e
 # bare_bin IMPL -> the bare KCP peer of kcp-go or kcpio
 bare_bin() { case $1 in go) echo "$BIN/kcpgo-peer" ;; kcpio) echo "$KCPIO_PEER" ;; esac; }
 
-record() { printf '%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" "$5" >>"$RES"; }
-jget() { python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])[sys.argv[2]])' "$1" "$2"; }
-timecpu() { awk '{ print $1 + $2 }' "$1"; }
 per_gb() { python3 -c "print(($1) / ($SINK_BYTES / 1e9))"; }
 
 KCP=(--mode fast3 --sndwnd 1024 --rcvwnd 1024 --mtu 1350 --sockbuf 4194304)

@@ -225,7 +225,14 @@ func serveStream(st *smux.Stream, cfg config, first bool) (int64, error) {
 		n, _, err := initiate(st, cfg)
 		return n, err
 	default: // echo, sizes, idle
-		buf := make([]byte, 65536)
+		// The buffer starts small and doubles while reads fill it, so an
+		// idle stream costs little beyond smux's own state.
+		// (sizes: full size at once, so each echoed frame is as large as the
+		// frame read).
+		buf := make([]byte, 1024)
+		if cfg.app == "sizes" {
+			buf = make([]byte, 65536)
+		}
 		var in int64
 		for {
 			n, err := st.Read(buf)
@@ -233,6 +240,9 @@ func serveStream(st *smux.Stream, cfg config, first bool) (int64, error) {
 				in += int64(n)
 				if _, werr := st.Write(buf[:n]); werr != nil {
 					return in, werr
+				}
+				if n == len(buf) && n < 65536 {
+					buf = make([]byte, 2*n)
 				}
 			}
 			if err == io.EOF {
