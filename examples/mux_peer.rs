@@ -503,9 +503,22 @@ async fn serve_stream(mut s: MuxStream, f: &Flags, first: bool) -> io::Result<u6
         "halfclose" => respond(&mut s, f).await,
         "halfclose-rev" => initiate(&mut s, f).await,
         _ => {
-            let (mut r, mut w) = s.into_split();
-            let n = tokio::io::copy(&mut r, &mut w).await.unwrap_or(0);
-            let _ = w.shutdown().await;
+            // A buffer that starts at 1 KiB and grows on full reads, as the
+            // Go peer's, so idle streams measure the mux, not the app.
+            let mut buf = vec![0; 1024];
+            let mut n = 0;
+            loop {
+                let k = match s.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(k) => k,
+                };
+                s.write_all(&buf[..k]).await?;
+                n += k as u64;
+                if k == buf.len() && buf.len() < 65536 {
+                    buf.resize(buf.len() * 2, 0);
+                }
+            }
+            let _ = s.shutdown().await;
             Ok(n)
         }
     }
