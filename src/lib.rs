@@ -47,7 +47,9 @@
 //!
 //! KCP has no end-of-stream marker (neither has kcp-go): `shutdown` waits
 //! until everything written is acknowledged, but the peer never reads EOF.
-//! Frame your own end marker and set an
+//! [`mux`] adds it, with many streams per session and a keepalive (smux v1
+//! and v2, as kcptun runs over kcp-go). Otherwise frame your own end marker
+//! and set an
 //! [`idle_timeout`](ConfigBuilder::idle_timeout) to reap sessions whose peer
 //! went away. The repository's `examples/` hold an echo pair, a TCP port
 //! forwarder (`tunnel.rs`) and the lossy-link demo
@@ -62,6 +64,8 @@
 //!  read  ◄─ KcpStream ◄─ Conn ◄─ arq (reassembly) ◄─ fec (recover) ◄─ driver: table ◄─ crypto (open) ◄─ sys (batch recv) ◄─ UDP
 //! ```
 //!
+//! - [`mux`] (optional, above everything) multiplexes streams over one
+//!   session, wire-compatible with Go's smux;
 //! - [`KcpStream`] and [`KcpListener`] are the tokio surface: thin adapters
 //!   that lock a session and call its [`Conn`];
 //! - one driver task per UDP socket, whatever the number of sessions on it,
@@ -102,6 +106,8 @@ mod driver;
 pub mod fec;
 #[forbid(unsafe_code)]
 mod listener;
+#[forbid(unsafe_code)]
+pub mod mux;
 #[forbid(unsafe_code)]
 mod session;
 #[allow(unsafe_code)]
