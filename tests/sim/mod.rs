@@ -14,7 +14,9 @@
 //! One step ([`Sim::drive`]) is what one driver wake-up does, in the
 //! driver's order:
 //!
-//! 1. the datagrams due now are opened and handed to their `Conn`s;
+//! 1. the datagrams due now are opened and handed to their `Conn`s; a
+//!    `Conn` whose timer is due and got no input runs it and sends at once
+//!    (the driver's timer wheel);
 //! 2. the application runs (the caller's closure: reads, replies, writes);
 //! 3. every `Conn` runs its timers and drains `poll_transmit` onto the link.
 //!
@@ -152,6 +154,8 @@ pub(crate) struct Sim {
     /// Steps taken so far (every [`drive`](Self::drive) loop iteration).
     pub(crate) steps: u64,
     slot: Vec<u8>,
+    /// Nodes fed input in the current step.
+    fed: Vec<bool>,
     /// Lifecycle changes and the application's notes, ms since the start.
     pub(crate) log: String,
 }
@@ -169,6 +173,7 @@ impl Sim {
             seq: 0,
             steps: 0,
             slot: vec![0; 1500],
+            fed: Vec::new(),
             log: String::new(),
         }
     }
@@ -245,51 +250,57 @@ impl Sim {
     /// Every node runs its timers and sends what it has; lifecycle changes
     /// go to the log.
     pub(crate) fn transmit(&mut self) {
+        for i in 0..self.nodes.len() {
+            self.service(i);
+        }
+    }
+
+    /// Node `i` runs its timers and sends what it has (the driver's
+    /// `service`); a lifecycle change goes to the log.
+    fn service(&mut self, i: usize) {
         let now = self.now;
         let elapsed = self.elapsed_ms();
-        for i in 0..self.nodes.len() {
-            let node = &mut self.nodes[i];
-            node.conn.handle_timeout(now);
-            while let Some(t) = node.conn.poll_transmit(now, &mut self.slot) {
-                let crypto = node.config.packet_crypto();
-                let mut nonce = [0u8; 16];
-                let nonce = &mut nonce[..crypto.nonce_len()];
-                node.nonces.fill_bytes(nonce);
-                let n = crypto.seal(&mut self.slot, t.len, nonce).expect("seal");
-                assert!(
-                    n <= node.link.mtu_cap,
-                    "node {i}: a {n}-byte datagram exceeds the path MTU {}",
-                    node.link.mtu_cap
-                );
-                node.sent += 1;
-                node.wire_bytes += n as u64 + IP_UDP;
-                let link = &node.link;
-                if link.dark(elapsed) || self.rng.random_bool(link.loss) {
-                    continue;
-                }
-                let copies = if self.rng.random_bool(link.dup) { 2 } else { 1 };
-                for _ in 0..copies {
-                    let mut delay = link.delay + self.rng.random_range(0..=link.jitter);
-                    if self.rng.random_bool(link.reorder) {
-                        delay += 3 * link.jitter;
-                    }
-                    self.seq += 1;
-                    self.wire.push(Reverse(InFlight {
-                        at: now + Duration::from_millis(delay),
-                        seq: self.seq,
-                        to: node.peer,
-                        bytes: self.slot[..n].to_vec(),
-                    }));
-                }
+        let node = &mut self.nodes[i];
+        node.conn.handle_timeout(now);
+        while let Some(t) = node.conn.poll_transmit(now, &mut self.slot) {
+            let crypto = node.config.packet_crypto();
+            let mut nonce = [0u8; 16];
+            let nonce = &mut nonce[..crypto.nonce_len()];
+            node.nonces.fill_bytes(nonce);
+            let n = crypto.seal(&mut self.slot, t.len, nonce).expect("seal");
+            assert!(
+                n <= node.link.mtu_cap,
+                "node {i}: a {n}-byte datagram exceeds the path MTU {}",
+                node.link.mtu_cap
+            );
+            node.sent += 1;
+            node.wire_bytes += n as u64 + IP_UDP;
+            let link = &node.link;
+            if link.dark(elapsed) || self.rng.random_bool(link.loss) {
+                continue;
             }
-            let state = (node.conn.error(), node.conn.is_finished());
-            if state != node.seen {
-                node.seen = state;
-                match state {
-                    (Some(e), _) => self.note(format_args!("node {i} failed: {e:?}")),
-                    (None, true) => self.note(format_args!("node {i} finished")),
-                    (None, false) => {}
+            let copies = if self.rng.random_bool(link.dup) { 2 } else { 1 };
+            for _ in 0..copies {
+                let mut delay = link.delay + self.rng.random_range(0..=link.jitter);
+                if self.rng.random_bool(link.reorder) {
+                    delay += 3 * link.jitter;
                 }
+                self.seq += 1;
+                self.wire.push(Reverse(InFlight {
+                    at: now + Duration::from_millis(delay),
+                    seq: self.seq,
+                    to: node.peer,
+                    bytes: self.slot[..n].to_vec(),
+                }));
+            }
+        }
+        let state = (node.conn.error(), node.conn.is_finished());
+        if state != node.seen {
+            node.seen = state;
+            match state {
+                (Some(e), _) => self.note(format_args!("node {i} failed: {e:?}")),
+                (None, true) => self.note(format_args!("node {i} finished")),
+                (None, false) => {}
             }
         }
     }
@@ -308,16 +319,31 @@ impl Sim {
             return false;
         };
         self.now = self.now.max(next);
+        self.fed.clear();
+        self.fed.resize(self.nodes.len(), false);
         while self.wire.peek().is_some_and(|Reverse(p)| p.at <= self.now) {
             let Some(Reverse(mut p)) = self.wire.pop() else {
                 break;
             };
             let node = &mut self.nodes[p.to];
+            self.fed[p.to] = true;
             match node.config.packet_crypto().open(&mut p.bytes) {
                 Ok(range) => {
                     let _ = node.conn.handle_packet(self.now, &p.bytes[range]);
                 }
                 Err(_) => node.bad_open += 1,
+            }
+        }
+        // Timers due and no input: serviced before the application runs,
+        // as the driver's fire_timers does (the application then sees what
+        // the timers decided: a linger expired, a failure).
+        for i in 0..self.nodes.len() {
+            let due = self.nodes[i]
+                .conn
+                .poll_timeout()
+                .is_some_and(|d| d <= self.now);
+            if due && !self.fed[i] {
+                self.service(i);
             }
         }
         true
