@@ -74,7 +74,11 @@
 //!   GSO/GRO on Linux).
 //!
 //! [`arq`], [`fec`] and [`crypto`] are sans-IO: bytes and `now` in, datagrams
-//! and deadlines out. They can be driven from any runtime or a game loop.
+//! and deadlines out, and so is [`Conn`], the whole session built from them
+//! (ARQ, FEC, lifecycle). A session can be driven from any runtime or a game
+//! loop: `examples/gameloop.rs` runs a kcp-go-compatible session (cipher,
+//! FEC, ARQ) over a `std::net::UdpSocket` with a plain loop and no tokio, and
+//! `tests/gameloop.rs` runs it against kcp-go.
 
 #[forbid(unsafe_code)]
 pub mod arq;
