@@ -279,10 +279,10 @@ impl Sim {
             if link.dark(elapsed) || self.rng.random_bool(link.loss) {
                 continue;
             }
-            let copies = if self.rng.random_bool(link.dup) { 2 } else { 1 };
+            let copies = if chance(&mut self.rng, link.dup) { 2 } else { 1 };
             for _ in 0..copies {
                 let mut delay = link.delay + self.rng.random_range(0..=link.jitter);
-                if self.rng.random_bool(link.reorder) {
+                if chance(&mut self.rng, link.reorder) {
                     delay += 3 * link.jitter;
                 }
                 self.seq += 1;
@@ -390,6 +390,13 @@ impl Sim {
             }
         });
     }
+}
+
+/// A draw with probability `p`; none at all (the stream is left as it
+/// was) when `p` is 0, so turning an impairment off keeps the others'
+/// draws.
+fn chance(rng: &mut ChaCha8Rng, p: f64) -> bool {
+    p > 0.0 && rng.random_bool(p)
 }
 
 /// Seeded random bytes.
