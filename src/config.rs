@@ -10,153 +10,13 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use crate::arq::Preset;
 use crate::arq::{self, ArqConfig};
 use crate::crypto::{self, MAX_DATAGRAM, Method, PacketCrypto};
 use crate::fec;
 
 /// Smallest KCP mtu accepted: one segment header plus at least one byte.
 const MIN_KCP_MTU: usize = 25;
-
-/// [`Preset::LowLatency`]: RTO floor in ms (kcpio-only).
-const LOWLAT_MIN_RTO_MS: u32 = 20;
-/// [`Preset::LowLatency`]: RTO growth per timeout, percent of the RTO (kcpio-only).
-const LOWLAT_BACKOFF_PERCENT: u32 = 25;
-/// [`Preset::LowLatency`]: cap of a segment's backed-off RTO in ms (kcpio-only).
-const LOWLAT_MAX_RTO_MS: u32 = 200;
-/// [`Preset::LowLatency`]: FEC data and parity shards.
-const LOWLAT_FEC: (usize, usize) = (2, 2);
-/// [`Preset::LowLatency`]: FEC group deadline in ms (kcpio-only).
-const LOWLAT_FEC_DEADLINE_MS: u32 = 10;
-
-/// Parameter presets of the ARQ: `nodelay`, `interval`, fast `resend` and `nc`.
-///
-/// | preset | nodelay | interval | resend | nc |
-/// | --- | --- | --- | --- | --- |
-/// | [`Default`](Preset::Default) (kcp-go's `NewKCP`) | off | 100 ms | 0 | off |
-/// | [`Normal`](Preset::Normal) (kcptun `normal`) | off | 40 ms | 2 | on |
-/// | [`Fast`](Preset::Fast) (kcptun `fast`, kcptun's default) | off | 30 ms | 2 | on |
-/// | [`Fast2`](Preset::Fast2) (kcptun `fast2`) | on | 20 ms | 2 | on |
-/// | [`Fast3`](Preset::Fast3) (kcptun `fast3`) | on | 10 ms | 2 | on |
-/// | [`LowLatency`](Preset::LowLatency) (kcpio only, `lowlat`) | on | 10 ms | 1 | on |
-///
-/// [`LowLatency`](Preset::LowLatency) sets more than these four: see its
-/// documentation.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum Preset {
-    /// kcp-go's defaults: no nodelay, 100 ms interval, no fast resend,
-    /// congestion control on.
-    #[default]
-    Default,
-    /// kcptun `normal`: 40 ms interval, fast resend after 2 skips, no congestion window.
-    Normal,
-    /// kcptun `fast`: 30 ms interval, fast resend after 2 skips, no congestion window.
-    Fast,
-    /// kcptun `fast2`: nodelay, 20 ms interval, fast resend 2, no congestion window.
-    Fast2,
-    /// kcptun `fast3`: nodelay, 10 ms interval, fast resend 2, no congestion window.
-    Fast3,
-    /// **kcpio's low-latency preset** (name `lowlat`, issue 7): for small
-    /// messages at a steady rate (game state, voice, interactive tunnels) on
-    /// lossy links, where the worst case matters more than bandwidth.
-    ///
-    /// On the wire it is kcp-go-compatible: a kcp-go peer with any settings
-    /// talks to it unchanged. It sets
-    ///
-    /// * fast3's ARQ timing with fast resend after **1** skipping ACK
-    ///   (nodelay, 10 ms interval, resend 1, no congestion window);
-    /// * ACK without delay ([`ack_nodelay`](ConfigBuilder::ack_nodelay));
-    /// * **kcpio-only**, changing only when this side retransmits: a 20 ms
-    ///   RTO floor ([`min_rto`](ConfigBuilder::min_rto)), a back-off of
-    ///   +25% of the RTO per timeout capped at 200 ms
-    ///   ([`rto_backoff_percent`](ConfigBuilder::rto_backoff_percent),
-    ///   [`max_rto`](ConfigBuilder::max_rto)), and the tail-loss probe
-    ///   ([`tail_probe`](ConfigBuilder::tail_probe));
-    /// * unless [`fec`](ConfigBuilder::fec) is set, FEC **2 data + 2 parity**
-    ///   shards with the **kcpio-only** 10 ms group deadline
-    ///   ([`fec_group_deadline`](ConfigBuilder::fec_group_deadline)): a group
-    ///   that has not filled 10 ms after its first packet is closed with
-    ///   12-byte filler shards and its parity leaves at once, so a lost
-    ///   packet is rebuilt about 10 ms late instead of a round trip or more.
-    ///   A kcp-go receiver decodes these groups like any other (it counts the
-    ///   fillers as `KCPInErrors`).
-    ///
-    /// The cost is bandwidth: two parity shards per two packets, fillers,
-    /// and an ACK datagram per message. At 60 messages of 64 bytes per
-    /// second with 20 ms each way and 5% loss, `scripts/latency.sh` measured
-    /// about 7× the payload in IP bytes on the wire against fast3's 2.5×
-    /// (2.7× fast3's bytes), for a median p99 of 52 ms and max 91 ms instead
-    /// of fast3's 136 and 202 ms (five runs; README.md). Most of that gain
-    /// comes from the small FEC groups: kcp-go with the same wire-compatible
-    /// settings (`1,10,1,1`, ACK without delay, FEC 2/2) measured p99 57 ms;
-    /// the group deadline keeps parity prompt when packets are sparser than
-    /// in that test.
-    LowLatency,
-}
-
-impl Preset {
-    /// The preset called `name` by kcptun's `--mode` flag (`normal`, `fast`,
-    /// `fast2`, `fast3`), or `default` for kcp-go's own defaults.
-    #[must_use]
-    pub fn from_name(name: &str) -> Option<Self> {
-        match name {
-            "default" => Some(Self::Default),
-            "normal" => Some(Self::Normal),
-            "fast" => Some(Self::Fast),
-            "fast2" => Some(Self::Fast2),
-            "fast3" => Some(Self::Fast3),
-            "lowlat" => Some(Self::LowLatency),
-            _ => None,
-        }
-    }
-
-    /// The name [`from_name`](Self::from_name) takes.
-    #[must_use]
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Default => "default",
-            Self::Normal => "normal",
-            Self::Fast => "fast",
-            Self::Fast2 => "fast2",
-            Self::Fast3 => "fast3",
-            Self::LowLatency => "lowlat",
-        }
-    }
-
-    /// The ARQ parameters this preset sets, on top of kcp-go's defaults
-    /// (mtu, windows and modes are the builder's).
-    #[must_use]
-    pub fn arq_config(self) -> ArqConfig {
-        match self {
-            Self::Default => ArqConfig::preset(arq::Preset::Default),
-            Self::Normal => ArqConfig::preset(arq::Preset::Normal),
-            Self::Fast => ArqConfig::preset(arq::Preset::Fast),
-            Self::Fast2 => ArqConfig::preset(arq::Preset::Fast2),
-            Self::Fast3 => ArqConfig::preset(arq::Preset::Fast3),
-            Self::LowLatency => ArqConfig {
-                fast_resend: 1,
-                ack_nodelay: true,
-                min_rto: Some(LOWLAT_MIN_RTO_MS),
-                backoff_percent: Some(LOWLAT_BACKOFF_PERCENT),
-                max_rto: Some(LOWLAT_MAX_RTO_MS),
-                tail_probe: true,
-                ..ArqConfig::preset(arq::Preset::Fast3)
-            },
-        }
-    }
-
-    /// The FEC shape (data, parity) and group deadline this preset turns on
-    /// when [`ConfigBuilder::fec`] is not set; `None` for the kcp-go presets.
-    #[must_use]
-    pub fn fec(self) -> Option<((usize, usize), Duration)> {
-        match self {
-            Self::LowLatency => Some((
-                LOWLAT_FEC,
-                Duration::from_millis(u64::from(LOWLAT_FEC_DEADLINE_MS)),
-            )),
-            _ => None,
-        }
-    }
-}
 
 /// Key material for the packet cipher.
 #[derive(Clone)]
@@ -950,11 +810,11 @@ mod tests {
         let a = &c.inner.arq;
         assert!(a.nodelay && a.no_congestion && a.ack_nodelay && a.tail_probe);
         assert_eq!((a.interval, a.fast_resend), (10, 1));
-        assert_eq!(a.min_rto, Some(LOWLAT_MIN_RTO_MS));
-        assert_eq!(a.backoff_percent, Some(LOWLAT_BACKOFF_PERCENT));
-        assert_eq!(a.max_rto, Some(LOWLAT_MAX_RTO_MS));
-        assert_eq!(c.inner.fec, Some(LOWLAT_FEC));
-        assert_eq!(c.inner.fec_group_deadline, Some(LOWLAT_FEC_DEADLINE_MS));
+        assert_eq!(a.min_rto, Some(20));
+        assert_eq!(a.backoff_percent, Some(25));
+        assert_eq!(a.max_rto, Some(200));
+        assert_eq!(c.inner.fec, Some((2, 2)));
+        assert_eq!(c.inner.fec_group_deadline, Some(10));
         assert_eq!(c.kcp_mtu(), 1392);
         // Explicit settings win over the preset's.
         let c = Config::builder()
@@ -974,7 +834,7 @@ mod tests {
             .build()
             .unwrap();
         assert_eq!(c.inner.fec, Some((10, 3)));
-        assert_eq!(c.inner.fec_group_deadline, Some(LOWLAT_FEC_DEADLINE_MS));
+        assert_eq!(c.inner.fec_group_deadline, Some(10));
         // The kcp-go presets carry none of the kcpio-only knobs.
         for p in [Preset::Default, Preset::Fast3] {
             let c = Config::builder().preset(p).build().unwrap();

@@ -58,14 +58,17 @@
 //! Data walks one way through layers that each live in one module:
 //!
 //! ```text
-//!  write ─► KcpStream ─► driver ─► arq (segments) ─► fec (shards) ─► crypto (seal) ─► sys (batch send) ─► UDP
-//!  read  ◄─ KcpStream ◄─ driver ◄─ arq (reassembly) ◄─ fec (recover) ◄─ crypto (open) ◄─ sys (batch recv) ◄─ UDP
+//!  write ─► KcpStream ─► Conn ─► arq (segments) ─► fec (shards) ─► driver: crypto (seal) ─► sys (batch send) ─► UDP
+//!  read  ◄─ KcpStream ◄─ Conn ◄─ arq (reassembly) ◄─ fec (recover) ◄─ driver: table ◄─ crypto (open) ◄─ sys (batch recv) ◄─ UDP
 //! ```
 //!
-//! - the session ([`KcpStream`], [`KcpListener`]) is the tokio surface;
+//! - [`KcpStream`] and [`KcpListener`] are the tokio surface: thin adapters
+//!   that lock a session and call its [`Conn`];
 //! - one driver task per UDP socket, whatever the number of sessions on it,
-//!   demultiplexes datagrams to sessions, runs their timers and batches
-//!   their output;
+//!   opens and seals datagrams, routes them to sessions through its session
+//!   table, runs their timers and batches their output;
+//! - [`Conn`] is one session: ARQ, FEC, lifecycle (idle timeout, dead link,
+//!   shutdown and linger) and its next deadline;
 //! - [`arq`] is the KCP state machine (segments, acknowledgements,
 //!   retransmission, windows);
 //! - [`fec`] adds Reed-Solomon parity shards and rebuilds lost data shards;
@@ -73,12 +76,19 @@
 //! - `sys` sends and receives datagrams in batches (`sendmmsg`/`recvmmsg`,
 //!   GSO/GRO on Linux).
 //!
-//! [`arq`], [`fec`] and [`crypto`] are sans-IO: bytes and `now` in, datagrams
-//! and deadlines out, and so is [`Conn`], the whole session built from them
-//! (ARQ, FEC, lifecycle). A session can be driven from any runtime or a game
-//! loop: `examples/gameloop.rs` runs a kcp-go-compatible session (cipher,
-//! FEC, ARQ) over a `std::net::UdpSocket` with a plain loop and no tokio, and
+//! [`Conn`], [`arq`], [`fec`] and [`crypto`] are sans-IO: bytes and `now`
+//! in, datagrams and deadlines out. A [`Conn`] with a [`crypto`] cipher is a
+//! whole kcp-go-compatible session that any runtime or a game loop can drive:
+//! `examples/gameloop.rs` runs one (cipher, FEC, ARQ) over a
+//! `std::net::UdpSocket` with a plain loop and no tokio, and
 //! `tests/gameloop.rs` runs it against kcp-go.
+//!
+//! # Errors
+//!
+//! A failed session's `io::Error` carries a [`SessionError`] as its source
+//! (`err.get_ref().and_then(|e| e.downcast_ref::<SessionError>())`:
+//! dead link, idle timeout, reset by the peer, aborted); other refusals
+//! carry a [`ConnError`].
 
 #[forbid(unsafe_code)]
 pub mod arq;

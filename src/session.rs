@@ -41,7 +41,9 @@ impl Drop for Handle {
 /// only for an empty buffer. A dead peer is detected by the retransmission
 /// limit ([`ConfigBuilder::dead_link`](crate::ConfigBuilder::dead_link)) and a
 /// silent one by [`ConfigBuilder::idle_timeout`](crate::ConfigBuilder::idle_timeout):
-/// both fail pending and later reads and writes with `TimedOut`.
+/// both fail pending and later reads and writes with `TimedOut`. The error's
+/// source is a [`SessionError`](crate::SessionError) that tells them apart
+/// (`DeadLink`, `IdleTimeout`; `Reset` when the peer restarted).
 ///
 /// Dropping the stream (both halves after [`into_split`](Self::into_split))
 /// lets the driver deliver what was written, for up to
@@ -197,8 +199,10 @@ impl KcpStream {
     /// # Errors
     ///
     /// `Unsupported` in stream mode; `InvalidInput` for an empty message or
-    /// one longer than 255 segments; `BrokenPipe` after shutdown; `TimedOut`
-    /// / `ConnectionReset` / `ConnectionAborted` when the session failed.
+    /// one longer than 255 segments; `BrokenPipe` after shutdown (each with a
+    /// [`ConnError`](crate::ConnError) source); `TimedOut` /
+    /// `ConnectionReset` / `ConnectionAborted` when the session failed (with
+    /// a [`SessionError`](crate::SessionError) source).
     ///
     /// # Cancel safety
     ///

@@ -485,6 +485,16 @@ mod tests {
         r
     }
 
+    /// A listener table with conv 5 open from `addr(1)`, and its id.
+    fn with_session(max_sessions: usize) -> (Table<u32>, SessionId) {
+        let mut t = Table::new(true, max_sessions, 10);
+        feed(&mut t, addr(1), &push(5, 0, false), 0);
+        let Route::Deliver(id) = route(&mut t, addr(1), &push(5, 1, false), 0) else {
+            panic!("the same conv delivers")
+        };
+        (t, id)
+    }
+
     #[test]
     fn new_conversations_are_validated_then_admitted() {
         let mut t = Table::new(true, 2, 8);
@@ -549,11 +559,7 @@ mod tests {
 
     #[test]
     fn known_address_delivers_or_refuses_other_convs() {
-        let mut t = Table::new(true, 10, 10);
-        feed(&mut t, addr(1), &push(5, 0, false), 0);
-        let Route::Deliver(id) = route(&mut t, addr(1), &push(5, 1, false), 0) else {
-            panic!("same conv delivers")
-        };
+        let (mut t, id) = with_session(10);
         assert_eq!(t.get(id), Some(&5));
         // Parity carries no conv: goes to the address's session.
         let mut parity = vec![0u8; 20];
@@ -573,11 +579,7 @@ mod tests {
 
     #[test]
     fn takeover_replaces_and_tombstones_the_old_conversation() {
-        let mut t = Table::new(true, 1, 10);
-        feed(&mut t, addr(1), &push(5, 0, false), 0);
-        let Route::Deliver(old) = route(&mut t, addr(1), &push(5, 1, false), 0) else {
-            panic!()
-        };
+        let (mut t, old) = with_session(1);
         // A restarted client: new conv at sn 0, even at the cap (it frees a slot).
         let r = feed(&mut t, addr(1), &push(6, 0, false), 1);
         assert_eq!(
@@ -608,11 +610,7 @@ mod tests {
 
     #[test]
     fn tombstones_refuse_until_they_expire() {
-        let mut t = Table::new(true, 10, 10);
-        feed(&mut t, addr(1), &push(5, 0, false), 0);
-        let Route::Deliver(id) = route(&mut t, addr(1), &push(5, 1, false), 0) else {
-            panic!()
-        };
+        let (mut t, id) = with_session(10);
         assert_eq!(t.remove(id, Duration::from_secs(10)), Some(5));
         assert_eq!(t.remove(id, Duration::from_secs(10)), None, "once");
         assert_eq!(
