@@ -279,7 +279,11 @@ impl Sim {
             if link.dark(elapsed) || self.rng.random_bool(link.loss) {
                 continue;
             }
-            let copies = if chance(&mut self.rng, link.dup) { 2 } else { 1 };
+            let copies = if chance(&mut self.rng, link.dup) {
+                2
+            } else {
+                1
+            };
             for _ in 0..copies {
                 let mut delay = link.delay + self.rng.random_range(0..=link.jitter);
                 if chance(&mut self.rng, link.reorder) {
