@@ -259,3 +259,49 @@ fn zero_window_recovers() {
     assert!(b.arq.wins_out >= 1, "the receiver announced its window");
     snapshot("lifecycle_zero_window.txt", &sim.log);
 }
+
+#[test]
+fn conversations_sharing_the_clock_fail_alone() {
+    // Four nodes, two conversations: 0 <-> 1 on a clean path, 2 <-> 3 on
+    // one that goes dark at 500 ms.
+    let config = config();
+    let mut sim = Sim::new(8, 0);
+    let (a, b) = (
+        sim.add(1, &config, Link::clean(20)),
+        sim.add(1, &config, Link::clean(20)),
+    );
+    let dark = Link::clean(20).blackout(500, u64::MAX);
+    let (c, d) = (sim.add(2, &config, dark.clone()), sim.add(2, &config, dark));
+    sim.connect(a, b);
+    sim.connect(c, d);
+    let mut got = [0usize; 4];
+    let mut buf = vec![0u8; 4096];
+    sim.drive(100_000, |sim| {
+        // Every 100 ms, each conversation's first node sends a message.
+        let t = sim.elapsed_ms();
+        if t % 100 == 0 {
+            for from in [a, c] {
+                let _ = sim.conn(from).write(&[7; 100]);
+            }
+        }
+        for to in [b, d] {
+            while let Ok(n) = sim.conn(to).read(&mut buf) {
+                got[to] += n;
+            }
+        }
+        if sim.nodes[c].conn.error().is_some() {
+            Flow::Done
+        } else {
+            Flow::WakeAt(t - t % 100 + 100)
+        }
+    });
+    sim.note(format_args!(
+        "node 1 received {} bytes, node 3 {}",
+        got[b], got[d]
+    ));
+    assert_eq!(sim.nodes[c].conn.error(), Some(SessionError::DeadLink));
+    assert_eq!(sim.nodes[a].conn.error(), None);
+    assert_eq!(got[d], 500, "what crossed before the dark");
+    assert!(got[b] > got[d] * 10, "the other conversation went on");
+    snapshot("lifecycle_two_conversations.txt", &sim.log);
+}
