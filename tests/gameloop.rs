@@ -11,7 +11,7 @@ mod support;
 
 use std::time::Duration;
 
-use support::gopeer::{self, GoServer, args};
+use support::gopeer::{self, GoServer};
 
 /// The game loop talks to a kcp-go echo server with `crypt` and `fec`;
 /// every message comes back, in order.
@@ -19,17 +19,7 @@ async fn against_kcpgo(crypt: &str, fec: (usize, usize)) {
     let Some(bin) = gopeer::binary() else {
         return;
     };
-    let flags = args(&[
-        "--crypt",
-        crypt,
-        "--datashard",
-        &fec.0.to_string(),
-        "--parityshard",
-        &fec.1.to_string(),
-        "--nodelay",
-        "fast3",
-        "--stream",
-    ]);
+    let flags = gopeer::fast3_stream_flags(crypt, fec);
     let server = GoServer::spawn(&bin, "echo-server", &flags).await;
     let opts = gameloop::Options {
         addr: server.addr().to_string(),
