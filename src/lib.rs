@@ -82,8 +82,10 @@
 //!
 //! [`Conn`], [`arq`], [`fec`] and [`crypto`] are sans-IO: bytes and `now`
 //! in, datagrams and deadlines out. A [`Conn`] with a [`crypto`] cipher is a
-//! whole kcp-go-compatible session that any runtime or a game loop can drive
-//! (see its example).
+//! whole kcp-go-compatible session that any runtime or a game loop can drive:
+//! `examples/gameloop.rs` runs one (cipher, FEC, ARQ) over a
+//! `std::net::UdpSocket` with a plain loop and no tokio, and
+//! `tests/gameloop.rs` runs it against kcp-go.
 //!
 //! # Errors
 //!

@@ -153,21 +153,14 @@ fn assert_no_failures(failures: &[String]) {
 
 /// The Go side of a case, as flags.
 fn go_flags(cipher: &str, fec: (usize, usize)) -> Vec<String> {
-    args(&[
-        "--crypt",
-        cipher,
-        "--datashard",
-        &fec.0.to_string(),
-        "--parityshard",
-        &fec.1.to_string(),
-        "--nodelay",
-        "fast3",
-        "--stream",
+    let mut v = gopeer::fast3_stream_flags(cipher, fec);
+    v.extend(args(&[
         "--sndwnd",
         &WND.to_string(),
         "--rcvwnd",
         &WND.to_string(),
-    ])
+    ]));
+    v
 }
 
 fn cases() -> Vec<(&'static str, (usize, usize))> {

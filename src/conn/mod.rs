@@ -350,6 +350,14 @@ impl Conn {
         self.header
     }
 
+    /// [`Kcp::set_initial_sn`] for the simulator (`tests/sim`), so a test
+    /// crosses the 2^32 sequence wrap; both ends must use the same value,
+    /// before any traffic. Not part of the stable API.
+    #[doc(hidden)]
+    pub fn set_initial_sn(&mut self, sn: u32) -> bool {
+        self.kcp.set_initial_sn(sn)
+    }
+
     // ------------------------------------------------------------ network
 
     fn advance(&mut self, now: Duration) {

@@ -378,3 +378,19 @@ pub(crate) async fn run_program(program: &Path, args: &[String], timeout: Durati
 pub(crate) fn args(list: &[&str]) -> Vec<String> {
     list.iter().map(|s| (*s).to_owned()).collect()
 }
+
+/// The Go peer's flags for fast3 in stream mode with `cipher` (its default
+/// passphrase) and FEC `fec` (`(0, 0)` is off).
+pub(crate) fn fast3_stream_flags(cipher: &str, fec: (usize, usize)) -> Vec<String> {
+    args(&[
+        "--crypt",
+        cipher,
+        "--datashard",
+        &fec.0.to_string(),
+        "--parityshard",
+        &fec.1.to_string(),
+        "--nodelay",
+        "fast3",
+        "--stream",
+    ])
+}

@@ -1,0 +1,307 @@
+//! Session lifecycle rules as deterministic transcripts: two
+//! [`kcpio::Conn`]s on the `tests/sim` harness (fast3, aes-128, FEC 3/1),
+//! each scenario logged with virtual timestamps and compared with
+//! `tests/snapshots/lifecycle_*.txt` (`UPDATE_SNAPSHOTS=1` rewrites them),
+//! plus explicit checks of the rule it shows.
+//!
+//! Idle timeout, dead link, shutdown (flush, linger expiry), release (what
+//! dropping every handle does: linger, then finished) and a zero receive
+//! window. The table rules (takeover, tombstones, their expiry) are the
+//! driver's session table and unit-tested in `src/driver/table.rs`.
+
+mod sim;
+
+use std::time::Duration;
+
+use kcpio::{Config, ConfigBuilder, ConnError, Key, Method, Preset, SessionError};
+use sim::{Flow, Link, Sim, payload, snapshot};
+
+const LINGER_MS: u64 = 1_000;
+
+/// fast3, aes-128, FEC 3/1, a 1 s linger.
+fn builder() -> ConfigBuilder {
+    Config::builder()
+        .preset(Preset::Fast3)
+        .stream(true)
+        .crypto(Method::Aes128, Key::passphrase("lifecycle"))
+        .fec(3, 1)
+        .linger(Duration::from_millis(LINGER_MS))
+}
+
+fn config() -> Config {
+    builder().build().expect("valid config")
+}
+
+/// Both nodes failed (or `limit` ms passed).
+fn both_failed(sim: &mut Sim, limit: u64) -> Flow {
+    if sim.nodes.iter().all(|n| n.conn.error().is_some()) || sim.elapsed_ms() >= limit {
+        Flow::Done
+    } else {
+        Flow::WakeAt(limit)
+    }
+}
+
+#[test]
+fn idle_timeout() {
+    let config = builder()
+        .idle_timeout(Duration::from_secs(3))
+        .build()
+        .expect("valid config");
+    let mut sim = Sim::pair(&config, Link::clean(20), 1, 0, 0);
+    assert_eq!(sim.conn(0).write(b"hello"), Ok(5));
+    sim.note("node 0 writes 5 bytes");
+    let mut buf = [0u8; 16];
+    sim.drive(10_000, |sim| {
+        if let Ok(n) = sim.conn(1).read(&mut buf) {
+            sim.note(format_args!("node 1 reads {n} bytes"));
+        }
+        both_failed(sim, 10_000)
+    });
+    for i in 0..2 {
+        assert_eq!(sim.nodes[i].conn.error(), Some(SessionError::IdleTimeout));
+        assert_eq!(
+            sim.conn(i).read(&mut buf),
+            Err(ConnError::Closed(SessionError::IdleTimeout))
+        );
+    }
+    // Node 1 last heard node 0 at 20 ms (the data), node 0 heard the ACK
+    // at 40 ms: each times out 3 s after its own last input.
+    snapshot("lifecycle_idle_timeout.txt", &sim.log);
+}
+
+#[test]
+fn dead_link() {
+    let link = Link::clean(20).blackout(0, u64::MAX);
+    let mut sim = Sim::pair(&config(), link, 2, 0, 0);
+    assert_eq!(sim.conn(0).write(b"is anyone there?"), Ok(16));
+    sim.note("node 0 writes 16 bytes; nothing gets through");
+    sim.drive(100_000, |sim| {
+        if sim.nodes[0].conn.error().is_some() {
+            Flow::Done
+        } else {
+            Flow::Continue
+        }
+    });
+    let a = sim.nodes[0].conn.stats();
+    sim.note(format_args!(
+        "node 0: {} transmissions, {} by RTO",
+        a.arq.push_out, a.arq.retransmit_rto
+    ));
+    assert_eq!(sim.nodes[0].conn.error(), Some(SessionError::DeadLink));
+    // 20 transmissions (dead_link) with fast3's back-off: 200 ms, then
+    // +100 ms each time.
+    assert_eq!(a.arq.push_out, 20);
+    let expected: u64 = (0..19).map(|i| 200 + 100 * i).sum();
+    let t = sim.elapsed_ms();
+    assert!((expected..expected + 200).contains(&t), "dead after {t} ms");
+    // A dead session sends nothing more and schedules nothing.
+    assert_eq!(sim.conn(0).poll_timeout(), None);
+    snapshot("lifecycle_dead_link.txt", &sim.log);
+}
+
+/// Node 0 writes `len` bytes, then shuts down (a write half closing) or
+/// releases (every handle dropped); node 1 reads everything. Logs the
+/// shutdown verdicts as they change, the reader's progress and the end.
+fn close_after_write(sim: &mut Sim, len: usize, release: bool, limit: u64) -> Vec<u8> {
+    let data = payload(len as u64, len);
+    let mut sent = 0;
+    let mut got = Vec::new();
+    let mut last_verdict = None;
+    let mut buf = vec![0u8; 64 << 10];
+    sim.drive(100_000, |sim| {
+        if sent < data.len() {
+            if let Ok(n) = sim.conn(0).write(&data[sent..]) {
+                sent += n;
+                if sent == data.len() {
+                    sim.note(format_args!("node 0 wrote {sent} bytes"));
+                    if release {
+                        sim.conn(0).release();
+                        sim.note("node 0 released (every handle dropped)");
+                    }
+                }
+            }
+        } else if !release {
+            let v = sim.conn(0).shutdown();
+            if last_verdict != Some(v) {
+                last_verdict = Some(v);
+                sim.note(format_args!("node 0 shutdown: {v:?}"));
+            }
+        }
+        while let Ok(n) = sim.conn(1).read(&mut buf) {
+            got.extend_from_slice(&buf[..n]);
+            if got.len() == data.len() {
+                sim.note(format_args!("node 1 has all {} bytes", got.len()));
+            }
+        }
+        let done = if release {
+            sim.nodes[0].conn.is_finished()
+        } else {
+            matches!(last_verdict, Some(Ok(()) | Err(ConnError::LingerExpired)))
+        };
+        if done || sim.elapsed_ms() >= limit {
+            Flow::Done
+        } else {
+            Flow::WakeAt(limit)
+        }
+    });
+    assert_eq!(got, data[..got.len()], "a prefix of what was written");
+    got
+}
+
+#[test]
+fn shutdown_flushes_everything_written() {
+    let link = Link {
+        loss: 0.05,
+        jitter: 5,
+        ..Link::clean(20)
+    };
+    let mut sim = Sim::pair(&config(), link, 3, 0, 0);
+    let got = close_after_write(&mut sim, 256 << 10, false, 30_000);
+    // Ok only once everything was acknowledged: the reader has it all.
+    assert_eq!(got.len(), 256 << 10);
+    assert_eq!(sim.conn(0).shutdown(), Ok(()));
+    assert_eq!(sim.conn(0).write(b"x"), Err(ConnError::WriteShutdown));
+    snapshot("lifecycle_shutdown_flush.txt", &sim.log);
+}
+
+#[test]
+fn shutdown_linger_expires_when_nothing_is_acknowledged() {
+    // From 100 ms on nothing crosses either way.
+    let link = Link::clean(20).blackout(100, u64::MAX);
+    let mut sim = Sim::pair(&config(), link, 4, 0, 0);
+    sim.run_until(100, 1_000);
+    sim.note("the path goes dark");
+    close_after_write(&mut sim, 4 << 10, false, 30_000);
+    let t = sim.elapsed_ms();
+    assert_eq!(sim.conn(0).shutdown(), Err(ConnError::LingerExpired));
+    // Linger runs from the first shutdown call, one step after the write.
+    assert!((100 + LINGER_MS..100 + LINGER_MS + 200).contains(&t), "{t}");
+    // The session itself goes on: only dead link or idle ends it.
+    assert_eq!(sim.nodes[0].conn.error(), None);
+    snapshot("lifecycle_shutdown_linger.txt", &sim.log);
+}
+
+#[test]
+fn release_finishes_once_acknowledged() {
+    let mut sim = Sim::pair(&config(), Link::clean(20), 5, 0, 0);
+    let got = close_after_write(&mut sim, 64 << 10, true, 30_000);
+    assert_eq!(got.len(), 64 << 10);
+    assert!(sim.nodes[0].conn.is_finished());
+    assert_eq!(sim.nodes[0].conn.error(), None);
+    snapshot("lifecycle_release_flush.txt", &sim.log);
+}
+
+#[test]
+fn release_finishes_after_linger_when_the_peer_is_gone() {
+    let link = Link::clean(20).blackout(0, u64::MAX);
+    let mut sim = Sim::pair(&config(), link, 6, 0, 0);
+    let got = close_after_write(&mut sim, 4 << 10, true, 30_000);
+    assert!(got.is_empty());
+    assert!(sim.nodes[0].conn.is_finished());
+    let t = sim.elapsed_ms();
+    assert!((LINGER_MS..LINGER_MS + 20).contains(&t), "{t}");
+    snapshot("lifecycle_release_linger.txt", &sim.log);
+}
+
+#[test]
+fn zero_window_recovers() {
+    let config = builder().window(64, 16).build().expect("valid config");
+    let mut sim = Sim::pair(&config, Link::clean(20), 7, 0, 0);
+    let data = payload(7, 256 << 10);
+    let (pause, resume) = (100, 3_100);
+    let mut sent = 0;
+    let mut got = Vec::new();
+    let mut blocked = false;
+    let mut buf = vec![0u8; 64 << 10];
+    sim.drive(100_000, |sim| {
+        let t = sim.elapsed_ms();
+        while sent < data.len() {
+            match sim.conn(0).write(&data[sent..]) {
+                Ok(n) => sent += n,
+                Err(_) => break,
+            }
+        }
+        let stuck = sent < data.len();
+        if stuck != blocked {
+            blocked = stuck;
+            let w = if stuck { "blocks" } else { "is unblocked" };
+            sim.note(format_args!("node 0 writer {w} at {sent} bytes"));
+        }
+        if t == pause {
+            sim.note("node 1 stops reading");
+        }
+        if t == resume {
+            sim.note("node 1 reads again");
+        }
+        if !(pause..resume).contains(&t) {
+            while let Ok(n) = sim.conn(1).read(&mut buf) {
+                got.extend_from_slice(&buf[..n]);
+            }
+        }
+        if got.len() == data.len() {
+            sim.note("node 1 has every byte");
+            Flow::Done
+        } else if t < pause {
+            Flow::WakeAt(pause)
+        } else if t < resume {
+            Flow::WakeAt(resume)
+        } else {
+            Flow::Continue
+        }
+    });
+    assert_eq!(got, data);
+    let (a, b) = (sim.nodes[0].conn.stats(), sim.nodes[1].conn.stats());
+    sim.note(format_args!(
+        "window probes sent {}, window updates sent {}",
+        a.arq.wask_out, b.arq.wins_out
+    ));
+    assert!(a.arq.wask_out >= 2, "the sender probed the closed window");
+    assert!(b.arq.wins_out >= 1, "the receiver announced its window");
+    snapshot("lifecycle_zero_window.txt", &sim.log);
+}
+
+#[test]
+fn conversations_sharing_the_clock_fail_alone() {
+    // Four nodes, two conversations: 0 <-> 1 on a clean path, 2 <-> 3 on
+    // one that goes dark at 500 ms.
+    let config = config();
+    let mut sim = Sim::new(8, 0);
+    let (a, b) = (
+        sim.add(1, &config, Link::clean(20)),
+        sim.add(1, &config, Link::clean(20)),
+    );
+    let dark = Link::clean(20).blackout(500, u64::MAX);
+    let (c, d) = (sim.add(2, &config, dark.clone()), sim.add(2, &config, dark));
+    sim.connect(a, b);
+    sim.connect(c, d);
+    let mut got = [0usize; 4];
+    let mut buf = vec![0u8; 4096];
+    sim.drive(100_000, |sim| {
+        // Every 100 ms, each conversation's first node sends a message.
+        let t = sim.elapsed_ms();
+        if t % 100 == 0 {
+            for from in [a, c] {
+                let _ = sim.conn(from).write(&[7; 100]);
+            }
+        }
+        for to in [b, d] {
+            while let Ok(n) = sim.conn(to).read(&mut buf) {
+                got[to] += n;
+            }
+        }
+        if sim.nodes[c].conn.error().is_some() {
+            Flow::Done
+        } else {
+            Flow::WakeAt(t - t % 100 + 100)
+        }
+    });
+    sim.note(format_args!(
+        "node 1 received {} bytes, node 3 {}",
+        got[b], got[d]
+    ));
+    assert_eq!(sim.nodes[c].conn.error(), Some(SessionError::DeadLink));
+    assert_eq!(sim.nodes[a].conn.error(), None);
+    assert_eq!(got[d], 500, "what crossed before the dark");
+    assert!(got[b] > got[d] * 10, "the other conversation went on");
+    snapshot("lifecycle_two_conversations.txt", &sim.log);
+}

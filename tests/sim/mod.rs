@@ -1,0 +1,435 @@
+//! The one simulator: [`kcpio::Conn`]s over a seeded virtual link, on a
+//! virtual clock that jumps from event to event.
+//!
+//! Every node is a `Conn` plus the datagram path the tokio driver gives it:
+//! `poll_transmit` into a reused slot, `PacketCrypto::seal` with a nonce
+//! from the node's seeded generator, the link, `PacketCrypto::open`, then
+//! `handle_packet`. So a run exercises the shipped pipeline (ARQ, FEC
+//! encoder and decoder, flush merging, crypto), not a copy of it.
+//!
+//! The link of each direction drops, duplicates, delays (fixed delay plus
+//! jitter), holds back (reordering), blacks out in time windows, and checks
+//! every sealed datagram against an MTU cap (a bigger one fails the test).
+//!
+//! One step ([`Sim::drive`]) is what one driver wake-up does, in the
+//! driver's order:
+//!
+//! 1. the datagrams due now are opened and handed to their `Conn`s; a
+//!    `Conn` whose timer is due and got no input runs it and sends at once
+//!    (the driver's timer wheel);
+//! 2. the application runs (the caller's closure: reads, replies, writes);
+//! 3. every `Conn` runs its timers and drains `poll_transmit` onto the link.
+//!
+//! Step 3 after step 2 is the driver's deferred flush: a session fed input
+//! that woke a reader is serviced after the reader ran, so a reply leaves
+//! in the same datagram as the ACKs of what it answers (`Conn` merges the
+//! flushes; the order of the calls is the driver's policy, modelled here).
+//! Then the clock jumps to the earliest of: the next datagram arrival,
+//! every `Conn`'s `poll_timeout`, and the application's own wake-up.
+//!
+//! Deterministic: a run is fixed by its seed; nothing reads the wall clock.
+//! Every loop is bounded by a step count.
+
+// Each test binary uses a different subset.
+#![allow(dead_code)]
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use kcpio::{Config, Conn, SessionError};
+use rand::{Rng, RngCore, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+/// IPv4 + UDP header bytes, for the wire-byte yardstick.
+pub(crate) const IP_UDP: u64 = 28;
+
+/// One direction of the path.
+#[derive(Clone, Debug)]
+pub(crate) struct Link {
+    /// Probability a datagram is dropped.
+    pub(crate) loss: f64,
+    /// Probability a datagram arrives twice.
+    pub(crate) dup: f64,
+    /// Probability a datagram is held back an extra 3 × jitter.
+    pub(crate) reorder: f64,
+    /// One-way delay in ms.
+    pub(crate) delay: u64,
+    /// Extra delay in ms, uniform in `0..=jitter`, per datagram.
+    pub(crate) jitter: u64,
+    /// Largest datagram the path carries; a bigger one fails the test.
+    pub(crate) mtu_cap: usize,
+    /// Windows `[from, to)` (ms since the start) in which everything sent
+    /// is dropped.
+    pub(crate) blackouts: Vec<(u64, u64)>,
+}
+
+impl Link {
+    /// A link that keeps order and loses nothing: `delay` ms, no jitter.
+    pub(crate) fn clean(delay: u64) -> Self {
+        Self {
+            loss: 0.0,
+            dup: 0.0,
+            reorder: 0.0,
+            delay,
+            jitter: 0,
+            mtu_cap: 1500,
+            blackouts: Vec::new(),
+        }
+    }
+
+    /// The grid's link: `loss`, 1% duplicates, 2% held back, 20 ms + 0-10
+    /// ms of jitter, capped at `mtu_cap`.
+    pub(crate) fn lossy(loss: f64, mtu_cap: usize) -> Self {
+        Self {
+            loss,
+            dup: 0.01,
+            reorder: 0.02,
+            delay: 20,
+            jitter: 10,
+            mtu_cap,
+            blackouts: Vec::new(),
+        }
+    }
+
+    /// Everything sent in `[from, to)` ms is lost.
+    pub(crate) fn blackout(mut self, from: u64, to: u64) -> Self {
+        self.blackouts.push((from, to));
+        self
+    }
+
+    fn dark(&self, at: u64) -> bool {
+        self.blackouts.iter().any(|&(a, b)| at >= a && at < b)
+    }
+}
+
+/// One `Conn` with its cipher, nonce source, outgoing link and counters.
+pub(crate) struct Node {
+    pub(crate) conn: Conn,
+    /// Where its datagrams go.
+    pub(crate) peer: usize,
+    /// Its outgoing link.
+    pub(crate) link: Link,
+    config: Config,
+    nonces: ChaCha8Rng,
+    /// Datagrams sealed and sent (parity included), lost or not.
+    pub(crate) sent: u64,
+    /// Bytes of those on the wire, plus [`IP_UDP`] each.
+    pub(crate) wire_bytes: u64,
+    /// Datagrams that failed to open.
+    pub(crate) bad_open: u64,
+    /// Lifecycle as last logged: failure reason, finished.
+    seen: (Option<SessionError>, bool),
+}
+
+#[derive(PartialEq, Eq, PartialOrd, Ord)]
+struct InFlight {
+    at: Duration,
+    seq: u64,
+    to: usize,
+    bytes: Vec<u8>,
+}
+
+/// What the application closure of [`Sim::drive`] asks for next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Flow {
+    /// Stop driving.
+    Done,
+    /// Run again at the next network or timer event.
+    Continue,
+    /// Run again no later than this instant (ms since the start).
+    WakeAt(u64),
+}
+
+/// N `Conn`s, their links and the virtual clock.
+pub(crate) struct Sim {
+    pub(crate) nodes: Vec<Node>,
+    rng: ChaCha8Rng,
+    /// The clock `Conn`s see: `start` plus the virtual ms elapsed.
+    start: Duration,
+    now: Duration,
+    wire: BinaryHeap<Reverse<InFlight>>,
+    seq: u64,
+    /// Steps taken so far (every [`drive`](Self::drive) loop iteration).
+    pub(crate) steps: u64,
+    slot: Vec<u8>,
+    /// Nodes fed input in the current step.
+    fed: Vec<bool>,
+    /// Lifecycle changes and the application's notes, ms since the start.
+    pub(crate) log: String,
+}
+
+impl Sim {
+    /// An empty simulation whose `Conn` clock starts at `start` ms (put it
+    /// just below 2^32 to wrap the KCP timestamps mid-run).
+    pub(crate) fn new(seed: u64, start: u64) -> Self {
+        Self {
+            nodes: Vec::new(),
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            start: Duration::from_millis(start),
+            now: Duration::from_millis(start),
+            wire: BinaryHeap::new(),
+            seq: 0,
+            steps: 0,
+            slot: vec![0; 1500],
+            fed: Vec::new(),
+            log: String::new(),
+        }
+    }
+
+    /// Two nodes of conversation `conv`, `config` on both, `link` both
+    /// ways; both sequence spaces start at `initial_sn`.
+    pub(crate) fn pair(
+        config: &Config,
+        link: Link,
+        seed: u64,
+        start: u64,
+        initial_sn: u32,
+    ) -> Self {
+        let mut sim = Self::new(seed, start);
+        let a = sim.add(0x1234_5678, config, link.clone());
+        let b = sim.add(0x1234_5678, config, link);
+        sim.connect(a, b);
+        for n in &mut sim.nodes {
+            assert!(n.conn.set_initial_sn(initial_sn));
+        }
+        sim
+    }
+
+    /// Adds a node (its peer is itself until [`connect`](Self::connect)).
+    pub(crate) fn add(&mut self, conv: u32, config: &Config, link: Link) -> usize {
+        let id = self.nodes.len();
+        let conn = Conn::new(conv, config).expect("a built Config is valid");
+        self.nodes.push(Node {
+            conn,
+            peer: id,
+            link,
+            config: config.clone(),
+            nonces: ChaCha8Rng::seed_from_u64(self.rng.next_u64()),
+            sent: 0,
+            wire_bytes: 0,
+            bad_open: 0,
+            seen: (None, false),
+        });
+        id
+    }
+
+    /// Points `a` and `b` at each other.
+    pub(crate) fn connect(&mut self, a: usize, b: usize) {
+        self.nodes[a].peer = b;
+        self.nodes[b].peer = a;
+    }
+
+    /// Node `i`'s `Conn`.
+    pub(crate) fn conn(&mut self, i: usize) -> &mut Conn {
+        &mut self.nodes[i].conn
+    }
+
+    /// The clock as the `Conn`s see it.
+    pub(crate) fn now(&self) -> Duration {
+        self.now
+    }
+
+    /// Virtual ms since the start.
+    pub(crate) fn elapsed_ms(&self) -> u64 {
+        (self.now - self.start).as_millis() as u64
+    }
+
+    /// Nothing in flight on any link.
+    pub(crate) fn wire_is_empty(&self) -> bool {
+        self.wire.is_empty()
+    }
+
+    /// Appends `what` to the log, stamped with the virtual time.
+    pub(crate) fn note(&mut self, what: impl std::fmt::Display) {
+        let t = self.elapsed_ms();
+        let _ = writeln!(self.log, "{t:>6} ms  {what}");
+    }
+
+    /// Every node runs its timers and sends what it has; lifecycle changes
+    /// go to the log.
+    pub(crate) fn transmit(&mut self) {
+        for i in 0..self.nodes.len() {
+            self.service(i);
+        }
+    }
+
+    /// Node `i` runs its timers and sends what it has (the driver's
+    /// `service`); a lifecycle change goes to the log.
+    fn service(&mut self, i: usize) {
+        let now = self.now;
+        let elapsed = self.elapsed_ms();
+        let node = &mut self.nodes[i];
+        node.conn.handle_timeout(now);
+        while let Some(t) = node.conn.poll_transmit(now, &mut self.slot) {
+            let crypto = node.config.packet_crypto();
+            let mut nonce = [0u8; 16];
+            let nonce = &mut nonce[..crypto.nonce_len()];
+            node.nonces.fill_bytes(nonce);
+            let n = crypto.seal(&mut self.slot, t.len, nonce).expect("seal");
+            assert!(
+                n <= node.link.mtu_cap,
+                "node {i}: a {n}-byte datagram exceeds the path MTU {}",
+                node.link.mtu_cap
+            );
+            node.sent += 1;
+            node.wire_bytes += n as u64 + IP_UDP;
+            let link = &node.link;
+            if link.dark(elapsed) || self.rng.random_bool(link.loss) {
+                continue;
+            }
+            let copies = if chance(&mut self.rng, link.dup) {
+                2
+            } else {
+                1
+            };
+            for _ in 0..copies {
+                let mut delay = link.delay + self.rng.random_range(0..=link.jitter);
+                if chance(&mut self.rng, link.reorder) {
+                    delay += 3 * link.jitter;
+                }
+                self.seq += 1;
+                self.wire.push(Reverse(InFlight {
+                    at: now + Duration::from_millis(delay),
+                    seq: self.seq,
+                    to: node.peer,
+                    bytes: self.slot[..n].to_vec(),
+                }));
+            }
+        }
+        let state = (node.conn.error(), node.conn.is_finished());
+        if state != node.seen {
+            node.seen = state;
+            match state {
+                (Some(e), _) => self.note(format_args!("node {i} failed: {e:?}")),
+                (None, true) => self.note(format_args!("node {i} finished")),
+                (None, false) => {}
+            }
+        }
+    }
+
+    /// Moves the clock to the next event, no later than `wake` (ms since
+    /// the start), and hands every datagram due then to its `Conn`.
+    /// Returns false when nothing at all is scheduled.
+    pub(crate) fn advance(&mut self, wake: Option<u64>) -> bool {
+        let mut next = self.wire.peek().map(|Reverse(p)| p.at);
+        let deadlines = self.nodes.iter().filter_map(|n| n.conn.poll_timeout());
+        let wake = wake.map(|w| self.start + Duration::from_millis(w));
+        for d in deadlines.chain(wake) {
+            next = Some(next.map_or(d, |n| n.min(d)));
+        }
+        let Some(next) = next else {
+            return false;
+        };
+        self.now = self.now.max(next);
+        self.fed.clear();
+        self.fed.resize(self.nodes.len(), false);
+        while self.wire.peek().is_some_and(|Reverse(p)| p.at <= self.now) {
+            let Some(Reverse(mut p)) = self.wire.pop() else {
+                break;
+            };
+            let node = &mut self.nodes[p.to];
+            self.fed[p.to] = true;
+            match node.config.packet_crypto().open(&mut p.bytes) {
+                Ok(range) => {
+                    let _ = node.conn.handle_packet(self.now, &p.bytes[range]);
+                }
+                Err(_) => node.bad_open += 1,
+            }
+        }
+        // Timers due and no input: serviced before the application runs,
+        // as the driver's fire_timers does (the application then sees what
+        // the timers decided: a linger expired, a failure).
+        for i in 0..self.nodes.len() {
+            let due = self.nodes[i]
+                .conn
+                .poll_timeout()
+                .is_some_and(|d| d <= self.now);
+            if due && !self.fed[i] {
+                self.service(i);
+            }
+        }
+        true
+    }
+
+    /// Runs the simulation: `app` at every step, then [`transmit`], then
+    /// [`advance`] to the next event. Returns true when `app` said
+    /// [`Flow::Done`], false when nothing was left to happen. Panics after
+    /// `max_steps` steps in all.
+    ///
+    /// [`transmit`]: Self::transmit
+    /// [`advance`]: Self::advance
+    pub(crate) fn drive(&mut self, max_steps: u64, mut app: impl FnMut(&mut Sim) -> Flow) -> bool {
+        loop {
+            let flow = app(self);
+            self.transmit();
+            if flow == Flow::Done {
+                return true;
+            }
+            self.steps += 1;
+            assert!(
+                self.steps <= max_steps,
+                "no end within {max_steps} steps at {} ms",
+                self.elapsed_ms()
+            );
+            let wake = match flow {
+                Flow::WakeAt(t) => Some(t),
+                _ => None,
+            };
+            if !self.advance(wake) {
+                return false;
+            }
+        }
+    }
+
+    /// Drives with no application until `until` ms, or until nothing is
+    /// scheduled.
+    pub(crate) fn run_until(&mut self, until: u64, max_steps: u64) {
+        self.drive(max_steps, |sim| {
+            if sim.elapsed_ms() >= until {
+                Flow::Done
+            } else {
+                Flow::WakeAt(until)
+            }
+        });
+    }
+}
+
+/// A draw with probability `p`; none at all (the stream is left as it
+/// was) when `p` is 0, so turning an impairment off keeps the others'
+/// draws.
+fn chance(rng: &mut ChaCha8Rng, p: f64) -> bool {
+    p > 0.0 && rng.random_bool(p)
+}
+
+/// Seeded random bytes.
+pub(crate) fn payload(seed: u64, len: usize) -> Vec<u8> {
+    let mut v = vec![0u8; len];
+    ChaCha8Rng::seed_from_u64(seed ^ 0x5eed).fill_bytes(&mut v);
+    v
+}
+
+/// Compares `text` with the committed snapshot `tests/snapshots/<name>`
+/// (runs are deterministic, so a behaviour change shows up as a reviewable
+/// diff); `UPDATE_SNAPSHOTS=1` rewrites it instead.
+pub(crate) fn snapshot(name: &str, text: &str) {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/snapshots")
+        .join(name);
+    if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
+        std::fs::create_dir_all(path.parent().expect("a parent")).expect("mkdir");
+        std::fs::write(&path, text).expect("write the snapshot");
+        return;
+    }
+    let want = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (run with UPDATE_SNAPSHOTS=1 to create it)",
+            path.display()
+        )
+    });
+    assert_eq!(
+        text, want,
+        "simulation results changed; review, then UPDATE_SNAPSHOTS=1"
+    );
+}
