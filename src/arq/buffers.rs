@@ -395,7 +395,7 @@ impl RecvRing {
     pub(crate) fn shed_empty_when_full(&mut self) {
         while self.queue_len() >= self.wnd && !self.in_message && self.head_off == 0 {
             match self.queued(0) {
-                Some((0, data)) if data.is_empty() => {
+                Some((0, [])) => {
                     self.pop_front();
                     self.advance();
                 }

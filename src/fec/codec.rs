@@ -58,8 +58,8 @@ pub(crate) trait ErasureCodec: Send + Sync {
         out_stride: usize,
     ) -> Result<(), CodecError>;
 
-    /// Heap bytes this codec holds, its shape's matrix and tables included
-    /// (even when shared with other codecs).
+    /// Heap bytes this codec holds, its shape's matrix included (even when
+    /// shared with other codecs).
     fn heap_bytes(&self) -> usize {
         0
     }
@@ -185,12 +185,11 @@ impl Shape {
         })
     }
 
+    /// The matrix, which every codec of the shape needs. The parity tables
+    /// exist only when this process encodes with the shape (its own
+    /// configuration, not a peer's choice), so they are not counted.
     fn heap_bytes(&self) -> usize {
         self.matrix.capacity()
-            + self
-                .parity_tables
-                .get()
-                .map_or(0, |t| t.capacity() * size_of::<NibbleTable>())
     }
 }
 
