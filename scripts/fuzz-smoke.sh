@@ -36,7 +36,7 @@ for t in "${targets[@]}"; do
     # New units go to the scratch directory; the seeds are only read.
     if "$bin/$t" "$out/$t" "corpus/$t" -max_total_time="$secs" -rss_limit_mb=2048 \
         -max_len=8192 -timeout=10 -artifact_prefix="$out/$t/" >"$out/$t.log" 2>&1; then
-        echo "fuzz-smoke: $t ok: $(grep -E '^#[0-9]+' "$out/$t.log" | tail -1 | cut -d' ' -f1,3-6)"
+        echo "fuzz-smoke: $t ok: $(grep -E '^#[0-9]+' "$out/$t.log" | tail -1 | awk '{print $1, $3, $4, $5, $6}')"
     else
         echo "fuzz-smoke: $t FAILED" >&2
         grep -v '^#' "$out/$t.log" | tail -40 >&2
