@@ -55,6 +55,27 @@
 //! forwarder (`tunnel.rs`) and the lossy-link demo
 //! (`cargo run --release --example demo`).
 //!
+//! # Security
+//!
+//! Only [`Method::Aes128Gcm`] authenticates datagrams. The CFB block ciphers
+//! (`aes`, `blowfish`, `sm4`, ...) encrypt but check integrity with a CRC-32
+//! only, which is not a MAC; under `salsa20`, `xor` and `none` the CRC sits
+//! under a stream cipher (or none), so bits of a captured datagram can be
+//! flipped and the CRC patched without the key; `null` protects nothing.
+//! This is kcp-go's wire format. Use `aes-128-gcm` where integrity matters.
+//! Replayed datagrams are not detected by any method; inside a session KCP's
+//! sequence numbers drop them.
+//!
+//! Every datagram is untrusted and dropped and counted when it does not fit.
+//! Memory a peer can make a session hold is bounded: the ARQ by its windows,
+//! the FEC decoder by the shards actually received and a cap on the shard
+//! ratio it learns ([`fec::DEFAULT_MAX_SHARDS`],
+//! [`fec::FecDecoder::memory_bound`]); sessions per listener by
+//! [`max_sessions`](ConfigBuilder::max_sessions). Protections in the
+//! session table (anti-amplification towards unproven addresses, admission
+//! only on conversation openers, refusal of replayed openers, per-source
+//! rate limits) are still to come. See the README's Security section.
+//!
 //! # Layers
 //!
 //! Data walks one way through layers that each live in one module:

@@ -386,6 +386,24 @@ impl RecvRing {
         }
     }
 
+    /// While the queue is full and starts with an empty, unstarted
+    /// single-segment message, drop that message and refill the queue.
+    ///
+    /// A byte-stream reader skips empty messages but is only woken by bytes
+    /// ([`Kcp::readable`](super::Kcp::readable)), so a window filled with
+    /// nothing but empty segments would otherwise stay closed for good.
+    pub(crate) fn shed_empty_when_full(&mut self) {
+        while self.queue_len() >= self.wnd && !self.in_message && self.head_off == 0 {
+            match self.queued(0) {
+                Some((0, [])) => {
+                    self.pop_front();
+                    self.advance();
+                }
+                _ => break,
+            }
+        }
+    }
+
     /// `(frg, bytes)` of the k-th queued segment.
     #[inline]
     pub(crate) fn queued(&self, k: u32) -> Option<(u8, &[u8])> {

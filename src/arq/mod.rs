@@ -618,6 +618,7 @@ impl Kcp {
                         if (sn.wrapping_sub(rcv_nxt) as i32) >= 0 {
                             repeat = self.rcv.insert(sn, seg.frg(), seg.payload());
                             self.rcv.advance();
+                            self.rcv.shed_empty_when_full();
                         }
                     }
                     if regular && repeat {
@@ -1161,10 +1162,44 @@ impl Kcp {
         Some(total)
     }
 
-    /// A complete message (or the rest of a started one) can be read.
+    /// [`recv`](Self::recv) would return at least one byte: a complete
+    /// message (or the rest of a started one) holding bytes is queued, past
+    /// any empty messages before it.
+    ///
+    /// Empty messages (a zero-length PUSH, which C KCP's `ikcp_send(kcp, buf,
+    /// 0)` sends and anyone able to inject a segment can forge) do not make
+    /// the queue readable, so a byte-stream reader never sees a read of
+    /// 0 bytes, which tokio readers take as end of stream.
+    /// [`recv_message`](Self::recv_message) still returns them, once called.
     #[must_use]
     pub fn readable(&self) -> bool {
-        self.peek_size().is_some()
+        let queued = self.rcv.queue_len();
+        let mut k = 0;
+        let mut off = self.rcv.head_off;
+        let mut started = self.rcv.in_message || off > 0;
+        // Each step moves past one whole message, so this ends within the queue.
+        while k < queued {
+            let Some((frg0, _)) = self.rcv.queued(k) else {
+                return false;
+            };
+            // A message is handed out once complete (as `peek_size` counts it).
+            if !started && queued - k < u32::from(frg0) + 1 {
+                return false;
+            }
+            // Its fragments run to the first with `frg == 0` (as `recv` reads).
+            while let Some((frg, data)) = self.rcv.queued(k) {
+                if data.len() > off {
+                    return true;
+                }
+                off = 0;
+                k += 1;
+                if frg == 0 {
+                    break;
+                }
+            }
+            started = false;
+        }
+        false
     }
 
     /// After a read: refill the queue from out-of-order segments and, if the
@@ -1183,7 +1218,9 @@ impl Kcp {
     /// Whole messages only become readable once complete (kcp-go
     /// `PeekSize`), but a message may be handed out over several calls, as a
     /// kcp-go session's `Read` does with its internal buffer; consecutive
-    /// messages are concatenated.
+    /// messages are concatenated. Empty segments carry no bytes and are
+    /// skipped (consumed): when [`readable`](Self::readable) is true and `buf`
+    /// is not empty, the result is at least 1.
     pub fn recv(&mut self, buf: &mut [u8]) -> usize {
         let was_full = self.rcv.queue_len() >= self.p.rcv_wnd;
         let mut n = 0;

@@ -7,11 +7,13 @@
 //! `reed-solomon-erasure` 6 builds the same matrix; tests prove this codec
 //! byte-identical to it.
 //!
-//! Shards live in flat arenas: shard `i` at `arena[i * stride ..][.. len]`,
-//! so no call builds a list of slices and nothing allocates per call once the
-//! decode-matrix cache is warm.
+//! Shards live in flat arenas: for encoding, shard `i` at
+//! `arena[i * stride ..][.. len]`; for decoding, at any offsets the caller
+//! gives (the decoder stores shards in arrival order). No call builds a list
+//! of slices and nothing allocates per call once the decode-matrix cache is
+//! warm.
 
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 
 use crate::simd::gf256::{self, Kernel, NibbleTable};
 
@@ -42,17 +44,25 @@ pub(crate) trait ErasureCodec: Send + Sync {
         len: usize,
         parity: &mut [u8],
     ) -> Result<(), CodecError>;
-    /// Rebuilds the missing data shards of a group. `shards[i * stride ..][.. len]`
-    /// holds shard `i` (data then parity) where `present[i]`; the missing data
-    /// shards, in ascending index order, are written to `out[n * stride ..][.. len]`.
+    /// Rebuilds the missing data shards of a group. `shards[at[i] ..][.. len]`
+    /// holds shard `i` (data then parity) where `present[i]` (zero-padded to
+    /// `len`); the missing data shards, in ascending index order, are written
+    /// to `out[n * out_stride ..][.. len]`.
     fn reconstruct_data(
         &mut self,
         shards: &[u8],
-        stride: usize,
+        at: &[usize],
         len: usize,
         present: &[bool],
         out: &mut [u8],
+        out_stride: usize,
     ) -> Result<(), CodecError>;
+
+    /// Heap bytes this codec holds, its shape's matrix included (even when
+    /// shared with other codecs).
+    fn heap_bytes(&self) -> usize {
+        0
+    }
 }
 
 /// Square matrix inverse over GF(2^8) by Gauss-Jordan elimination, row-major.
@@ -145,8 +155,10 @@ struct DecodePlan {
 /// few dozen cover the patterns a lossy link repeats.
 const PLAN_CACHE: usize = 32;
 /// Table bytes the plan cache may hold; large shapes keep fewer plans
-/// (at least one), so memory stays bounded whatever the shape.
-const PLAN_BUDGET: usize = 256 * 1024;
+/// (at least one), so memory stays bounded whatever the shape. Shapes up to
+/// 20 + 10 keep all 32 plans; a single plan is at most
+/// `min(data, parity) * data * 32` bytes.
+pub(crate) const PLAN_BUDGET: usize = 64 * 1024;
 
 /// What a code of one shape computes once: read-only, shared by every codec
 /// of that shape (see [`shared_shape`]).
@@ -155,8 +167,30 @@ struct Shape {
     parity: usize,
     /// The full `S x d` encoding matrix.
     matrix: Vec<u8>,
-    /// Tables of the parity rows, `m * d`, row-major.
-    parity_tables: Vec<NibbleTable>,
+    /// Tables of the parity rows, `m * d`, row-major: built for the first
+    /// encoder of this shape (a decoder never needs them, and a peer can
+    /// steer a decoder's shape).
+    parity_tables: OnceLock<Vec<NibbleTable>>,
+}
+
+impl Shape {
+    fn parity_tables(&self) -> &[NibbleTable] {
+        self.parity_tables.get_or_init(|| {
+            self.matrix
+                .get(self.data * self.data..)
+                .unwrap_or_default()
+                .iter()
+                .map(|&c| NibbleTable::new(c))
+                .collect()
+        })
+    }
+
+    /// The matrix, which every codec of the shape needs. The parity tables
+    /// exist only when this process encodes with the shape (its own
+    /// configuration, not a peer's choice), so they are not counted.
+    fn heap_bytes(&self) -> usize {
+        self.matrix.capacity()
+    }
 }
 
 /// Shapes in use, weakly held: one matrix and one set of parity tables per
@@ -179,11 +213,7 @@ fn shared_shape(data: usize, parity: usize) -> Option<Arc<Shape>> {
         return Some(shape);
     }
     let matrix = encoding_matrix(data, data + parity)?;
-    let parity_tables = matrix
-        .get(data * data..)?
-        .iter()
-        .map(|&c| NibbleTable::new(c))
-        .collect();
+    let parity_tables = OnceLock::new();
     let shape = Arc::new(Shape {
         data,
         parity,
@@ -219,9 +249,17 @@ pub(crate) struct VandermondeCodec {
 }
 
 impl VandermondeCodec {
-    /// The code with `data` data and `parity` parity shards; `None` unless
-    /// both are positive and the total is at most 256.
+    /// The code with `data` data and `parity` parity shards, ready to
+    /// encode; `None` unless both are positive and the total is at most 256.
     pub(crate) fn new(data: usize, parity: usize) -> Option<Self> {
+        let codec = Self::for_decoding(data, parity)?;
+        codec.shape.parity_tables();
+        Some(codec)
+    }
+
+    /// As [`new`](Self::new), without building the parity tables unless
+    /// another codec of the shape already did (an encode builds them).
+    pub(crate) fn for_decoding(data: usize, parity: usize) -> Option<Self> {
         let shape = shared_shape(data, parity)?;
         Some(Self {
             data,
@@ -341,7 +379,7 @@ impl ErasureCodec for VandermondeCodec {
         self.offsets.extend((0..d).map(|j| j * stride));
         rows_product(
             self.kernel,
-            &self.shape.parity_tables,
+            self.shape.parity_tables(),
             data,
             &self.offsets,
             parity,
@@ -353,13 +391,14 @@ impl ErasureCodec for VandermondeCodec {
     fn reconstruct_data(
         &mut self,
         shards: &[u8],
-        stride: usize,
+        at: &[usize],
         len: usize,
         present: &[bool],
         out: &mut [u8],
+        out_stride: usize,
     ) -> Result<(), CodecError> {
         let d = self.data;
-        if present.len() != d + self.parity || len > stride {
+        if present.len() != d + self.parity || at.len() != present.len() || len > out_stride {
             return Err(CodecError::BadArguments);
         }
         if present[..d].iter().all(|&p| p) {
@@ -368,17 +407,35 @@ impl ErasureCodec for VandermondeCodec {
         let plan = self.plan_for(present)?;
         let plan = &self.plans[plan];
         self.offsets.clear();
-        self.offsets
-            .extend(plan.sources.iter().map(|&s| s * stride));
+        self.offsets.extend(plan.sources.iter().map(|&s| at[s]));
         rows_product(
             self.kernel,
             &plan.tables,
             shards,
             &self.offsets,
             out,
-            stride,
+            out_stride,
             len,
         )
+    }
+
+    fn heap_bytes(&self) -> usize {
+        let plans: usize = self
+            .plans
+            .iter()
+            .map(|p| {
+                size_of::<DecodePlan>()
+                    + p.sources.capacity() * size_of::<usize>()
+                    + p.tables.capacity() * size_of::<NibbleTable>()
+            })
+            .sum();
+        self.shape.heap_bytes()
+            + plans
+            + (self.plans.capacity() - self.plans.len()) * size_of::<DecodePlan>()
+            + self.offsets.capacity() * size_of::<usize>()
+            + self.sub.capacity()
+            + self.work.capacity()
+            + self.inverse.capacity()
     }
 }
 
@@ -448,15 +505,16 @@ impl ErasureCodec for ReferenceCodec {
     fn reconstruct_data(
         &mut self,
         shards: &[u8],
-        stride: usize,
+        at: &[usize],
         len: usize,
         present: &[bool],
         out: &mut [u8],
+        stride: usize,
     ) -> Result<(), CodecError> {
         let mut v: Vec<Option<Vec<u8>>> = present
             .iter()
             .enumerate()
-            .map(|(i, &p)| p.then(|| shards[i * stride..i * stride + len].to_vec()))
+            .map(|(i, &p)| p.then(|| shards[at[i]..at[i] + len].to_vec()))
             .collect();
         self.0
             .reconstruct_data(&mut v)
@@ -548,15 +606,16 @@ mod tests {
             for (i, _) in present.iter().enumerate().filter(|(_, p)| !**p) {
                 damaged[i * stride..(i + 1) * stride].fill(0x5A);
             }
-            ours.reconstruct_data(&damaged, stride, len, &present, &mut out1).unwrap();
-            reference.reconstruct_data(&damaged, stride, len, &present, &mut out2).unwrap();
+            let at: Vec<usize> = (0..total).map(|i| i * stride).collect();
+            ours.reconstruct_data(&damaged, &at, len, &present, &mut out1, stride).unwrap();
+            reference.reconstruct_data(&damaged, &at, len, &present, &mut out2, stride).unwrap();
             for (n, &i) in missing.iter().enumerate() {
                 prop_assert_eq!(&out1[n * stride..n * stride + len], &arena[i * stride..i * stride + len]);
                 prop_assert_eq!(&out2[n * stride..n * stride + len], &arena[i * stride..i * stride + len]);
             }
             // Same pattern again: served from the plan cache, same bytes.
             let mut out3 = vec![0u8; d * stride];
-            ours.reconstruct_data(&damaged, stride, len, &present, &mut out3).unwrap();
+            ours.reconstruct_data(&damaged, &at, len, &present, &mut out3, stride).unwrap();
             prop_assert_eq!(out1, out3);
         }
     }
@@ -594,11 +653,11 @@ mod tests {
         let mut out = vec![0u8; 3 * 4];
         let present = [true, false, false, false, true];
         assert_eq!(
-            c.reconstruct_data(&shards, 4, 4, &present, &mut out),
+            c.reconstruct_data(&shards, &[0, 4, 8, 12, 16], 4, &present, &mut out, 4),
             Err(CodecError::TooFewShards)
         );
         assert_eq!(
-            c.reconstruct_data(&shards, 4, 4, &present[..4], &mut out),
+            c.reconstruct_data(&shards, &[0, 4, 8, 12], 4, &present[..4], &mut out, 4),
             Err(CodecError::BadArguments)
         );
         assert_eq!(

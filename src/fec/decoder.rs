@@ -3,21 +3,26 @@
 
 use super::codec::{ErasureCodec, VandermondeCodec};
 use super::{
-    FLAG_DATA, FLAG_PARITY, FecDecodeError, FecStats, KCP_OVERHEAD, MAX_PACKET, MAX_SHARDS,
-    SHARD_OFFSET, SHARD_STRIDE, grow_arena, paws, read_u16, read_u32,
+    DEFAULT_MAX_SHARDS, FLAG_DATA, FLAG_PARITY, FecDecodeError, FecStats, KCP_OVERHEAD, MAX_PACKET,
+    MAX_SHARDS, SHARD_OFFSET, SHARD_STRIDE, grow_arena, paws, read_u16, read_u32,
 };
 
 /// Groups kept: the newest and the 3 before it, as kcp-go keeps them
 /// (`maxShardSets`). Older shards are stale.
 const WINDOW: usize = 4;
 
+/// Shards are stored this many bytes apart, at least (the stride of a
+/// group is its longest shard rounded up to a multiple of this).
+const STRIDE_STEP: usize = 32;
+
 /// The FEC decoder of one session.
 ///
-/// Keeps at most four groups (the newest seen and the three before it) of at
-/// most `data + parity` shards. A group's shards live in one arena taken from
-/// a small pool and given back as soon as the group is decoded or dropped, so
-/// at most four arenas ever exist (usually one or two) and memory is bounded
-/// whatever arrives.
+/// Keeps at most four groups (the newest seen and the three before it). A
+/// group's shards are stored in arrival order, each taking its group's
+/// longest shard so far rounded up to 32 bytes, in one arena taken from a
+/// small pool and given back as soon as the group is decoded or dropped. So
+/// memory follows the shards that actually arrived, never their positions: a
+/// tiny shard at position 255 costs 32 bytes, not a group's worth.
 /// As soon as a group holds `data` shards, its missing data shards are
 /// rebuilt and queued for [`poll_recovered`](Self::poll_recovered); the group
 /// then drops any late shard.
@@ -25,7 +30,22 @@ const WINDOW: usize = 4;
 /// The sender's shard ratio is not on the wire: the decoder starts from the
 /// ratio it is given and, when a shard's kind contradicts it, relearns the
 /// ratio from the recent seqids (a run of data shards framed by parity), as a
-/// kcp-go receiver does. It follows any shape up to 256 shards.
+/// kcp-go receiver does. It adopts a learned shape only up to its shard limit
+/// ([`DEFAULT_MAX_SHARDS`] unless set with
+/// [`with_max_shards`](Self::with_max_shards)); larger ones are refused and
+/// counted in [`FecStats::refused_shapes`].
+///
+/// # Memory
+///
+/// [`memory_usage`](Self::memory_usage) reports what a decoder holds. With a
+/// limit of `S` shards per group, `D <= S - 1` data shards and `P` parity
+/// shards, it never exceeds [`memory_bound`](Self::memory_bound)`(S)`:
+/// four arenas of at most `D` shards of 1,504 bytes (reached only when that
+/// many shards of up to 1,500 bytes arrived: the cost per received shard is
+/// at most a kcp-go receiver's 1,500-byte buffer), `min(D, P)` recovered
+/// packets, the codec's matrix (`S * D` bytes), inversion scratch
+/// (`3 * D * D`) and decode plans (64 KiB, or one plan of `min(D, P) * D *
+/// 32` bytes if larger), and a few bytes per shard position.
 ///
 /// # Call contract
 ///
@@ -36,6 +56,8 @@ pub struct FecDecoder {
     data: usize,
     parity: usize,
     total: usize,
+    /// The largest `data + parity` a learned shape may have.
+    max_shards: usize,
     paws: u32,
     /// Groups per seqid cycle: `paws / total`.
     groups: u32,
@@ -45,7 +67,7 @@ pub struct FecDecoder {
     /// Arenas not held by a slot.
     spare: Vec<Vec<u8>>,
     codec: Box<dyn ErasureCodec>,
-    /// Rebuilt shards of the last recovery, `SHARD_STRIDE` apart.
+    /// Rebuilt shards of the last recovery, `recovered_stride` apart.
     recovered: Vec<u8>,
     /// `(offset, len)` of the KCP packets in `recovered` not yet handed out.
     queue: Vec<(usize, usize)>,
@@ -65,7 +87,12 @@ struct Slot {
     data_count: usize,
     present: Vec<bool>,
     lens: Vec<u16>,
-    /// `total` shards, `SHARD_STRIDE` apart; empty until first used.
+    /// Where each present shard starts in `arena`.
+    at: Vec<usize>,
+    /// Bytes between stored shards: the longest so far, rounded up to
+    /// `STRIDE_STEP` (0 while empty).
+    stride: usize,
+    /// `count` shards in arrival order, `stride` apart; empty until first used.
     arena: Vec<u8>,
 }
 
@@ -79,6 +106,8 @@ impl Slot {
             data_count: 0,
             present: vec![false; total],
             lens: vec![0; total],
+            at: vec![0; total],
+            stride: 0,
             arena: Vec::new(),
         }
     }
@@ -89,16 +118,65 @@ impl Slot {
         self.decoded = false;
         self.count = 0;
         self.data_count = 0;
+        self.stride = 0;
         self.present.fill(false);
+    }
+
+    fn heap_bytes(&self) -> usize {
+        self.arena.capacity()
+            + self.present.capacity()
+            + self.lens.capacity() * size_of::<u16>()
+            + self.at.capacity() * size_of::<usize>()
+    }
+
+    /// Stores `shard` at position `pos` as the next arrival, widening the
+    /// stride (and moving the shards stored so far) if it is the longest yet.
+    /// The arena grows by doubling up to `full`.
+    fn push(&mut self, pos: usize, shard: &[u8], full: usize) {
+        let need = shard.len().max(1).div_ceil(STRIDE_STEP) * STRIDE_STEP;
+        if need > self.stride {
+            let old = self.stride;
+            grow_arena(&mut self.arena, self.count * need, full);
+            // Back to front, so no shard is overwritten before it moved.
+            for k in (0..self.count).rev() {
+                self.arena.copy_within(k * old..(k + 1) * old, k * need);
+            }
+            for (p, at) in self.present.iter().zip(self.at.iter_mut()) {
+                if *p {
+                    *at = *at / old.max(1) * need;
+                }
+            }
+            self.stride = need;
+        }
+        let at = self.count * self.stride;
+        grow_arena(&mut self.arena, at + self.stride, full);
+        if let Some(dst) = self.arena.get_mut(at..at + shard.len()) {
+            dst.copy_from_slice(shard);
+        }
+        self.present[pos] = true;
+        self.lens[pos] = shard.len() as u16;
+        self.at[pos] = at;
+        self.count += 1;
     }
 }
 
 impl FecDecoder {
     /// A decoder expecting `initial_data` + `initial_parity` shards per group
-    /// (it relearns the ratio if the sender's differs). An invalid shape (a zero,
-    /// or more than 256 in total) starts from kcp-go's 1 + 1 guess.
+    /// (it relearns the ratio if the sender's differs), following learned
+    /// shapes of up to [`DEFAULT_MAX_SHARDS`] shards. An invalid shape (a
+    /// zero, or more than 256 in total) starts from kcp-go's 1 + 1 guess.
     #[must_use]
     pub fn new(initial_data: usize, initial_parity: usize) -> Self {
+        Self::with_max_shards(initial_data, initial_parity, DEFAULT_MAX_SHARDS)
+    }
+
+    /// As [`new`](Self::new), adopting learned shapes of at most
+    /// `max_shards` shards (data + parity) per group: what this receiver is
+    /// willing to hold for a peer. The initial shape is always accepted, so
+    /// the limit is at least its size; it is at most 256 (kcp-go's own) and
+    /// at least 2.
+    #[must_use]
+    pub fn with_max_shards(initial_data: usize, initial_parity: usize, max_shards: usize) -> Self {
         let (d, p) = if initial_data == 0
             || initial_parity == 0
             || initial_data + initial_parity > MAX_SHARDS
@@ -108,12 +186,14 @@ impl FecDecoder {
             (initial_data, initial_parity)
         };
         // A valid shape always builds; 1 + 1 is the last resort.
-        let codec = VandermondeCodec::new(d, p).or_else(|| VandermondeCodec::new(1, 1));
+        let codec =
+            VandermondeCodec::for_decoding(d, p).or_else(|| VandermondeCodec::for_decoding(1, 1));
         // Placeholder shape until `install`; nonzero so no arithmetic can divide by 0.
         let mut dec = Self {
             data: 1,
             parity: 1,
             total: 2,
+            max_shards: max_shards.clamp(d + p, MAX_SHARDS),
             paws: paws(2),
             groups: paws(2) / 2,
             newest: None,
@@ -140,14 +220,19 @@ impl FecDecoder {
         dec
     }
 
-    /// Heap bytes held (for the memory-bound test).
-    #[cfg(test)]
-    pub(crate) fn heap_bytes(&self) -> usize {
-        let slots: usize = self
-            .slots
-            .iter()
-            .map(|s| s.arena.capacity() + s.present.capacity() + 2 * s.lens.capacity())
-            .sum();
+    /// The largest `data + parity` this decoder adopts from the stream.
+    #[must_use]
+    pub fn max_shards(&self) -> usize {
+        self.max_shards
+    }
+
+    /// Heap bytes this decoder holds now: stored shards, recovered packets,
+    /// the ratio learner and its codec (the codec's matrix counted whole even
+    /// when other sessions share it). At most
+    /// [`memory_bound`](Self::memory_bound)`(self.max_shards())`.
+    #[must_use]
+    pub fn memory_usage(&self) -> usize {
+        let slots: usize = self.slots.iter().map(Slot::heap_bytes).sum();
         let spare: usize = self.spare.iter().map(Vec::capacity).sum();
         slots
             + spare
@@ -157,6 +242,39 @@ impl FecDecoder {
             + self.queue.capacity() * size_of::<(usize, usize)>()
             + (self.tuner.ring.capacity() + self.tuner.scratch.capacity())
                 * size_of::<(u32, bool)>()
+            + self.codec.heap_bytes()
+    }
+
+    /// The most [`memory_usage`](Self::memory_usage) can reach for a decoder
+    /// limited to `max_shards` shards per group, whatever arrives (see
+    /// [Memory](Self#memory)): 922,411 bytes for the default limit of 128
+    /// (reached only by a peer sending about as many full-size shards),
+    /// 154,096 for 13 (kcptun's 10 + 3), 2,250,444 for 256.
+    #[must_use]
+    pub fn memory_bound(max_shards: usize) -> usize {
+        let s = max_shards.clamp(2, MAX_SHARDS);
+        // The worst shape for each term: `d` data shards of `s`.
+        (1..s)
+            .map(|d| {
+                let p = s - d;
+                let m = d.min(p);
+                let arenas = WINDOW * d * SHARD_STRIDE;
+                let positions = WINDOW * s * (1 + size_of::<u16>() + size_of::<usize>())
+                    + WINDOW * size_of::<Slot>()
+                    + WINDOW * size_of::<Vec<u8>>();
+                let recovered = m * SHARD_STRIDE + d * size_of::<(usize, usize)>();
+                let plan = size_of::<usize>() * d + m * d * 32;
+                let codec = s * d
+                    + 3 * d * d
+                    + s * size_of::<usize>()
+                    + super::codec::PLAN_BUDGET.max(plan)
+                    + plan
+                    + 32 * 128;
+                let tuner = 2 * SAMPLES * size_of::<(u32, bool)>();
+                arenas + positions + recovered + codec + tuner
+            })
+            .max()
+            .unwrap_or(0)
     }
 
     /// Switches to `codec`'s shape, dropping every stored group.
@@ -173,7 +291,7 @@ impl FecDecoder {
         self.codec = codec;
         // Allocated at the first recovery.
         self.recovered = Vec::new();
-        self.queue = Vec::with_capacity(d);
+        self.queue = Vec::with_capacity(d.min(p));
         self.queue_next = 0;
     }
 
@@ -293,7 +411,7 @@ impl FecDecoder {
         }
         let i = self.slots.iter().position(|s| !s.used)?;
         let slot = &mut self.slots[i];
-        if slot.arena.is_empty() {
+        if slot.arena.capacity() == 0 {
             // Grown by `store` as shards arrive.
             slot.arena = self.spare.pop().unwrap_or_default();
         }
@@ -311,7 +429,7 @@ impl FecDecoder {
                     self.stats.unrecoverable += 1;
                 }
                 s.used = false;
-                if !s.arena.is_empty() {
+                if s.arena.capacity() != 0 {
                     self.spare.push(core::mem::take(&mut s.arena));
                 }
             }
@@ -331,20 +449,9 @@ impl FecDecoder {
             return;
         }
         let shard = packet.get(SHARD_OFFSET..).unwrap_or(&[]);
-        grow_arena(
-            &mut s.arena,
-            (pos + 1) * SHARD_STRIDE,
-            self.total * SHARD_STRIDE,
-        );
-        if let Some(dst) = s
-            .arena
-            .get_mut(pos * SHARD_STRIDE..pos * SHARD_STRIDE + shard.len())
-        {
-            dst.copy_from_slice(shard);
-        }
-        s.present[pos] = true;
-        s.lens[pos] = shard.len() as u16;
-        s.count += 1;
+        // A group is decoded when its `data`-th shard arrives, so it never
+        // stores more than `data` shards.
+        s.push(pos, shard, self.data * SHARD_STRIDE);
         if is_data {
             s.data_count += 1;
         }
@@ -376,37 +483,44 @@ impl FecDecoder {
             .map(|(l, _)| usize::from(*l))
             .max()
             .unwrap_or(0);
-        for (i, (&l, _)) in s
+        // Zero-pad every stored shard to the longest (the stride covers it).
+        for ((&l, &at), _) in s
             .lens
             .iter()
+            .zip(&s.at)
             .zip(&s.present)
-            .enumerate()
-            .filter(|(_, (_, p))| **p)
+            .filter(|(_, p)| **p)
         {
-            if let Some(tail) = s
-                .arena
-                .get_mut(i * SHARD_STRIDE + usize::from(l)..i * SHARD_STRIDE + len)
-            {
+            if let Some(tail) = s.arena.get_mut(at + usize::from(l)..at + len) {
                 tail.fill(0);
             }
         }
-        let full = self.data * SHARD_STRIDE;
-        grow_arena(&mut self.recovered, full, full);
+        let missing = s.present.iter().take(self.data).filter(|p| !**p).count();
+        // Rebuilt shards are `len` apart; at most `min(data, parity)` of them.
+        let stride = len.max(1);
+        let full = self.data.min(self.parity) * SHARD_STRIDE;
+        grow_arena(&mut self.recovered, missing * stride, full);
         let undrained = self.queue.len() - self.queue_next;
         self.stats.dropped_undrained += undrained as u64;
         self.queue.clear();
         self.queue_next = 0;
         if self
             .codec
-            .reconstruct_data(&s.arena, SHARD_STRIDE, len, &s.present, &mut self.recovered)
+            .reconstruct_data(
+                &s.arena,
+                &s.at,
+                len,
+                &s.present,
+                &mut self.recovered,
+                stride,
+            )
             .is_err()
         {
             self.stats.unrecoverable += 1;
             return;
         }
-        let missing = s.present.iter().take(self.data).filter(|p| !**p).count();
         for n in 0..missing {
-            let off = n * SHARD_STRIDE;
+            let off = n * stride;
             let size = read_u16(&self.recovered, off).map_or(0, usize::from);
             // kcp-go accepts `2 <= size <= len` and feeds `r[2..size]` to Input;
             // anything shorter than a KCP header (a deadline filler) cannot be a
@@ -421,16 +535,21 @@ impl FecDecoder {
     }
 
     /// Tries to learn the sender's ratio from recent samples; adopts it (and
-    /// leaves relearning mode) once one is found.
+    /// leaves relearning mode) once one is found. A shape above the limit is
+    /// refused: the decoder keeps its shape and goes on looking.
     fn retune(&mut self) {
         let Some((d, p)) = self.tuner.find_shape() else {
             return;
         };
+        if d + p > self.max_shards {
+            self.stats.refused_shapes += 1;
+            return;
+        }
         self.retuning = false;
         if (d, p) == (self.data, self.parity) {
             return;
         }
-        if let Some(c) = VandermondeCodec::new(d, p) {
+        if let Some(c) = VandermondeCodec::for_decoding(d, p) {
             self.install(Box::new(c));
             self.stats.retunes += 1;
         }
@@ -442,6 +561,7 @@ impl core::fmt::Debug for FecDecoder {
         f.debug_struct("FecDecoder")
             .field("data", &self.data)
             .field("parity", &self.parity)
+            .field("max_shards", &self.max_shards)
             .field("newest", &self.newest)
             .field("retuning", &self.retuning)
             .finish_non_exhaustive()
@@ -470,10 +590,11 @@ impl ErasureCodec for NoCodec {
     fn reconstruct_data(
         &mut self,
         _: &[u8],
-        _: usize,
+        _: &[usize],
         _: usize,
         _: &[bool],
         _: &mut [u8],
+        _: usize,
     ) -> Result<(), super::codec::CodecError> {
         Err(super::codec::CodecError::BadArguments)
     }

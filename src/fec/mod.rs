@@ -82,6 +82,15 @@ pub const PARITY_HEADER: usize = 6;
 pub const MAX_PACKET: usize = 1500;
 /// The most shards (data + parity) a group may have.
 pub const MAX_SHARDS: usize = 256;
+/// The most shards (data + parity) per group a [`FecDecoder`] adopts from
+/// the stream unless told otherwise ([`FecDecoder::with_max_shards`]).
+///
+/// kcptun's default is 10 + 3 and the shapes its users run are a few dozen
+/// shards at most; kcp-go itself follows anything below 256. A receiver
+/// refuses larger learned shapes (the packets of such a sender are then not
+/// FEC-decoded, but their KCP data is still delivered), which bounds what a
+/// peer can make a session hold: see [`FecDecoder::memory_bound`].
+pub const DEFAULT_MAX_SHARDS: usize = 128;
 /// kcp-go's continuity rule: parity is skipped when a group's last data shard
 /// came this many milliseconds or more after the one before it.
 pub const CONTINUITY_MS: u32 = 500;
@@ -246,6 +255,9 @@ pub struct FecStats {
     pub full_groups: u64,
     /// Times the decoder adopted a new shard ratio learned from the stream.
     pub retunes: u64,
+    /// Times a learned shard ratio was refused for exceeding the decoder's
+    /// limit ([`FecDecoder::max_shards`]).
+    pub refused_shapes: u64,
     /// Dropped: a shard already stored.
     pub dropped_duplicate: u64,
     /// Dropped: the shard's group is more than 3 groups behind the newest, or

@@ -137,3 +137,90 @@ fn una_releases_segments_and_acked_ones_wait_for_it() {
     let out = drain(&mut a, 3);
     assert_eq!(cmd_sn(&out), vec![(PUSH, 5)]);
 }
+
+/// A zero-length PUSH (C KCP's `ikcp_send(kcp, buf, 0)`, or one forged by an
+/// attacker) carries no bytes: the stream reader skips it and is never told
+/// "readable" for it, so a tokio reader cannot see end of stream.
+#[test]
+fn empty_segments_are_skipped_by_the_stream_reader() {
+    let mut r = Kcp::new(7, &ArqConfig::preset(Preset::Fast3)).unwrap();
+    let mut buf = [0u8; 32];
+    r.handle_datagram(t(0), &frag(0, 0, b"ab"), Origin::Regular)
+        .unwrap();
+    r.handle_datagram(t(1), &frag(1, 0, b""), Origin::Regular)
+        .unwrap();
+    r.handle_datagram(t(2), &frag(2, 0, b"cd"), Origin::Regular)
+        .unwrap();
+    assert!(r.readable());
+    assert_eq!(r.recv(&mut buf), 4);
+    assert_eq!(&buf[..4], b"abcd");
+
+    // An empty PUSH alone: nothing to read as a stream.
+    r.handle_datagram(t(3), &frag(3, 0, b""), Origin::Regular)
+        .unwrap();
+    assert!(!r.readable());
+    // Two empties (one a forged "fragment") then bytes: readable again.
+    r.handle_datagram(t(4), &frag(4, 1, b""), Origin::Regular)
+        .unwrap();
+    r.handle_datagram(t(4), &frag(5, 0, b""), Origin::Regular)
+        .unwrap();
+    assert!(!r.readable());
+    r.handle_datagram(t(5), &frag(6, 0, b"e"), Origin::Regular)
+        .unwrap();
+    assert!(r.readable());
+    assert_eq!(r.recv(&mut buf), 1);
+    assert_eq!(&buf[..1], b"e");
+    assert!(!r.readable());
+    assert_eq!(r.recv(&mut buf), 0);
+}
+
+#[test]
+fn a_partly_read_message_ending_in_an_empty_fragment_is_not_readable() {
+    let mut r = Kcp::new(7, &ArqConfig::preset(Preset::Fast3)).unwrap();
+    r.handle_datagram(t(0), &frag(0, 1, b"xy"), Origin::Regular)
+        .unwrap();
+    r.handle_datagram(t(0), &frag(1, 0, b""), Origin::Regular)
+        .unwrap();
+    let mut one = [0u8; 1];
+    assert!(r.readable());
+    assert_eq!(r.recv(&mut one), 1);
+    assert!(r.readable());
+    assert_eq!(r.recv(&mut one), 1);
+    assert_eq!(&one, b"y");
+    assert!(!r.readable());
+}
+
+#[test]
+fn the_message_reader_still_gets_empty_messages() {
+    let mut r = Kcp::new(7, &ArqConfig::preset(Preset::Fast3)).unwrap();
+    r.handle_datagram(t(0), &frag(0, 0, b""), Origin::Regular)
+        .unwrap();
+    r.handle_datagram(t(0), &frag(1, 0, b"z"), Origin::Regular)
+        .unwrap();
+    let mut buf = [0u8; 8];
+    assert_eq!(r.recv_message(&mut buf), Ok(0));
+    assert_eq!(r.recv_message(&mut buf), Ok(1));
+    assert_eq!(r.recv_message(&mut buf), Err(RecvError::NotReady));
+}
+
+/// A window's worth of empty segments cannot hold the receive window shut:
+/// with the queue full of them, the oldest give way to what follows.
+#[test]
+fn a_window_full_of_empty_segments_does_not_stall_the_stream() {
+    let cfg = ArqConfig {
+        rcv_wnd: 16,
+        ..ArqConfig::preset(Preset::Fast3)
+    };
+    let mut r = Kcp::new(7, &cfg).unwrap();
+    for sn in 0..40 {
+        r.handle_datagram(t(sn), &frag(sn, 0, b""), Origin::Regular)
+            .unwrap();
+    }
+    assert!(!r.readable());
+    r.handle_datagram(t(40), &frag(40, 0, b"late"), Origin::Regular)
+        .unwrap();
+    assert!(r.readable());
+    let mut buf = [0u8; 8];
+    assert_eq!(r.recv(&mut buf), 4);
+    assert_eq!(&buf[..4], b"late");
+}

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Seeds the fuzz corpora (fuzz/corpus/<target>/) from the kcp-go vectors in
+# tests/vectors: crypto.json's datagrams for the crypto targets, fec.json's
+# shard groups for the FEC and pipeline targets, kcp_exchange.json's
+# datagrams for the ARQ and pipeline targets. Each seed is laid out as the
+# target reads its input (see the header of each fuzz_targets/*.rs).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+python3 - "$here" <<'PY'
+import json, os, struct, sys, hashlib
+
+here = sys.argv[1]
+vec = os.path.join(here, "..", "tests", "vectors")
+load = lambda n: json.load(open(os.path.join(vec, n)))
+
+def put(target, data):
+    d = os.path.join(here, "corpus", target)
+    os.makedirs(d, exist_ok=True)
+    name = hashlib.sha1(data).hexdigest()
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data)
+
+def rec(b):
+    return struct.pack("<H", len(b)) + b
+
+# Method order of kcpio_fuzz::{CFB, PLAIN, ALL}.
+CFB = ["aes", "aes-128", "aes-192", "blowfish", "twofish", "cast5", "3des", "tea", "xtea", "sm4"]
+PLAIN = ["xor", "none", "null"]
+ALL = ["null", "none", "xor", "aes", "aes-128", "aes-192", "salsa20", "blowfish", "twofish",
+       "cast5", "3des", "tea", "xtea", "sm4", "aes-128-gcm"]
+FAMILY = {"crypto_cfb": CFB, "crypto_salsa20": ["salsa20"], "crypto_plain": PLAIN,
+          "crypto_gcm": ["aes-128-gcm"]}
+
+crypto = load("crypto.json")
+for c in crypto["ciphers"]:
+    grams = [bytes.fromhex(k["datagram_hex"]) for k in c["cases"]]
+    sample = c.get("session_pipeline_sample")
+    if sample:
+        grams.append(bytes.fromhex(sample["datagram_hex"]))
+    for target, names in FAMILY.items():
+        if c["name"] in names:
+            for g in grams:
+                put(target, bytes([names.index(c["name"])]) + g)
+    # Pipeline: method, conv, FEC shape 0+0 (off), then one datagram.
+    if sample:
+        conv = sample["kcp_segments"][0]["conv"]
+        head = bytes([ALL.index(c["name"])]) + struct.pack("<I", conv) + bytes([0, 0])
+        put("pipeline", head + bytes([0]) + rec(grams[-1]))
+
+fec = load("fec.json")
+for g in fec["groups"]:
+    d, p = g["data_shards"], g["parity_shards"]
+    packets = [bytes.fromhex(x["datagram_hex"]) for x in g["packets"]]
+    shards = [bytes.fromhex(x["rs_shard_hex"]) for x in g["packets"]]
+    if g["crypt"] == "null":
+        # fec_decoder: shape, then (ctl, record) per packet; drop one data
+        # shard so the parity has something to rebuild.
+        for lost in range(min(d, 3)):
+            body = b"".join(bytes([1]) + rec(pk) for i, pk in enumerate(packets) if i != lost)
+            put("fec_decoder", bytes([d, p]) + body)
+    method = ALL.index(g["crypt"])
+    body = b"".join(bytes([0]) + rec(pk) for pk in packets[1:])
+    put("pipeline", bytes([method]) + struct.pack("<I", g["conv"]) + bytes([d, p]) + body)
+
+# fec_roundtrip: shape, then sizes and a loss mask.
+for d, p in [(10, 3), (3, 2), (1, 1), (20, 5)]:
+    put("fec_roundtrip", bytes([d, p]) + bytes([100, 7, 200, 13, 40, 255, 2, 9] * 8))
+
+kx = load("kcp_exchange.json")
+for e in kx["session_exchanges"]:
+    grams = [(x["dir"], bytes.fromhex(x["hex"])) for x in e["datagrams"]]
+    for side in ("c2s", "s2c"):
+        mine = [gm for dr, gm in grams if dr == side]
+        # arq_input: config byte, conv, then "datagram, tick, flush, read".
+        ops = b"".join(bytes([0, 0]) + rec(gm) + bytes([8, 6, 4, 255]) for gm in mine)
+        put("arq_input", bytes([0x44]) + struct.pack("<I", e["conv"]) + ops)
+        null = struct.pack("<I", e["conv"])
+        put("pipeline", bytes([0]) + null + bytes([0, 0]) +
+            b"".join(bytes([3]) + rec(gm) for gm in mine))
+# arq_pair: a few writes, flushes, deliveries, ticks and reads.
+put("arq_pair", bytes([0x44, 0, 0x10, 0x27, 32, 64, 0, 2, 0xC0, 0xC0, 0x80 | 40, 0xC1, 0, 1, 16, 8]))
+PY
+for t in "$here"/corpus/*; do echo "$(basename "$t"): $(ls "$t" | wc -l) seeds"; done

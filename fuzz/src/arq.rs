@@ -1,0 +1,55 @@
+//! Helpers for the ARQ targets: configurations and per-endpoint checks.
+
+use kcpio::arq::segment::Segments;
+use kcpio::arq::{ArqConfig, Kcp, Preset};
+
+/// A configuration picked by one input byte: preset, stream mode, windows.
+#[must_use]
+pub fn config(b: u8) -> ArqConfig {
+    let preset = [
+        Preset::Default,
+        Preset::Normal,
+        Preset::Fast,
+        Preset::Fast2,
+        Preset::Fast3,
+    ][usize::from(b % 5)];
+    let wnd = [8u16, 32, 128][usize::from((b / 5) % 3)];
+    ArqConfig {
+        stream: b & 0x80 != 0,
+        snd_wnd: wnd,
+        rcv_wnd: wnd,
+        mtu: if b & 0x40 != 0 { 1400 } else { 576 },
+        ..ArqConfig::preset(preset)
+    }
+}
+
+/// Reads as a stream and checks that the ARQ never reports a readable queue
+/// that yields nothing (a 0-byte read is end of stream to tokio readers).
+pub fn read_stream(k: &mut Kcp, buf: &mut [u8]) -> usize {
+    let readable = k.readable();
+    let n = k.recv(buf);
+    assert!(n <= buf.len());
+    if readable && !buf.is_empty() {
+        assert!(n > 0, "readable() but recv() returned 0");
+    }
+    n
+}
+
+/// Drains `poll_transmit`, checking every datagram fits the MTU and parses
+/// as segments of `k`'s conversation; returns them.
+pub fn drain(k: &mut Kcp, now: kcpio::arq::Timestamp, mtu: usize, out: &mut Vec<Vec<u8>>) {
+    let mut buf = vec![0u8; mtu + 64];
+    // Bounded: a flush emits at most the windows' worth of datagrams.
+    for _ in 0..10_000 {
+        let Some(n) = k.poll_transmit(now, &mut buf) else {
+            return;
+        };
+        assert!(n <= mtu, "datagram of {n} bytes exceeds the MTU {mtu}");
+        for seg in Segments::new(&buf[..n]) {
+            let seg = seg.expect("the ARQ emits well-formed segments");
+            assert_eq!(seg.conv(), k.conv());
+        }
+        out.push(buf[..n].to_vec());
+    }
+    panic!("poll_transmit did not run dry");
+}
