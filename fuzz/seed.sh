@@ -2,7 +2,8 @@
 # Seeds the fuzz corpora (fuzz/corpus/<target>/) from the kcp-go vectors in
 # tests/vectors: crypto.json's datagrams for the crypto targets, fec.json's
 # shard groups for the FEC and pipeline targets, kcp_exchange.json's
-# datagrams for the ARQ and pipeline targets. Each seed is laid out as the
+# datagrams for the ARQ and pipeline targets, the kcptun captures' smux
+# streams for the multiplexer. Each seed is laid out as the
 # target reads its input (see the header of each fuzz_targets/*.rs).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -77,6 +78,20 @@ for e in kx["session_exchanges"]:
         null = struct.pack("<I", e["conv"])
         put("pipeline", bytes([0]) + null + bytes([0, 0]) +
             b"".join(bytes([3]) + rec(gm) for gm in mine))
+# mux_session: the smux byte streams of the real kcptun captures, as the
+# server (c2s) and the client (s2c) receive them, v1 or v2 per capture.
+import glob
+for path in sorted(glob.glob(os.path.join(vec, "kcptun", "*.json"))):
+    cap = json.load(open(path))
+    for side, role in (("c2s", 2), ("s2c", 0)):
+        stream = cap.get("streams", {}).get(side, {})
+        frames = stream.get("smux_frames") or []
+        if not frames:
+            continue
+        raw = b"".join(bytes.fromhex(f["hex"]) for f in frames)
+        v2 = 1 if frames[0].get("ver") == 2 else 0
+        for step in (1, 7, 64):
+            put("mux_session", bytes([v2 | role | (step << 2) & 0xFF]) + raw)
 # arq_pair: a few writes, flushes, deliveries, ticks and reads.
 put("arq_pair", bytes([0x44, 0, 0x10, 0x27, 32, 64, 0, 2, 0xC0, 0xC0, 0x80 | 40, 0xC1, 0, 1, 16, 8]))
 PY

@@ -1,0 +1,16 @@
+//! The smux session (`kcpio::mux`) fed an arbitrary byte stream.
+//!
+//! Input: one selector byte (bit 0: v1/v2, bit 1: client/server role, the
+//! rest: how many bytes each `handle_input` call gets and how far the
+//! virtual clock moves between calls), then the peer's byte stream.
+//!
+//! Checks (inside `kcpio::mux::fuzz_session`): open streams, the accept
+//! backlog and buffered bytes never exceed the configured budgets, and a
+//! malformed frame ends the session with an error instead of a panic.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    kcpio::mux::fuzz_session(data);
+});
