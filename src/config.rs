@@ -91,6 +91,17 @@ pub enum ConfigError {
     ZeroLimit(&'static str),
     /// The ARQ refused its parameters.
     Arq(arq::ArqConfigError),
+    /// A value outside its documented range (named, with the range).
+    OutOfRange {
+        /// The builder option.
+        name: &'static str,
+        /// The value asked for.
+        value: u64,
+        /// The smallest value allowed.
+        min: u64,
+        /// The largest value allowed.
+        max: u64,
+    },
 }
 
 impl fmt::Display for ConfigError {
@@ -107,6 +118,12 @@ impl fmt::Display for ConfigError {
             Self::InvalidKey(e) => write!(f, "invalid key: {e}"),
             Self::ZeroLimit(name) => write!(f, "{name} must be positive"),
             Self::Arq(e) => write!(f, "invalid ARQ parameters: {e}"),
+            Self::OutOfRange {
+                name,
+                value,
+                min,
+                max,
+            } => write!(f, "{name} = {value} is outside {min}..={max}"),
         }
     }
 }
@@ -158,6 +175,8 @@ pub(crate) struct ConfigInner {
     pub(crate) crypto: Arc<PacketCrypto>,
     pub(crate) fec: Option<(usize, usize)>,
     pub(crate) fec_group_deadline: Option<u32>,
+    /// The largest FEC shape (data + parity) a receiving decoder learns.
+    pub(crate) fec_max_shards: usize,
     pub(crate) rate_limit: u64,
     pub(crate) dscp: u8,
     pub(crate) recv_buffer: Option<usize>,
@@ -260,6 +279,7 @@ pub struct ConfigBuilder {
     key: Key,
     fec: Option<(usize, usize)>,
     fec_group_deadline: Option<Duration>,
+    fec_max_shards: usize,
     nodelay: Option<(bool, u32, u32, bool)>,
     write_delay: bool,
     ack_nodelay: Option<bool>,
@@ -293,6 +313,7 @@ impl Default for ConfigBuilder {
             key: Key::raw(Vec::new()),
             fec: None,
             fec_group_deadline: None,
+            fec_max_shards: crate::fec::DEFAULT_MAX_SHARDS,
             nodelay: None,
             write_delay: false,
             ack_nodelay: None,
@@ -380,6 +401,25 @@ impl ConfigBuilder {
     #[must_use]
     pub fn fec_group_deadline(mut self, deadline: Duration) -> Self {
         self.fec_group_deadline = Some(deadline);
+        self
+    }
+
+    /// The largest FEC group (data + parity shards) this side's decoder will
+    /// learn from a peer and hold, 2..=256. Default
+    /// [`fec::DEFAULT_MAX_SHARDS`](crate::fec::DEFAULT_MAX_SHARDS) (128;
+    /// kcptun's default is 10 + 3). A peer sending larger groups is not
+    /// decoded (its packets still reach the ARQ, so nothing is lost but the
+    /// FEC recovery); the per-session decoder memory is bounded by
+    /// [`FecDecoder::memory_bound`](crate::fec::FecDecoder::memory_bound) of
+    /// this limit whatever the peer sends.
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Self::build) fails with [`ConfigError::OutOfRange`] outside
+    /// 2..=256.
+    #[must_use]
+    pub fn fec_max_shards(mut self, shards: usize) -> Self {
+        self.fec_max_shards = shards;
         self
     }
 
@@ -655,6 +695,14 @@ impl ConfigBuilder {
             self.dead_link
         };
         arq.validate().map_err(ConfigError::Arq)?;
+        if !(2..=256).contains(&self.fec_max_shards) {
+            return Err(ConfigError::OutOfRange {
+                name: "fec_max_shards",
+                value: u64::try_from(self.fec_max_shards).unwrap_or(u64::MAX),
+                min: 2,
+                max: 256,
+            });
+        }
         Ok(Config {
             inner: Arc::new(ConfigInner {
                 arq,
@@ -663,6 +711,7 @@ impl ConfigBuilder {
                 crypto: Arc::new(crypto),
                 fec,
                 fec_group_deadline: fec_group_deadline.map(ms),
+                fec_max_shards: self.fec_max_shards,
                 rate_limit: self.rate_limit,
                 dscp: self.dscp,
                 recv_buffer: self.recv_buffer,
@@ -692,6 +741,34 @@ mod tests {
         assert_eq!(c.inner.arq.interval, 100);
         assert!(!c.is_stream());
         assert_eq!(c.inner.accept_backlog, 128);
+    }
+
+    #[test]
+    fn fec_max_shards_is_range_checked() {
+        assert_eq!(
+            Config::builder().build().unwrap().inner.fec_max_shards,
+            crate::fec::DEFAULT_MAX_SHARDS
+        );
+        assert_eq!(
+            Config::builder()
+                .fec_max_shards(13)
+                .build()
+                .unwrap()
+                .inner
+                .fec_max_shards,
+            13
+        );
+        for bad in [0, 1, 257] {
+            let err = Config::builder().fec_max_shards(bad).build().unwrap_err();
+            assert!(matches!(
+                err,
+                ConfigError::OutOfRange {
+                    name: "fec_max_shards",
+                    ..
+                }
+            ));
+            assert!(err.to_string().contains("2..=256"), "{err}");
+        }
     }
 
     #[test]

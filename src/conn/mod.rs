@@ -395,7 +395,7 @@ impl Conn {
         if matches!(kind, PacketKind::Data | PacketKind::Parity) {
             let shape = self.config.fec.unwrap_or((1, 1));
             let fec_in = self.dec.get_or_insert_with(|| FecIn {
-                dec: FecDecoder::new(shape.0, shape.1),
+                dec: FecDecoder::with_max_shards(shape.0, shape.1, self.config.fec_max_shards),
                 scratch: vec![0; MAX_DATAGRAM].into_boxed_slice(),
             });
             if fec_in.dec.handle(packet).is_err() {
