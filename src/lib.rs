@@ -69,7 +69,8 @@
 //! Every datagram is untrusted and dropped and counted when it does not fit.
 //! Memory a peer can make a session hold is bounded: the ARQ by its windows,
 //! the FEC decoder by the shards actually received and a cap on the shard
-//! ratio it learns ([`fec::DEFAULT_MAX_SHARDS`],
+//! ratio it learns ([`fec::DEFAULT_MAX_SHARDS`], set with
+//! [`fec_max_shards`](ConfigBuilder::fec_max_shards);
 //! [`fec::FecDecoder::memory_bound`]); sessions per listener by
 //! [`max_sessions`](ConfigBuilder::max_sessions). Protections in the
 //! session table (anti-amplification towards unproven addresses, admission
