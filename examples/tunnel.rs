@@ -714,14 +714,40 @@ impl AsyncWrite for Metered {
 trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 
-/// A transport whose first reads return bytes already taken from it.
-struct Prefixed<T> {
+/// Looks at the first bytes a transport delivers.
+type FirstBytesCheck = Box<dyn FnOnce(&[u8]) + Send>;
+
+/// A transport whose first reads return bytes already taken from it (the
+/// server's detection), and whose first bytes read go to a check once (the
+/// client's mismatch diagnosis). Writes pass through.
+struct Tap<T> {
     prefix: Vec<u8>,
     pos: usize,
+    check: Option<FirstBytesCheck>,
     inner: T,
 }
 
-impl<T: AsyncRead + Unpin> AsyncRead for Prefixed<T> {
+impl<T> Tap<T> {
+    fn prefixed(prefix: Vec<u8>, inner: T) -> Self {
+        Self {
+            prefix,
+            pos: 0,
+            check: None,
+            inner,
+        }
+    }
+
+    fn watched(inner: T, check: impl FnOnce(&[u8]) + Send + 'static) -> Self {
+        Self {
+            prefix: Vec::new(),
+            pos: 0,
+            check: Some(Box::new(check)),
+            inner,
+        }
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Tap<T> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -734,39 +760,6 @@ impl<T: AsyncRead + Unpin> AsyncRead for Prefixed<T> {
             self.pos += n;
             return Poll::Ready(Ok(()));
         }
-        Pin::new(&mut self.inner).poll_read(cx, buf)
-    }
-}
-
-impl<T: AsyncWrite + Unpin> AsyncWrite for Prefixed<T> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        b: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, b)
-    }
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
-}
-
-/// A transport that hands its first bytes read to a check once (the
-/// client's mismatch diagnosis).
-struct Watched<T> {
-    inner: T,
-    check: Option<Box<dyn FnOnce(&[u8]) + Send>>,
-}
-
-impl<T: AsyncRead + Unpin> AsyncRead for Watched<T> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
         let before = buf.filled().len();
         let r = Pin::new(&mut self.inner).poll_read(cx, buf);
         if buf.filled().len() > before {
@@ -778,7 +771,7 @@ impl<T: AsyncRead + Unpin> AsyncRead for Watched<T> {
     }
 }
 
-impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<T> {
+impl<T: AsyncWrite + Unpin> AsyncWrite for Tap<T> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -826,11 +819,7 @@ async fn detect<T: Io + 'static>(mut io: T) -> io::Result<(Box<dyn Io>, Detected
     if compressed && head[..] != SNAPPY_MAGIC {
         return Err(bad_start(&head));
     }
-    let io = Prefixed {
-        prefix: head.clone(),
-        pos: 0,
-        inner: io,
-    };
+    let io = Tap::prefixed(head.clone(), io);
     let (mut io, first): (Box<dyn Io>, u8) = if compressed {
         let mut s = Snappy::new(io);
         let mut b = [0u8; 1];
@@ -845,11 +834,7 @@ async fn detect<T: Io + 'static>(mut io: T) -> io::Result<(Box<dyn Io>, Detected
         _ => return Err(bad_start(&[first])),
     };
     if compressed {
-        io = Box::new(Prefixed {
-            prefix: vec![first],
-            pos: 0,
-            inner: io,
-        });
+        io = Box::new(Tap::prefixed(vec![first], io));
     }
     Ok((
         io,
@@ -1035,33 +1020,24 @@ impl Pool {
         };
         let log = self.log.clone();
         let io: Box<dyn Io> = if self.settings.compress {
-            let raw = Watched {
-                inner: metered,
-                check: Some(Box::new(move |b: &[u8]| {
-                    if b[0] != SNAPPY_MAGIC[0] {
-                        log.line(
-                            "MISMATCH: the server does not compress (it runs with --nocomp): add --nocomp here",
-                        );
-                    }
-                })),
-            };
-            Box::new(Watched {
-                inner: Snappy::new(raw),
-                check: Some(Box::new(version_check)),
-            })
+            let raw = Tap::watched(metered, move |b: &[u8]| {
+                if b[0] != SNAPPY_MAGIC[0] {
+                    log.line(
+                        "MISMATCH: the server does not compress (it runs with --nocomp): add --nocomp here",
+                    );
+                }
+            });
+            Box::new(Tap::watched(Snappy::new(raw), version_check))
         } else {
-            Box::new(Watched {
-                inner: metered,
-                check: Some(Box::new(move |b: &[u8]| {
-                    if b[0] == SNAPPY_MAGIC[0] {
-                        log.line(
-                            "MISMATCH: the server compresses (it runs without --nocomp): remove --nocomp here",
-                        );
-                    } else {
-                        version_check(b);
-                    }
-                })),
-            })
+            Box::new(Tap::watched(metered, move |b: &[u8]| {
+                if b[0] == SNAPPY_MAGIC[0] {
+                    log.line(
+                        "MISMATCH: the server compresses (it runs without --nocomp): remove --nocomp here",
+                    );
+                } else {
+                    version_check(b);
+                }
+            }))
         };
         let mux = Mux::client(io, &self.settings.mux);
         // Silence while a stream waits is a wrong key or cipher, a server

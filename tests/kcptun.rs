@@ -27,6 +27,9 @@ use sha1::{Digest, Sha1};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+#[path = "support/pattern.rs"]
+mod pattern;
+
 #[allow(dead_code)]
 #[path = "../examples/tunnel.rs"]
 mod tunnel;
@@ -171,17 +174,11 @@ async fn tunnel(pair: Pair, target: SocketAddr, client: &str, server: &str) -> T
     }
 }
 
-/// Deterministic bytes that reveal a shifted, dropped or repeated chunk.
+/// The shared payload pattern, from an offset of its own per `seed`.
 fn pattern(len: usize, seed: u32) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            x as u8
-        })
-        .collect()
+    let mut v = vec![0u8; len];
+    pattern::fill(&mut v, u64::from(seed) * 1_000_003);
+    v
 }
 
 /// A TCP echo server (echoes as it reads; closes after the client's EOF).
@@ -542,3 +539,69 @@ fn flags_and_json_like_kcptun() {
         assert!(p(bad).is_err(), "{bad}");
     }
 }
+
+/// Starts a kcpio client logging to `log` in front of a kcptun server;
+/// returns its entry and the kcptun process.
+async fn kcpio_client_logged(
+    target: SocketAddr,
+    client: &str,
+    server: &str,
+    log: &std::path::Path,
+) -> (SocketAddr, Kcptun) {
+    let port = free_port(true);
+    let server = spawn_kcptun(
+        "kcptun-server",
+        &words(&format!("-l 127.0.0.1:{port} -t {target} --quiet {server}")),
+    );
+    let args = words(&format!(
+        "tunnel client -l 127.0.0.1:0 -r 127.0.0.1:{port} {client}"
+    ));
+    let bound = tunnel::Bound::bind(tunnel::parse(args).unwrap())
+        .await
+        .unwrap();
+    let entry = bound.local_addr().unwrap();
+    let log = tunnel::Log::open(log.to_str().unwrap(), false).unwrap();
+    tokio::spawn(bound.run(log));
+    (entry, server)
+}
+
+// Better than kcptun: where kcptun stalls without a word, the kcpio client
+// names the flag that differs (the kcptun server's session, re-created after
+// it dropped ours, sends its keepalive in its own format within 10 s).
+kcptun_test!(client_names_the_mismatch, async {
+    let target = echo_server().await;
+    let cases = [
+        ("--nocomp", "", "the server compresses"),
+        ("", "--nocomp", "the server does not compress"),
+        ("--smuxver 2", "", "the server speaks smux v1"),
+    ];
+    let runs = cases
+        .iter()
+        .enumerate()
+        .map(|(i, &(client, server, want))| {
+            async move {
+                let path = std::env::temp_dir()
+                    .join(format!("kcpio-mismatch-{}-{i}.log", std::process::id()));
+                let (entry, _server) = kcpio_client_logged(target, client, server, &path).await;
+                // A connection that stalls, as it does between two kcptuns.
+                let mut conn = TcpStream::connect(entry).await.unwrap();
+                conn.write_all(b"hello").await.unwrap();
+                let mut found = false;
+                for _ in 0..100 {
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                    let text = std::fs::read_to_string(&path).unwrap_or_default();
+                    if text.contains(want) {
+                        found = true;
+                        break;
+                    }
+                }
+                let text = std::fs::read_to_string(&path).unwrap_or_default();
+                let _ = std::fs::remove_file(&path);
+                assert!(
+                    found,
+                    "[{client}] vs [{server}]: no '{want}' in the log:\n{text}"
+                );
+            }
+        });
+    futures::future::join_all(runs).await;
+});
