@@ -28,9 +28,11 @@
 //!
 //! Differences worth knowing: `--crypt null` is AES-256-CFB, as in the
 //! Debian release (that release has no unencrypted mode: vector E); use
-//! `none` for a cipher-less peer of any release. `--closewait 0` (the
-//! default) lets the second direction run until it ends; `N > 0` closes it N
-//! seconds after the first ended. `--tcp`, `--snmplog` and `--pprof` are
+//! `none` for a cipher-less peer of any release. `--closewait N` closes the
+//! second direction of a connection N seconds after the first ended, 0 lets
+//! it run until it ends. The client defaults to 0; the server to 30, as newer
+//! kcptun: a kcptun client's FIN closes its whole stream, so a server that
+//! waited for ever would feed a download nobody reads. `--tcp`, `--snmplog` and `--pprof` are
 //! accepted and ignored with a warning. Stats go to the log every
 //! `--snmpperiod` seconds and on `SIGUSR1`.
 
@@ -47,7 +49,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::{Args, Parser, Subcommand};
 use kcpio::mux::{Mux, MuxConfig, MuxStream, Snappy, Version};
-use kcpio::{Config, KcpListener, KcpStream, Key, Method, Preset, SessionStats};
+use kcpio::{Config, KcpListener, KcpStream, Key, Method, MuxPool, Preset, SessionStats};
 use serde::Deserialize;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
@@ -180,9 +182,9 @@ struct Common {
     /// seconds between heartbeats
     #[arg(long, default_value_t = 10)]
     keepalive: u64,
-    /// seconds the second direction of a connection may outlive the first (0: until it ends)
-    #[arg(long, default_value_t = 0)]
-    closewait: u64,
+    /// seconds the second direction of a connection may outlive the first, 0 until it ends [client 0, server 30]
+    #[arg(long)]
+    closewait: Option<u64>,
     /// send rate limit per session in bytes/s, 0 to disable
     #[arg(long, default_value_t = 0)]
     ratelimit: u64,
@@ -330,6 +332,12 @@ pub(crate) fn parse(args: impl IntoIterator<Item = String>) -> Result<Settings, 
         Role::Client => (c.sndwnd.unwrap_or(128), c.rcvwnd.unwrap_or(512)),
         Role::Server => (c.sndwnd.unwrap_or(1024), c.rcvwnd.unwrap_or(1024)),
     };
+    // A kcptun client's FIN closes its whole stream: a server must not feed
+    // a download nobody reads for ever (newer kcptun's server default).
+    let mut closewait = c.closewait.unwrap_or(match role {
+        Role::Client => 0,
+        Role::Server => 30,
+    });
     let mut nocomp = c.nocomp.unwrap_or(false);
     let mut acknodelay = c.acknodelay.unwrap_or(false);
     let mut quiet = c.quiet.unwrap_or(false);
@@ -354,7 +362,7 @@ pub(crate) fn parse(args: impl IntoIterator<Item = String>) -> Result<Settings, 
             acknodelay => acknodelay, nodelay => c.nodelay, interval => c.interval,
             resend => c.resend, nc => c.nc, sockbuf => c.sockbuf, smuxver => c.smuxver,
             smuxbuf => c.smuxbuf, streambuf => c.streambuf, framesize => c.framesize,
-            keepalive => c.keepalive, closewait => c.closewait, ratelimit => c.ratelimit,
+            keepalive => c.keepalive, closewait => closewait, ratelimit => c.ratelimit,
             log => c.log, snmplog => c.snmplog, snmpperiod => c.snmpperiod,
             quiet => quiet, tcp => tcp, pprof => pprof,
         );
@@ -448,7 +456,7 @@ pub(crate) fn parse(args: impl IntoIterator<Item = String>) -> Result<Settings, 
         conn,
         autoexpire: Duration::from_secs(autoexpire),
         scavengettl: Duration::from_secs(scavengettl),
-        closewait: Duration::from_secs(c.closewait),
+        closewait: Duration::from_secs(closewait),
         compress: !nocomp,
         version,
         quiet,
@@ -924,71 +932,39 @@ async fn pipe(
 
 // ---------------------------------------------------------------- client
 
-/// One pool slot's session.
-struct Slot {
-    mux: Arc<Mux>,
-    expires: Option<Instant>,
-}
-
-/// The client's `--conn` sessions, created lazily, replaced when closed or
-/// expired (`--autoexpire`); expired ones are closed `--scavengettl` later.
+/// The client's `--conn` sessions ([`MuxPool`]: created lazily, replaced
+/// when closed or expired after `--autoexpire`, expired ones closed
+/// `--scavengettl` later), and how to make one.
 pub(crate) struct Pool {
     settings: Settings,
     remote: SocketAddr,
-    slots: Vec<tokio::sync::Mutex<Option<Slot>>>,
-    next: AtomicUsize,
-    expired: Mutex<Vec<(Instant, Arc<Mux>)>>,
+    pool: MuxPool,
     stats: Arc<Stats>,
     log: Log,
 }
 
 impl Pool {
     fn new(settings: Settings, remote: SocketAddr, stats: Arc<Stats>, log: Log) -> Arc<Self> {
-        let slots = (0..settings.conn)
-            .map(|_| tokio::sync::Mutex::new(None))
-            .collect();
+        let pool = MuxPool::new(
+            settings.conn,
+            Some(settings.autoexpire),
+            settings.scavengettl,
+        );
         Arc::new(Self {
             settings,
             remote,
-            slots,
-            next: AtomicUsize::new(0),
-            expired: Mutex::new(Vec::new()),
+            pool,
             stats,
             log,
         })
     }
 
-    /// The next slot's session (round robin), created or replaced first if
-    /// needed. Retries every second until a session is up, as kcptun does.
+    /// The next slot's session. Retries every second until a session is
+    /// up, as kcptun does.
     async fn session(&self) -> Arc<Mux> {
-        let idx = self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len();
-        let mut slot = self.slots[idx].lock().await;
-        let now = Instant::now();
-        if let Some(s) = slot.as_ref() {
-            let expired = s.expires.is_some_and(|t| now >= t);
-            if !s.mux.is_closed() && !expired {
-                return Arc::clone(&s.mux);
-            }
-            if expired && !s.mux.is_closed() {
-                let at = s.expires.unwrap_or(now) + self.settings.scavengettl;
-                self.expired
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .push((at, Arc::clone(&s.mux)));
-            }
-        }
         loop {
-            match self.connect().await {
-                Ok(mux) => {
-                    let mux = Arc::new(mux);
-                    let expires = (!self.settings.autoexpire.is_zero())
-                        .then(|| now + self.settings.autoexpire);
-                    *slot = Some(Slot {
-                        mux: Arc::clone(&mux),
-                        expires,
-                    });
-                    return mux;
-                }
+            match self.pool.get(|| self.connect()).await {
+                Ok(mux) => return mux,
                 Err(e) => {
                     self.log.line(format!("re-connecting: {e}"));
                     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -1061,21 +1037,7 @@ impl Pool {
     async fn scavenge(self: Arc<Self>) {
         loop {
             tokio::time::sleep(Duration::from_secs(1)).await;
-            let now = Instant::now();
-            let mut due = Vec::new();
-            self.expired
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .retain(|(at, mux)| {
-                    if *at <= now {
-                        due.push(Arc::clone(mux));
-                        false
-                    } else {
-                        true
-                    }
-                });
-            for mux in due {
-                mux.close();
+            for _ in 0..self.pool.scavenge() {
                 self.log.line("scavenger: session closed due to ttl");
             }
         }
@@ -1193,7 +1155,7 @@ fn log_close(
         Ok((up, down)) => log.stream(format!(
             "stream closed in: {from} out: {to}({sid}), {up} B up, {down} B down"
         )),
-        Err(e) => log.stream(format!("stream closed in: {from} out: {to}({sid}): {e}")),
+        Err(e) => log.line(format!("stream closed in: {from} out: {to}({sid}): {e}")),
     }
 }
 

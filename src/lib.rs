@@ -95,6 +95,8 @@ mod listener;
 #[forbid(unsafe_code)]
 pub mod mux;
 #[forbid(unsafe_code)]
+mod pool;
+#[forbid(unsafe_code)]
 mod session;
 #[allow(unsafe_code)]
 mod simd; // runtime-dispatched SIMD kernels (GF(2^8), Salsa20, GCM): unsafe allowed
@@ -104,4 +106,5 @@ mod sys; // batched datagram syscalls: the only other place unsafe is allowed
 pub use config::{Config, ConfigBuilder, ConfigError, Key, Preset};
 pub use crypto::Method;
 pub use listener::{KcpListener, ListenerStats};
+pub use pool::MuxPool;
 pub use session::{KcpStream, OwnedReadHalf, OwnedWriteHalf, SessionStats};
