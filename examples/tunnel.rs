@@ -1,60 +1,254 @@
-//! A TCP-over-KCP port forwarder with kcptun's flags.
+//! A kcptun-compatible TCP port forwarder: `tunnel client` and `tunnel
+//! server` talk to Debian's `kcptun-client` / `kcptun-server` (20210922) and
+//! to newer kcptun releases, with kcptun's flag names, short forms, defaults
+//! and `-c config.json` keys.
 //!
 //! ```text
-//! # far side: accept KCP on :4000 and dial the SSH server for each session
-//! cargo run --release --example tunnel -- server --listen 127.0.0.1:4000 --target 127.0.0.1:22
-//! # near side: accept TCP on :8388; each connection rides its own KCP session
-//! cargo run --release --example tunnel -- client --listen 127.0.0.1:8388 --remote 127.0.0.1:4000
-//! ssh -p 8388 127.0.0.1
+//! cargo install --path . --example tunnel
+//! # far side: KCP on :29900, each stream dials the SSH server
+//! tunnel server -l :29900 -t 127.0.0.1:22
+//! # near side: TCP on :12948, every connection is a stream of one KCP session
+//! tunnel client -l 127.0.0.1:12948 -r vps:29900
+//! ssh -p 12948 127.0.0.1
 //! ```
 //!
-//! Flags as kcptun spells them: `--crypt` (`aes`, `aes-128`, `salsa20`,
-//! `none`, `null`, ...), `--key`, `--datashard`, `--parityshard`, `--mode`
-//! (`normal`, `fast`, `fast2`, `fast3`), `--mtu`, `--sndwnd`, `--rcvwnd`, with
-//! kcptun's defaults. Both sides must agree on `--crypt` and `--key`.
+//! The wire is kcptun's: one KCP session (kcp-go framing, FEC, cipher) per
+//! pool slot, optionally snappy-framed (`--nocomp` turns it off), carrying
+//! smux v1 or v2 with one stream per TCP connection. Where the wire allows,
+//! this tunnel does better than kcptun:
 //!
-//! On the wire this is **not** kcptun: kcptun multiplexes TCP connections
-//! over one KCP session with smux, this example opens one KCP session per TCP
-//! connection. KCP itself has no end-of-stream, so inside each session the
-//! bytes travel in frames of `u16 big-endian length | bytes`: length 0 ends
-//! one direction (the TCP half-close crosses the tunnel) and length `0xFFFF`
-//! is a keepalive sent after 10 s of silence, so an idle but open connection
-//! outlives the 30 s idle timeout that reaps sessions whose peer vanished.
+//! - the server reads the client's smux version and whether it compresses
+//!   from its first bytes and answers in kind, so clients of both kcptun
+//!   generations work without matching `--smuxver` / `--nocomp`;
+//! - the client names a mismatch (`--nocomp`, `--smuxver`, or silence that
+//!   points at `--key`/`--crypt`) instead of stalling without a word;
+//! - a TCP half-close crosses the tunnel (a FIN on the stream, then the
+//!   other direction keeps flowing). Against a kcptun peer this degrades to
+//!   kcptun's own behaviour: it closes both directions at the first FIN.
+//!
+//! Differences worth knowing: `--crypt null` is AES-256-CFB, as in the
+//! Debian release (that release has no unencrypted mode: vector E); use
+//! `none` for a cipher-less peer of any release. `--closewait N` closes the
+//! second direction of a connection N seconds after the first ended, 0 lets
+//! it run until it ends. The client defaults to 0; the server to 30, as newer
+//! kcptun: a kcptun client's FIN closes its whole stream, so a server that
+//! waited for ever would feed a download nobody reads. `--tcp`, `--snmplog` and `--pprof` are
+//! accepted and ignored with a warning. Stats go to the log every
+//! `--snmpperiod` seconds and on `SIGUSR1`.
 
-use std::io;
+use std::fs::OpenOptions;
+use std::future::Future;
+use std::io::{self, Write as _};
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::process::ExitCode;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use kcpio::{Config, KcpListener, KcpStream, Key, Method, Preset};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use clap::{Args, Parser, Subcommand};
+use kcpio::mux::{Mux, MuxConfig, MuxStream, Snappy, Version};
+use kcpio::{Config, KcpListener, KcpStream, Key, Method, MuxPool, Preset, SessionStats};
+use serde::Deserialize;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::time::Instant;
 
-/// Frame header value that ends one direction.
-const FIN: u16 = 0;
-/// Frame header value of a keepalive (no payload).
-const KEEPALIVE: u16 = 0xFFFF;
-/// Largest payload of one frame.
-const MAX_FRAME: usize = 16 * 1024;
-/// Silence on the TCP side after which a keepalive frame is sent.
-const KEEPALIVE_EVERY: Duration = Duration::from_secs(10);
-/// A session that hears nothing for this long is dropped.
-const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// The first bytes of a snappy framed stream (the stream identifier chunk).
+const SNAPPY_MAGIC: [u8; 10] = [0xff, 0x06, 0x00, 0x00, 0x73, 0x4e, 0x61, 0x50, 0x70, 0x59];
+/// How long a new server session may stay silent before it is dropped.
+const FIRST_BYTES_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a client session may go without a byte from the server while a
+/// stream is open before the client says why it probably stalls.
+const SILENCE_WARNING: Duration = Duration::from_secs(15);
+/// Copy buffer per direction of a forwarded connection.
+const COPY_BUF: usize = 64 * 1024;
 
-const USAGE: &str = "\
-usage: tunnel client --listen ADDR --remote ADDR [options]
-       tunnel server --listen ADDR --target ADDR [options]
+/// kcptun-compatible tunnel over kcpio.
+#[derive(Parser, Debug)]
+#[command(name = "tunnel", version, about)]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    pub(crate) cmd: Cmd,
+}
 
-options (kcptun's names and defaults):
-  --crypt NAME        aes, aes-128, aes-192, salsa20, blowfish, twofish, cast5,
-                      3des, tea, xtea, xor, sm4, aes-128-gcm, none, null   [aes]
-  --key TEXT          pre-shared passphrase                     [it's a secrect]
-  --datashard N       FEC data shards                                      [10]
-  --parityshard N     FEC parity shards (0 with datashard 0 turns FEC off)  [3]
-  --mode NAME         normal, fast, fast2, fast3                         [fast]
-  --mtu N             largest datagram                                   [1350]
-  --sndwnd N          send window, segments           [128 client, 1024 server]
-  --rcvwnd N          receive window, segments        [512 client, 1024 server]";
+/// Which end of the tunnel.
+#[derive(Subcommand, Debug)]
+pub(crate) enum Cmd {
+    /// Accept TCP, carry each connection as a stream to the server.
+    Client(ClientArgs),
+    /// Accept KCP sessions, dial the target for each stream.
+    Server(ServerArgs),
+}
+
+/// `tunnel client` flags (kcptun-client's).
+#[derive(Args, Debug)]
+pub(crate) struct ClientArgs {
+    /// local listen address
+    #[arg(short = 'l', long, default_value = ":12948")]
+    localaddr: String,
+    /// kcp server address
+    #[arg(short = 'r', long, default_value = "vps:29900")]
+    remoteaddr: String,
+    /// set num of UDP connections to server
+    #[arg(long, default_value_t = 1)]
+    conn: usize,
+    /// set auto expiration time(in seconds) for a single UDP connection, 0 to disable
+    #[arg(long, default_value_t = 0)]
+    autoexpire: u64,
+    /// set how long an expired connection can live (in seconds)
+    #[arg(long, default_value_t = 600)]
+    scavengettl: u64,
+    #[command(flatten)]
+    common: Common,
+}
+
+/// `tunnel server` flags (kcptun-server's).
+#[derive(Args, Debug)]
+pub(crate) struct ServerArgs {
+    /// kcp server listen address
+    #[arg(short = 'l', long, default_value = ":29900")]
+    listen: String,
+    /// target server address (host:port, or a unix socket path)
+    #[arg(short = 't', long, default_value = "127.0.0.1:12948")]
+    target: String,
+    /// start profiling server on :6060 (not supported, ignored)
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pprof: Option<bool>,
+    #[command(flatten)]
+    common: Common,
+}
+
+/// Flags both ends take.
+#[derive(Args, Debug)]
+struct Common {
+    /// pre-shared secret between client and server
+    #[arg(long, env = "KCPTUN_KEY", default_value = "it's a secrect")]
+    key: String,
+    /// aes, aes-128, aes-192, salsa20, blowfish, twofish, cast5, 3des, tea, xtea, xor, sm4, none, null, aes-128-gcm
+    #[arg(long, default_value = "aes")]
+    crypt: String,
+    /// profiles: fast3, fast2, fast, normal, manual
+    #[arg(long, default_value = "fast")]
+    mode: String,
+    /// set maximum transmission unit for UDP packets
+    #[arg(long, default_value_t = 1350)]
+    mtu: usize,
+    /// set send window size(num of packets) [client 128, server 1024]
+    #[arg(long)]
+    sndwnd: Option<u16>,
+    /// set receive window size(num of packets) [client 512, server 1024]
+    #[arg(long)]
+    rcvwnd: Option<u16>,
+    /// set reed-solomon erasure coding - datashard
+    #[arg(long, visible_alias = "ds", default_value_t = 10)]
+    datashard: usize,
+    /// set reed-solomon erasure coding - parityshard
+    #[arg(long, visible_alias = "ps", default_value_t = 3)]
+    parityshard: usize,
+    /// set DSCP(6bit)
+    #[arg(long, default_value_t = 0)]
+    dscp: u8,
+    /// disable compression
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    nocomp: Option<bool>,
+    /// flush ack immediately when a packet is received
+    #[arg(long, hide = true, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    acknodelay: Option<bool>,
+    #[arg(long, hide = true, default_value_t = 0)]
+    nodelay: u32,
+    #[arg(long, hide = true, default_value_t = 50)]
+    interval: u32,
+    #[arg(long, hide = true, default_value_t = 0)]
+    resend: u32,
+    #[arg(long, hide = true, default_value_t = 0)]
+    nc: u32,
+    /// per-socket buffer in bytes
+    #[arg(long, default_value_t = 4_194_304)]
+    sockbuf: usize,
+    /// specify smux version, available 1,2 (the server detects the client's)
+    #[arg(long, default_value_t = 1)]
+    smuxver: u8,
+    /// the overall de-mux buffer in bytes
+    #[arg(long, default_value_t = 4_194_304)]
+    smuxbuf: usize,
+    /// per stream receive buffer in bytes, smux v2+
+    #[arg(long, default_value_t = 2_097_152)]
+    streambuf: u32,
+    /// smux max frame size
+    #[arg(long, default_value_t = 32_768)]
+    framesize: usize,
+    /// seconds between heartbeats
+    #[arg(long, default_value_t = 10)]
+    keepalive: u64,
+    /// seconds the second direction of a connection may outlive the first, 0 until it ends [client 0, server 30]
+    #[arg(long)]
+    closewait: Option<u64>,
+    /// send rate limit per session in bytes/s, 0 to disable
+    #[arg(long, default_value_t = 0)]
+    ratelimit: u64,
+    /// collect snmp to file (not supported, ignored)
+    #[arg(long, default_value = "")]
+    snmplog: String,
+    /// seconds between stats lines in the log
+    #[arg(long, default_value_t = 60)]
+    snmpperiod: u64,
+    /// specify a log file to output, default goes to stderr
+    #[arg(long, default_value = "")]
+    log: String,
+    /// to suppress the 'stream open/close' messages
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    quiet: Option<bool>,
+    /// to emulate a TCP connection(linux) (not supported)
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    tcp: Option<bool>,
+    /// config from json file, which will override the command from shell
+    #[arg(short = 'c', default_value = "")]
+    c: String,
+}
+
+/// The `-c` file: kcptun's keys, each overriding its flag.
+#[derive(Deserialize, Default, Debug)]
+#[serde(default)]
+struct JsonConfig {
+    localaddr: Option<String>,
+    remoteaddr: Option<String>,
+    listen: Option<String>,
+    target: Option<String>,
+    key: Option<String>,
+    crypt: Option<String>,
+    mode: Option<String>,
+    conn: Option<usize>,
+    autoexpire: Option<u64>,
+    scavengettl: Option<u64>,
+    mtu: Option<usize>,
+    sndwnd: Option<u16>,
+    rcvwnd: Option<u16>,
+    datashard: Option<usize>,
+    parityshard: Option<usize>,
+    dscp: Option<u8>,
+    nocomp: Option<bool>,
+    acknodelay: Option<bool>,
+    nodelay: Option<u32>,
+    interval: Option<u32>,
+    resend: Option<u32>,
+    nc: Option<u32>,
+    sockbuf: Option<usize>,
+    smuxver: Option<u8>,
+    smuxbuf: Option<usize>,
+    streambuf: Option<u32>,
+    framesize: Option<usize>,
+    keepalive: Option<u64>,
+    closewait: Option<u64>,
+    ratelimit: Option<u64>,
+    log: Option<String>,
+    snmplog: Option<String>,
+    snmpperiod: Option<u64>,
+    quiet: Option<bool>,
+    tcp: Option<bool>,
+    pprof: Option<bool>,
+}
 
 /// Which end of the tunnel this process is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,298 +259,1002 @@ pub(crate) enum Role {
     Server,
 }
 
-/// Parsed command line.
+/// Everything resolved: flags, then `-c` keys over them, then the mode.
 #[derive(Clone, Debug)]
-pub(crate) struct Options {
+pub(crate) struct Settings {
     pub(crate) role: Role,
+    /// Client: TCP listen address. Server: UDP listen address.
     pub(crate) listen: String,
-    /// Client: the tunnel server's KCP address. Server: the TCP target.
+    /// Client: the KCP server. Server: the TCP target.
     pub(crate) peer: String,
-    pub(crate) crypt: Method,
-    pub(crate) key: String,
-    pub(crate) datashard: usize,
-    pub(crate) parityshard: usize,
-    pub(crate) mode: Preset,
-    pub(crate) mtu: usize,
-    pub(crate) sndwnd: u16,
-    pub(crate) rcvwnd: u16,
+    pub(crate) conn: usize,
+    pub(crate) autoexpire: Duration,
+    pub(crate) scavengettl: Duration,
+    pub(crate) closewait: Duration,
+    pub(crate) compress: bool,
+    pub(crate) version: Version,
+    pub(crate) quiet: bool,
+    pub(crate) log: String,
+    pub(crate) stats_period: Duration,
+    pub(crate) kcp: Config,
+    pub(crate) mux: MuxConfig,
+    /// The same with the other smux version (the server follows its client).
+    pub(crate) mux_other: MuxConfig,
+    /// What the startup line says.
+    pub(crate) summary: String,
+    /// Warnings about accepted but ignored flags.
+    pub(crate) warnings: Vec<String>,
 }
 
-impl Options {
-    /// kcptun's defaults for `role`.
-    pub(crate) fn new(role: Role, listen: &str, peer: &str) -> Self {
-        let (sndwnd, rcvwnd) = match role {
-            Role::Client => (128, 512),
-            Role::Server => (1024, 1024),
-        };
-        Self {
-            role,
-            listen: listen.to_owned(),
-            peer: peer.to_owned(),
-            crypt: Method::Aes,
-            key: "it's a secrect".to_owned(),
-            datashard: 10,
-            parityshard: 3,
-            mode: Preset::Fast,
-            mtu: 1350,
-            sndwnd,
-            rcvwnd,
-        }
-    }
+/// Go's flag package takes `-name` for `--name`; clap wants two dashes.
+fn go_style(args: impl IntoIterator<Item = String>) -> Vec<String> {
+    args.into_iter()
+        .map(|a| {
+            let b = a.as_bytes();
+            if b.len() > 2 && b[0] == b'-' && b[1].is_ascii_alphabetic() && !a.starts_with("--") {
+                let name = a[1..].split('=').next().unwrap_or("");
+                if name.len() > 1 {
+                    return format!("-{a}");
+                }
+            }
+            a
+        })
+        .collect()
+}
 
-    /// The session configuration these options describe.
-    pub(crate) fn config(&self) -> Result<Config, kcpio::ConfigError> {
-        Config::builder()
-            .preset(self.mode)
-            .crypto(self.crypt, Key::passphrase(self.key.as_str()))
-            .fec(self.datashard, self.parityshard)
-            .mtu(self.mtu)
-            .window(self.sndwnd, self.rcvwnd)
-            .stream(true)
-            .socket_buffers(4 << 20, 4 << 20)
-            .idle_timeout(IDLE_TIMEOUT)
+macro_rules! over {
+    ($json:expr, $($field:ident => $target:expr),* $(,)?) => {
+        {$(if let Some(v) = $json.$field.take() { $target = v; })*}
+    };
+}
+
+/// Parses a command line (program name first) into [`Settings`].
+pub(crate) fn parse(args: impl IntoIterator<Item = String>) -> Result<Settings, String> {
+    let cli = Cli::try_parse_from(go_style(args)).map_err(|e| e.to_string())?;
+    let mut pprof = false;
+    let (role, mut listen, mut peer, mut conn, mut autoexpire, mut scavengettl, mut c) =
+        match cli.cmd {
+            Cmd::Client(a) => (
+                Role::Client,
+                a.localaddr,
+                a.remoteaddr,
+                a.conn,
+                a.autoexpire,
+                a.scavengettl,
+                a.common,
+            ),
+            Cmd::Server(a) => {
+                pprof = a.pprof.unwrap_or(false);
+                (Role::Server, a.listen, a.target, 1, 0, 600, a.common)
+            }
+        };
+    let (mut sndwnd, mut rcvwnd) = match role {
+        Role::Client => (c.sndwnd.unwrap_or(128), c.rcvwnd.unwrap_or(512)),
+        Role::Server => (c.sndwnd.unwrap_or(1024), c.rcvwnd.unwrap_or(1024)),
+    };
+    // A kcptun client's FIN closes its whole stream: a server must not feed
+    // a download nobody reads for ever (newer kcptun's server default).
+    let mut closewait = c.closewait.unwrap_or(match role {
+        Role::Client => 0,
+        Role::Server => 30,
+    });
+    let mut nocomp = c.nocomp.unwrap_or(false);
+    let mut acknodelay = c.acknodelay.unwrap_or(false);
+    let mut quiet = c.quiet.unwrap_or(false);
+    let mut tcp = c.tcp.unwrap_or(false);
+    if !c.c.is_empty() {
+        let text = std::fs::read_to_string(&c.c).map_err(|e| format!("-c {}: {e}", c.c))?;
+        let mut j: JsonConfig =
+            serde_json::from_str(&text).map_err(|e| format!("-c {}: {e}", c.c))?;
+        match role {
+            Role::Client => {
+                over!(j, localaddr => listen, remoteaddr => peer);
+            }
+            Role::Server => {
+                over!(j, listen => listen, target => peer);
+            }
+        }
+        over!(j,
+            key => c.key, crypt => c.crypt, mode => c.mode, conn => conn,
+            autoexpire => autoexpire, scavengettl => scavengettl, mtu => c.mtu,
+            sndwnd => sndwnd, rcvwnd => rcvwnd, datashard => c.datashard,
+            parityshard => c.parityshard, dscp => c.dscp, nocomp => nocomp,
+            acknodelay => acknodelay, nodelay => c.nodelay, interval => c.interval,
+            resend => c.resend, nc => c.nc, sockbuf => c.sockbuf, smuxver => c.smuxver,
+            smuxbuf => c.smuxbuf, streambuf => c.streambuf, framesize => c.framesize,
+            keepalive => c.keepalive, closewait => closewait, ratelimit => c.ratelimit,
+            log => c.log, snmplog => c.snmplog, snmpperiod => c.snmpperiod,
+            quiet => quiet, tcp => tcp, pprof => pprof,
+        );
+    }
+    let mut warnings = Vec::new();
+    if tcp {
+        warnings.push("--tcp (tcpraw) is not supported: using UDP".to_owned());
+    }
+    if pprof {
+        warnings.push("--pprof is not supported: ignored".to_owned());
+    }
+    if !c.snmplog.is_empty() {
+        warnings.push("--snmplog is not supported: stats go to the log".to_owned());
+    }
+    // Debian's kcptun has no `null` cipher: its switch falls back to AES.
+    let crypt_name = if c.crypt == "null" {
+        "aes"
+    } else {
+        c.crypt.as_str()
+    };
+    let method = Method::from_name(crypt_name)
+        .ok_or_else(|| format!("--crypt: unknown cipher '{}'", c.crypt))?;
+    let version = match c.smuxver {
+        1 => Version::V1,
+        2 => Version::V2,
+        v => return Err(format!("--smuxver: unsupported version {v} (1 or 2)")),
+    };
+    if conn == 0 {
+        return Err("--conn: must be at least 1".to_owned());
+    }
+    let preset = match c.mode.as_str() {
+        "normal" => Some(Preset::Normal),
+        "fast" => Some(Preset::Fast),
+        "fast2" => Some(Preset::Fast2),
+        "fast3" => Some(Preset::Fast3),
+        _ => None,
+    };
+    let mut b = Config::builder();
+    b = match preset {
+        Some(p) => b.preset(p),
+        // kcptun's `manual` (and any other name): the hidden flags.
+        None => b
+            .preset(Preset::Default)
+            .nodelay(c.nodelay != 0, c.interval, c.resend, c.nc != 0),
+    };
+    let kcp = b
+        .crypto(method, Key::passphrase(c.key.as_str()))
+        .fec(c.datashard, c.parityshard)
+        .mtu(c.mtu)
+        .window(sndwnd, rcvwnd)
+        .stream(true)
+        .write_delay(false)
+        .ack_nodelay(acknodelay)
+        .dscp(c.dscp)
+        .rate_limit(c.ratelimit)
+        .socket_buffers(c.sockbuf, c.sockbuf)
+        .build()
+        .map_err(|e| format!("KCP settings: {e}"))?;
+    let mux_config = |version| {
+        MuxConfig::builder()
+            .version(version)
+            .keepalive_interval(Duration::from_secs(c.keepalive))
+            .max_frame_size(c.framesize)
+            .receive_buffer(c.smuxbuf)
+            .stream_window(c.streambuf)
             .build()
-    }
-}
-
-/// Parses `client|server` and the flags; `Ok(None)` asks for the usage text.
-pub(crate) fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Option<Options>, String> {
-    let role = match it.next().as_deref() {
-        Some("client") => Role::Client,
-        Some("server") => Role::Server,
-        Some("-h" | "--help") | None => return Ok(None),
-        Some(other) => return Err(format!("expected 'client' or 'server', not '{other}'")),
+            .map_err(|e| format!("smux settings: {e}"))
     };
-    let peer_flag = match role {
-        Role::Client => "--remote",
-        Role::Server => "--target",
+    let mux = mux_config(version)?;
+    let mux_other = mux_config(match version {
+        Version::V1 => Version::V2,
+        Version::V2 => Version::V1,
+    })?;
+    let summary = format!(
+        "encryption: {} ({}), mode: {}, mtu: {}, sndwnd: {sndwnd}, rcvwnd: {rcvwnd}, \
+         datashard: {}, parityshard: {}, compression: {}, smuxver: {}, framesize: {}, conn: {conn}",
+        c.crypt,
+        method.name(),
+        c.mode,
+        c.mtu,
+        c.datashard,
+        c.parityshard,
+        !nocomp,
+        c.smuxver,
+        c.framesize,
+    );
+    Ok(Settings {
+        role,
+        listen: go_addr(&listen),
+        peer,
+        conn,
+        autoexpire: Duration::from_secs(autoexpire),
+        scavengettl: Duration::from_secs(scavengettl),
+        closewait: Duration::from_secs(closewait),
+        compress: !nocomp,
+        version,
+        quiet,
+        log: c.log,
+        stats_period: Duration::from_secs(c.snmpperiod.max(1)),
+        kcp,
+        mux,
+        mux_other,
+        summary,
+        warnings,
+    })
+}
+
+/// Go's `:port` means every address.
+fn go_addr(addr: &str) -> String {
+    if addr.starts_with(':') {
+        format!("0.0.0.0{addr}")
+    } else {
+        addr.to_owned()
+    }
+}
+
+// ---------------------------------------------------------------- logging
+
+/// Where log lines go (stderr or `--log`), with kcptun's `--quiet`.
+#[derive(Clone)]
+pub(crate) struct Log {
+    out: Arc<Mutex<Box<dyn io::Write + Send>>>,
+    quiet: bool,
+}
+
+impl Log {
+    /// Opens `path` for appending, or stderr when it is empty.
+    pub(crate) fn open(path: &str, quiet: bool) -> io::Result<Self> {
+        let out: Box<dyn io::Write + Send> = if path.is_empty() {
+            Box::new(io::stderr())
+        } else {
+            Box::new(OpenOptions::new().create(true).append(true).open(path)?)
+        };
+        Ok(Self {
+            out: Arc::new(Mutex::new(out)),
+            quiet,
+        })
+    }
+
+    /// One line, with Go's log timestamp (`2006/01/02 15:04:05`, UTC).
+    pub(crate) fn line(&self, msg: impl std::fmt::Display) {
+        let secs = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let (y, m, d) = civil_from_days(secs / 86_400);
+        let t = secs % 86_400;
+        let mut out = self
+            .out
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _ = writeln!(
+            out,
+            "{y:04}/{m:02}/{d:02} {:02}:{:02}:{:02} {msg}",
+            t / 3600,
+            t / 60 % 60,
+            t % 60
+        );
+        let _ = out.flush();
+    }
+
+    /// A stream open/close line: dropped with `--quiet`.
+    fn stream(&self, msg: impl std::fmt::Display) {
+        if !self.quiet {
+            self.line(msg);
+        }
+    }
+}
+
+/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian.
+fn civil_from_days(days: u64) -> (u64, u64, u64) {
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z % 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (yoe + era * 400 + u64::from(m <= 2), m, d)
+}
+
+// ---------------------------------------------------------------- stats
+
+/// Counters of one tunnel process, printed every `--snmpperiod` and on
+/// SIGUSR1.
+#[derive(Default)]
+pub(crate) struct Stats {
+    sessions_opened: AtomicU64,
+    sessions_open: AtomicUsize,
+    streams_opened: AtomicU64,
+    streams_open: AtomicUsize,
+    /// TCP bytes into the tunnel, and out of it.
+    tcp_in: AtomicU64,
+    tcp_out: AtomicU64,
+    /// Bytes through the KCP byte streams (after compression).
+    kcp_in: AtomicU64,
+    kcp_out: AtomicU64,
+    /// The last KCP snapshot of each live session, by conv.
+    kcp: Mutex<Vec<(u32, SessionStats)>>,
+}
+
+impl Stats {
+    fn line(&self) -> String {
+        let kcp = self
+            .kcp
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (mut dgin, mut dgout, mut bin, mut bout, mut rexmit, mut fec_rec) = (0, 0, 0, 0, 0, 0);
+        for (_, s) in kcp.iter() {
+            dgin += s.datagrams_in;
+            dgout += s.datagrams_out;
+            bin += s.bytes_in;
+            bout += s.bytes_out;
+            rexmit += s.arq.retransmit_rto + s.arq.retransmit_fast + s.arq.retransmit_early;
+            fec_rec += s.fec_in.recovered;
+        }
+        format!(
+            "stats: sessions {} open / {} total, streams {} open / {} total, \
+             tcp in {} B out {} B, kcp stream in {} B out {} B, \
+             udp in {dgin} pkts {bin} B out {dgout} pkts {bout} B, retransmits {rexmit}, fec recovered {fec_rec}",
+            self.sessions_open.load(Ordering::Relaxed),
+            self.sessions_opened.load(Ordering::Relaxed),
+            self.streams_open.load(Ordering::Relaxed),
+            self.streams_opened.load(Ordering::Relaxed),
+            self.tcp_in.load(Ordering::Relaxed),
+            self.tcp_out.load(Ordering::Relaxed),
+            self.kcp_in.load(Ordering::Relaxed),
+            self.kcp_out.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// Logs the stats every `period` and on SIGUSR1, forever.
+async fn report_stats(stats: Arc<Stats>, log: Log, period: Duration) {
+    #[cfg(unix)]
+    let mut usr1 =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1()).ok();
+    let mut tick = tokio::time::interval_at(Instant::now() + period, period);
+    loop {
+        #[cfg(unix)]
+        {
+            let sig = async {
+                match usr1.as_mut() {
+                    Some(s) => s.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = sig => {}
+            }
+        }
+        #[cfg(not(unix))]
+        tick.tick().await;
+        log.line(stats.line());
+    }
+}
+
+/// The KCP session under a mux: counts bytes, keeps a stats snapshot (at
+/// most once a second), and remembers whether anything arrived.
+struct Metered {
+    kcp: KcpStream,
+    stats: Arc<Stats>,
+    heard: Arc<AtomicBool>,
+    last_snapshot: Option<Instant>,
+}
+
+impl Metered {
+    fn new(kcp: KcpStream, stats: Arc<Stats>) -> Self {
+        stats.sessions_opened.fetch_add(1, Ordering::Relaxed);
+        stats.sessions_open.fetch_add(1, Ordering::Relaxed);
+        Self {
+            kcp,
+            stats,
+            heard: Arc::new(AtomicBool::new(false)),
+            last_snapshot: None,
+        }
+    }
+
+    fn snapshot(&mut self) {
+        let now = Instant::now();
+        if self
+            .last_snapshot
+            .is_some_and(|t| now - t < Duration::from_secs(1))
+        {
+            return;
+        }
+        self.last_snapshot = Some(now);
+        let s = self.kcp.stats();
+        let mut all = self
+            .stats
+            .kcp
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match all.iter_mut().find(|(c, _)| *c == s.conv) {
+            Some(slot) => slot.1 = s,
+            None => all.push((s.conv, s)),
+        }
+    }
+}
+
+impl Drop for Metered {
+    fn drop(&mut self) {
+        self.stats.sessions_open.fetch_sub(1, Ordering::Relaxed);
+        let conv = self.kcp.conv();
+        self.stats
+            .kcp
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .retain(|(c, _)| *c != conv);
+    }
+}
+
+impl AsyncRead for Metered {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.kcp).poll_read(cx, buf);
+        let n = buf.filled().len() - before;
+        if n > 0 {
+            self.heard.store(true, Ordering::Relaxed);
+            self.stats.kcp_in.fetch_add(n as u64, Ordering::Relaxed);
+            self.snapshot();
+        }
+        r
+    }
+}
+
+impl AsyncWrite for Metered {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.kcp).poll_write(cx, buf);
+        if let Poll::Ready(Ok(n)) = r {
+            self.stats.kcp_out.fetch_add(n as u64, Ordering::Relaxed);
+        }
+        r
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.kcp).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.kcp).poll_shutdown(cx)
+    }
+}
+
+// ---------------------------------------------------------------- transports
+
+/// Any transport a mux can run over.
+trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+
+/// Looks at the first bytes a transport delivers.
+type FirstBytesCheck = Box<dyn FnOnce(&[u8]) + Send>;
+
+/// A transport whose first reads return bytes already taken from it (the
+/// server's detection), and whose first bytes read go to a check once (the
+/// client's mismatch diagnosis). Writes pass through.
+struct Tap<T> {
+    prefix: Vec<u8>,
+    pos: usize,
+    check: Option<FirstBytesCheck>,
+    inner: T,
+}
+
+impl<T> Tap<T> {
+    fn prefixed(prefix: Vec<u8>, inner: T) -> Self {
+        Self {
+            prefix,
+            pos: 0,
+            check: None,
+            inner,
+        }
+    }
+
+    fn watched(inner: T, check: impl FnOnce(&[u8]) + Send + 'static) -> Self {
+        Self {
+            prefix: Vec::new(),
+            pos: 0,
+            check: Some(Box::new(check)),
+            inner,
+        }
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Tap<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        if self.pos < self.prefix.len() {
+            let n = (self.prefix.len() - self.pos).min(buf.remaining());
+            let pos = self.pos;
+            buf.put_slice(&self.prefix[pos..pos + n]);
+            self.pos += n;
+            return Poll::Ready(Ok(()));
+        }
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            if let Some(check) = self.check.take() {
+                check(&buf.filled()[before..]);
+            }
+        }
+        r
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Tap<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        b: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, b)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// What a client's first bytes say about how it talks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Detected {
+    pub(crate) compressed: bool,
+    pub(crate) version: Version,
+}
+
+/// Reads the first bytes of a server session: a snappy stream identifier
+/// (compression on) or not, then the first smux frame's version byte.
+/// Returns the transport with those bytes put back, ready for the mux.
+async fn detect<T: Io + 'static>(mut io: T) -> io::Result<(Box<dyn Io>, Detected)> {
+    let mut head = Vec::with_capacity(SNAPPY_MAGIC.len());
+    let mut byte = [0u8; 64];
+    loop {
+        let n = io
+            .read(&mut byte[..SNAPPY_MAGIC.len() - head.len().min(SNAPPY_MAGIC.len())])
+            .await?;
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "closed before a first frame",
+            ));
+        }
+        head.extend_from_slice(&byte[..n]);
+        if head[0] != SNAPPY_MAGIC[0] || head.len() >= SNAPPY_MAGIC.len() {
+            break;
+        }
+    }
+    let compressed = head[0] == SNAPPY_MAGIC[0];
+    if compressed && head[..] != SNAPPY_MAGIC {
+        return Err(bad_start(&head));
+    }
+    let io = Tap::prefixed(head.clone(), io);
+    let (mut io, first): (Box<dyn Io>, u8) = if compressed {
+        let mut s = Snappy::new(io);
+        let mut b = [0u8; 1];
+        s.read_exact(&mut b).await?;
+        (Box::new(s), b[0])
+    } else {
+        (Box::new(io), head[0])
     };
-    let mut o = Options::new(role, "", "");
-    let mut listen = None;
-    let mut peer = None;
-    while let Some(flag) = it.next() {
-        if flag == "-h" || flag == "--help" {
-            return Ok(None);
-        }
-        let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
-        let number = |v: &str| -> Result<usize, String> {
-            v.parse()
-                .map_err(|_| format!("{flag}: '{v}' is not a number"))
-        };
-        let window = |v: &str| -> Result<u16, String> {
-            v.parse()
-                .map_err(|_| format!("{flag}: '{v}' is not a window size (1..=65535)"))
-        };
-        match flag.as_str() {
-            "--listen" | "-l" => listen = Some(value),
-            f if f == peer_flag
-                || (f == "-r" && role == Role::Client)
-                || (f == "-t" && role == Role::Server) =>
-            {
-                peer = Some(value);
-            }
-            "--crypt" => {
-                o.crypt = Method::from_name(&value)
-                    .ok_or_else(|| format!("--crypt: unknown cipher '{value}'"))?;
-            }
-            "--key" => o.key = value,
-            "--datashard" | "--ds" => o.datashard = number(&value)?,
-            "--parityshard" | "--ps" => o.parityshard = number(&value)?,
-            "--mode" => {
-                o.mode = Preset::from_name(&value)
-                    .ok_or_else(|| format!("--mode: unknown mode '{value}'"))?;
-            }
-            "--mtu" => o.mtu = number(&value)?,
-            "--sndwnd" => o.sndwnd = window(&value)?,
-            "--rcvwnd" => o.rcvwnd = window(&value)?,
-            other => return Err(format!("unknown flag '{other}'")),
-        }
+    let version = match first {
+        1 => Version::V1,
+        2 => Version::V2,
+        _ => return Err(bad_start(&[first])),
+    };
+    if compressed {
+        io = Box::new(Tap::prefixed(vec![first], io));
     }
-    o.listen = listen.ok_or("--listen is required")?;
-    o.peer = peer.ok_or_else(|| format!("{peer_flag} is required"))?;
-    Ok(Some(o))
+    Ok((
+        io,
+        Detected {
+            compressed,
+            version,
+        },
+    ))
 }
 
-/// Client side: every TCP connection accepted on `tcp` gets its own KCP
-/// session to `remote`. Runs until accepting fails.
-pub(crate) async fn run_client(
-    tcp: TcpListener,
-    remote: SocketAddr,
-    config: Config,
-) -> io::Result<()> {
-    loop {
-        let (conn, from) = tcp.accept().await?;
-        let config = config.clone();
-        tokio::spawn(async move {
-            let _ = conn.set_nodelay(true);
-            let res = async {
-                let kcp = KcpStream::connect(remote, &config).await?;
-                forward(conn, kcp).await
-            }
-            .await;
-            log_end(from, res);
-        });
-    }
+fn bad_start(head: &[u8]) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!(
+            "the client's first bytes {head:02x?} are neither a snappy stream nor an smux v1/v2 frame"
+        ),
+    )
 }
 
-/// Server side: every KCP session accepted on `kcp` dials `target` and
-/// forwards both ways. Runs until accepting fails.
-pub(crate) async fn run_server(kcp: KcpListener, target: String) -> io::Result<()> {
-    loop {
-        let (session, from) = kcp.accept().await?;
-        let target = target.clone();
-        tokio::spawn(async move {
-            let res = async {
-                let conn = TcpStream::connect(&target).await?;
-                let _ = conn.set_nodelay(true);
-                forward(conn, session).await
-            }
-            .await;
-            log_end(from, res);
-        });
-    }
-}
+// ---------------------------------------------------------------- forwarding
 
-fn log_end(from: SocketAddr, res: io::Result<(u64, u64)>) {
-    match res {
-        Ok((up, down)) => eprintln!("{from}: closed, {up} bytes to KCP, {down} bytes from KCP"),
-        Err(e) => eprintln!("{from}: ended with {e}"),
-    }
-}
-
-/// Copies both ways between a TCP connection and a KCP session until both
-/// directions have ended; a TCP half-close becomes a FIN frame and a FIN
-/// frame becomes a TCP half-close. Returns (bytes TCP → KCP, KCP → TCP).
-pub(crate) async fn forward(tcp: TcpStream, kcp: KcpStream) -> io::Result<(u64, u64)> {
-    let (tcp_rd, tcp_wr) = tcp.into_split();
-    let (kcp_rd, mut kcp_wr) = kcp.into_split();
-    let up = async {
-        let n = tcp_to_frames(tcp_rd, &mut kcp_wr).await?;
+/// Copies both ways between a TCP connection and a stream. A direction
+/// that ends cleanly is half-closed on the other side (TCP shutdown, or a
+/// FIN); the other direction then runs until it ends, or for at most
+/// `closewait` when that is set. An error in either ends both.
+pub(crate) async fn forward(
+    tcp: TcpStream,
+    stream: MuxStream,
+    closewait: Duration,
+    stats: &Stats,
+) -> io::Result<(u64, u64)> {
+    let _ = tcp.set_nodelay(true);
+    let (tr, tw) = tcp.into_split();
+    let (sr, sw) = stream.into_split();
+    let up = pipe(tr, sw, &stats.tcp_in);
+    let down = pipe(sr, tw, &stats.tcp_out);
+    tokio::pin!(up, down);
+    let wait = |first: io::Result<u64>| async move {
+        let n = first?;
         Ok::<_, io::Error>(n)
     };
-    let down = frames_to_tcp(kcp_rd, tcp_wr);
-    let (up, down) = tokio::try_join!(up, down)?;
-    // Both directions are over: wait until the peer acknowledged our FIN.
-    kcp_wr.shutdown().await?;
-    Ok((up, down))
+    tokio::select! {
+        r = &mut up => {
+            let u = wait(r).await?;
+            let d = second(down, closewait).await?;
+            Ok((u, d))
+        }
+        r = &mut down => {
+            let d = wait(r).await?;
+            let u = second(up, closewait).await?;
+            Ok((u, d))
+        }
+    }
 }
 
-/// TCP bytes into frames; a FIN frame at end of stream. Keepalives while the
-/// TCP side is quiet.
-async fn tcp_to_frames<R, W>(mut tcp: R, kcp: &mut W) -> io::Result<u64>
-where
-    R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
-{
-    let mut buf = vec![0u8; 2 + MAX_FRAME];
+async fn second(
+    f: Pin<&mut impl Future<Output = io::Result<u64>>>,
+    closewait: Duration,
+) -> io::Result<u64> {
+    if closewait.is_zero() {
+        f.await
+    } else {
+        Ok(tokio::time::timeout(closewait, f).await.unwrap_or(Ok(0))?)
+    }
+}
+
+/// Copies `from` into `to` until EOF, then shuts `to` down (a FIN or a TCP
+/// half-close).
+async fn pipe(
+    mut from: impl AsyncRead + Unpin,
+    mut to: impl AsyncWrite + Unpin,
+    counter: &AtomicU64,
+) -> io::Result<u64> {
+    let mut buf = vec![0u8; COPY_BUF];
     let mut total = 0u64;
     loop {
-        let read = tokio::time::timeout(KEEPALIVE_EVERY, tcp.read(&mut buf[2..])).await;
-        let n = match read {
-            Err(_) => {
-                kcp.write_all(&KEEPALIVE.to_be_bytes()).await?;
-                continue;
-            }
-            Ok(r) => r?,
-        };
+        let n = from.read(&mut buf).await?;
         if n == 0 {
-            kcp.write_all(&FIN.to_be_bytes()).await?;
+            to.shutdown().await?;
             return Ok(total);
         }
-        // n <= MAX_FRAME < KEEPALIVE
-        let len = u16::try_from(n).map_err(io::Error::other)?;
-        buf[..2].copy_from_slice(&len.to_be_bytes());
-        kcp.write_all(&buf[..2 + n]).await?;
+        to.write_all(&buf[..n]).await?;
         total += n as u64;
+        counter.fetch_add(n as u64, Ordering::Relaxed);
     }
 }
 
-/// Frames into TCP bytes; a FIN frame shuts the TCP write side down.
-async fn frames_to_tcp<R, W>(mut kcp: R, mut tcp: W) -> io::Result<u64>
-where
-    R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
-{
-    let mut buf = vec![0u8; MAX_FRAME];
-    let mut total = 0u64;
+// ---------------------------------------------------------------- client
+
+/// The client's `--conn` sessions ([`MuxPool`]: created lazily, replaced
+/// when closed or expired after `--autoexpire`, expired ones closed
+/// `--scavengettl` later), and how to make one.
+pub(crate) struct Pool {
+    settings: Settings,
+    remote: SocketAddr,
+    pool: MuxPool,
+    stats: Arc<Stats>,
+    log: Log,
+}
+
+impl Pool {
+    fn new(settings: Settings, remote: SocketAddr, stats: Arc<Stats>, log: Log) -> Arc<Self> {
+        let pool = MuxPool::new(
+            settings.conn,
+            Some(settings.autoexpire),
+            settings.scavengettl,
+        );
+        Arc::new(Self {
+            settings,
+            remote,
+            pool,
+            stats,
+            log,
+        })
+    }
+
+    /// The next slot's session. Retries every second until a session is
+    /// up, as kcptun does.
+    async fn session(&self) -> Arc<Mux> {
+        loop {
+            match self.pool.get(|| self.connect()).await {
+                Ok(mux) => return mux,
+                Err(e) => {
+                    self.log.line(format!("re-connecting: {e}"));
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+        }
+    }
+
+    /// A new KCP session and its mux, with the mismatch watchers.
+    async fn connect(&self) -> io::Result<Mux> {
+        let kcp = KcpStream::connect(self.remote, &self.settings.kcp).await?;
+        self.log.line(format!(
+            "smux version: {}, on connection: {} -> {}",
+            self.settings.version.as_u8(),
+            kcp.local_addr()?,
+            self.remote
+        ));
+        let metered = Metered::new(kcp, Arc::clone(&self.stats));
+        let heard = Arc::clone(&metered.heard);
+        let ours = self.settings.version.as_u8();
+        let log = self.log.clone();
+        let version_check = move |b: &[u8]| {
+            if b[0] != ours && (b[0] == 1 || b[0] == 2) {
+                log.line(format!(
+                    "MISMATCH: the server speaks smux v{}, we v{ours}: run both ends with --smuxver {}",
+                    b[0], b[0]
+                ));
+            }
+        };
+        let log = self.log.clone();
+        let io: Box<dyn Io> = if self.settings.compress {
+            let raw = Tap::watched(metered, move |b: &[u8]| {
+                if b[0] != SNAPPY_MAGIC[0] {
+                    log.line(
+                        "MISMATCH: the server does not compress (it runs with --nocomp): add --nocomp here",
+                    );
+                }
+            });
+            Box::new(Tap::watched(Snappy::new(raw), version_check))
+        } else {
+            Box::new(Tap::watched(metered, move |b: &[u8]| {
+                if b[0] == SNAPPY_MAGIC[0] {
+                    log.line(
+                        "MISMATCH: the server compresses (it runs without --nocomp): remove --nocomp here",
+                    );
+                } else {
+                    version_check(b);
+                }
+            }))
+        };
+        let mux = Mux::client(io, &self.settings.mux);
+        // Silence while a stream waits is a wrong key or cipher, a server
+        // that is not running, or a kcptun server that dropped us over a
+        // smux version it did not expect.
+        let log = self.log.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(SILENCE_WARNING).await;
+            if !heard.load(Ordering::Relaxed) {
+                log.line(format!(
+                    "no reply from the server in {} s: check that it runs and that --key, --crypt, \
+                     --smuxver and --nocomp match on both ends",
+                    SILENCE_WARNING.as_secs()
+                ));
+            }
+        });
+        Ok(mux)
+    }
+
+    /// Closes expired sessions whose time has come, once a second.
+    async fn scavenge(self: Arc<Self>) {
+        loop {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            for _ in 0..self.pool.scavenge() {
+                self.log.line("scavenger: session closed due to ttl");
+            }
+        }
+    }
+}
+
+/// A bound tunnel end, ready to [`run`](Bound::run).
+pub(crate) enum Bound {
+    /// The client's TCP listener.
+    Client(TcpListener, Settings, SocketAddr),
+    /// The server's KCP listener.
+    Server(KcpListener, Settings),
+}
+
+impl Bound {
+    /// Binds the listener `settings` names.
+    pub(crate) async fn bind(settings: Settings) -> io::Result<Self> {
+        match settings.role {
+            Role::Client => {
+                let remote = tokio::net::lookup_host(&settings.peer)
+                    .await?
+                    .next()
+                    .ok_or_else(|| io::Error::other("--remoteaddr resolves to no address"))?;
+                let tcp = TcpListener::bind(&settings.listen).await?;
+                Ok(Self::Client(tcp, settings, remote))
+            }
+            Role::Server => {
+                let kcp = KcpListener::bind(&settings.listen, &settings.kcp).await?;
+                Ok(Self::Server(kcp, settings))
+            }
+        }
+    }
+
+    /// The TCP (client) or UDP (server) address it listens on.
+    pub(crate) fn local_addr(&self) -> io::Result<SocketAddr> {
+        match self {
+            Self::Client(l, ..) => l.local_addr(),
+            Self::Server(l, _) => l.local_addr(),
+        }
+    }
+
+    /// Serves until accepting fails.
+    pub(crate) async fn run(self, log: Log) -> io::Result<()> {
+        let stats = Arc::new(Stats::default());
+        let (settings, listen) = match &self {
+            Self::Client(_, s, _) | Self::Server(_, s) => (s.clone(), self.local_addr()?),
+        };
+        for w in &settings.warnings {
+            log.line(format!("warning: {w}"));
+        }
+        log.line(format!("version: kcpio {}", env!("CARGO_PKG_VERSION")));
+        log.line(format!("listening on: {listen}"));
+        log.line(settings.summary.as_str());
+        tokio::spawn(report_stats(
+            Arc::clone(&stats),
+            log.clone(),
+            settings.stats_period,
+        ));
+        match self {
+            Self::Client(tcp, settings, remote) => {
+                run_client(tcp, settings, remote, stats, log).await
+            }
+            Self::Server(kcp, settings) => run_server(kcp, settings, stats, log).await,
+        }
+    }
+}
+
+async fn run_client(
+    tcp: TcpListener,
+    settings: Settings,
+    remote: SocketAddr,
+    stats: Arc<Stats>,
+    log: Log,
+) -> io::Result<()> {
+    let closewait = settings.closewait;
+    let pool = Pool::new(settings, remote, Arc::clone(&stats), log.clone());
+    tokio::spawn(Arc::clone(&pool).scavenge());
     loop {
-        let mut hdr = [0u8; 2];
-        kcp.read_exact(&mut hdr).await?;
-        match u16::from_be_bytes(hdr) {
-            FIN => {
-                tcp.shutdown().await?;
-                return Ok(total);
+        let (conn, from) = tcp.accept().await?;
+        let pool = Arc::clone(&pool);
+        let stats = Arc::clone(&stats);
+        let log = log.clone();
+        tokio::spawn(async move {
+            // A session that died since it was handed out: one more try.
+            let mut stream = None;
+            for _ in 0..2 {
+                match pool.session().await.open_stream().await {
+                    Ok(s) => {
+                        stream = Some(s);
+                        break;
+                    }
+                    Err(e) => log.line(format!("open stream: {e}")),
+                }
             }
-            KEEPALIVE => {}
-            len => {
-                let len = usize::from(len);
-                let Some(payload) = buf.get_mut(..len) else {
-                    return Err(io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        "tunnel frame too large",
-                    ));
-                };
-                kcp.read_exact(payload).await?;
-                tcp.write_all(payload).await?;
-                total += len as u64;
-            }
-        }
+            let Some(stream) = stream else { return };
+            let sid = stream.id();
+            stats.streams_opened.fetch_add(1, Ordering::Relaxed);
+            stats.streams_open.fetch_add(1, Ordering::Relaxed);
+            log.stream(format!("stream opened in: {from} out: {remote}({sid})"));
+            let r = forward(conn, stream, closewait, &stats).await;
+            stats.streams_open.fetch_sub(1, Ordering::Relaxed);
+            log_close(&log, from, remote.to_string(), sid, r);
+        });
     }
 }
 
-async fn run(o: Options) -> Result<(), Box<dyn std::error::Error>> {
-    let config = o.config()?;
-    match o.role {
-        Role::Client => {
-            let remote = tokio::net::lookup_host(&o.peer)
-                .await?
-                .next()
-                .ok_or("--remote resolves to no address")?;
-            let tcp = TcpListener::bind(&o.listen).await?;
-            eprintln!(
-                "tunnel client: TCP {} -> KCP {remote} ({}, mode {:?}, FEC {}/{})",
-                tcp.local_addr()?,
-                o.crypt.name(),
-                o.mode,
-                o.datashard,
-                o.parityshard
-            );
-            run_client(tcp, remote, config).await?;
-        }
-        Role::Server => {
-            let kcp = KcpListener::bind(&o.listen, &config).await?;
-            eprintln!(
-                "tunnel server: KCP {} -> TCP {} ({}, mode {:?}, FEC {}/{})",
-                kcp.local_addr()?,
-                o.peer,
-                o.crypt.name(),
-                o.mode,
-                o.datashard,
-                o.parityshard
-            );
-            run_server(kcp, o.peer.clone()).await?;
-        }
+fn log_close(
+    log: &Log,
+    from: impl std::fmt::Display,
+    to: String,
+    sid: u32,
+    r: io::Result<(u64, u64)>,
+) {
+    match r {
+        Ok((up, down)) => log.stream(format!(
+            "stream closed in: {from} out: {to}({sid}), {up} B up, {down} B down"
+        )),
+        Err(e) => log.line(format!("stream closed in: {from} out: {to}({sid}): {e}")),
     }
-    Ok(())
+}
+
+async fn run_server(
+    kcp: KcpListener,
+    settings: Settings,
+    stats: Arc<Stats>,
+    log: Log,
+) -> io::Result<()> {
+    let settings = Arc::new(settings);
+    loop {
+        let (session, from) = kcp.accept().await?;
+        let settings = Arc::clone(&settings);
+        let stats = Arc::clone(&stats);
+        let log = log.clone();
+        tokio::spawn(async move {
+            let metered = Metered::new(session, Arc::clone(&stats));
+            let detected = tokio::time::timeout(FIRST_BYTES_TIMEOUT, detect(metered)).await;
+            let (io, d) = match detected {
+                Ok(Ok(x)) => x,
+                Ok(Err(e)) => return log.line(format!("{from}: {e}")),
+                Err(_) => return log.line(format!("{from}: nothing received, session dropped")),
+            };
+            if d.compressed != settings.compress || d.version != settings.version {
+                log.line(format!(
+                    "{from}: client uses smux v{} with compression {}: serving it that way",
+                    d.version.as_u8(),
+                    if d.compressed { "on" } else { "off" }
+                ));
+            }
+            let mux_config = if d.version == settings.version {
+                &settings.mux
+            } else {
+                &settings.mux_other
+            };
+            let mux = Mux::server(io, mux_config);
+            loop {
+                let stream = match mux.accept_stream().await {
+                    Ok(s) => s,
+                    Err(e) => return log.line(format!("{from}: session ended: {e}")),
+                };
+                let settings = Arc::clone(&settings);
+                let stats = Arc::clone(&stats);
+                let log = log.clone();
+                tokio::spawn(async move {
+                    let sid = stream.id();
+                    let target = match TcpStream::connect(&settings.peer).await {
+                        Ok(t) => t,
+                        Err(e) => {
+                            // Dropping the stream sends its FIN, as kcptun does.
+                            return log.line(format!("dial {}: {e}", settings.peer));
+                        }
+                    };
+                    stats.streams_opened.fetch_add(1, Ordering::Relaxed);
+                    stats.streams_open.fetch_add(1, Ordering::Relaxed);
+                    log.stream(format!(
+                        "stream opened in: {from}({sid}) out: {}",
+                        settings.peer
+                    ));
+                    let r = forward(target, stream, settings.closewait, &stats).await;
+                    stats.streams_open.fetch_sub(1, Ordering::Relaxed);
+                    log_close(
+                        &log,
+                        format!("{from}({sid})"),
+                        settings.peer.clone(),
+                        sid,
+                        r,
+                    );
+                });
+            }
+        });
+    }
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let o = match parse_args(std::env::args().skip(1)) {
-        Ok(Some(o)) => o,
-        Ok(None) => {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
+    let settings = match parse(std::env::args()) {
+        Ok(s) => s,
         Err(e) => {
-            eprintln!("tunnel: {e}\n\n{USAGE}");
+            eprint!("{e}");
             return ExitCode::from(2);
         }
     };
-    match run(o).await {
+    let log = match Log::open(&settings.log, settings.quiet) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("tunnel: --log {}: {e}", settings.log);
+            return ExitCode::FAILURE;
+        }
+    };
+    let r = async {
+        let bound = Bound::bind(settings).await?;
+        bound.run(log.clone()).await
+    }
+    .await;
+    match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("tunnel: {e}");
+            log.line(format!("tunnel: {e}"));
             ExitCode::FAILURE
         }
     }

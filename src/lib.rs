@@ -133,6 +133,8 @@ mod listener;
 #[forbid(unsafe_code)]
 pub mod mux;
 #[forbid(unsafe_code)]
+mod pool;
+#[forbid(unsafe_code)]
 mod session;
 #[allow(unsafe_code)]
 mod simd; // runtime-dispatched SIMD kernels (GF(2^8), Salsa20, GCM): unsafe allowed
@@ -143,4 +145,5 @@ pub use config::{Config, ConfigBuilder, ConfigError, Key, Preset};
 pub use conn::{Conn, ConnError, SessionError, SessionStats};
 pub use crypto::Method;
 pub use listener::{KcpListener, ListenerStats};
+pub use pool::MuxPool;
 pub use session::{KcpStream, OwnedReadHalf, OwnedWriteHalf};

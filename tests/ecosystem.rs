@@ -5,8 +5,8 @@
 //!   several requests on one kept-alive connection);
 //! - `tokio_util::codec::Framed` with `LengthDelimitedCodec` round-trips many
 //!   frames through a lossy link;
-//! - the tunnel example's forwarding (TCP ← KCP ← TCP, one session per TCP
-//!   connection) carries several connections with half-close both ways
+//! - the tunnel example (kcptun's wire: TCP ← smux stream ← KCP ← TCP)
+//!   carries several connections over one session with half-close both ways
 //!   through a lossy link.
 //!
 //! Loopback only, every test bounded by a timeout.
@@ -245,7 +245,7 @@ async fn tcp_echo_after_eof(listener: TcpListener) {
 
 /// The tunnel example: TCP client → tunnel client (TCP to KCP) → lossy link →
 /// tunnel server (KCP to TCP) → TCP echo server. Several connections at once,
-/// each its own KCP session; each write side is half-closed and the answer
+/// all streams of one KCP session; each write side is half-closed and the answer
 /// must still come back, ending in EOF.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tunnel_forwards_tcp_with_half_close() {
@@ -256,25 +256,24 @@ async fn tunnel_forwards_tcp_with_half_close() {
         let target_addr = target.local_addr().unwrap();
         tokio::spawn(tcp_echo_after_eof(target));
 
-        let mut server_opts = tunnel::Options::new(tunnel::Role::Server, "127.0.0.1:0", "");
-        server_opts.mode = Preset::Fast3;
-        server_opts.key = "tunnel test".into();
-        let kcp = KcpListener::bind("127.0.0.1:0", &server_opts.config().unwrap())
-            .await
-            .unwrap();
-        let relay = lossy_relay(kcp.local_addr().unwrap(), 0.03, 21).await;
-        tokio::spawn(tunnel::run_server(kcp, target_addr.to_string()));
-
-        let mut client_opts = tunnel::Options::new(tunnel::Role::Client, "127.0.0.1:0", "");
-        client_opts.mode = Preset::Fast3;
-        client_opts.key = "tunnel test".into();
-        let front = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let front_addr = front.local_addr().unwrap();
-        tokio::spawn(tunnel::run_client(
-            front,
-            relay.local_addr(),
-            client_opts.config().unwrap(),
-        ));
+        let args = |s: String| s.split_whitespace().map(str::to_owned).collect::<Vec<_>>();
+        let flags = "--quiet --mode fast3 --key tunnel-test";
+        let server = tunnel::parse(args(format!(
+            "tunnel server -l 127.0.0.1:0 -t {target_addr} {flags}"
+        )))
+        .unwrap();
+        let server = tunnel::Bound::bind(server).await.unwrap();
+        let relay = lossy_relay(server.local_addr().unwrap(), 0.03, 21).await;
+        let log = tunnel::Log::open("", true).unwrap();
+        tokio::spawn(server.run(log.clone()));
+        let client = tunnel::parse(args(format!(
+            "tunnel client -l 127.0.0.1:0 -r {} {flags}",
+            relay.local_addr()
+        )))
+        .unwrap();
+        let client = tunnel::Bound::bind(client).await.unwrap();
+        let front_addr = client.local_addr().unwrap();
+        tokio::spawn(client.run(log));
 
         let clients = (0..CONNS).map(|i| {
             tokio::spawn(async move {
@@ -298,60 +297,8 @@ async fn tunnel_forwards_tcp_with_half_close() {
         }
         let stats = relay.stats();
         assert!(stats.to_server.lost + stats.to_client.lost > 0);
-        assert_eq!(
-            stats.clients, CONNS as u64,
-            "one KCP session per TCP connection"
-        );
+        assert_eq!(stats.clients, 1, "one KCP session carries every connection");
     })
     .await
     .expect("tunnel timed out");
-}
-
-#[test]
-fn tunnel_flags_parse_like_kcptun() {
-    let args = |s: &str| s.split_whitespace().map(str::to_owned).collect::<Vec<_>>();
-    let o = tunnel::parse_args(
-        args(
-            "client --listen 127.0.0.1:8388 --remote 127.0.0.1:4000 --crypt aes-128 --key k \
-              --datashard 5 --parityshard 2 --mode fast2 --mtu 1200 --sndwnd 64 --rcvwnd 256",
-        )
-        .into_iter(),
-    )
-    .unwrap()
-    .unwrap();
-    assert_eq!(o.role, tunnel::Role::Client);
-    assert_eq!(o.listen, "127.0.0.1:8388");
-    assert_eq!(o.peer, "127.0.0.1:4000");
-    assert_eq!(o.crypt, Method::Aes128);
-    assert_eq!((o.datashard, o.parityshard), (5, 2));
-    assert_eq!(o.mode, Preset::Fast2);
-    assert_eq!((o.mtu, o.sndwnd, o.rcvwnd), (1200, 64, 256));
-    o.config().unwrap();
-
-    let o = tunnel::parse_args(
-        args("server --listen 127.0.0.1:4000 --target 127.0.0.1:22").into_iter(),
-    )
-    .unwrap()
-    .unwrap();
-    // kcptun's server defaults.
-    assert_eq!(o.role, tunnel::Role::Server);
-    assert_eq!(o.peer, "127.0.0.1:22");
-    assert_eq!(o.crypt, Method::Aes);
-    assert_eq!(o.mode, Preset::Fast);
-    assert_eq!((o.datashard, o.parityshard, o.mtu), (10, 3, 1350));
-    assert_eq!((o.sndwnd, o.rcvwnd), (1024, 1024));
-
-    assert!(tunnel::parse_args(args("client --listen 127.0.0.1:1").into_iter()).is_err());
-    assert!(
-        tunnel::parse_args(args("server --listen a --target b --mode warp").into_iter()).is_err()
-    );
-    assert!(
-        tunnel::parse_args(args("server --listen a --target b --crypt rot13").into_iter()).is_err()
-    );
-    assert!(tunnel::parse_args(args("proxy").into_iter()).is_err());
-    assert!(
-        tunnel::parse_args(args("--help").into_iter())
-            .unwrap()
-            .is_none()
-    );
 }
