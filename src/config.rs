@@ -313,7 +313,7 @@ impl Default for ConfigBuilder {
             key: Key::raw(Vec::new()),
             fec: None,
             fec_group_deadline: None,
-            fec_max_shards: crate::fec::DEFAULT_MAX_SHARDS,
+            fec_max_shards: fec::DEFAULT_MAX_SHARDS,
             nodelay: None,
             write_delay: false,
             ack_nodelay: None,
@@ -747,7 +747,7 @@ mod tests {
     fn fec_max_shards_is_range_checked() {
         assert_eq!(
             Config::builder().build().unwrap().inner.fec_max_shards,
-            crate::fec::DEFAULT_MAX_SHARDS
+            fec::DEFAULT_MAX_SHARDS
         );
         assert_eq!(
             Config::builder()
