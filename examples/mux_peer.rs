@@ -19,6 +19,9 @@
 //! and `--silent-after` (test hooks of the Go peer), `--sockbuf` (accepted,
 //! ignored). Exit status: 0 ok, 1 failed, 2 usage error.
 
+#[path = "../tests/support/goduration.rs"]
+mod goduration;
+use goduration::parse_duration;
 #[path = "../tests/support/pattern.rs"]
 mod pattern;
 
@@ -70,39 +73,6 @@ struct Flags {
 
 fn usage() -> String {
     "usage: mux_peer server --listen ADDR | client --connect ADDR [flags] (see interop/smux-peer/README.md)".into()
-}
-
-/// Go's `time.ParseDuration` for the forms the peer's flags use
-/// ("300ms", "3s", "1m30s", "1.5s", "0").
-fn parse_duration(s: &str) -> Option<Duration> {
-    if s == "0" {
-        return Some(Duration::ZERO);
-    }
-    let mut total = 0f64;
-    let mut rest = s;
-    while !rest.is_empty() {
-        let end = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        let (num, tail) = rest.split_at(end);
-        let value: f64 = num.parse().ok()?;
-        let unit_end = tail
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(tail.len());
-        let (unit, next) = tail.split_at(unit_end);
-        let scale = match unit {
-            "ns" => 1e-9,
-            "us" | "µs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return None,
-        };
-        total += value * scale;
-        rest = next;
-    }
-    Some(Duration::from_secs_f64(total))
 }
 
 fn default_sizes() -> Vec<usize> {

@@ -17,6 +17,9 @@
 //! it, four custom `--nodelay` numbers must match one of the presets, since
 //! kcpio's `Config` sets the ARQ timing by preset only.
 
+#[path = "../tests/support/goduration.rs"]
+mod goduration;
+use goduration::parse_duration;
 #[path = "../tests/support/pattern.rs"]
 mod pattern;
 #[path = "../tests/support/stats.rs"]
@@ -335,46 +338,6 @@ fn parse_bool(s: &str) -> Option<bool> {
         "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
         _ => None,
     }
-}
-
-/// Go's `time.ParseDuration`: a sequence of decimal numbers with units
-/// `ns`, `us`/`µs`, `ms`, `s`, `m`, `h` ("1m30s", "1.5s", "300ms"); "0" alone is allowed.
-fn parse_duration(s: &str) -> Option<Duration> {
-    if s == "0" {
-        return Some(Duration::ZERO);
-    }
-    let s = s.strip_prefix('+').unwrap_or(s);
-    if s.is_empty() || s.starts_with('-') {
-        return None; // negative durations make no sense for any flag here
-    }
-    let mut total = 0f64;
-    let mut rest = s;
-    while !rest.is_empty() {
-        let num_end = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        let (num, tail) = rest.split_at(num_end);
-        if num.is_empty() || num == "." {
-            return None;
-        }
-        let value: f64 = num.parse().ok()?;
-        let unit_end = tail
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(tail.len());
-        let (unit, tail) = tail.split_at(unit_end);
-        let scale = match unit {
-            "ns" => 1e-9,
-            "us" | "µs" | "μs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return None,
-        };
-        total += value * scale;
-        rest = tail;
-    }
-    Duration::try_from_secs_f64(total).ok()
 }
 
 /// Go's `time.Duration.String`: "0s", "1.5s", "1m30s", "2h0m0s", "300ms", "500µs".
