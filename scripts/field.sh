@@ -86,7 +86,9 @@ fi
 # examples/tunnel.rs speaks kcptun's flags; a checkout whose tunnel does not
 # know --smuxver (the old own-framing one) gets n/a in the kcpio tunnel rows.
 TUNNEL_COMPAT=0
-if [ -n "$TUNNEL" ] && "$TUNNEL" client --help 2>&1 | grep -q -- '--smuxver'; then TUNNEL_COMPAT=1; fi
+# (the help is read whole first: `grep -q` closing the pipe early would fail
+# the pipeline under pipefail)
+if [ -n "$TUNNEL" ] && [[ "$("$TUNNEL" client --help 2>&1 || true)" == *--smuxver* ]]; then TUNNEL_COMPAT=1; fi
 
 # --- the path -----------------------------------------------------------------
 S="kfield-s-$$" RS="kfield-rs-$$" RC="kfield-rc-$$" C="kfield-c-$$"
