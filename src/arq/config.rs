@@ -101,7 +101,7 @@ impl Default for ArqConfig {
 
 /// The presets, kcp-go's default and kcptun's `mode`s plus kcpio's
 /// `lowlat`: `nodelay`, `interval`, fast `resend` and `nc` (WIRE.md 3.10).
-/// One type for the ARQ ([`ArqConfig::preset`]) and the tokio surface
+/// One type for the ARQ ([`ArqConfig::preset`]) and the public surface
 /// ([`ConfigBuilder::preset`](crate::ConfigBuilder::preset), re-exported as
 /// `kcpio::Preset`).
 ///

@@ -1169,7 +1169,7 @@ impl Kcp {
     /// Empty messages (a zero-length PUSH, which C KCP's `ikcp_send(kcp, buf,
     /// 0)` sends and anyone able to inject a segment can forge) do not make
     /// the queue readable, so a byte-stream reader never sees a read of
-    /// 0 bytes, which tokio readers take as end of stream.
+    /// 0 bytes, which async readers take as end of stream.
     /// [`recv_message`](Self::recv_message) still returns them, once called.
     #[must_use]
     pub fn readable(&self) -> bool {

@@ -140,7 +140,7 @@ fn una_releases_segments_and_acked_ones_wait_for_it() {
 
 /// A zero-length PUSH (C KCP's `ikcp_send(kcp, buf, 0)`, or one forged by an
 /// attacker) carries no bytes: the stream reader skips it and is never told
-/// "readable" for it, so a tokio reader cannot see end of stream.
+/// "readable" for it, so an async reader cannot see end of stream.
 #[test]
 fn empty_segments_are_skipped_by_the_stream_reader() {
     let mut r = Kcp::new(7, &ArqConfig::preset(Preset::Fast3)).unwrap();
