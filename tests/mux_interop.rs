@@ -272,6 +272,21 @@ fn check_client(what: &str, run: &support::gopeer::ClientRun) {
     );
 }
 
+/// A kcpio echo server (`config`) with a Go client running `rest` against it;
+/// the client must report success.
+async fn go_client_against_echo(
+    bin: &Path,
+    case: Case,
+    config: MuxConfig,
+    rest: &[&str],
+    what: &str,
+) {
+    let (addr, task) = rust_server(case, config, echo_server).await;
+    let run = go_client(bin, addr, &case, rest).await;
+    check_client(what, &run);
+    task.abort();
+}
+
 // ---- the matrix ---------------------------------------------------------
 
 /// kcpio client against a Go echo server, then Go client against a kcpio
@@ -286,11 +301,8 @@ async fn echo_both_ways(bin: &Path, case: Case, streams: usize, bytes: u64) {
         .expect(&what);
     assert_go_ok(&what, server.report(LIMIT).await.as_ref(), &server.log());
     drop(mux);
-    let (addr, task) = rust_server(case, case.mux_config(), echo_server).await;
     let args = ["--app", "echo", "--streams", &n, "--bytes", &b];
-    let run = go_client(bin, addr, &case, &args).await;
-    check_client(&what, &run);
-    task.abort();
+    go_client_against_echo(bin, case, case.mux_config(), &args, &what).await;
 }
 
 /// Echo with 8 streams both ways in every cell of the matrix.
@@ -387,16 +399,8 @@ async fn half_close_both_directions() {
             drop(mux);
 
             // The same two with Go as the client and kcpio serving.
-            let (addr, task) = rust_server(case, case.mux_config(), echo_server).await;
-            let run = go_client(
-                &bin,
-                addr,
-                &case,
-                &["--app", "halfclose", "--bytes", "200000"],
-            )
-            .await;
-            check_client(&what, &run);
-            task.abort();
+            let args = ["--app", "halfclose", "--bytes", "200000"];
+            go_client_against_echo(&bin, case, case.mux_config(), &args, &what).await;
             // v1.5.16 sends its SYN before it registers the stream, and drops
             // frames for it that arrive in between (KCPTUN.md 3.2): a server
             // that writes at once can lose everything, FIN included, when the
@@ -437,16 +441,9 @@ async fn frames_of_every_size_from_go() {
                 snappy,
             };
             let Some(bin) = bin(smux) else { return };
-            let (addr, task) = rust_server(case, case.mux_config(), echo_server).await;
-            let run = go_client(
-                &bin,
-                addr,
-                &case,
-                &["--app", "sizes", "--framesize", "65535"],
-            )
-            .await;
-            check_client(&format!("{case:?}"), &run);
-            task.abort();
+            let args = ["--app", "sizes", "--framesize", "65535"];
+            go_client_against_echo(&bin, case, case.mux_config(), &args, &format!("{case:?}"))
+                .await;
         }
     }
 }
@@ -601,27 +598,19 @@ async fn keepalive_against_go() {
         .keepalive_timeout(Duration::from_secs(3))
         .build()
         .unwrap();
-    let (addr, task) = rust_server(case, cfg, echo_server).await;
-    let run = go_client(
-        &bin,
-        addr,
-        &case,
-        &[
-            "--app",
-            "idle",
-            "--streams",
-            "3",
-            "--bytes",
-            "1000",
-            "--hold",
-            "5s",
-            "--keepalive",
-            "1",
-            "--keepalive-timeout",
-            "3",
-        ],
-    )
-    .await;
-    check_client("idle Go client", &run);
-    task.abort();
+    let args = [
+        "--app",
+        "idle",
+        "--streams",
+        "3",
+        "--bytes",
+        "1000",
+        "--hold",
+        "5s",
+        "--keepalive",
+        "1",
+        "--keepalive-timeout",
+        "3",
+    ];
+    go_client_against_echo(&bin, case, cfg, &args, "idle Go client").await;
 }
