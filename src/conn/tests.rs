@@ -546,11 +546,11 @@ fn datagrams_beside_the_stream_under_loss() {
                 sent += n;
             }
         }
-        for side in 0..2 {
+        for (side, (conn, count)) in pair.conns.iter_mut().zip(&mut dg_sent).enumerate() {
             if ms < 2_900 && ms % 3 == side as u32 {
                 let payload = [ms.to_le_bytes(), (!ms).to_le_bytes()].concat();
-                if pair.conns[side].send_datagram(&payload).is_ok() {
-                    dg_sent[side] += 1;
+                if conn.send_datagram(&payload).is_ok() {
+                    *count += 1;
                 }
             }
         }
@@ -558,13 +558,13 @@ fn datagrams_beside_the_stream_under_loss() {
         while let Ok(n) = pair.conns[1].read(&mut buf) {
             got.extend_from_slice(&buf[..n]);
         }
-        for side in 0..2 {
-            while let Ok(n) = pair.conns[side].recv_datagram(&mut buf) {
+        for (conn, count) in pair.conns.iter_mut().zip(&mut dg_got) {
+            while let Ok(n) = conn.recv_datagram(&mut buf) {
                 assert_eq!(n, 8);
                 let a = u32::from_le_bytes(buf[..4].try_into().unwrap());
                 let b = u32::from_le_bytes(buf[4..8].try_into().unwrap());
                 assert_eq!(a, !b, "intact");
-                dg_got[side] += 1;
+                *count += 1;
             }
         }
     }
