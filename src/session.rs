@@ -45,6 +45,11 @@ impl Drop for Handle {
 /// source is a [`SessionError`](crate::SessionError) that tells them apart
 /// (`DeadLink`, `IdleTimeout`; `Reset` when the peer restarted).
 ///
+/// With FEC on, the session also carries unreliable datagrams beside the
+/// stream ([`send_datagram`](Self::send_datagram),
+/// [`recv_datagram`](Self::recv_datagram)), byte-compatible with kcp-go's
+/// out-of-band packets.
+///
 /// Dropping the stream (both halves after [`into_split`](Self::into_split))
 /// lets the driver deliver what was written, for up to
 /// [`ConfigBuilder::linger`](crate::ConfigBuilder::linger), then frees it.

@@ -208,11 +208,14 @@ struct Wire {
 ///   later without loss: parity and KCP output wait inside.
 /// - The application calls ([`write`](Self::write), [`read`](Self::read),
 ///   [`send_message`](Self::send_message),
-///   [`recv_message`](Self::recv_message), [`shutdown`](Self::shutdown))
-///   return at once with a verdict; [`ConnError::WouldBlock`] means "retry
-///   after the next `handle_*` call" ([`readable`](Self::readable) and
-///   [`writable`](Self::writable) tell when). They may move the deadline
-///   earlier: a driver compares `poll_timeout` with the deadline it armed.
+///   [`recv_message`](Self::recv_message), [`shutdown`](Self::shutdown),
+///   [`send_datagram`](Self::send_datagram),
+///   [`recv_datagram`](Self::recv_datagram)) return at once with a
+///   verdict; [`ConnError::WouldBlock`] means "retry after the next
+///   `handle_*` call" ([`readable`](Self::readable),
+///   [`writable`](Self::writable) and their `datagram_` twins tell when).
+///   They may move the deadline earlier: a driver compares `poll_timeout`
+///   with the deadline it armed.
 /// - [`is_finished`](Self::is_finished) after `poll_transmit` returned
 ///   `None`: the session failed, or was released and has nothing left to
 ///   send. The caller then drops it.

@@ -110,6 +110,17 @@ fn config(b: ConfigBuilder) -> Config {
         .unwrap()
 }
 
+/// fast3, 256-packet windows, stream mode, FEC 10/3, AES.
+fn fast3_fec_stream() -> Config {
+    config(
+        Config::builder()
+            .preset(crate::Preset::Fast3)
+            .window(256, 256)
+            .stream(true)
+            .fec(10, 3),
+    )
+}
+
 /// Streams `total` bytes from 0 to 1 and checks them, within `limit_ms`.
 fn stream(pair: &mut Pair, total: usize, limit_ms: u64) {
     let data: Vec<u8> = (0..total).map(|i| (i % 251) as u8).collect();
@@ -142,13 +153,7 @@ fn stream(pair: &mut Pair, total: usize, limit_ms: u64) {
 
 #[test]
 fn stream_survives_loss_with_fec_and_cipher() {
-    let c = config(
-        Config::builder()
-            .preset(crate::Preset::Fast3)
-            .window(256, 256)
-            .stream(true)
-            .fec(10, 3),
-    );
+    let c = fast3_fec_stream();
     let mut pair = Pair::new(c, 10);
     stream(&mut pair, 300_000, 60_000);
     let s = pair.conns[1].stats();
@@ -526,13 +531,7 @@ fn datagram_limits_and_verdicts() {
 /// exact, the datagrams that arrive are intact, none reaches the ARQ.
 #[test]
 fn datagrams_beside_the_stream_under_loss() {
-    let c = config(
-        Config::builder()
-            .preset(crate::Preset::Fast3)
-            .window(256, 256)
-            .stream(true)
-            .fec(10, 3),
-    );
+    let c = fast3_fec_stream();
     let mut pair = Pair::new(c, 10);
     let total = 200_000;
     let data: Vec<u8> = (0..total).map(|i| (i % 251) as u8).collect();
