@@ -250,6 +250,38 @@ async fn datagram_errors_at_the_tokio_surface() {
     );
 }
 
+/// `send_datagram` waits while the send queue is full and is woken when the
+/// driver drained it: on a current-thread runtime a tight loop fills the
+/// queue (64) before the driver runs at all.
+#[tokio::test]
+async fn send_datagram_waits_for_room() {
+    let config = config("null", Some((3, 1)));
+    let (addr, _server) = echo_server(&config).await;
+    let stream = KcpStream::connect(addr, &config).await.unwrap();
+    let burst = 16 * DATAGRAM_QUEUE_LEN as u64;
+    tokio::time::timeout(TIMEOUT, async {
+        for i in 0..burst {
+            stream.send_datagram(&i.to_le_bytes()).await.unwrap();
+        }
+    })
+    .await
+    .expect("every send completes");
+    // The driver has not run since the last send: the queue is (nearly)
+    // full, and try_send_datagram says so instead of waiting.
+    let mut queued = 0;
+    let e = loop {
+        match stream.try_send_datagram(b"full?") {
+            Ok(()) => queued += 1,
+            Err(e) => break e,
+        }
+        assert!(queued <= DATAGRAM_QUEUE_LEN as u64, "the queue is bounded");
+    };
+    assert_eq!(e.kind(), ErrorKind::WouldBlock);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let st = stream.stats();
+    assert_eq!(st.oob_sent, burst + queued, "all went out");
+}
+
 /// On the simulator (the shipped `Conn` pipeline, 10% loss, duplication,
 /// reordering, jitter): both nodes send a datagram every 5 ms while node 0
 /// streams 300 KB. The stream arrives exact and in order; datagrams arrive
