@@ -92,7 +92,8 @@ socket_counters! {
     refused_backlog,
     /// New peers refused because the session cap was reached.
     refused_cap,
-    /// Out-of-band packets (not supported; dropped).
+    /// Out-of-band packets (unreliable datagrams) that matched no session
+    /// (unknown address or another conv); dropped.
     oob,
     /// Receive errors (ICMP reports, truncation), never fatal.
     recv_errors,
