@@ -118,6 +118,14 @@ fn encode_all(enc: &mut FecEncoder, packets: &[Vec<u8>]) -> Vec<Vec<u8>> {
     out
 }
 
+/// `packets` through a guarded encoder of the case's shape and conv.
+fn guarded_stream(c: &Case, packets: &[Vec<u8>]) -> (FecEncoder, Vec<Vec<u8>>) {
+    let mut enc = FecEncoder::new(c.data_shards, c.parity_shards).unwrap();
+    enc.set_guard(Some(c.conv));
+    let stream = encode_all(&mut enc, packets);
+    (enc, stream)
+}
+
 /// The recorded fault itself: kcp-go v5.6.1 sending to v5.6.1 with FEC off.
 /// The receiver delivered a wrong segment, and that segment's sequence
 /// number is the one a parity shard of the first group carries when read as
@@ -169,9 +177,7 @@ fn guard_shards_keep_parity_from_reading_as_a_packet() {
                 .any(|p| is_parity(p) && reads_as_packet_of(p, c.conv))
         );
 
-        let mut guarded = FecEncoder::new(shape.0, shape.1).unwrap();
-        guarded.set_guard(Some(c.conv));
-        let stream = encode_all(&mut guarded, &packets);
+        let (guarded, stream) = guarded_stream(&c, &packets);
         let parity: Vec<&Vec<u8>> = stream.iter().filter(|p| is_parity(p)).collect();
         assert!(!parity.is_empty(), "{shape:?}: parity is still sent");
         for p in &parity {
@@ -199,9 +205,7 @@ fn guarded_groups_recover_lost_packets() {
     for c in vectors().cases {
         let shape = (c.data_shards, c.parity_shards);
         let packets = kcp_packets(&c);
-        let mut enc = FecEncoder::new(shape.0, shape.1).unwrap();
-        enc.set_guard(Some(c.conv));
-        let stream = encode_all(&mut enc, &packets);
+        let (enc, stream) = guarded_stream(&c, &packets);
         let total = (shape.0 + shape.1) as u32;
         let mut dec = FecDecoder::new(shape.0, shape.1);
         let mut lost = Vec::new();

@@ -280,27 +280,18 @@ impl FecEncoder {
                 let seqid = self.out.filler_seqid;
                 self.out.filler_seqid = seqid.wrapping_add(1);
                 self.out.fillers -= 1;
-                let n = DATA_HEADER + FILLER_PAYLOAD;
-                let Some(dst) = buf.get_mut(..n) else {
+                let Some(n) = put_data_shard(buf, seqid, &filler_shard()) else {
                     self.stats.parity_undrained += 1;
                     continue;
                 };
-                dst[..4].copy_from_slice(&seqid.to_le_bytes());
-                dst[4..6].copy_from_slice(&FLAG_DATA.to_le_bytes());
-                dst[6..8].copy_from_slice(&((2 + FILLER_PAYLOAD) as u16).to_le_bytes());
-                dst[8..].fill(0);
                 self.stats.deadline_fillers += 1;
                 return Some(n);
             }
             if let Some((seqid, conv)) = self.out.guard.take() {
-                let n = DATA_HEADER + GUARD_PAYLOAD;
-                let Some(dst) = buf.get_mut(..n) else {
+                let Some(n) = put_data_shard(buf, seqid, &guard_shard(conv)) else {
                     self.stats.parity_undrained += 1;
                     continue;
                 };
-                dst[..4].copy_from_slice(&seqid.to_le_bytes());
-                dst[4..6].copy_from_slice(&FLAG_DATA.to_le_bytes());
-                dst[SHARD_OFFSET..].copy_from_slice(&guard_shard(conv));
                 self.stats.guard_shards += 1;
                 return Some(n);
             }
@@ -350,11 +341,9 @@ impl FecEncoder {
         // With guards on, the group's last missing shard is its guard.
         let fillers = self.data - self.filled - usize::from(self.guard.is_some());
         let filler_seqid = self.next;
-        let mut shard = [0u8; 2 + FILLER_PAYLOAD];
-        shard[..2].copy_from_slice(&((2 + FILLER_PAYLOAD) as u16).to_le_bytes());
         for _ in 0..fillers {
             self.next = (self.next + 1) % self.paws;
-            self.store_shard(&shard);
+            self.store_shard(&filler_shard());
         }
         let guard = self.store_guard();
         self.stats.deadline_groups += 1;
@@ -477,6 +466,24 @@ impl FecEncoder {
     pub(crate) fn set_next_seqid(&mut self, seqid: u32) {
         self.next = seqid % self.paws;
     }
+}
+
+/// Writes a data shard the encoder made itself (filler or guard) into `buf`:
+/// seqid, flag, then `shard` (size field onward). `None` if `buf` is short.
+fn put_data_shard(buf: &mut [u8], seqid: u32, shard: &[u8]) -> Option<usize> {
+    let n = SHARD_OFFSET + shard.len();
+    let dst = buf.get_mut(..n)?;
+    dst[..4].copy_from_slice(&seqid.to_le_bytes());
+    dst[4..6].copy_from_slice(&FLAG_DATA.to_le_bytes());
+    dst[SHARD_OFFSET..].copy_from_slice(shard);
+    Some(n)
+}
+
+/// A deadline filler from its size field on: `size = 2 + 4`, zeros.
+fn filler_shard() -> [u8; 2 + FILLER_PAYLOAD] {
+    let mut shard = [0u8; 2 + FILLER_PAYLOAD];
+    shard[..2].copy_from_slice(&((2 + FILLER_PAYLOAD) as u16).to_le_bytes());
+    shard
 }
 
 /// A guard shard from its size field on: `size = 2 + 16`, `!conv`, zeros.
