@@ -9,7 +9,7 @@ cargo test --doc
 # The Go peer, relay and TCP baseline serve the interop tests and the side-by-side
 # scripts; their own tests run wherever Go is (CI sets KCPIO_REQUIRE_GO=1).
 if command -v go >/dev/null 2>&1; then
-  for dir in interop/kcpgo-peer interop/smux-peer tools/relay tools/tcpecho; do
+  for dir in interop/kcpgo-peer interop/kcpgo561 interop/smux-peer tools/relay tools/tcpecho; do
     (cd "$dir" && go test -buildvcs=false -count=1 ./...)
   done
   # the smux peer again against smux v1.5.16 (go.mod pins v1.5.58)

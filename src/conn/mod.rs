@@ -345,6 +345,9 @@ impl Conn {
                 let mut enc = FecEncoder::new(data, parity)
                     .map_err(|_| ConfigError::InvalidFec { data, parity })?;
                 enc.set_group_deadline(config.fec_group_deadline);
+                // Until the peer is seen sending our shape, its decoder may
+                // be guessing (kcp-go v5.6.1 decodes with its guess): guard.
+                enc.set_guard(Some(conv));
                 Some(enc)
             }
             None => None,
@@ -435,7 +438,10 @@ impl Conn {
                 None
             }
         };
-        if matches!(kind, PacketKind::Kcp | PacketKind::Data) {
+        // A data shard too short for a KCP packet (a deadline filler or a
+        // guard shard) is only for the decoder.
+        let shard_only = kind == PacketKind::Data && kcp_bytes.is_none();
+        if matches!(kind, PacketKind::Kcp | PacketKind::Data) && !shard_only {
             match kcp_bytes.map(|p| self.kcp.handle_datagram(now_ts, p, Origin::Regular)) {
                 Some(Ok(())) => out.accepted = true,
                 _ => out.bad_kcp += 1,
@@ -449,8 +455,16 @@ impl Conn {
             });
             if fec_in.dec.handle(packet).is_err() {
                 out.bad_fec = true;
-            } else if kind == PacketKind::Parity {
+            } else if kind == PacketKind::Parity || shard_only {
                 out.accepted = true;
+            }
+            // The peer sends our shape, so its decoder (kcp-go's too) works
+            // in it from the start: no more guard shards.
+            if let Some(enc) = self.enc.as_mut() {
+                let ours = (enc.data_shards(), enc.parity_shards());
+                if enc.guard().is_some() && fec_in.dec.learned_shape() == Some(ours) {
+                    enc.set_guard(None);
+                }
             }
             while let Some(n) = fec_in.dec.poll_recovered(&mut fec_in.scratch) {
                 let Some(rec) = fec_in.scratch.get(..n) else {

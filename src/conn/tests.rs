@@ -581,3 +581,31 @@ fn datagrams_beside_the_stream_under_loss() {
         assert_eq!(s.oob_sent, u64::from(dg_sent[side]));
     }
 }
+
+/// Guard shards (see `FecEncoder::set_guard`) go out until the peer is seen
+/// sending our own FEC shape, and in every group while it sends none or
+/// another shape; the receiving `Conn` counts none of them as bad input.
+#[test]
+fn guard_shards_stop_once_the_peer_sends_our_shape() {
+    let fec = config(Config::builder().fec(4, 2));
+    let guards = |peer: Config| {
+        let mut pair = Pair::new(fec.clone(), 0);
+        pair.conns[1] = Conn::new(0x1234, &peer).unwrap();
+        stream(&mut pair, 100_000, 20_000);
+        let out = pair.conns[0].stats().fec_out;
+        (out.guard_shards, out.data_out)
+    };
+    let (same, data) = guards(fec.clone());
+    assert!(data > 60, "{data} data shards");
+    assert!(
+        same <= 8,
+        "{same} guard shards before the peer's shape was seen"
+    );
+    for peer in [
+        config(Config::builder()),
+        config(Config::builder().fec(10, 3)),
+    ] {
+        let (g, data) = guards(peer);
+        assert!(g >= data / 3 - 1, "{g} guards for {data} data shards");
+    }
+}

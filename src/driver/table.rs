@@ -106,7 +106,10 @@ impl<'a> Inbound<'a> {
         let kind = fec::classify(plain);
         let kcp = match kind {
             PacketKind::Kcp => plain,
-            PacketKind::Data => plain.get(fec::DATA_HEADER..).unwrap_or_default(),
+            // A data shard too short for a KCP packet (a group-deadline
+            // filler, a guard shard) carries no conv, like parity: it goes
+            // to the address's session, for its FEC decoder.
+            PacketKind::Data => fec::data_payload(plain).unwrap_or_default(),
             PacketKind::Parity => &[],
             PacketKind::Oob => {
                 return Ok(Self {
@@ -729,5 +732,31 @@ mod tests {
         t.schedule(b, Some(ms(70)));
         t.schedule(b, None);
         assert_eq!(t.pop_due(ms(80)), None);
+    }
+
+    #[test]
+    fn short_data_shards_reach_the_address_session() {
+        // A group-deadline filler (12 bytes) and a guard shard (24 bytes):
+        // data shards with no KCP packet, so no conv to check.
+        let shard = |payload: &[u8]| {
+            let mut p = 9u32.to_le_bytes().to_vec();
+            p.extend_from_slice(&0xf1u16.to_le_bytes());
+            p.extend_from_slice(&(2 + payload.len() as u16).to_le_bytes());
+            p.extend_from_slice(payload);
+            p
+        };
+        let filler = shard(&[0; 4]);
+        let mut guard_payload = [0u8; 16];
+        guard_payload[..4].copy_from_slice(&(!5u32).to_le_bytes());
+        let guard = shard(&guard_payload);
+        let (mut t, id) = with_session(4);
+        for p in [&filler, &guard] {
+            assert_eq!(route(&mut t, addr(1), p, 0), Route::Deliver(id));
+            // From an address without a session: nothing to create one from.
+            assert_eq!(
+                route(&mut t, addr(2), p, 0),
+                Route::Drop(Refusal::UnknownSession)
+            );
+        }
     }
 }

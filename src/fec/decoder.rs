@@ -75,6 +75,13 @@ pub struct FecDecoder {
     queue_next: usize,
     tuner: Tuner,
     retuning: bool,
+    /// The shape last seen in the stream itself (a framed group).
+    learned: Option<(usize, usize)>,
+    /// For confirming the initial shape: the previous shard, and which
+    /// edges were seen where it puts them (bit 0 parity-to-data, bit 1
+    /// data-to-parity).
+    last_shard: Option<(u32, bool)>,
+    edges: u8,
     stats: FecStats,
 }
 
@@ -205,6 +212,9 @@ impl FecDecoder {
             queue_next: 0,
             tuner: Tuner::new(),
             retuning: false,
+            learned: None,
+            last_shard: None,
+            edges: 0,
             stats: FecStats::default(),
         };
         if let Some(c) = codec {
@@ -301,6 +311,14 @@ impl FecDecoder {
         (self.data, self.parity)
     }
 
+    /// The sender's shape as seen in the stream: `None` until a whole group
+    /// framed by its neighbours has arrived, whether it confirmed the initial
+    /// shape or replaced it. (The initial shape is only an assumption.)
+    #[must_use]
+    pub fn learned_shape(&self) -> Option<(usize, usize)> {
+        self.learned
+    }
+
     /// Counters: shards in, recovered, unrecoverable, drops by reason.
     #[must_use]
     pub fn stats(&self) -> &FecStats {
@@ -365,6 +383,9 @@ impl FecDecoder {
             return Ok(());
         };
         self.store(slot, pos, is_data, packet);
+        if self.learned.is_none() {
+            self.confirm(seqid, pos, is_data);
+        }
         Ok(())
     }
 
@@ -534,6 +555,27 @@ impl FecDecoder {
         }
     }
 
+    /// Confirms the assumed shape from the stream: once two consecutive
+    /// seqids have shown the data-to-parity edge where this shape puts it
+    /// (position `data`) and two others the parity-to-data edge (position
+    /// 0), with no shard ever contradicting the shape, the sender's shape is
+    /// this one (learned without the tuner's search).
+    fn confirm(&mut self, seqid: u32, pos: usize, is_data: bool) {
+        if let Some((prev, prev_data)) = self.last_shard {
+            if prev.wrapping_add(1) == seqid && prev_data != is_data {
+                if is_data && pos == 0 {
+                    self.edges |= 1;
+                } else if !is_data && pos == self.data {
+                    self.edges |= 2;
+                }
+            }
+        }
+        self.last_shard = Some((seqid, is_data));
+        if self.edges == 3 && self.stats.dropped_mismatch == 0 {
+            self.learned = Some((self.data, self.parity));
+        }
+    }
+
     /// Tries to learn the sender's ratio from recent samples; adopts it (and
     /// leaves relearning mode) once one is found. A shape above the limit is
     /// refused: the decoder keeps its shape and goes on looking.
@@ -546,6 +588,7 @@ impl FecDecoder {
             return;
         }
         self.retuning = false;
+        self.learned = Some((d, p));
         if (d, p) == (self.data, self.parity) {
             return;
         }

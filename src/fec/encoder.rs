@@ -13,6 +13,13 @@ use crate::arq::Timestamp;
 /// decoder, so the group completes, and its `Input` refuses 4 bytes quietly.
 const FILLER_PAYLOAD: usize = 4;
 
+/// Payload bytes of a guard shard (see [`FecEncoder::set_guard`]): the
+/// conversation id with every bit flipped, then zeros. With its 8-byte header
+/// the packet is 24 bytes, the least kcp-go v5.6.1 hands to its FEC decoder,
+/// so the guard keeps that decoder's view of the seqids unbroken; it is too
+/// short to be a KCP packet, so every receiver's `Input` refuses it.
+const GUARD_PAYLOAD: usize = 16;
+
 /// The FEC encoder of one session: frames each KCP packet as a data shard
 /// and, once `data_shards` of them form a group, computes its parity.
 ///
@@ -47,6 +54,8 @@ pub struct FecEncoder {
     group_start: Option<Timestamp>,
     /// kcpio-only: close a group this many ms after its first shard.
     deadline: Option<u32>,
+    /// The conversation a guard shard protects; `None`: no guard shards.
+    guard: Option<u32>,
     /// Up to `data` shards, `SHARD_STRIDE` apart (grown as they are stored).
     arena: Vec<u8>,
     /// `parity` shards, `SHARD_STRIDE` apart; empty until a group emits parity.
@@ -63,6 +72,9 @@ struct Pending {
     /// Seqid of the first filler (fillers are consecutive).
     filler_seqid: u32,
     fillers: usize,
+    /// The guard shard's seqid and conv, if the group has one (sent after
+    /// the fillers).
+    guard: Option<(u32, u32)>,
     /// Seqid of the first parity shard.
     parity_seqid: u32,
     /// Parity shards computed for the group.
@@ -75,7 +87,7 @@ struct Pending {
 
 impl Pending {
     fn remaining(&self) -> usize {
-        self.fillers + (self.parity - self.parity_done)
+        self.fillers + usize::from(self.guard.is_some()) + (self.parity - self.parity_done)
     }
 }
 
@@ -109,6 +121,7 @@ impl FecEncoder {
             last_data: None,
             group_start: None,
             deadline: None,
+            guard: None,
             arena: Vec::new(),
             parity_arena: Vec::new(),
             out: Pending::default(),
@@ -167,6 +180,44 @@ impl FecEncoder {
         self.deadline
     }
 
+    /// **Guard shards**, for a receiver that may decode with a wrong shape
+    /// (off by default; [`Conn`](crate::Conn) turns them on for its conv
+    /// until the peer is seen sending this encoder's shape).
+    ///
+    /// A kcp-go v5.6.1 receiver whose own FEC is off (or set to another
+    /// shape) guesses 1 data + 1 parity and, until it has learned the
+    /// sender's shape from the seqids, decodes with that guess: each parity
+    /// shard is "rebuilt" as a data shard equal to itself and handed to KCP.
+    /// Every parity row of this Reed-Solomon code sums to 1, so wherever the
+    /// group's data shards agree (the size field, conv, cmd, frg, wnd, una
+    /// and len of a run of full-size pushes) the parity carries the same
+    /// bytes: the parity reads as a valid push for a blend of the group's
+    /// sequence numbers with garbage payload, and that KCP delivers in place
+    /// of the real segment.
+    ///
+    /// With `Some(conv)`, the last data shard of every group is a 24-byte
+    /// guard whose conv field is `!conv`. A parity row's coefficients are all
+    /// nonzero, so its conv field then differs from `conv` and every such
+    /// misreading is refused at the conv check. Any receiver refuses the
+    /// guard itself as too short for a KCP packet (kcp-go counts it in
+    /// `KCPInErrors`) and stores it as the group's data shard, so groups
+    /// complete and recover as usual. As a last line, while guards are on, a
+    /// group whose parity would still read as a packet of `conv` (possible
+    /// only with deadline fillers in it) sends no parity
+    /// ([`FecStats::parity_guarded`]). Costs one data slot and one 24-byte
+    /// packet per group (data shards 2 and up; with one data shard the
+    /// parity equals the data and nothing needs guarding). Takes effect from
+    /// the next group.
+    pub fn set_guard(&mut self, conv: Option<u32>) {
+        self.guard = conv.filter(|_| self.data >= 2);
+    }
+
+    /// The conv that guard shards protect ([`set_guard`](Self::set_guard)).
+    #[must_use]
+    pub fn guard(&self) -> Option<u32> {
+        self.guard
+    }
+
     /// Frames one KCP packet as a data shard.
     ///
     /// `buf[..8]` is free headroom and `buf[8..8 + kcp_len]` the KCP packet:
@@ -198,11 +249,16 @@ impl FecEncoder {
         if self.filled == 1 {
             self.group_start = Some(now);
         }
+        let guard = if self.filled + 1 == self.data {
+            self.store_guard()
+        } else {
+            None
+        };
         if self.filled == self.data {
             let continuous = self
                 .last_data
                 .is_some_and(|t| now.diff(t) < CONTINUITY_MS as i32);
-            self.close_group(continuous, 0, 0);
+            self.close_group(continuous, 0, 0, guard);
         }
         self.last_data = Some(now);
         len
@@ -224,16 +280,19 @@ impl FecEncoder {
                 let seqid = self.out.filler_seqid;
                 self.out.filler_seqid = seqid.wrapping_add(1);
                 self.out.fillers -= 1;
-                let n = DATA_HEADER + FILLER_PAYLOAD;
-                let Some(dst) = buf.get_mut(..n) else {
+                let Some(n) = put_data_shard(buf, seqid, &filler_shard()) else {
                     self.stats.parity_undrained += 1;
                     continue;
                 };
-                dst[..4].copy_from_slice(&seqid.to_le_bytes());
-                dst[4..6].copy_from_slice(&FLAG_DATA.to_le_bytes());
-                dst[6..8].copy_from_slice(&((2 + FILLER_PAYLOAD) as u16).to_le_bytes());
-                dst[8..].fill(0);
                 self.stats.deadline_fillers += 1;
+                return Some(n);
+            }
+            if let Some((seqid, conv)) = self.out.guard.take() {
+                let Some(n) = put_data_shard(buf, seqid, &guard_shard(conv)) else {
+                    self.stats.parity_undrained += 1;
+                    continue;
+                };
+                self.stats.guard_shards += 1;
                 return Some(n);
             }
             let k = self.out.parity_done;
@@ -279,16 +338,16 @@ impl FecEncoder {
         if !now.is_at_or_after(due) {
             return;
         }
-        let missing = self.data - self.filled;
+        // With guards on, the group's last missing shard is its guard.
+        let fillers = self.data - self.filled - usize::from(self.guard.is_some());
         let filler_seqid = self.next;
-        let mut shard = [0u8; 2 + FILLER_PAYLOAD];
-        shard[..2].copy_from_slice(&((2 + FILLER_PAYLOAD) as u16).to_le_bytes());
-        for _ in 0..missing {
+        for _ in 0..fillers {
             self.next = (self.next + 1) % self.paws;
-            self.store_shard(&shard);
+            self.store_shard(&filler_shard());
         }
+        let guard = self.store_guard();
         self.stats.deadline_groups += 1;
-        self.close_group(true, missing, filler_seqid);
+        self.close_group(true, fillers, filler_seqid, guard);
         self.last_data = Some(now);
     }
 
@@ -300,6 +359,16 @@ impl FecEncoder {
             h[4..6].copy_from_slice(&FLAG_DATA.to_le_bytes());
             h[6..8].copy_from_slice(&((2 + kcp_len) as u16).to_le_bytes());
         }
+    }
+
+    /// With guards on, stores the group's guard shard under the next seqid
+    /// and returns that seqid and the conv it guards.
+    fn store_guard(&mut self) -> Option<(u32, u32)> {
+        let conv = self.guard?;
+        let seqid = self.next;
+        self.next = (self.next + 1) % self.paws;
+        self.store_shard(&guard_shard(conv));
+        Some((seqid, conv))
     }
 
     /// Copies one Reed-Solomon shard (size field onward) into the arena.
@@ -324,9 +393,16 @@ impl FecEncoder {
     }
 
     /// Ends the current group: parity (if `emit`) becomes pending after
-    /// `fillers` filler shards numbered from `filler_seqid`; seqids advance by
-    /// the parity count either way.
-    fn close_group(&mut self, emit: bool, fillers: usize, filler_seqid: u32) {
+    /// `fillers` filler shards numbered from `filler_seqid` and the `guard`
+    /// shard (both sent whether or not parity is); seqids advance by the
+    /// parity count either way.
+    fn close_group(
+        &mut self,
+        emit: bool,
+        fillers: usize,
+        filler_seqid: u32,
+        guard: Option<(u32, u32)>,
+    ) {
         let undrained = self.out.remaining();
         if undrained > 0 {
             self.stats.parity_undrained += undrained as u64;
@@ -351,17 +427,21 @@ impl FecEncoder {
                 .codec
                 .encode(&self.arena, SHARD_STRIDE, len, &mut self.parity_arena)
                 .is_ok();
+            if ok && guard.is_some_and(|(_, conv)| self.parity_reads_as(conv, len)) {
+                ok = false;
+                self.stats.parity_guarded += 1;
+            }
         }
-        if ok {
-            self.out = Pending {
-                filler_seqid,
-                fillers,
-                parity_seqid,
-                parity: self.parity,
-                parity_done: 0,
-                len,
-            };
-        } else {
+        self.out = Pending {
+            filler_seqid,
+            fillers,
+            guard,
+            parity_seqid,
+            parity: if ok { self.parity } else { 0 },
+            parity_done: 0,
+            len,
+        };
+        if !ok {
             self.stats.parity_skipped += 1;
         }
         self.filled = 0;
@@ -369,10 +449,49 @@ impl FecEncoder {
         self.group_start = None;
     }
 
+    /// Whether a parity shard of the group just encoded carries `conv` where
+    /// a data shard carries its KCP packet's conv (so it could pass for a
+    /// packet of that conversation).
+    fn parity_reads_as(&self, conv: u32, len: usize) -> bool {
+        let at = 2..6;
+        len >= at.end
+            && (0..self.parity).any(|k| {
+                self.parity_arena
+                    .get(k * SHARD_STRIDE + at.start..k * SHARD_STRIDE + at.end)
+                    == Some(&conv.to_le_bytes()[..])
+            })
+    }
+
     #[cfg(test)]
     pub(crate) fn set_next_seqid(&mut self, seqid: u32) {
         self.next = seqid % self.paws;
     }
+}
+
+/// Writes a data shard the encoder made itself (filler or guard) into `buf`:
+/// seqid, flag, then `shard` (size field onward). `None` if `buf` is short.
+fn put_data_shard(buf: &mut [u8], seqid: u32, shard: &[u8]) -> Option<usize> {
+    let n = SHARD_OFFSET + shard.len();
+    let dst = buf.get_mut(..n)?;
+    dst[..4].copy_from_slice(&seqid.to_le_bytes());
+    dst[4..6].copy_from_slice(&FLAG_DATA.to_le_bytes());
+    dst[SHARD_OFFSET..].copy_from_slice(shard);
+    Some(n)
+}
+
+/// A deadline filler from its size field on: `size = 2 + 4`, zeros.
+fn filler_shard() -> [u8; 2 + FILLER_PAYLOAD] {
+    let mut shard = [0u8; 2 + FILLER_PAYLOAD];
+    shard[..2].copy_from_slice(&((2 + FILLER_PAYLOAD) as u16).to_le_bytes());
+    shard
+}
+
+/// A guard shard from its size field on: `size = 2 + 16`, `!conv`, zeros.
+fn guard_shard(conv: u32) -> [u8; 2 + GUARD_PAYLOAD] {
+    let mut shard = [0u8; 2 + GUARD_PAYLOAD];
+    shard[..2].copy_from_slice(&((2 + GUARD_PAYLOAD) as u16).to_le_bytes());
+    shard[2..6].copy_from_slice(&(!conv).to_le_bytes());
+    shard
 }
 
 impl core::fmt::Debug for FecEncoder {
@@ -383,6 +502,7 @@ impl core::fmt::Debug for FecEncoder {
             .field("next", &self.next)
             .field("filled", &self.filled)
             .field("deadline", &self.deadline)
+            .field("guard", &self.guard)
             .finish_non_exhaustive()
     }
 }

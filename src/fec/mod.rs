@@ -223,8 +223,9 @@ pub fn paws(total: usize) -> u32 {
     u32::MAX / t * t
 }
 
-/// Counters of one encoder or decoder. The encoder fills the `*_out` and
-/// `parity_skipped`/`deadline_*` fields, the decoder the rest.
+/// Counters of one encoder or decoder. The encoder fills the `*_out`,
+/// `parity_skipped`, `deadline_*`, `parity_undrained`, `guard_shards` and
+/// `parity_guarded` fields, the decoder the rest.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct FecStats {
@@ -232,7 +233,8 @@ pub struct FecStats {
     pub data_out: u64,
     /// Parity shards handed out by [`FecEncoder::poll_parity`].
     pub parity_out: u64,
-    /// Groups whose parity the continuity rule skipped (seqids still advanced).
+    /// Groups whose parity the continuity rule (or the guard check, see
+    /// `parity_guarded`) skipped; seqids still advanced.
     pub parity_skipped: u64,
     /// Groups closed by the kcpio-only group deadline.
     pub deadline_groups: u64,
@@ -241,6 +243,12 @@ pub struct FecStats {
     /// Parity or filler packets lost because the caller did not drain
     /// `poll_parity` before the next group completed.
     pub parity_undrained: u64,
+    /// Guard shards sent ([`FecEncoder::set_guard`]).
+    pub guard_shards: u64,
+    /// Groups whose parity was withheld because, guards notwithstanding, a
+    /// parity shard would have read as a packet of the guarded conv (also
+    /// counted in `parity_skipped`).
+    pub parity_guarded: u64,
 
     /// Data shards given to the decoder.
     pub data_in: u64,

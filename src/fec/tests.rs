@@ -837,6 +837,12 @@ fn arenas_grow_with_the_shards_seen() {
         dec.handle(p).unwrap();
     }
     assert_eq!(drain(&mut dec), vec![vec![0x52; 40]]);
+    // The next group's first shard frames the group: the shape is confirmed
+    // from the stream.
+    assert_eq!(dec.learned_shape(), None);
+    let (d, _) = encode(&mut enc, ms(10), &[0x53; 40]);
+    dec.handle(&d).unwrap();
+    assert_eq!(dec.learned_shape(), Some((10, 3)));
     // Ten 42-byte shards take 64 bytes each, and one rebuilt packet its own.
     assert!(
         dec.memory_usage() <= one + 4096,
@@ -960,4 +966,151 @@ fn the_documented_bounds() {
         FecDecoder::with_max_shards(10, 3, 1000).max_shards(),
         MAX_SHARDS
     );
+}
+
+/// The conv field of a parity packet read as a data shard (packet offset 8).
+fn parity_conv(p: &[u8]) -> Option<u32> {
+    read_u32(p, SHARD_OFFSET + 2)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// Guard shards: whatever the shape, the conv (zero bytes included) and
+    /// the KCP packets (all of one conv, any lengths and bytes), no parity
+    /// shard carries the conv where a data shard does, so no receiver that
+    /// takes parity for data (kcp-go v5.6.1 on a wrong guess) can accept it;
+    /// one guard per group, 24 bytes, refused as a KCP packet.
+    #[test]
+    fn guarded_parity_never_carries_the_conv(
+        data in 2usize..=24,
+        parity in 1usize..=6,
+        conv in prop_oneof![Just(0u32), Just(0x0000_00ff), any::<u32>()],
+        lens in proptest::collection::vec(24usize..400, 60),
+        seed in any::<u64>(),
+    ) {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let mut enc = FecEncoder::new(data, parity).unwrap();
+        enc.set_guard(Some(conv));
+        let mut guards = 0;
+        let mut parities = 0;
+        for (i, &len) in lens.iter().enumerate() {
+            let mut kcp = vec![0u8; len];
+            rng.fill(&mut kcp[..]);
+            kcp[..4].copy_from_slice(&conv.to_le_bytes());
+            let (_, extra) = encode(&mut enc, ms(i as u32), &kcp);
+            for p in extra {
+                match classify(&p) {
+                    PacketKind::Parity => {
+                        parities += 1;
+                        prop_assert_ne!(parity_conv(&p), Some(conv));
+                    }
+                    PacketKind::Data => {
+                        guards += 1;
+                        prop_assert_eq!(p.len(), 24);
+                        prop_assert_eq!(data_payload(&p), None);
+                        prop_assert_eq!(read_u32(&p, DATA_HEADER), Some(!conv));
+                    }
+                    k => prop_assert!(false, "unexpected {:?}", k),
+                }
+            }
+        }
+        let groups = lens.len() / (data - 1);
+        prop_assert_eq!(guards, groups);
+        // With two data shards the first group closes at the first encode,
+        // with no earlier shard: the continuity rule skips its parity.
+        let emitted = if data == 2 { groups - 1 } else { groups };
+        prop_assert_eq!(parities, emitted * parity);
+        prop_assert_eq!(enc.stats().parity_guarded, 0);
+    }
+}
+
+#[test]
+fn guards_are_off_by_default_and_take_a_data_slot_when_on() {
+    let mut enc = FecEncoder::new(3, 1).unwrap();
+    assert_eq!(enc.guard(), None);
+    enc.set_guard(Some(7));
+    assert_eq!(enc.guard(), Some(7));
+    // Two KCP packets, then the guard (seqid 2) and the parity (seqid 3).
+    let (_, extra) = encode(&mut enc, ms(0), &kcp_packet(1, 30));
+    assert!(extra.is_empty());
+    let (_, extra) = encode(&mut enc, ms(1), &kcp_packet(2, 30));
+    let seqids: Vec<(u32, PacketKind)> = extra
+        .iter()
+        .map(|p| (read_u32(p, 0).unwrap(), classify(p)))
+        .collect();
+    assert_eq!(seqids, vec![(2, PacketKind::Data), (3, PacketKind::Parity)]);
+    assert_eq!(enc.stats().guard_shards, 1);
+    assert_eq!(enc.stats().data_out, 2);
+    // After a pause the continuity rule skips the parity; the guard still goes.
+    encode(&mut enc, ms(1000), &kcp_packet(3, 30));
+    let (_, extra) = encode(&mut enc, ms(2000), &kcp_packet(4, 30));
+    assert_eq!(extra.len(), 1);
+    assert_eq!(classify(&extra[0]), PacketKind::Data);
+    assert_eq!(enc.stats().parity_skipped, 1);
+    assert_eq!(enc.next_seqid(), 8);
+    // Off again: full groups of KCP packets.
+    enc.set_guard(None);
+    for i in 0..3 {
+        encode(&mut enc, ms(2001 + i), &kcp_packet(5 + i, 30));
+    }
+    assert_eq!(enc.stats().guard_shards, 2);
+    assert_eq!(enc.next_seqid(), 12);
+    // One data shard: parity equals the data, nothing to guard.
+    let mut one = FecEncoder::new(1, 2).unwrap();
+    one.set_guard(Some(7));
+    assert_eq!(one.guard(), None);
+}
+
+#[test]
+fn a_deadline_group_with_guards_ends_in_its_guard() {
+    let mut enc = FecEncoder::new(4, 2).unwrap();
+    enc.set_group_deadline(Some(20));
+    enc.set_guard(Some(0x0102_0304));
+    encode(&mut enc, ms(0), &kcp_packet(1, 30));
+    enc.handle_timeout(ms(20));
+    let mut kinds = Vec::new();
+    let mut buf = vec![0u8; MAX_PACKET];
+    while let Some(n) = enc.poll_parity(&mut buf) {
+        let p = &buf[..n];
+        kinds.push((read_u32(p, 0).unwrap(), n, classify(p)));
+        if classify(p) == PacketKind::Parity {
+            assert_ne!(parity_conv(p), Some(0x0102_0304));
+        }
+    }
+    assert_eq!(
+        kinds,
+        vec![
+            (1, 12, PacketKind::Data),
+            (2, 12, PacketKind::Data),
+            (3, 24, PacketKind::Data),
+            (4, 6 + 2 + 30, PacketKind::Parity),
+            (5, 6 + 2 + 30, PacketKind::Parity),
+        ]
+    );
+    assert_eq!(enc.stats().deadline_fillers, 2);
+    assert_eq!(enc.stats().guard_shards, 1);
+}
+
+/// The decoder confirms the shape it was given from the stream's framing,
+/// and learns another one by retuning; a stream that never frames a group
+/// confirms nothing.
+#[test]
+fn the_decoder_learns_or_confirms_the_senders_shape() {
+    let feed = |dec: &mut FecDecoder, d: usize, p: usize, from: u32, to: u32| {
+        for seqid in from..to {
+            let _ = dec.handle(&tiny_shard(seqid, d, p, 40));
+        }
+    };
+    let mut same = FecDecoder::new(10, 3);
+    feed(&mut same, 10, 3, 0, 13);
+    assert_eq!(same.learned_shape(), None, "no parity-to-data edge yet");
+    feed(&mut same, 10, 3, 13, 14);
+    assert_eq!(same.learned_shape(), Some((10, 3)));
+    let mut other = FecDecoder::new(10, 3);
+    feed(&mut other, 20, 5, 0, 60);
+    assert_eq!(other.learned_shape(), Some((20, 5)));
+    let mut data_only = FecDecoder::new(10, 3);
+    feed(&mut data_only, 10, 3, 0, 10);
+    assert_eq!(data_only.learned_shape(), None);
 }
