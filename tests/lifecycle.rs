@@ -324,16 +324,16 @@ fn conversations_sharing_the_clock_fail_alone() {
 /// time it left).
 fn log_probes(sim: &mut Sim, seen: &mut [(u64, u64); 2]) {
     sim.transmit();
-    for i in 0..2 {
+    for (i, seen) in seen.iter_mut().enumerate() {
         let st = sim.nodes[i].conn.stats();
         let now = (st.arq.wask_out, st.arq.wins_out);
-        if now.0 > seen[i].0 {
+        if now.0 > seen.0 {
             sim.note(format_args!("node {i} sends a window probe (WASK)"));
         }
-        if now.1 > seen[i].1 {
+        if now.1 > seen.1 {
             sim.note(format_args!("node {i} answers with its window (WINS)"));
         }
-        seen[i] = now;
+        *seen = now;
     }
 }
 
