@@ -138,8 +138,13 @@ idle() {
 	record "$test" open_s "$impl" "$rep" "$(python3 -c "print($(jget "$f.json" elapsed_ms)/1000)")"
 	# The client's bytes in + out over the whole run, per second of hold
 	# (the one echo per session is the same in idle and idle-ka).
-	local io; io=$(sed -n 's/.*OutBytes=\([0-9]*\) InPkts=[0-9]* InBytes=\([0-9]*\).*/\1 \2/p' "$f.json" | tail -1)
-	[ -n "$io" ] && record "$test" bytes_per_s "$impl" "$rep" "$(python3 -c "a,b=map(int,'$io'.split()); print((a+b)/$IDLE_HOLD)")"
+	local io; io=$(python3 -c '
+import re, sys
+line = [l for l in open(sys.argv[1]) if l.startswith("snmp:")][-1]
+print(int(re.search(r"\bOutBytes=(\d+)", line)[1]) + int(re.search(r"\bInBytes=(\d+)", line)[1]))' "$f.json" 2>/dev/null || true)
+	if [ -n "$io" ]; then
+		record "$test" bytes_per_s "$impl" "$rep" "$(python3 -c "print($io / $IDLE_HOLD)")"
+	fi
 }
 
 # echo1k IMPL REP

@@ -543,6 +543,12 @@ impl Conn {
     /// gets several tries before the idle timeout.
     fn keepalive_at(&self) -> Option<Duration> {
         let k = self.config.keepalive?;
+        // Nothing to keep alive before the conversation began (a client
+        // without the connect probe that has not written yet: a peer that
+        // must see data first sees none of ours).
+        if self.wire.datagrams_in == 0 && self.wire.datagrams_out == 0 {
+            return None;
+        }
         let wait = if self.keepalive_unanswered { k / 4 } else { k };
         Some(self.last_output.saturating_add(wait))
     }
