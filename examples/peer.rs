@@ -1433,6 +1433,15 @@ async fn client(f: Flags, nd: NoDelay) -> ExitCode {
             f.parallel,
             go_duration(f.hold)
         );
+        if f.snmp {
+            // The counters as the hold begins: what the idle sessions cost
+            // is the difference with the final `snmp:` line.
+            let mut at_hold = Counters::default();
+            for s in outs.iter().filter_map(|o| o.stream.as_ref()) {
+                at_hold.add(&s.stats());
+            }
+            println!("hold-start {}", at_hold.snmp_line());
+        }
         tokio::time::sleep(f.hold).await;
     }
     res.pass = true;
