@@ -195,8 +195,20 @@ fn scenarios(args: &Args) -> Result<Vec<Scenario>, kcpio::ConfigError> {
         Scenario {
             name: "kcp-go defaults",
             detail: "interval 100 ms, no fast resend, congestion window on, windows 32/32".into(),
+            client: base().kcp_go_defaults().build()?,
+            server: base().kcp_go_defaults().build()?,
+        },
+        Scenario {
+            name: "kcpio defaults",
+            detail: "Config::builder() as is: kcptun's fast (interval 30 ms, resend 2, no cwnd), windows 1024/1024".into(),
             client: base().build()?,
             server: base().build()?,
+        },
+        Scenario {
+            name: "kcpio defaults, fast3",
+            detail: "Config::builder().preset(Preset::Fast3): nodelay, interval 10 ms, windows 1024/1024".into(),
+            client: base().preset(Preset::Fast3).build()?,
+            server: base().preset(Preset::Fast3).build()?,
         },
         Scenario {
             name: "fast3",

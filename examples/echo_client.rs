@@ -9,7 +9,7 @@
 
 use std::time::Instant;
 
-use kcpio::{Config, KcpStream, Key, Method, Preset};
+use kcpio::{Config, KcpStream, Key, Method};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 #[tokio::main]
@@ -22,7 +22,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     // Both ends must agree on the cipher and key; the rest is local.
     let config = Config::builder()
-        .preset(Preset::Fast3)
         .crypto(Method::Aes128, Key::passphrase("it's a secret"))
         .build()?;
 

@@ -7,20 +7,18 @@
 //!
 //! An optional first argument sets the listen address.
 
-use std::time::Duration;
-
-use kcpio::{Config, KcpListener, Key, Method, Preset};
+use kcpio::{Config, KcpListener, Key, Method};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let addr = std::env::args()
         .nth(1)
         .unwrap_or_else(|| "127.0.0.1:29900".to_owned());
+    // The defaults: kcptun's `fast` timing, windows for a long fat path, a
+    // 10 s keepalive and a 30 s idle timeout (KCP has no FIN: a session
+    // ends when its peer is gone that long).
     let config = Config::builder()
-        .preset(Preset::Fast3)
         .crypto(Method::Aes128, Key::passphrase("it's a secret"))
-        // KCP has no FIN: a session ends when its peer stays silent this long.
-        .idle_timeout(Duration::from_secs(30))
         .build()?;
 
     let listener = KcpListener::bind(&addr, &config).await?;
@@ -30,7 +28,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("{peer}: new session, conv {:08x}", stream.conv());
         tokio::spawn(async move {
             let (mut rd, mut wr) = stream.into_split();
-            // Runs until the session fails (idle timeout or dead link).
+            // Runs until the session fails (the peer went away: idle timeout).
             let res = tokio::io::copy(&mut rd, &mut wr).await;
             println!("{peer}: session over ({res:?})");
         });

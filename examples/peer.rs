@@ -70,6 +70,7 @@ struct Flags {
     sockbuf: i64,
     timeout: Duration,
     idle: Duration,
+    keepalive: Duration,
     max_sessions: i64,
     duration: Duration,
     sink: bool,
@@ -110,6 +111,7 @@ impl Flags {
             sockbuf: 0,
             timeout: Duration::from_secs(60),
             idle: Duration::from_secs(15),
+            keepalive: Duration::ZERO,
             max_sessions: 0,
             duration: Duration::ZERO,
             sink: false,
@@ -185,6 +187,11 @@ const FLAG_HELP: &[(&str, bool, &str)] = &[
         "servers: close a session after this long without input (default 15s)",
     ),
     ("json", false, "client: print the result as one JSON line"),
+    (
+        "keepalive",
+        true,
+        "kcpio only: the library's keepalive with an idle timeout of 3x it (default 0 = off, as kcp-go)",
+    ),
     (
         "key",
         true,
@@ -456,6 +463,7 @@ fn parse_flags(mode: &str, args: &[String]) -> Result<Flags, ParseOutcome> {
             "sockbuf" => f.sockbuf = int()?,
             "timeout" => f.timeout = dur()?,
             "idle" => f.idle = dur()?,
+            "keepalive" => f.keepalive = dur()?,
             "max-sessions" => f.max_sessions = int()?,
             "duration" => f.duration = dur()?,
             "sink" => f.sink = boolean()?,
@@ -555,7 +563,15 @@ fn build_config(f: &Flags, nd: NoDelay, conv: Option<u32>) -> Result<Config, Str
     } else {
         Key::raw(hex::decode(&f.key_hex).map_err(|e| e.to_string())?)
     };
-    let mut b = Config::builder();
+    // kcp-go's defaults, which the flags mirror (no connect probe, no
+    // keepalive, no idle timeout) unless --keepalive asks for kcpio's.
+    let mut b = Config::builder().kcp_go_defaults();
+    if !f.keepalive.is_zero() {
+        b = b
+            .keepalive(f.keepalive)
+            .idle_timeout(f.keepalive * 3)
+            .connect_probe(true);
+    }
     b = match nd.values {
         None => b.preset(nd.kcpio.unwrap_or(Preset::Default)),
         Some((1, 10, 2, 1)) => b.preset(Preset::Fast3),
@@ -592,7 +608,7 @@ fn build_config(f: &Flags, nd: NoDelay, conv: Option<u32>) -> Result<Config, Str
         b = b.socket_buffers(n, n);
     }
     // KCP has no FIN: this program ends sessions by its own --idle and
-    // --timeout rules, so the library's idle timeout stays off (its default).
+    // --timeout rules, so the library's idle timeout stays off (kcp-go's).
     // kcp-go's listener has no session cap: lift kcpio's default (4096) so a
     // server accepts as many sessions as the Go peer would.
     b = b.max_sessions(MAX_SERVER_SESSIONS);
@@ -1417,6 +1433,15 @@ async fn client(f: Flags, nd: NoDelay) -> ExitCode {
             f.parallel,
             go_duration(f.hold)
         );
+        if f.snmp {
+            // The counters as the hold begins: what the idle sessions cost
+            // is the difference with the final `snmp:` line.
+            let mut at_hold = Counters::default();
+            for s in outs.iter().filter_map(|o| o.stream.as_ref()) {
+                at_hold.add(&s.stats());
+            }
+            println!("hold-start {}", at_hold.snmp_line());
+        }
         tokio::time::sleep(f.hold).await;
     }
     res.pass = true;

@@ -174,6 +174,6 @@ start_run() {
 # record TEST METRIC IMPL REP VALUE: one row of $RES
 record() { printf '%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" "$5" >>"$RES"; }
 # jget FILE FIELD: a field of the last JSON line in FILE
-jget() { python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])[sys.argv[2]])' "$1" "$2"; }
+jget() { python3 -c 'import json,sys; print(json.loads([l for l in open(sys.argv[1]).read().strip().splitlines() if l.startswith("{")][-1])[sys.argv[2]])' "$1" "$2"; }
 # timecpu FILE: user+sys seconds from a `/usr/bin/time -f '%U %S %M'` file
 timecpu() { awk '{ print $1 + $2 }' "$1"; }

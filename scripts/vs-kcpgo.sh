@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # kcpio against kcp-go on this machine, side by side (issue 5).
 #
-#   scripts/vs-kcpgo.sh [--quick] [--reps N] [--only sink,sink-aes,idle,echo1k]
+#   scripts/vs-kcpgo.sh [--quick] [--reps N] [--only sink,sink-aes,idle,idle-ka,echo1k]
 #
 # Builds the repository's Go peer (interop/kcpgo-peer) and
 # `cargo build --release --example peer`, runs both with identical flags,
@@ -15,7 +15,11 @@
 #   sink-aes  the same with aes-128 + FEC 10/3
 #   idle      10,000 sessions opened to one listener (one 64 B echo each),
 #             then held idle 30 s at interval 10 ms (fast3): the server's
-#             CPU % over the hold and its resident memory per session
+#             CPU % over the hold and its resident memory per session, and
+#             kcpio's client's bytes in + out per second during the hold
+#   idle-ka   the same with kcpio's keepalive on (--keepalive 10s, idle
+#             timeout 30 s) on both ends; kcpio only (kcp-go has none):
+#             compare with the idle row
 #   echo1k    1,000 sessions each echoing 64 messages of 64 B (ping-pong,
 #             fast3): total time and CPU-seconds of client + server
 # Client CPU comes from /usr/bin/time, server CPU and RSS from /proc/PID.
@@ -30,7 +34,7 @@ IDLE_N=10000
 IDLE_HOLD=30
 ECHO_N=1000
 ECHO_MSGS=64
-ONLY="sink,sink-aes,idle,echo1k"
+ONLY="sink,sink-aes,idle,idle-ka,echo1k"
 SOCKBUF=4194304
 while [ $# -gt 0 ]; do
 	case $1 in
@@ -55,7 +59,7 @@ IMPLS=(kcp-go)
 log "implementations: ${IMPLS[*]}; $REPS repetition(s); results in $RUN"
 
 # Each client session has its own UDP socket: raise the fd limit for the idle test.
-if want idle; then
+if want idle || want idle-ka; then
 	need=$((IDLE_N + 200))
 	if [ "$(ulimit -n)" -lt "$need" ]; then
 		ulimit -n "$need" 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
@@ -99,16 +103,17 @@ sink() {
 	record "$test" cpu_gb_total "$impl" "$rep" "$(python3 -c "print(($(timecpu "$f.time")+$st/$CLK_TCK)/$gb)")"
 }
 
-# idle IMPL REP
+# idle TEST IMPL REP FLAGS...
 idle() {
-	local impl=$1 rep=$2 f="$RUN/idle-$impl-$2" b; b=$(peer_bin "$impl")
-	local flags=(--nodelay fast3)
+	local test=$1 impl=$2 rep=$3; shift 3
+	local f="$RUN/$test-$impl-$rep" b; b=$(peer_bin "$impl")
+	local flags=(--nodelay fast3 "$@")
 	start_server "$impl" echo-server "$f" --idle 600s "${flags[@]}" || return 0
 	sleep 1
 	local rss0; rss0=$(rss_kb "$SRV")
 	log "idle $impl #$rep: opening $IDLE_N sessions, holding ${IDLE_HOLD}s"
 	"$b" client --addr "127.0.0.1:$PORT" --parallel "$IDLE_N" --messages 1 --size 64 --hold "${IDLE_HOLD}s" \
-		--timeout 300s --json "${flags[@]}" >"$f.json" 2>"$f.err" &
+		--timeout 300s --json --snmp "${flags[@]}" >"$f.json" 2>"$f.err" &
 	local cli=$!; CHILDREN+=("$cli")
 	if ! wait_line "$f.err" '^holding' 300 >/dev/null; then
 		log "  FAILED: the client never started holding (see $f.err)"; stop "$cli"; stop "$SRV"; return 0
@@ -127,10 +132,22 @@ idle() {
 	if [ "$live" -lt "$IDLE_N" ]; then
 		loud "idle $impl #$rep: only $live of $IDLE_N sessions opened (see $f.json); per-session RSS is over $live"
 	fi
-	record idle sessions_open "$impl" "$rep" "$live"
-	record idle server_cpu_pct "$impl" "$rep" "$(python3 -c "print(100*($t1-$t0)/$CLK_TCK/($w1-$w0))")"
-	[ "$live" -gt 0 ] && record idle rss_kb_per_session "$impl" "$rep" "$(python3 -c "print(($rss1-$rss0)/$live)")"
-	record idle open_s "$impl" "$rep" "$(python3 -c "print($(jget "$f.json" elapsed_ms)/1000)")"
+	record "$test" sessions_open "$impl" "$rep" "$live"
+	record "$test" server_cpu_pct "$impl" "$rep" "$(python3 -c "print(100*($t1-$t0)/$CLK_TCK/($w1-$w0))")"
+	[ "$live" -gt 0 ] && record "$test" rss_kb_per_session "$impl" "$rep" "$(python3 -c "print(($rss1-$rss0)/$live)")"
+	record "$test" open_s "$impl" "$rep" "$(python3 -c "print($(jget "$f.json" elapsed_ms)/1000)")"
+	# The client's bytes in + out during the hold (kcpio's peer prints its
+	# counters as the hold begins and at the end), per second of hold.
+	local io; io=$(python3 -c '
+import re, sys
+lines = open(sys.argv[1]).read().splitlines()
+def total(prefix):
+    l = [x for x in lines if x.startswith(prefix)][-1]
+    return int(re.search(r"\bOutBytes=(\d+)", l)[1]) + int(re.search(r"\bInBytes=(\d+)", l)[1])
+print(total("snmp:") - total("hold-start snmp:"))' "$f.json" 2>/dev/null || true)
+	if [ -n "$io" ]; then
+		record "$test" bytes_per_s "$impl" "$rep" "$(python3 -c "print($io / $IDLE_HOLD)")"
+	fi
 }
 
 # echo1k IMPL REP
@@ -155,7 +172,8 @@ for rep in $(seq "$REPS"); do
 		want sink && sink sink "$impl" "$rep" --sndwnd 1024 --rcvwnd 1024 --nodelay fast3 --sockbuf "$SOCKBUF"
 		want sink-aes && sink sink-aes "$impl" "$rep" --sndwnd 1024 --rcvwnd 1024 --nodelay fast3 --sockbuf "$SOCKBUF" \
 			--crypt aes-128 --datashard 10 --parityshard 3
-		want idle && idle "$impl" "$rep"
+		want idle && idle idle "$impl" "$rep"
+		[ "$impl" = kcpio ] && want idle-ka && idle idle-ka "$impl" "$rep" --keepalive 10s
 		want echo1k && echo1k "$impl" "$rep"
 	done
 done
@@ -180,6 +198,10 @@ rows = [
     ("idle", "server_cpu_pct", "  … held idle, interval 10 ms: server CPU %", "≤ 0.25", False),
     ("idle", "rss_kb_per_session", "  … server RSS per session (KiB)", "≤ 0.5", False),
     ("idle", "open_s", "  … time to open them all (s)", "", False),
+    ("idle", "bytes_per_s", "  … client bytes in + out per second during the hold", "", False),
+    ("idle-ka", "server_cpu_pct", "  … with kcpio's keepalive (10 s): server CPU %", "", False),
+    ("idle-ka", "rss_kb_per_session", "  … with keepalive: server RSS per session (KiB)", "", False),
+    ("idle-ka", "bytes_per_s", "  … with keepalive: client bytes in + out per second during the hold", "", False),
     ("echo1k", "total_s", f"{echo_n} sessions × {echo_msgs} × 64 B echo: total time (s)", "≤ 0.5", False),
     ("echo1k", "cpu_s", "  … client+server CPU-seconds", "≤ 0.5", False),
 ]

@@ -6,8 +6,8 @@
 //!
 //! A [`KcpStream`] is `AsyncRead + AsyncWrite` like a `TcpStream` (with
 //! `into_split`, and a message API in message mode), and a
-//! [`KcpListener`] accepts them like a `TcpListener`; one [`Config`] (built
-//! from kcp-go's defaults, with kcptun's [`Preset`]s) describes both. KCP
+//! [`KcpListener`] accepts them like a `TcpListener`; one [`Config`] (kcpio's
+//! defaults or kcp-go's, with kcptun's [`Preset`]s) describes both. KCP
 //! retransmits early and, with FEC, rebuilds lost datagrams from parity, so
 //! latency stays low on long, lossy links where TCP waits out a timeout.
 //!
@@ -16,14 +16,14 @@
 //! An echo over loopback, encrypted with AES-128:
 //!
 //! ```
-//! use kcpio::{Config, KcpListener, KcpStream, Key, Method, Preset};
+//! use kcpio::{Config, KcpListener, KcpStream, Key, Method};
 //! use tokio::io::{AsyncReadExt, AsyncWriteExt};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! // Both ends must agree on the cipher and key; the rest is local.
+//! // Both ends must agree on the cipher and key; the rest is local, and the
+//! // defaults suit a TcpStream user (see `ConfigBuilder`).
 //! let config = Config::builder()
-//!     .preset(Preset::Fast3)
 //!     .crypto(Method::Aes128, Key::passphrase("it's a secret"))
 //!     .build()?;
 //!
@@ -37,6 +37,7 @@
 //!     stream.shutdown().await // waits for the acknowledgement
 //! });
 //!
+//! // Returns once the listener answered (its `accept` has returned too).
 //! let mut stream = KcpStream::connect(addr, &config).await?;
 //! stream.write_all(b"hello").await?;
 //! let mut buf = [0; 5];
@@ -57,10 +58,10 @@
 //! KCP has no end-of-stream marker (neither has kcp-go): `shutdown` waits
 //! until everything written is acknowledged, but the peer never reads EOF.
 //! [`mux`] adds it, with many streams per session and a keepalive (smux v1
-//! and v2, as kcptun runs over kcp-go). Otherwise frame your own end marker
-//! and set an
-//! [`idle_timeout`](ConfigBuilder::idle_timeout) to reap sessions whose peer
-//! went away. The repository's `examples/` hold an echo pair, a TCP port
+//! and v2, as kcptun runs over kcp-go). Otherwise frame your own end marker;
+//! the [`idle_timeout`](ConfigBuilder::idle_timeout) (30 s, with a 10 s
+//! keepalive that live peers answer, both on by default) reaps sessions
+//! whose peer went away. The repository's `examples/` hold an echo pair, a TCP port
 //! forwarder (`tunnel.rs`) and the lossy-link demo
 //! (`cargo run --release --example demo`).
 //!
@@ -146,14 +147,20 @@ pub mod mux;
 mod pool;
 #[forbid(unsafe_code)]
 mod session;
+
 #[allow(unsafe_code)]
 mod simd; // runtime-dispatched SIMD kernels (GF(2^8), Salsa20, GCM): unsafe allowed
+mod socket;
 #[allow(unsafe_code)]
 mod sys; // batched datagram syscalls: the only other place unsafe is allowed
 
-pub use config::{Config, ConfigBuilder, ConfigError, Key, Preset};
+pub use config::{
+    Config, ConfigBuilder, ConfigError, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_TIMEOUT,
+    DEFAULT_KEEPALIVE, Key, MIN_WRITE_CAPACITY, Preset,
+};
 pub use conn::{Conn, ConnError, SessionError, SessionStats};
 pub use crypto::Method;
 pub use listener::{KcpListener, ListenerStats};
 pub use pool::MuxPool;
 pub use session::{KcpStream, OwnedReadHalf, OwnedWriteHalf};
+pub use socket::KcpSocket;

@@ -14,7 +14,8 @@ use tokio::net::ToSocketAddrs;
 
 use crate::config::Config;
 use crate::conn::{Conn, SessionStats};
-use crate::driver::{self, shared::SessionShared, shared::Side};
+use crate::driver::{shared::SessionShared, shared::Side};
+use crate::socket::KcpSocket;
 
 /// Holds a session for one or two handles; when the last is dropped the
 /// session keeps flushing in the background for up to `linger`, then is freed.
@@ -36,14 +37,18 @@ impl Drop for Handle {
 /// happens on the socket's driver task; a stream only moves bytes in and out
 /// of its ARQ, so every method is cheap and never blocks a thread.
 ///
-/// KCP has no handshake and no FIN: `connect` sends nothing until the first
-/// write, and the peer never sees an end of stream. A read returns `Ok(0)`
-/// only for an empty buffer. A dead peer is detected by the retransmission
-/// limit ([`ConfigBuilder::dead_link`](crate::ConfigBuilder::dead_link)) and a
-/// silent one by [`ConfigBuilder::idle_timeout`](crate::ConfigBuilder::idle_timeout):
-/// both fail pending and later reads and writes with `TimedOut`. The error's
-/// source is a [`SessionError`](crate::SessionError) that tells them apart
-/// (`DeadLink`, `IdleTimeout`; `Reset` when the peer restarted).
+/// KCP has no handshake and no FIN: `connect` proves the peer is there with
+/// a window probe (see [`connect`](Self::connect)), and the peer never sees
+/// an end of stream. A read returns `Ok(0)` only for an empty buffer.
+/// Liveness is on by default: a quiet session sends a keepalive probe every
+/// 10 s ([`ConfigBuilder::keepalive`](crate::ConfigBuilder::keepalive)),
+/// which the peer answers, and a peer that vanished is noticed by
+/// [`ConfigBuilder::idle_timeout`](crate::ConfigBuilder::idle_timeout) (30 s):
+/// pending and later reads and writes fail with `TimedOut`. The error's
+/// source is a [`SessionError`](crate::SessionError) that tells the reasons
+/// apart (`IdleTimeout`, `DeadLink` when
+/// [`dead_link`](crate::ConfigBuilder::dead_link) is set, `Reset` when the
+/// peer restarted).
 ///
 /// With FEC on, the session also carries unreliable datagrams beside the
 /// stream ([`send_datagram`](Self::send_datagram),
@@ -83,39 +88,85 @@ impl fmt::Debug for KcpStream {
 }
 
 impl KcpStream {
-    /// Opens a session to `addr` on a new UDP socket bound to the unspecified
-    /// address of `addr`'s family, port 0, with its own driver task.
+    /// Opens a session to `addr` and proves the peer is there, as
+    /// `TcpStream::connect` does: every address `addr` resolves to is tried
+    /// in order, each on a new UDP socket bound to the unspecified address of
+    /// its family (port 0) and connected to it, with its own driver task.
     ///
-    /// Nothing is sent yet (KCP has no handshake): an unreachable peer shows
-    /// up on the first write, as `TimedOut` after the dead-link limit. The
-    /// conversation id is [`ConfigBuilder::conv`](crate::ConfigBuilder::conv)
-    /// or a random one. Must be called within a tokio runtime.
+    /// KCP has no handshake; kcpio's connect sends a KCP window probe (a
+    /// WASK, which kcp-go, C KCP and kcpio answer with a WINS; kcp-go's and
+    /// kcpio's listeners create the session on it, so their `accept`
+    /// returns now), resends it with back-off, and returns once any valid
+    /// datagram of the conversation arrived, or fails after
+    /// [`ConfigBuilder::connect_timeout`](crate::ConfigBuilder::connect_timeout)
+    /// (5 s by default). With
+    /// [`ConfigBuilder::connect_probe`](crate::ConfigBuilder::connect_probe)`(false)`
+    /// it sends nothing and returns at once, as before. To bind the client
+    /// to a chosen local address or bring your own socket, use
+    /// [`KcpSocket`](crate::KcpSocket). The conversation id is
+    /// [`ConfigBuilder::conv`](crate::ConfigBuilder::conv) or a random one.
+    /// Must be called within a tokio runtime.
     ///
     /// # Errors
     ///
-    /// Resolution errors, `InvalidInput` when `addr` resolves to nothing, and
-    /// socket errors (bind, buffer sizes, DSCP).
+    /// The last address's error when none answered:
+    /// - `ConnectionRefused` (source
+    ///   [`SessionError::Refused`](crate::SessionError::Refused)): the host
+    ///   reported nothing listening on that port (ICMP port unreachable);
+    /// - `TimedOut` (source
+    ///   [`SessionError::ConnectTimeout`](crate::SessionError::ConnectTimeout)):
+    ///   no answer within the connect timeout: no server there, a server
+    ///   with another key or cipher (nothing either side sends opens at the
+    ///   other), or a path that drops UDP;
+    /// - resolution errors, `InvalidInput` when `addr` resolves to nothing,
+    ///   and socket errors (bind, buffer sizes, DSCP).
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: nothing is created until the address is resolved, and the
-    /// rest completes without waiting.
+    /// Cancel safe: a cancelled connect releases the session it started and
+    /// closes its socket.
     ///
     /// # Examples
     ///
     /// ```no_run
     /// # async fn run() -> std::io::Result<()> {
-    /// let config = kcpio::Config::builder().preset(kcpio::Preset::Fast3).build().unwrap();
+    /// let config = kcpio::Config::builder().build().unwrap();
     /// let stream = kcpio::KcpStream::connect("127.0.0.1:29900", &config).await?;
     /// println!("conv {:08x} from {}", stream.conv(), stream.local_addr()?);
     /// # Ok(()) }
     /// ```
     pub async fn connect<A: ToSocketAddrs>(addr: A, config: &Config) -> io::Result<KcpStream> {
-        let peer = tokio::net::lookup_host(addr).await?.next().ok_or_else(|| {
+        let mut last = None;
+        for peer in tokio::net::lookup_host(addr).await? {
+            let bind: SocketAddr = if peer.is_ipv4() {
+                (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
+            } else {
+                (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+            };
+            let attempt = match KcpSocket::bind(bind, config) {
+                Ok(socket) => socket.connect(peer).await,
+                Err(e) => Err(e),
+            };
+            match attempt {
+                Ok(stream) => return Ok(stream),
+                Err(e) => {
+                    tracing::debug!(%peer, "kcp connect failed: {e}");
+                    last = Some(e);
+                }
+            }
+        }
+        Err(last.unwrap_or_else(|| {
             io::Error::new(io::ErrorKind::InvalidInput, "address resolved to nothing")
-        })?;
-        let session = driver::spawn_client(peer, config.inner.clone())?;
-        Ok(Self::from_session(session))
+        }))
+    }
+
+    /// Waits for the connect probe's answer (at once without a probe).
+    pub(crate) async fn established(&self) -> io::Result<()> {
+        poll_fn(|cx| {
+            self.session()
+                .poll_call(cx, Side::Read, |c| c.established())
+        })
+        .await
     }
 
     pub(crate) fn from_session(session: Arc<SessionShared>) -> Self {

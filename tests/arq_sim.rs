@@ -165,10 +165,17 @@ fn transfer(
 const MIB4: usize = 4 << 20;
 
 /// The grid's configuration: 128-packet windows, aes-128; message mode
-/// runs under a smaller MTU to exercise the cap.
+/// runs under a smaller MTU to exercise the cap. The ARQ alone: the
+/// lifecycle the grid was recorded with (dead link after 20
+/// transmissions, which never fires here; no keepalive, no idle timeout),
+/// so kcp-go's `Default` preset may back off for longer than an idle
+/// timeout at 30% loss without the run being cut short.
 fn grid_config(preset: Preset, stream: bool) -> Config {
     Config::builder()
         .preset(preset)
+        .dead_link(20)
+        .keepalive(None)
+        .idle_timeout(None)
         .window(128, 128)
         .stream(stream)
         .mtu(if stream { 1400 } else { 1200 })

@@ -18,14 +18,26 @@ use sim::{Flow, Link, Sim, payload, snapshot};
 
 const LINGER_MS: u64 = 1_000;
 
-/// fast3, aes-128, FEC 3/1, a 1 s linger.
-fn builder() -> ConfigBuilder {
+/// fast3, aes-128, FEC 3/1, a 1 s linger, with kcpio's liveness defaults
+/// (connect probe, 10 s keepalive, 30 s idle timeout, no dead-link limit).
+fn live_builder() -> ConfigBuilder {
     Config::builder()
         .preset(Preset::Fast3)
         .stream(true)
         .crypto(Method::Aes128, Key::passphrase("lifecycle"))
         .fec(3, 1)
         .linger(Duration::from_millis(LINGER_MS))
+}
+
+/// [`live_builder`] with the windows and lifecycle these transcripts were
+/// written for (the defaults before liveness was on by default): windows
+/// 32/32, dead link after 20 transmissions, no keepalive, no idle timeout.
+fn builder() -> ConfigBuilder {
+    live_builder()
+        .window(32, 32)
+        .dead_link(20)
+        .keepalive(None)
+        .idle_timeout(None)
 }
 
 fn config() -> Config {
@@ -43,6 +55,7 @@ fn both_failed(sim: &mut Sim, limit: u64) -> Flow {
 
 #[test]
 fn idle_timeout() {
+    // The idle rule alone (no keepalive answers to keep the pair alive).
     let config = builder()
         .idle_timeout(Duration::from_secs(3))
         .build()
@@ -304,4 +317,122 @@ fn conversations_sharing_the_clock_fail_alone() {
     assert_eq!(got[d], 500, "what crossed before the dark");
     assert!(got[b] > got[d] * 10, "the other conversation went on");
     snapshot("lifecycle_two_conversations.txt", &sim.log);
+}
+
+/// Lets every node send what is due now, then logs each node's window
+/// probes and answers as their counters move (so each is logged at the
+/// time it left).
+fn log_probes(sim: &mut Sim, seen: &mut [(u64, u64); 2]) {
+    sim.transmit();
+    for (i, seen) in seen.iter_mut().enumerate() {
+        let st = sim.nodes[i].conn.stats();
+        let now = (st.arq.wask_out, st.arq.wins_out);
+        if now.0 > seen.0 {
+            sim.note(format_args!("node {i} sends a window probe (WASK)"));
+        }
+        if now.1 > seen.1 {
+            sim.note(format_args!("node {i} answers with its window (WINS)"));
+        }
+        *seen = now;
+    }
+}
+
+#[test]
+fn connect_probe_is_answered_within_a_round_trip() {
+    let config = live_builder().build().expect("valid config");
+    let mut sim = Sim::pair(&config, Link::clean(20), 9, 0, 0);
+    let now = sim.now();
+    sim.conn(0).connect(now);
+    sim.note("node 0 connects");
+    let mut seen = [(0, 0); 2];
+    sim.drive(1_000, |sim| {
+        log_probes(sim, &mut seen);
+        if sim.conn(0).established().is_ok() {
+            sim.note("node 0 established");
+            Flow::Done
+        } else {
+            Flow::Continue
+        }
+    });
+    // 20 ms there, node 1's next 10 ms tick, 20 ms back.
+    let t = sim.elapsed_ms();
+    assert!((40..=50).contains(&t), "{t}");
+    assert_eq!(sim.nodes[0].conn.stats().arq.wask_out, 1);
+    snapshot("lifecycle_connect_answered.txt", &sim.log);
+}
+
+#[test]
+fn connect_probe_backs_off_then_times_out() {
+    let config = live_builder().build().expect("valid config");
+    let link = Link::clean(20).blackout(0, u64::MAX);
+    let mut sim = Sim::pair(&config, link, 10, 0, 0);
+    let now = sim.now();
+    sim.conn(0).connect(now);
+    sim.note("node 0 connects; nothing gets through");
+    let mut seen = [(0, 0); 2];
+    sim.drive(1_000, |sim| {
+        log_probes(sim, &mut seen);
+        if sim.nodes[0].conn.error().is_some() {
+            Flow::Done
+        } else {
+            Flow::Continue
+        }
+    });
+    assert_eq!(
+        sim.conn(0).established(),
+        Err(ConnError::Closed(SessionError::ConnectTimeout))
+    );
+    // Probes at 0, 250, 750, 1750 and 3750 ms; the default 5 s timeout.
+    assert_eq!(sim.nodes[0].conn.stats().arq.wask_out, 5);
+    assert_eq!(sim.elapsed_ms(), 5_000);
+    assert_eq!(sim.nodes[1].conn.error(), None, "node 1 never heard of it");
+    snapshot("lifecycle_connect_timeout.txt", &sim.log);
+}
+
+#[test]
+fn keepalive_holds_a_quiet_pair_and_idle_fails_a_vanished_peer() {
+    // kcpio's defaults: a 10 s keepalive and a 30 s idle timeout. The pair
+    // is quiet for a minute, then the path goes dark for good.
+    let dark = 60_000;
+    let config = live_builder().build().expect("valid config");
+    let link = Link::clean(20).blackout(dark, u64::MAX);
+    let mut sim = Sim::pair(&config, link, 11, 0, 0);
+    let now = sim.now();
+    sim.conn(0).connect(now);
+    sim.note("node 0 connects");
+    let mut seen = [(0, 0); 2];
+    let mut noted_dark = false;
+    sim.drive(10_000, |sim| {
+        log_probes(sim, &mut seen);
+        if sim.elapsed_ms() >= dark && !noted_dark {
+            noted_dark = true;
+            sim.note("the path goes dark");
+        }
+        if sim.nodes.iter().all(|n| n.conn.is_finished()) {
+            Flow::Done
+        } else if sim.elapsed_ms() < dark {
+            Flow::WakeAt(dark)
+        } else {
+            Flow::Continue
+        }
+    });
+    let (a, b) = (sim.nodes[0].conn.stats(), sim.nodes[1].conn.stats());
+    // One probe every 10 s from node 0 (the opener and five keepalives up
+    // to 50 s), then, unanswered in the dark from 60 s on, one every 2.5 s
+    // until the idle timeout (nine more); node 1's answers restart its own
+    // keepalive, so it never probes while it hears node 0.
+    assert_eq!(a.arq.wask_out, 6 + 9, "{a:?}");
+    assert_eq!(b.arq.wins_out, 6);
+    assert_eq!(a.arq.wask_in, 0, "{a:?}");
+    for i in 0..2 {
+        assert_eq!(sim.nodes[i].conn.error(), Some(SessionError::IdleTimeout));
+        // Failed means finished: a listener frees (reaps) the session.
+        assert!(sim.nodes[i].conn.is_finished());
+        assert_eq!(sim.conn(i).poll_timeout(), None);
+    }
+    // Each fails 30 s after its last input, just after 50 s.
+    let t = sim.elapsed_ms();
+    assert!((80_000..80_100).contains(&t), "{t}");
+    // The cost while quiet: 12 datagrams in 60 s, both directions together.
+    snapshot("lifecycle_keepalive_idle.txt", &sim.log);
 }

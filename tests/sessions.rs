@@ -344,7 +344,9 @@ async fn black_hole() -> (SocketAddr, UdpSocket) {
 
 #[tokio::test]
 async fn dead_peer_fails_pending_read_and_later_writes() {
-    let config = fast().dead_link(5).build().unwrap();
+    // The data path against a dead peer: without the connect probe, which
+    // would fail first (tests/connect.rs).
+    let config = fast().dead_link(5).connect_probe(false).build().unwrap();
     let (addr, _hole) = black_hole().await;
     let mut stream = KcpStream::connect(addr, &config).await.unwrap();
     stream.write_all(b"hello?").await.unwrap();
@@ -360,7 +362,12 @@ async fn dead_peer_fails_pending_read_and_later_writes() {
 
 #[tokio::test]
 async fn full_window_write_to_dead_peer_does_not_block_forever() {
-    let config = fast().window(8, 8).dead_link(5).build().unwrap();
+    let config = fast()
+        .window(8, 8)
+        .dead_link(5)
+        .connect_probe(false)
+        .build()
+        .unwrap();
     let (addr, _hole) = black_hole().await;
     let mut stream = KcpStream::connect(addr, &config).await.unwrap();
     let data = vec![7u8; 1 << 20];
@@ -433,6 +440,7 @@ async fn peer_task_killed_is_detected() {
 async fn idle_timeout_fails_a_quiet_session() {
     let config = fast()
         .idle_timeout(Duration::from_millis(300))
+        .connect_probe(false)
         .build()
         .unwrap();
     let (addr, _hole) = black_hole().await;
@@ -796,9 +804,14 @@ async fn accepted_streams_outlive_the_listener() {
         s.write_all(b"c").await.unwrap();
         c.read_exact(&mut b).await.unwrap();
         assert_eq!(&b, b"c");
-        // A new peer is not accepted any more (nobody could take it).
-        let mut other = KcpStream::connect(addr, &config).await.unwrap();
-        other.write_all(b"x").await.unwrap();
+        // A new peer is not accepted any more (nobody could take it): its
+        // connect probe goes unanswered.
+        let short = fast()
+            .connect_timeout(Duration::from_millis(500))
+            .build()
+            .unwrap();
+        let e = KcpStream::connect(addr, &short).await.unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut, "{e}");
     })
     .await
     .unwrap();

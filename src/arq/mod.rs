@@ -1285,6 +1285,28 @@ impl Kcp {
         Ok(n)
     }
 
+    /// Asks the peer for its window: a WASK goes out at the next call that
+    /// brings `now` (normally the `poll_transmit` right after), carrying
+    /// `una` and our window like every segment. kcp-go and C KCP answer with
+    /// a WINS at their next flush, so any WASK proves, within a round trip
+    /// and a flush interval, that the peer is there; the connection's
+    /// connect probe and keepalive use it (kcp-go sends WASK only while the
+    /// peer's window is closed).
+    pub fn probe_window(&mut self) {
+        self.probe |= ASK_SEND;
+        self.pending = Some(
+            self.pending
+                .map_or(Flush::AckOnly, |k| k.max(Flush::AckOnly)),
+        );
+    }
+
+    /// The peer asked for our window (a WASK arrived) and the WINS answer
+    /// has not gone out yet.
+    #[must_use]
+    pub fn answers_probe(&self) -> bool {
+        self.probe & ASK_TELL != 0
+    }
+
     /// A segment reached `dead_link` transmissions. kcp-go records this and
     /// never acts on it (its sessions retransmit forever); the driver decides.
     #[must_use]

@@ -40,6 +40,16 @@ pub enum SessionError {
     /// runtime shut down, or the listener was dropped before `accept`).
     /// `io::ErrorKind::ConnectionAborted`.
     Aborted,
+    /// The connect probe got no answer within
+    /// [`ConfigBuilder::connect_timeout`](crate::ConfigBuilder::connect_timeout):
+    /// no server at that address, a server with another key or cipher
+    /// (its datagrams and ours fail to open), or a path that drops UDP.
+    /// `io::ErrorKind::TimedOut`.
+    ConnectTimeout,
+    /// The peer's host reported the port unreachable (ICMP) while the
+    /// connect probe ran: nothing listens there.
+    /// `io::ErrorKind::ConnectionRefused`.
+    Refused,
 }
 
 impl SessionError {
@@ -47,7 +57,8 @@ impl SessionError {
     #[must_use]
     pub fn kind(self) -> io::ErrorKind {
         match self {
-            Self::DeadLink | Self::IdleTimeout => io::ErrorKind::TimedOut,
+            Self::DeadLink | Self::IdleTimeout | Self::ConnectTimeout => io::ErrorKind::TimedOut,
+            Self::Refused => io::ErrorKind::ConnectionRefused,
             Self::Reset => io::ErrorKind::ConnectionReset,
             Self::Aborted => io::ErrorKind::ConnectionAborted,
         }
@@ -61,6 +72,14 @@ impl fmt::Display for SessionError {
             Self::IdleTimeout => "kcp session idle: nothing received within idle_timeout",
             Self::Reset => "kcp peer restarted the conversation from the same address",
             Self::Aborted => "kcp session stopped: its driver went away",
+            Self::ConnectTimeout => {
+                "kcp connect timed out: no answer to the connect probe within connect_timeout \
+                 (no server at that address, a server with a different key or cipher, \
+                 or a path that blocks UDP)"
+            }
+            Self::Refused => {
+                "kcp connect refused: the peer's host reports nothing listening on that UDP port"
+            }
         })
     }
 }

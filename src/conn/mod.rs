@@ -25,6 +25,7 @@
 //! conn.shutdown() -> Result<(), ConnError>           // Ok once all is acknowledged
 //! conn.send_datagram(payload) / recv_datagram(buf)   // unreliable, beside the stream
 //! conn.release()  conn.abort(reason)                  // lifecycle from outside
+//! conn.connect(now) conn.established() -> Result<(), ConnError> // client probe
 //! conn.readable() conn.writable() conn.error() conn.is_finished() conn.stats()
 //! conn.header_len() conn.max_datagram()              // the slot layout
 //! ```
@@ -175,6 +176,23 @@ struct FecIn {
     scratch: Box<[u8]>,
 }
 
+/// The first wait between connect probes; doubled after each, up to
+/// [`PROBE_MAX_WAIT`].
+pub const PROBE_FIRST_WAIT: Duration = Duration::from_millis(250);
+/// The longest wait between two connect probes.
+pub const PROBE_MAX_WAIT: Duration = Duration::from_secs(2);
+
+/// A client's connect probe while it waits for the peer's first datagram.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Probe {
+    /// When the next WASK goes out.
+    next: Duration,
+    /// The wait after that one.
+    wait: Duration,
+    /// When the connect fails (`None`: never).
+    deadline: Option<Duration>,
+}
+
 /// Datagram and packet counters of one session.
 #[derive(Clone, Copy, Debug, Default)]
 struct Wire {
@@ -280,6 +298,12 @@ pub struct Conn {
     /// The latest `now` seen.
     now: Duration,
     last_input: Duration,
+    /// When the last datagram left (the keepalive counts from it).
+    last_output: Duration,
+    /// A client's connect probe, until any valid datagram arrives.
+    connecting: Option<Probe>,
+    /// A keepalive probe went out and nothing valid came in since.
+    keepalive_unanswered: bool,
     error: Option<SessionError>,
     write_closed: bool,
     shutdown: Linger,
@@ -368,6 +392,9 @@ impl Conn {
             config,
             now,
             last_input: now,
+            last_output: now,
+            connecting: None,
+            keepalive_unanswered: false,
             error: None,
             write_closed: false,
             shutdown: Linger::Off,
@@ -482,6 +509,8 @@ impl Conn {
         self.wire.input_errors += u64::from(out.bad_kcp);
         if out.accepted {
             self.last_input = self.now;
+            self.connecting = None;
+            self.keepalive_unanswered = false;
         }
         out
     }
@@ -512,6 +541,9 @@ impl Conn {
         if self.error.is_some() {
             return;
         }
+        // Before the ARQ's tick, which would flush (and so hide) a pending
+        // answer to the peer's probe.
+        self.run_probes();
         let now_ts = ts(self.now);
         if self.kcp.poll_timeout().is_some_and(|t| now_ts.diff(t) >= 0) {
             self.kcp.handle_timeout(now_ts);
@@ -575,14 +607,59 @@ impl Conn {
     }
 
     fn sent(&mut self, len: usize, parity: bool) -> Transmit {
+        self.last_output = self.now;
         self.wire.datagrams_out += 1;
         self.wire.bytes_out += len as u64;
         Transmit { len, parity }
     }
 
-    /// The dead-link and idle rules, after the output is drained.
+    /// The connect probe and the keepalive, when due: a WASK (see
+    /// [`Kcp::probe_window`]) the peer answers with a WINS.
+    fn run_probes(&mut self) {
+        if let Some(p) = self.connecting.as_mut() {
+            if self.now >= p.next {
+                p.next = self.now.saturating_add(p.wait);
+                p.wait = p.wait.saturating_mul(2).min(PROBE_MAX_WAIT);
+                self.kcp.probe_window();
+            }
+        } else if let Some(k) = self.keepalive_at() {
+            if self.now >= k {
+                // Counted as output when it leaves, which re-arms this. The
+                // answer to the peer's own probe, when one is due, is as
+                // good as a probe of ours (the peer's probe was our input).
+                self.last_output = self.now;
+                if !self.kcp.answers_probe() {
+                    self.kcp.probe_window();
+                    self.keepalive_unanswered = true;
+                }
+            }
+        }
+    }
+
+    /// When the keepalive probe is due: `keepalive` after the last datagram
+    /// we sent (any datagram proves as much to the peer's idle timer), or a
+    /// quarter of that after a probe nothing answered yet, so a lossy path
+    /// gets several tries before the idle timeout.
+    fn keepalive_at(&self) -> Option<Duration> {
+        let k = self.config.keepalive?;
+        // Nothing to keep alive before the conversation began (a client
+        // without the connect probe that has not written yet: a peer that
+        // must see data first sees none of ours).
+        if self.wire.datagrams_in == 0 && self.wire.datagrams_out == 0 {
+            return None;
+        }
+        let wait = if self.keepalive_unanswered { k / 4 } else { k };
+        Some(self.last_output.saturating_add(wait))
+    }
+
+    /// The connect, dead-link and idle rules, after the output is drained.
+    /// The idle timer does not run while the connect probe does.
     fn check_liveness(&mut self) {
-        if self.kcp.is_dead() {
+        if let Some(p) = self.connecting {
+            if p.deadline.is_some_and(|d| self.now >= d) {
+                self.error = Some(SessionError::ConnectTimeout);
+            }
+        } else if self.kcp.is_dead() {
             self.error = Some(SessionError::DeadLink);
         } else if let Some(idle) = self.config.idle_timeout {
             if self.now.saturating_sub(self.last_input) >= idle {
@@ -592,10 +669,12 @@ impl Conn {
     }
 
     /// When [`handle_timeout`](Self::handle_timeout) must run next: the
-    /// ARQ's flush, the FEC group deadline, the idle timeout, and the
-    /// shutdown and release lingers while data is unacknowledged. `None`
-    /// when nothing is scheduled (a quiet session with no idle timeout
-    /// costs nothing) or the session failed.
+    /// ARQ's flush, the FEC group deadline, the connect probe and its
+    /// timeout, the keepalive, the idle timeout, and the shutdown and
+    /// release lingers while data is unacknowledged. `None` when nothing is
+    /// scheduled (a quiet session with keepalive and idle timeout off) or
+    /// the session failed. A quiet session with them on has one deadline
+    /// per keepalive interval.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Duration> {
         if self.error.is_some() {
@@ -614,14 +693,69 @@ impl Conn {
             next,
             self.enc.as_ref().and_then(FecEncoder::poll_timeout).map(at),
         );
-        let idle = self.config.idle_timeout;
-        next = earliest(next, idle.map(|i| self.last_input.saturating_add(i)));
+        if let Some(p) = self.connecting {
+            next = earliest(next, Some(p.next));
+            next = earliest(next, p.deadline);
+        } else {
+            next = earliest(next, self.keepalive_at());
+            let idle = self.config.idle_timeout;
+            next = earliest(next, idle.map(|i| self.last_input.saturating_add(i)));
+        }
         if !self.kcp.is_flushed() {
             let shutdown = self.shutdown.until().filter(|&d| d > self.now);
             next = earliest(next, shutdown);
             next = earliest(next, self.release.until());
         }
         next
+    }
+
+    /// Starts the client's connect probe at `now`: a window probe (WASK,
+    /// `sn` 0, `una` 0: a conversation opener) goes out at once and again
+    /// after [`PROBE_FIRST_WAIT`], doubling up to [`PROBE_MAX_WAIT`],
+    /// until any valid datagram of the conversation arrives (kcp-go and C
+    /// KCP answer a WASK with a WINS at their next flush). With
+    /// [`ConfigBuilder::connect_timeout`](crate::ConfigBuilder::connect_timeout)
+    /// on, the session fails with [`SessionError::ConnectTimeout`] when
+    /// nothing came by then. [`established`](Self::established) tells the
+    /// outcome. Call once, before anything else is sent; no effect on a
+    /// session that already heard from its peer.
+    pub fn connect(&mut self, now: Duration) {
+        self.advance(now);
+        if self.error.is_some() || self.wire.datagrams_in > 0 {
+            return;
+        }
+        self.connecting = Some(Probe {
+            next: self.now,
+            wait: PROBE_FIRST_WAIT,
+            deadline: self
+                .config
+                .connect_timeout
+                .map(|t| self.now.saturating_add(t)),
+        });
+        self.run_probes();
+    }
+
+    /// The connect probe's verdict: `Ok` once the peer answered (or no
+    /// probe ran).
+    ///
+    /// # Errors
+    ///
+    /// [`ConnError::WouldBlock`] while the probe waits for an answer
+    /// (retry after the next `handle_*` call), [`ConnError::Closed`] when
+    /// the session failed ([`SessionError::ConnectTimeout`],
+    /// [`SessionError::Refused`], ...).
+    pub fn established(&self) -> Result<(), ConnError> {
+        match (self.error, self.connecting) {
+            (Some(e), _) => Err(ConnError::Closed(e)),
+            (None, Some(_)) => Err(ConnError::WouldBlock),
+            (None, None) => Ok(()),
+        }
+    }
+
+    /// The connect probe is still waiting for the peer's first datagram.
+    #[must_use]
+    pub fn is_connecting(&self) -> bool {
+        self.connecting.is_some() && self.error.is_none()
     }
 
     // -------------------------------------------------------- application

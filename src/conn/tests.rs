@@ -236,7 +236,12 @@ fn application_verdicts() {
 
 #[test]
 fn idle_timeout_fires_at_its_deadline_and_input_restarts_it() {
-    let c = config(Config::builder().idle_timeout(Duration::from_secs(2)));
+    // The idle rule alone: no keepalive answers to keep the pair alive.
+    let c = config(
+        Config::builder()
+            .idle_timeout(Duration::from_secs(2))
+            .keepalive(None),
+    );
     let mut pair = Pair::new(c, 0);
     // A quiet session: the only deadline is the idle timeout.
     assert_eq!(pair.conns[0].poll_timeout(), Some(Duration::from_secs(2)));
@@ -608,4 +613,109 @@ fn guard_shards_stop_once_the_peer_sends_our_shape() {
         let (g, data) = guards(peer);
         assert!(g >= data / 3 - 1, "{g} guards for {data} data shards");
     }
+}
+
+#[test]
+fn keepalive_keeps_a_quiet_pair_alive_and_a_dark_one_fails_at_idle() {
+    let c = config(
+        Config::builder()
+            .idle_timeout(Duration::from_secs(3))
+            .keepalive(Duration::from_secs(1)),
+    );
+    let mut pair = Pair::new(c, 0);
+    // Before the conversation began there is nothing to keep alive: the
+    // idle timeout is the only deadline.
+    assert_eq!(pair.conns[0].poll_timeout(), Some(Duration::from_secs(3)));
+    // Peer 0 opens (as a client does): peer 1's first output is its answer.
+    pair.conns[0].connect(Duration::ZERO);
+    for _ in 0..10_000 {
+        pair.step();
+    }
+    for c in &pair.conns {
+        assert_eq!(c.error(), None, "alive peers answer the probes");
+    }
+    let (a, b) = (pair.conns[0].stats(), pair.conns[1].stats());
+    // Each side probes when it sent nothing for 1 s, and the other's WINS
+    // answer counts as sending: about one probe per second in all.
+    let probes = a.arq.wask_out + b.arq.wask_out;
+    assert_eq!(probes, 10, "the opener and one probe per second");
+    assert_eq!(b.arq.wask_out, 0, "the answers keep peer 1 quiet");
+    assert_eq!(a.arq.wins_in + b.arq.wins_in, probes);
+    // The path goes dark: both fail 3 s after their last input.
+    pair.blackout = true;
+    let dark = pair.now;
+    while pair.conns.iter().any(|c| c.error().is_none()) {
+        assert!(pair.now < dark + Duration::from_secs(4));
+        pair.step();
+    }
+    for c in &pair.conns {
+        assert_eq!(c.error(), Some(SessionError::IdleTimeout));
+    }
+}
+
+#[test]
+fn connect_probe_is_answered_or_times_out_on_its_schedule() {
+    let c = config(Config::builder().connect_timeout(Duration::from_secs(2)));
+    // Answered: the first WASK comes back as a WINS within a round trip
+    // and a flush interval.
+    let mut pair = Pair::new(c.clone(), 0);
+    pair.conns[0].connect(Duration::ZERO);
+    assert_eq!(pair.conns[0].established(), Err(ConnError::WouldBlock));
+    assert!(pair.conns[0].is_connecting());
+    while pair.conns[0].is_connecting() {
+        assert!(pair.now < Duration::from_millis(200));
+        pair.step();
+    }
+    assert_eq!(pair.conns[0].established(), Ok(()));
+    assert_eq!(pair.conns[0].stats().arq.wask_out, 1);
+    assert_eq!(pair.conns[1].stats().arq.wask_in, 1);
+    // Nobody answers: WASKs at 0, 250, 750, 1750 ms, then the timeout at 2 s.
+    let mut pair = Pair::new(c, 0);
+    pair.blackout = true;
+    pair.conns[0].connect(Duration::ZERO);
+    let mut sent_at = Vec::new();
+    let mut last = 0;
+    while pair.conns[0].error().is_none() {
+        assert!(pair.now < Duration::from_secs(3));
+        pair.step();
+        let n = pair.conns[0].stats().arq.wask_out;
+        if n != last {
+            sent_at.push(pair.now.as_millis() - 1);
+            last = n;
+        }
+    }
+    assert_eq!(sent_at, [0, 250, 750, 1750]);
+    assert_eq!(pair.now, Duration::from_millis(2001));
+    assert_eq!(
+        pair.conns[0].established(),
+        Err(ConnError::Closed(SessionError::ConnectTimeout))
+    );
+    let e = std::io::Error::from(ConnError::Closed(SessionError::ConnectTimeout));
+    assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
+    assert!(e.to_string().contains("different key"), "{e}");
+}
+
+#[test]
+fn write_capacity_is_what_a_writer_gets_in_before_the_peer_reads() {
+    let c = config(Config::builder().stream(true).window(16, 16));
+    let cap = c.write_capacity();
+    assert_eq!(cap, (2 * 16 + 16) * (1380 - 24));
+    let mut pair = Pair::new(c, 0);
+    // Whole segments: a write's last partial segment leaves before the
+    // next write could fill it, so odd sizes hold less.
+    let chunk = vec![7u8; 3 * (1380 - 24)];
+    let mut written = 0;
+    for _ in 0..3000 {
+        if let Ok(n) = pair.conns[0].write(&chunk) {
+            written += n;
+        }
+        pair.step();
+    }
+    assert_eq!(written, cap, "no reader: the writer stops at the capacity");
+    let mut held = 0;
+    let mut buf = vec![0u8; 1 << 20];
+    while let Ok(n) = pair.conns[1].read(&mut buf) {
+        held += n;
+    }
+    assert_eq!(held, 16 * (1380 - 24), "the peer holds its receive window");
 }

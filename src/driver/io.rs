@@ -96,6 +96,10 @@ pub(crate) struct Io {
     rate: Option<RateLimiter>,
     /// The rate limiter holds the slots until then.
     pub(crate) rate_wait: Option<Duration>,
+    /// A send or receive reported `ConnectionRefused` (ICMP port
+    /// unreachable on a connected client socket) since the driver last
+    /// looked.
+    pub(crate) refused: bool,
 }
 
 impl Io {
@@ -146,6 +150,7 @@ impl Io {
             tx_sent: 0,
             rate,
             rate_wait: None,
+            refused: false,
         }
     }
 
@@ -183,7 +188,8 @@ impl Io {
             // found the queue empty: `recvmmsg` and the portable loop stop
             // early only at EAGAIN or at an error, and errors cannot arise
             // mid-queue here (driver sockets are never connected and do not
-            // set IP_RECVERR, so no ICMP error is queued; the portable path
+            // set IP_RECVERR, so no ICMP error is queued but a connected
+            // client's one refusal, met first; the portable path
             // says when it holds one back). Reporting it to tokio as
             // `WouldBlock` clears the readiness now instead of with one more
             // `recvmmsg` that would return EAGAIN. A datagram that arrives
@@ -210,8 +216,10 @@ impl Io {
                 Ok(n) => break n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock && drained > 0 => break drained,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                Err(_) => {
-                    // ICMP errors, truncation reports...: counted, never fatal.
+                Err(e) => {
+                    // ICMP errors, truncation reports...: counted, never fatal
+                    // here (the driver decides what a refusal means).
+                    self.refused |= e.kind() == io::ErrorKind::ConnectionRefused;
                     bump(&shared.counters.recv_errors);
                     return Poll::Ready(0);
                 }
@@ -385,9 +393,10 @@ impl Io {
                     self.tx_sent += slots.max(1);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                Err(_) => {
+                Err(e) => {
                     // About transmits[0] only (unreachable, too large...):
                     // drop it; KCP retransmits what mattered.
+                    self.refused |= e.kind() == io::ErrorKind::ConnectionRefused;
                     bump(&shared.counters.send_errors);
                     self.tx_sent += spans.first().copied().unwrap_or(1).max(1);
                 }
@@ -480,9 +489,45 @@ pub(crate) fn open_socket(
     config: &ConfigInner,
     reuse_port: bool,
 ) -> io::Result<(UdpSocket, UdpState)> {
+    wrap_socket(bind_socket(bind, config, reuse_port)?, config)
+}
+
+/// A new UDP socket bound to `bind`, with `config`'s socket options.
+pub(crate) fn bind_socket(
+    bind: SocketAddr,
+    config: &ConfigInner,
+    reuse_port: bool,
+) -> io::Result<socket2::Socket> {
     use socket2::{Domain, Protocol, Socket, Type};
     let domain = Domain::for_address(bind);
     let sock = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
+    configure_socket(&sock, bind.is_ipv4(), config)?;
+    if reuse_port {
+        #[cfg(all(unix, not(any(target_os = "solaris", target_os = "illumos"))))]
+        sock.set_reuse_port(true)?;
+    }
+    sock.bind(&bind.into())?;
+    Ok(sock)
+}
+
+/// Hands a bound socket to tokio with its batched-I/O state (non-blocking,
+/// GRO where the kernel has it).
+pub(crate) fn wrap_socket(
+    sock: socket2::Socket,
+    config: &ConfigInner,
+) -> io::Result<(UdpSocket, UdpState)> {
+    let udp = UdpState::new(socket2::SockRef::from(&sock), config.batching)?;
+    let std_sock: std::net::UdpSocket = sock.into();
+    let socket = UdpSocket::from_std(std_sock)?;
+    Ok((socket, udp))
+}
+
+/// `config`'s buffer sizes and DSCP on `sock`.
+pub(crate) fn configure_socket(
+    sock: &socket2::Socket,
+    ipv4: bool,
+    config: &ConfigInner,
+) -> io::Result<()> {
     match config.recv_buffer {
         Some(n) => sock.set_recv_buffer_size(n)?,
         // Best effort: the kernel caps it at rmem_max and reports double.
@@ -500,20 +545,12 @@ pub(crate) fn open_socket(
     }
     if config.dscp != 0 {
         let tos = u32::from(config.dscp) << 2;
-        if bind.is_ipv4() {
+        if ipv4 {
             sock.set_tos(tos)?;
         } else {
             #[cfg(any(target_os = "linux", target_os = "android", target_os = "macos"))]
             sock.set_tclass_v6(tos)?;
         }
     }
-    if reuse_port {
-        #[cfg(all(unix, not(any(target_os = "solaris", target_os = "illumos"))))]
-        sock.set_reuse_port(true)?;
-    }
-    sock.bind(&bind.into())?;
-    let udp = UdpState::new(socket2::SockRef::from(&sock), config.batching)?;
-    let std_sock: std::net::UdpSocket = sock.into();
-    let socket = UdpSocket::from_std(std_sock)?;
-    Ok((socket, udp))
+    Ok(())
 }

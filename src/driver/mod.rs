@@ -27,7 +27,7 @@
 //! Time: the driver's clock is a `Duration` since its `epoch`, the time
 //! [`Conn`] and the table take; only the `Sleep` sees a tokio `Instant`.
 
-mod io;
+pub(crate) mod io;
 pub(crate) mod shared;
 pub(crate) mod stats;
 mod table;
@@ -43,7 +43,7 @@ use std::time::Duration;
 use tokio::net::UdpSocket;
 use tokio::time::{Instant, Sleep};
 
-use self::io::{Io, open_socket};
+use self::io::{Io, open_socket, wrap_socket};
 use self::shared::{
     Accept, DriverShared, Inbox, SessionShared, SessionState, lock, register, wake,
 };
@@ -314,6 +314,7 @@ impl Driver {
             if st.conn.error().is_some() {
                 return;
             }
+            let connecting = st.conn.is_connecting();
             for r in self.routed.get(from..to).unwrap_or_default() {
                 let got = st.conn.handle_packet(now, self.io.rx(r.start..r.end));
                 add(&counters.bad_kcp, got.bad_kcp as usize);
@@ -321,7 +322,9 @@ impl Driver {
                     bump(&counters.bad_fec);
                 }
             }
-            read_waker = if st.conn.readable() {
+            // A waiting `connect` listens on the read waker.
+            let answered = connecting && !st.conn.is_connecting();
+            read_waker = if st.conn.readable() || answered {
                 st.read_waker.take()
             } else {
                 None
@@ -354,6 +357,27 @@ impl Driver {
         }
         if let Some(w) = dgram_waker {
             w.wake();
+        }
+    }
+
+    /// A client socket reported the peer's port unreachable: a session
+    /// still probing fails with `Refused` (later reports are counted only:
+    /// an established peer may be restarting, and its idle timeout rules).
+    fn take_refusal(&mut self) {
+        if !std::mem::take(&mut self.io.refused) || self.role != Role::Client {
+            return;
+        }
+        let Some(session) = self.table.sessions().next().cloned() else {
+            return;
+        };
+        let mut st = lock(&session.state);
+        if st.conn.is_connecting() {
+            st.conn.abort(SessionError::Refused);
+            st.wake_all();
+            if !st.queued {
+                st.queued = true;
+                self.ready.push_back(session.id);
+            }
         }
     }
 
@@ -491,12 +515,15 @@ impl Future for Driver {
                     Poll::Pending => break,
                 }
             }
+            this.take_refusal();
             this.fire_timers(now);
             let unblocked =
                 this.service_ready(cx, now) && this.io.poll_flush(cx, now, &this.shared);
             if unblocked && !this.ready.is_empty() {
                 more = true;
             }
+            // A send just reported the peer's port unreachable: act now.
+            more |= this.io.refused;
             if this.finished() {
                 return Poll::Ready(());
             }
@@ -566,18 +593,17 @@ pub(crate) fn spawn_listener(
     Ok(shared)
 }
 
-/// Binds a client socket for `peer` (unspecified address of its family,
-/// port 0), creates the one session and spawns the driver.
+/// Connects the bound client socket `sock` to `peer` (so the kernel
+/// reports an ICMP port unreachable, and `local_addr` is the address the
+/// route picked), creates the one session, starts its connect probe when
+/// the configuration asks for it, and spawns the driver.
 pub(crate) fn spawn_client(
+    sock: socket2::Socket,
     peer: SocketAddr,
     config: Arc<ConfigInner>,
 ) -> std::io::Result<Arc<SessionShared>> {
-    let bind: SocketAddr = if peer.is_ipv4() {
-        (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
-    } else {
-        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
-    };
-    let (socket, udp) = open_socket(bind, &config, false)?;
+    sock.connect(&peer.into())?;
+    let (socket, udp) = wrap_socket(sock, &config)?;
     let accept = Arc::new(Accept::default());
     let mut driver = Driver::new(socket, udp, config, Role::Client, accept)?;
     let conv = match driver.shared.config.conv {
@@ -591,6 +617,9 @@ pub(crate) fn spawn_client(
             "kcp configuration refused by the ARQ or FEC",
         )
     })?;
+    if driver.shared.config.connect_probe {
+        lock(&session.state).conn.connect(now);
+    }
     tokio::spawn(driver);
     Ok(session)
 }
