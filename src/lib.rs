@@ -146,4 +146,4 @@ pub use conn::{Conn, ConnError, SessionError, SessionStats};
 pub use crypto::Method;
 pub use listener::{KcpListener, ListenerStats};
 pub use pool::MuxPool;
-pub use session::{KcpStream, OwnedReadHalf, OwnedWriteHalf};
+pub use session::{KcpStream, OwnedReadHalf, OwnedWriteHalf, ReadHalf, ReuniteError, WriteHalf};

@@ -69,11 +69,7 @@ pub struct KcpStream {
 
 impl fmt::Debug for KcpStream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("KcpStream")
-            .field("peer", &self.inner.session.peer)
-            .field("conv", &self.inner.session.conv)
-            .field("local", &self.inner.session.driver.local_addr)
-            .finish()
+        debug_session(f, "KcpStream", self.session())
     }
 }
 
@@ -190,6 +186,28 @@ impl KcpStream {
             },
             OwnedWriteHalf { inner: self.inner },
         )
+    }
+
+    /// Splits the stream into a read half and a write half borrowed from it,
+    /// for use in one task (for example in `tokio::join!` or
+    /// `tokio::io::copy` both ways); costs nothing. Use
+    /// [`into_split`](Self::into_split) to move the halves to other tasks.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run(mut stream: kcpio::KcpStream) -> std::io::Result<()> {
+    /// use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    ///
+    /// let (mut r, mut w) = stream.split();
+    /// let mut buf = [0; 5];
+    /// let (wrote, read) = tokio::join!(w.write_all(b"hello"), r.read_exact(&mut buf));
+    /// wrote?;
+    /// read?;
+    /// # Ok(()) }
+    /// ```
+    pub fn split(&mut self) -> (ReadHalf<'_>, WriteHalf<'_>) {
+        (ReadHalf { stream: self }, WriteHalf { stream: self })
     }
 
     /// Sends `msg` as one message (message mode): the peer's
@@ -320,50 +338,148 @@ impl AsyncWrite for KcpStream {
 }
 
 /// The read half of a [`KcpStream`], from [`KcpStream::into_split`].
+///
+/// Reading works as on the stream; the accessors answer for the whole
+/// session. [`reunite`](Self::reunite) puts the stream back together.
 pub struct OwnedReadHalf {
     inner: Arc<Handle>,
 }
 
 /// The write half of a [`KcpStream`], from [`KcpStream::into_split`].
 ///
-/// Dropping it does not shut the stream down; call `shutdown` to wait for
-/// acknowledgement.
+/// Dropping it does not shut the stream down (unlike tokio's TCP write
+/// half: KCP has no end-of-stream marker to send); call `shutdown` to wait
+/// for acknowledgement. The session lives until both halves are dropped.
 pub struct OwnedWriteHalf {
     inner: Arc<Handle>,
 }
 
+/// The read half of a [`KcpStream`] borrowed by [`KcpStream::split`].
+pub struct ReadHalf<'a> {
+    stream: &'a KcpStream,
+}
+
+/// The write half of a [`KcpStream`] borrowed by [`KcpStream::split`].
+pub struct WriteHalf<'a> {
+    stream: &'a KcpStream,
+}
+
+/// The halves given to [`OwnedReadHalf::reunite`] (or
+/// [`OwnedWriteHalf::reunite`]) came from different streams; both are
+/// handed back unchanged.
+#[derive(Debug)]
+pub struct ReuniteError(pub OwnedReadHalf, pub OwnedWriteHalf);
+
+impl fmt::Display for ReuniteError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("tried to reunite halves that are not from the same KcpStream")
+    }
+}
+
+impl std::error::Error for ReuniteError {}
+
+/// Joins two halves of one stream; hands both back otherwise.
+fn reunite(read: OwnedReadHalf, write: OwnedWriteHalf) -> Result<KcpStream, ReuniteError> {
+    if Arc::ptr_eq(&read.inner, &write.inner) {
+        // The session lives on in `read`'s handle.
+        drop(write);
+        Ok(KcpStream { inner: read.inner })
+    } else {
+        Err(ReuniteError(read, write))
+    }
+}
+
+fn debug_session(f: &mut fmt::Formatter<'_>, name: &str, s: &SessionShared) -> fmt::Result {
+    f.debug_struct(name)
+        .field("peer", &s.peer)
+        .field("conv", &s.conv)
+        .field("local", &s.driver.local_addr)
+        .finish()
+}
+
 impl fmt::Debug for OwnedReadHalf {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("OwnedReadHalf")
-            .field("peer", &self.inner.session.peer)
-            .field("conv", &self.inner.session.conv)
-            .finish()
+        debug_session(f, "OwnedReadHalf", &self.inner.session)
     }
 }
 
 impl fmt::Debug for OwnedWriteHalf {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("OwnedWriteHalf")
-            .field("peer", &self.inner.session.peer)
-            .field("conv", &self.inner.session.conv)
-            .finish()
+        debug_session(f, "OwnedWriteHalf", &self.inner.session)
     }
 }
 
+impl fmt::Debug for ReadHalf<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        debug_session(f, "ReadHalf", self.stream.session())
+    }
+}
+
+impl fmt::Debug for WriteHalf<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        debug_session(f, "WriteHalf", self.stream.session())
+    }
+}
+
+/// `peer_addr`, `local_addr`, `conv` and `stats` on a half, answering for
+/// the whole session as [`KcpStream`]'s do.
+macro_rules! half_accessors {
+    ($half:ty) => {
+        impl $half {
+            /// The peer's address; see [`KcpStream::peer_addr`].
+            ///
+            /// # Errors
+            ///
+            /// None today; `io::Result` as `TcpStream::peer_addr`.
+            pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+                Ok(self.session().peer)
+            }
+
+            /// The local address of the session's UDP socket; see
+            /// [`KcpStream::local_addr`].
+            ///
+            /// # Errors
+            ///
+            /// None today; `io::Result` as `TcpStream::local_addr`.
+            pub fn local_addr(&self) -> io::Result<SocketAddr> {
+                Ok(self.session().driver.local_addr)
+            }
+
+            /// The KCP conversation id.
+            #[must_use]
+            pub fn conv(&self) -> u32 {
+                self.session().conv
+            }
+
+            /// A snapshot of the session's counters; see
+            /// [`KcpStream::stats`].
+            #[must_use]
+            pub fn stats(&self) -> SessionStats {
+                stats_of(self.session())
+            }
+        }
+    };
+}
+
+half_accessors!(OwnedReadHalf);
+half_accessors!(OwnedWriteHalf);
+half_accessors!(ReadHalf<'_>);
+half_accessors!(WriteHalf<'_>);
+
 impl OwnedReadHalf {
-    /// The peer's address.
+    fn session(&self) -> &SessionShared {
+        &self.inner.session
+    }
+
+    /// Joins this half with its write half into the original stream, as
+    /// `tokio::net::tcp::OwnedReadHalf::reunite`.
     ///
     /// # Errors
     ///
-    /// None today; `io::Result` as `TcpStream::peer_addr`.
-    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
-        Ok(self.inner.session.peer)
-    }
-
-    /// The session's counters.
-    #[must_use]
-    pub fn stats(&self) -> SessionStats {
-        stats_of(&self.inner.session)
+    /// [`ReuniteError`], holding both halves unchanged, when they come from
+    /// different streams.
+    pub fn reunite(self, other: OwnedWriteHalf) -> Result<KcpStream, ReuniteError> {
+        reunite(self, other)
     }
 
     /// Receives one whole message; see [`KcpStream::recv_message`].
@@ -376,18 +492,23 @@ impl OwnedReadHalf {
     ///
     /// Cancel safe.
     pub async fn recv_message(&self, buf: &mut [u8]) -> io::Result<usize> {
-        poll_fn(|cx| poll_recv_message(&self.inner.session, cx, buf)).await
+        poll_fn(|cx| poll_recv_message(self.session(), cx, buf)).await
     }
 }
 
 impl OwnedWriteHalf {
-    /// The peer's address.
+    fn session(&self) -> &SessionShared {
+        &self.inner.session
+    }
+
+    /// Joins this half with its read half into the original stream; see
+    /// [`OwnedReadHalf::reunite`].
     ///
     /// # Errors
     ///
-    /// None today; `io::Result` as `TcpStream::peer_addr`.
-    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
-        Ok(self.inner.session.peer)
+    /// [`ReuniteError`] when the halves come from different streams.
+    pub fn reunite(self, other: OwnedReadHalf) -> Result<KcpStream, ReuniteError> {
+        reunite(other, self)
     }
 
     /// Sends one whole message; see [`KcpStream::send_message`].
@@ -400,7 +521,57 @@ impl OwnedWriteHalf {
     ///
     /// Cancel safe.
     pub async fn send_message(&self, msg: &[u8]) -> io::Result<()> {
-        poll_fn(|cx| poll_send_message(&self.inner.session, cx, msg)).await
+        poll_fn(|cx| poll_send_message(self.session(), cx, msg)).await
+    }
+}
+
+impl ReadHalf<'_> {
+    fn session(&self) -> &SessionShared {
+        self.stream.session()
+    }
+
+    /// Receives one whole message; see [`KcpStream::recv_message`].
+    ///
+    /// # Errors
+    ///
+    /// As [`KcpStream::recv_message`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn recv_message(&self, buf: &mut [u8]) -> io::Result<usize> {
+        self.stream.recv_message(buf).await
+    }
+}
+
+impl WriteHalf<'_> {
+    fn session(&self) -> &SessionShared {
+        self.stream.session()
+    }
+
+    /// Sends one whole message; see [`KcpStream::send_message`].
+    ///
+    /// # Errors
+    ///
+    /// As [`KcpStream::send_message`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn send_message(&self, msg: &[u8]) -> io::Result<()> {
+        self.stream.send_message(msg).await
+    }
+}
+
+impl AsRef<KcpStream> for ReadHalf<'_> {
+    fn as_ref(&self) -> &KcpStream {
+        self.stream
+    }
+}
+
+impl AsRef<KcpStream> for WriteHalf<'_> {
+    fn as_ref(&self) -> &KcpStream {
+        self.stream
     }
 }
 
@@ -410,24 +581,42 @@ impl AsyncRead for OwnedReadHalf {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        poll_read(&self.inner.session, cx, buf)
+        poll_read(self.session(), cx, buf)
     }
 }
 
-impl AsyncWrite for OwnedWriteHalf {
-    fn poll_write(
+impl AsyncRead for ReadHalf<'_> {
+    fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        poll_write(&self.inner.session, cx, buf)
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        poll_flush(&self.inner.session)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        poll_shutdown(&self.inner.session, cx)
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        poll_read(self.session(), cx, buf)
     }
 }
+
+/// `AsyncWrite` for a write half: the stream's, on the shared session.
+macro_rules! half_async_write {
+    ($half:ty) => {
+        impl AsyncWrite for $half {
+            fn poll_write(
+                self: Pin<&mut Self>,
+                cx: &mut Context<'_>,
+                buf: &[u8],
+            ) -> Poll<io::Result<usize>> {
+                poll_write(self.session(), cx, buf)
+            }
+
+            fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+                poll_flush(self.session())
+            }
+
+            fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+                poll_shutdown(self.session(), cx)
+            }
+        }
+    };
+}
+
+half_async_write!(OwnedWriteHalf);
+half_async_write!(WriteHalf<'_>);
