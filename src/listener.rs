@@ -204,6 +204,15 @@ impl KcpListener {
 
     /// A snapshot of the socket's counters: traffic, drops by reason,
     /// refusals, sessions (summed over the sockets of a `reuse_port` group).
+    ///
+    /// Refused peers (`refused_backlog`, `refused_cap`) are distinct
+    /// addresses, each counted at its first refused datagram of a refusal
+    /// episode; an episode ends when the socket admits a new session, after
+    /// which a peer refused again counts again. Their datagrams are counted
+    /// apart (`refused_backlog_datagrams`, `refused_cap_datagrams`). Each
+    /// socket remembers up to 4,096 refused addresses per episode (under
+    /// 64 KiB); in a flood of more distinct addresses the peer counts err
+    /// high, never low.
     #[must_use]
     pub fn stats(&self) -> ListenerStats {
         group_stats(&self.drivers)

@@ -152,7 +152,7 @@ impl KcpStream {
     /// # fn show(stream: &kcpio::KcpStream) {
     /// let st = stream.stats();
     /// println!(
-    ///     "srtt {} ms, rto {} ms, {} RTO and {} fast retransmissions, {} recovered by FEC",
+    ///     "srtt {:?}, rto {:?}, {} RTO and {} fast retransmissions, {} recovered by FEC",
     ///     st.srtt, st.rto, st.arq.retransmit_rto, st.arq.retransmit_fast, st.fec_in.recovered
     /// );
     /// # }
