@@ -319,3 +319,35 @@ async fn default_config_connects() {
     let (s, _) = timeout(LIMIT, listener.accept()).await.unwrap().unwrap();
     assert_eq!(s.conv(), c.conv());
 }
+
+/// The capacity the docs state: a writer whose peer never reads can queue
+/// `2 × its send window + the peer's receive window` segments of up to mss
+/// bytes, then `write` waits. (The client's first byte left alone in a
+/// segment, so one segment carries 1 byte here.)
+#[tokio::test]
+async fn bytes_writable_before_the_peer_reads() {
+    for (snd, rcv) in [(32u16, 32u16), (16, 64)] {
+        let config = Config::builder()
+            .preset(Preset::Fast3)
+            .window(snd, rcv)
+            .stream(true)
+            .build()
+            .unwrap();
+        let mss = config.kcp_mtu() - 24;
+        let (listener, addr) = listener(&config).await;
+        let mut c = client(addr, &config).await;
+        let (_unread, _) = timeout(LIMIT, listener.accept()).await.unwrap().unwrap();
+        let chunk = vec![7u8; 4096];
+        let mut written = 1; // the client's first byte
+        loop {
+            match timeout(Duration::from_millis(500), c.write(&chunk)).await {
+                Ok(n) => written += n.unwrap(),
+                Err(_) => break,
+            }
+            assert!(written < 10 << 20, "writes never stopped");
+        }
+        let segments = 2 * usize::from(snd) + usize::from(rcv);
+        let expect = (segments - 1) * mss + 1;
+        assert_eq!(written, expect, "windows {snd}/{rcv}, mss {mss}");
+    }
+}
