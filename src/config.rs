@@ -113,10 +113,12 @@ pub enum ConfigError {
     InvalidKey(crypto::KeyError),
     /// The ARQ refused its parameters.
     Arq(arq::ArqConfigError),
-    /// A number outside its documented range (named, with the range).
+    /// A value outside its documented range (named, with the range).
+    /// Durations are given in whole milliseconds, and their name says so:
+    /// `idle_timeout (ms)`.
     OutOfRange {
         /// The builder option (with the argument, for options that take
-        /// several: `window(recv)`).
+        /// several: `window(recv)`; with the unit for durations).
         name: &'static str,
         /// The value asked for.
         value: u64,
@@ -124,17 +126,6 @@ pub enum ConfigError {
         min: u64,
         /// The largest value allowed.
         max: u64,
-    },
-    /// A duration outside its documented range (named, with the range).
-    DurationOutOfRange {
-        /// The builder option.
-        name: &'static str,
-        /// The value asked for.
-        value: Duration,
-        /// The shortest value allowed.
-        min: Duration,
-        /// The longest value allowed.
-        max: Duration,
     },
     /// An option that only works together with another one.
     Requires {
@@ -165,12 +156,6 @@ impl fmt::Display for ConfigError {
                 min,
                 max,
             } => write!(f, "{name} = {value} is outside {min}..={max}"),
-            Self::DurationOutOfRange {
-                name,
-                value,
-                min,
-                max,
-            } => write!(f, "{name} = {value:?} is outside {min:?}..={max:?}"),
             Self::Requires { name, needs } => write!(f, "{name} needs {needs}"),
         }
     }
@@ -493,7 +478,7 @@ impl ConfigBuilder {
     /// # Errors
     ///
     /// [`build`](Self::build) fails with
-    /// [`ConfigError::DurationOutOfRange`] outside the range and with
+    /// [`ConfigError::OutOfRange`] outside the range and with
     /// [`ConfigError::Requires`] when FEC is off.
     #[must_use]
     pub fn fec_group_deadline(mut self, deadline: Duration) -> Self {
@@ -571,7 +556,7 @@ impl ConfigBuilder {
     /// # Errors
     ///
     /// [`build`](Self::build) fails with
-    /// [`ConfigError::DurationOutOfRange`] outside the range.
+    /// [`ConfigError::OutOfRange`] outside the range.
     #[must_use]
     pub fn min_rto(mut self, floor: Duration) -> Self {
         self.min_rto = Some(floor);
@@ -605,7 +590,7 @@ impl ConfigBuilder {
     /// # Errors
     ///
     /// [`build`](Self::build) fails with
-    /// [`ConfigError::DurationOutOfRange`] outside the range.
+    /// [`ConfigError::OutOfRange`] outside the range.
     #[must_use]
     pub fn max_rto(mut self, cap: Duration) -> Self {
         self.max_rto = Some(cap);
@@ -716,7 +701,7 @@ impl ConfigBuilder {
     /// # Errors
     ///
     /// [`build`](Self::build) fails with
-    /// [`ConfigError::DurationOutOfRange`] outside the range.
+    /// [`ConfigError::OutOfRange`] outside the range.
     #[must_use]
     pub fn idle_timeout(mut self, timeout: Duration) -> Self {
         self.idle_timeout = timeout;
@@ -742,7 +727,7 @@ impl ConfigBuilder {
     /// # Errors
     ///
     /// [`build`](Self::build) fails with
-    /// [`ConfigError::DurationOutOfRange`] above 24 h.
+    /// [`ConfigError::OutOfRange`] above 24 h.
     #[must_use]
     pub fn linger(mut self, linger: Duration) -> Self {
         self.linger = linger;
@@ -920,10 +905,10 @@ impl ConfigBuilder {
         range("fec_max_shards", self.fec_max_shards, 2, 256)?;
         if let Some(d) = self.fec_group_deadline {
             let min = Duration::from_millis(1);
-            time_range("fec_group_deadline", d, min, MAX_FEC_GROUP_DEADLINE)?;
+            time_range("fec_group_deadline (ms)", d, min, MAX_FEC_GROUP_DEADLINE)?;
         }
         if let Some(d) = self.min_rto {
-            time_range("min_rto", d, Duration::from_millis(1), MAX_RTO)?;
+            time_range("min_rto (ms)", d, Duration::from_millis(1), MAX_RTO)?;
         }
         if let Some(p) = self.rto_backoff_percent {
             range("rto_backoff_percent", p, 0, MAX_BACKOFF_PERCENT)?;
@@ -937,13 +922,13 @@ impl ConfigBuilder {
         range("max_sessions", self.max_sessions, 1, MAX_SESSIONS)?;
         if !self.idle_timeout.is_zero() {
             time_range(
-                "idle_timeout",
+                "idle_timeout (ms)",
                 self.idle_timeout,
                 MIN_IDLE_TIMEOUT,
                 MAX_DURATION,
             )?;
         }
-        time_range("linger", self.linger, Duration::ZERO, MAX_DURATION)?;
+        time_range("linger (ms)", self.linger, Duration::ZERO, MAX_DURATION)?;
         range("reuse_port", self.reuse_port, 1, MAX_REUSE_PORT)?;
         Ok(())
     }
@@ -971,8 +956,8 @@ where
     })
 }
 
-/// `Ok` when `min <= value <= max`, else
-/// [`ConfigError::DurationOutOfRange`].
+/// `Ok` when `min <= value <= max`, else [`ConfigError::OutOfRange`] in
+/// whole milliseconds (`name` says "(ms)").
 fn time_range(
     name: &'static str,
     value: Duration,
@@ -982,11 +967,12 @@ fn time_range(
     if (min..=max).contains(&value) {
         return Ok(());
     }
-    Err(ConfigError::DurationOutOfRange {
+    let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    Err(ConfigError::OutOfRange {
         name,
-        value,
-        min,
-        max,
+        value: ms(value),
+        min: ms(min),
+        max: ms(max),
     })
 }
 
@@ -997,7 +983,7 @@ fn check_rto_cap(arq: &ArqConfig) -> Result<(), ConfigError> {
     let floor = arq.min_rto.unwrap_or(kcp_go_floor);
     match arq.max_rto {
         Some(cap) => time_range(
-            "max_rto",
+            "max_rto (ms)",
             Duration::from_millis(cap.into()),
             Duration::from_millis(floor.into()),
             MAX_RTO,
@@ -1257,13 +1243,13 @@ mod tests {
             ),
             (
                 fec().fec_group_deadline(Duration::ZERO),
-                "fec_group_deadline",
-                "fec_group_deadline = 0ns is outside 1ms..=5s",
+                "fec_group_deadline (ms)",
+                "fec_group_deadline (ms) = 0 is outside 1..=5000",
             ),
             (
                 fec().fec_group_deadline(ms(5001)),
-                "fec_group_deadline",
-                "= 5.001s is outside 1ms..=5s",
+                "fec_group_deadline (ms)",
+                "= 5001 is outside 1..=5000",
             ),
             (
                 b().fec_group_deadline(ms(10)),
@@ -1277,18 +1263,18 @@ mod tests {
             ),
             (
                 b().min_rto(Duration::ZERO),
-                "min_rto",
-                "min_rto = 0ns is outside 1ms..=60s",
+                "min_rto (ms)",
+                "min_rto (ms) = 0 is outside 1..=60000",
             ),
             (
                 b().min_rto(Duration::from_micros(999)),
-                "min_rto",
-                "= 999µs is outside 1ms..=60s",
+                "min_rto (ms)",
+                "= 0 is outside 1..=60000",
             ),
             (
                 b().min_rto(ms(60_001)),
-                "min_rto",
-                "= 60.001s is outside 1ms..=60s",
+                "min_rto (ms)",
+                "= 60001 is outside 1..=60000",
             ),
             (
                 b().rto_backoff_percent(1001),
@@ -1297,28 +1283,28 @@ mod tests {
             ),
             (
                 b().min_rto(ms(50)).max_rto(ms(40)),
-                "max_rto",
-                "max_rto = 40ms is outside 50ms..=60s",
+                "max_rto (ms)",
+                "max_rto (ms) = 40 is outside 50..=60000",
             ),
             (
                 b().max_rto(ms(99)),
-                "max_rto",
-                "max_rto = 99ms is outside 100ms..=60s",
+                "max_rto (ms)",
+                "= 99 is outside 100..=60000",
             ),
             (
                 b().preset(Preset::Fast3).max_rto(ms(29)),
-                "max_rto",
-                "= 29ms is outside 30ms..=60s",
+                "max_rto (ms)",
+                "= 29 is outside 30..=60000",
             ),
             (
                 lowlat().min_rto(ms(300)),
-                "max_rto",
-                "max_rto = 200ms is outside 300ms..=60s",
+                "max_rto (ms)",
+                "= 200 is outside 300..=60000",
             ),
             (
                 b().max_rto(ms(60_001)),
-                "max_rto",
-                "= 60.001s is outside 100ms..=60s",
+                "max_rto (ms)",
+                "= 60001 is outside 100..=60000",
             ),
             (b().dscp(64), "dscp", "dscp = 64 is outside 0..=63"),
             (b().dscp(255), "dscp", "dscp = 255 is outside 0..=63"),
@@ -1354,23 +1340,23 @@ mod tests {
             ),
             (
                 b().idle_timeout(Duration::from_nanos(1)),
-                "idle_timeout",
-                "idle_timeout = 1ns is outside 100ms..=86400s",
+                "idle_timeout (ms)",
+                "idle_timeout (ms) = 0 is outside 100..=86400000",
             ),
             (
                 b().idle_timeout(ms(99)),
-                "idle_timeout",
-                "= 99ms is outside 100ms..=86400s",
+                "idle_timeout (ms)",
+                "= 99 is outside 100..=86400000",
             ),
             (
                 b().idle_timeout(s(86_401)),
-                "idle_timeout",
-                "= 86401s is outside 100ms..=86400s",
+                "idle_timeout (ms)",
+                "= 86401000 is outside 100..=86400000",
             ),
             (
                 b().linger(s(86_401)),
-                "linger",
-                "linger = 86401s is outside 0ns..=86400s",
+                "linger (ms)",
+                "linger (ms) = 86401000 is outside 0..=86400000",
             ),
             (
                 b().reuse_port(0),
@@ -1386,9 +1372,7 @@ mod tests {
         for (builder, name, message) in refused {
             let err = builder.build().unwrap_err();
             let named = match &err {
-                ConfigError::OutOfRange { name, .. }
-                | ConfigError::DurationOutOfRange { name, .. }
-                | ConfigError::Requires { name, .. } => *name,
+                ConfigError::OutOfRange { name, .. } | ConfigError::Requires { name, .. } => *name,
                 other => panic!("{name}: untyped refusal {other:?}"),
             };
             assert_eq!(named, name, "{err}");
