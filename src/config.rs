@@ -283,7 +283,8 @@ impl Config {
         ConfigBuilder::default()
     }
 
-    /// The KCP mtu after the crypto and FEC headers are deducted (WIRE 2.5).
+    /// The KCP mtu: [`mtu`](ConfigBuilder::mtu) less the crypto header, the
+    /// FEC header (when sending FEC) and the AEAD tag, as kcp-go computes it.
     #[must_use]
     pub fn kcp_mtu(&self) -> usize {
         self.inner.arq.mtu
@@ -409,9 +410,13 @@ impl ConfigBuilder {
     /// Default: 32 and 32. kcptun uses 128/512 (client) and 1024/1024
     /// (server).
     ///
-    /// Range: 1..=65535 each. A side can write about `min(its send window,
-    /// the peer's receive window) × mss` bytes (mss = [`Config::kcp_mtu`]
-    /// − 24) before the peer must read.
+    /// Range: 1..=65535 each.
+    ///
+    /// Capacity: a side can write `2 × its send window + the peer's receive
+    /// window` segments of up to mss bytes (mss = [`Config::kcp_mtu`] − 24)
+    /// before its writes wait for the peer to read: 96 × 1376 = 132,096
+    /// bytes with both at 32 and the 1400-byte mtu. In flight at once are
+    /// at most `min(send window, the peer's receive window)` segments.
     ///
     /// # Errors
     ///

@@ -41,7 +41,7 @@ fn accepted(taken: Taken) -> Option<io::Result<(KcpStream, SocketAddr)>> {
 ///
 /// A session is created by the first datagram from a new address that opens
 /// (decrypts and verifies) and parses as a KCP packet for a new conversation
-/// (kcp-go's rule, WIRE 6.2), FEC-framed or not, and waits in a bounded
+/// (kcp-go's rule), FEC-framed or not, and waits in a bounded
 /// backlog until [`accept`](Self::accept) takes it. Peers beyond the backlog
 /// or the session cap are refused and counted. A late datagram of a closed
 /// session never creates a new one (closed sessions leave a tombstone for a

@@ -49,6 +49,10 @@ impl Drop for Handle {
 /// lets the driver deliver what was written, for up to
 /// [`ConfigBuilder::linger`](crate::ConfigBuilder::linger), then frees it.
 ///
+/// How it differs from a `TcpStream` (handshake, end of stream, liveness,
+/// capacity): see
+/// [the crate docs](crate#kcpstream-and-tcpstream-the-differences).
+///
 /// # Examples
 ///
 /// ```no_run
