@@ -351,3 +351,17 @@ async fn bytes_writable_before_the_peer_reads() {
         assert_eq!(written, expect, "windows {snd}/{rcv}, mss {mss}");
     }
 }
+
+/// The new types move between tasks as tokio's do.
+#[test]
+fn handles_are_send_sync_unpin() {
+    fn check<T: Send + Sync + Unpin>() {}
+    check::<KcpStream>();
+    check::<KcpListener>();
+    check::<kcpio::OwnedReadHalf>();
+    check::<kcpio::OwnedWriteHalf>();
+    check::<kcpio::ReadHalf<'static>>();
+    check::<kcpio::WriteHalf<'static>>();
+    check::<kcpio::ReuniteError>();
+    check::<Config>();
+}
