@@ -123,49 +123,6 @@ impl KcpStream {
         &self.inner.session
     }
 
-    /// The peer's address.
-    ///
-    /// # Errors
-    ///
-    /// None today; `io::Result` as `TcpStream::peer_addr`.
-    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
-        Ok(self.session().peer)
-    }
-
-    /// The local address of the UDP socket this session uses (shared with
-    /// the listener's other sessions on the server side).
-    ///
-    /// # Errors
-    ///
-    /// None today; `io::Result` as `TcpStream::local_addr`.
-    pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        Ok(self.session().driver.local_addr)
-    }
-
-    /// The KCP conversation id.
-    #[must_use]
-    pub fn conv(&self) -> u32 {
-        self.session().conv
-    }
-
-    /// A snapshot of the session's counters, RTT estimate and queue.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # fn show(stream: &kcpio::KcpStream) {
-    /// let st = stream.stats();
-    /// println!(
-    ///     "srtt {:?}, rto {:?}, {} RTO and {} fast retransmissions, {} recovered by FEC",
-    ///     st.srtt, st.rto, st.arq.retransmit_rto, st.arq.retransmit_fast, st.fec_in.recovered
-    /// );
-    /// # }
-    /// ```
-    #[must_use]
-    pub fn stats(&self) -> SessionStats {
-        stats_of(self.session())
-    }
-
     /// Splits the stream into a read half and a write half that can move to
     /// different tasks. The session lives until both are dropped.
     ///
@@ -306,41 +263,6 @@ fn poll_recv_message(
     s.poll_call(cx, Side::Read, |c| c.recv_message(buf))
 }
 
-impl AsyncRead for KcpStream {
-    /// Copies received bytes into `buf`. Keeps the read waker (one per
-    /// session, shared with `recv_message` and the read half).
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        poll_read(self.session(), cx, buf)
-    }
-}
-
-impl AsyncWrite for KcpStream {
-    /// Queues as much of `buf` as the send window takes; `Pending` (write
-    /// waker kept) when the window is full, until acknowledgements free it.
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        poll_write(self.session(), cx, buf)
-    }
-
-    /// Written data is already with the driver: ready at once.
-    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        poll_flush(self.session())
-    }
-
-    /// Stops writing and completes once everything written was acknowledged,
-    /// or fails with `TimedOut` after `linger`. Reading still works.
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        poll_shutdown(self.session(), cx)
-    }
-}
-
 /// The read half of a [`KcpStream`], from [`KcpStream::into_split`].
 ///
 /// Reading works as on the stream; the accessors answer for the whole
@@ -425,12 +347,12 @@ impl fmt::Debug for WriteHalf<'_> {
     }
 }
 
-/// `peer_addr`, `local_addr`, `conv` and `stats` on a half, answering for
-/// the whole session as [`KcpStream`]'s do.
-macro_rules! half_accessors {
-    ($half:ty) => {
-        impl $half {
-            /// The peer's address; see [`KcpStream::peer_addr`].
+/// `peer_addr`, `local_addr`, `conv` and `stats`, on the stream and on each
+/// half alike: every half answers for the whole session.
+macro_rules! session_accessors {
+    ($handle:ty) => {
+        impl $handle {
+            /// The peer's address.
             ///
             /// # Errors
             ///
@@ -439,8 +361,9 @@ macro_rules! half_accessors {
                 Ok(self.session().peer)
             }
 
-            /// The local address of the session's UDP socket; see
-            /// [`KcpStream::local_addr`].
+            /// The local address of the UDP socket this session uses
+            /// (shared with the listener's other sessions on the server
+            /// side).
             ///
             /// # Errors
             ///
@@ -455,8 +378,19 @@ macro_rules! half_accessors {
                 self.session().conv
             }
 
-            /// A snapshot of the session's counters; see
-            /// [`KcpStream::stats`].
+            /// A snapshot of the session's counters, RTT estimate and queue.
+            ///
+            /// # Examples
+            ///
+            /// ```no_run
+            /// # fn show(stream: &kcpio::KcpStream) {
+            /// let st = stream.stats();
+            /// println!(
+            ///     "srtt {:?}, rto {:?}, {} RTO and {} fast retransmissions, {} recovered by FEC",
+            ///     st.srtt, st.rto, st.arq.retransmit_rto, st.arq.retransmit_fast, st.fec_in.recovered
+            /// );
+            /// # }
+            /// ```
             #[must_use]
             pub fn stats(&self) -> SessionStats {
                 stats_of(self.session())
@@ -465,10 +399,11 @@ macro_rules! half_accessors {
     };
 }
 
-half_accessors!(OwnedReadHalf);
-half_accessors!(OwnedWriteHalf);
-half_accessors!(ReadHalf<'_>);
-half_accessors!(WriteHalf<'_>);
+session_accessors!(KcpStream);
+session_accessors!(OwnedReadHalf);
+session_accessors!(OwnedWriteHalf);
+session_accessors!(ReadHalf<'_>);
+session_accessors!(WriteHalf<'_>);
 
 impl OwnedReadHalf {
     fn session(&self) -> &SessionShared {
@@ -579,30 +514,34 @@ impl AsRef<KcpStream> for WriteHalf<'_> {
     }
 }
 
-impl AsyncRead for OwnedReadHalf {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        poll_read(self.session(), cx, buf)
-    }
+/// `AsyncRead` on the session, for the stream and its read halves.
+macro_rules! session_async_read {
+    ($handle:ty) => {
+        impl AsyncRead for $handle {
+            /// Copies received bytes into `buf`. Keeps the read waker (one
+            /// per session, shared with `recv_message` and the read halves).
+            fn poll_read(
+                self: Pin<&mut Self>,
+                cx: &mut Context<'_>,
+                buf: &mut ReadBuf<'_>,
+            ) -> Poll<io::Result<()>> {
+                poll_read(self.session(), cx, buf)
+            }
+        }
+    };
 }
 
-impl AsyncRead for ReadHalf<'_> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        poll_read(self.session(), cx, buf)
-    }
-}
+session_async_read!(KcpStream);
+session_async_read!(OwnedReadHalf);
+session_async_read!(ReadHalf<'_>);
 
-/// `AsyncWrite` for a write half: the stream's, on the shared session.
-macro_rules! half_async_write {
-    ($half:ty) => {
-        impl AsyncWrite for $half {
+/// `AsyncWrite` on the session, for the stream and its write halves.
+macro_rules! session_async_write {
+    ($handle:ty) => {
+        impl AsyncWrite for $handle {
+            /// Queues as much of `buf` as the send window takes; `Pending`
+            /// (write waker kept) when the window is full, until
+            /// acknowledgements free it.
             fn poll_write(
                 self: Pin<&mut Self>,
                 cx: &mut Context<'_>,
@@ -611,10 +550,14 @@ macro_rules! half_async_write {
                 poll_write(self.session(), cx, buf)
             }
 
+            /// Written data is already with the driver: ready at once.
             fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
                 poll_flush(self.session())
             }
 
+            /// Stops writing and completes once everything written was
+            /// acknowledged, or fails with `TimedOut` after `linger`.
+            /// Reading still works.
             fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
                 poll_shutdown(self.session(), cx)
             }
@@ -622,5 +565,6 @@ macro_rules! half_async_write {
     };
 }
 
-half_async_write!(OwnedWriteHalf);
-half_async_write!(WriteHalf<'_>);
+session_async_write!(KcpStream);
+session_async_write!(OwnedWriteHalf);
+session_async_write!(WriteHalf<'_>);

@@ -232,39 +232,24 @@ async fn every_half_answers_for_its_session() {
     let (_s, _) = timeout(LIMIT, listener.accept()).await.unwrap().unwrap();
     let (peer, local, conv) = (c.peer_addr().unwrap(), c.local_addr().unwrap(), c.conv());
     assert_eq!(peer, addr);
-    let check = |p: SocketAddr, l: SocketAddr, cv: u32, st: kcpio::SessionStats| {
-        assert_eq!((p, l, cv, st.conv), (peer, local, conv, conv));
-    };
+    macro_rules! answers_for_the_session {
+        ($half:expr) => {
+            let h = &$half;
+            let st = h.stats();
+            let got = (h.peer_addr().unwrap(), h.local_addr().unwrap(), h.conv());
+            assert_eq!((got, st.conv), ((peer, local, conv), conv));
+        };
+    }
     {
         let (r, w) = c.split();
-        check(
-            r.peer_addr().unwrap(),
-            r.local_addr().unwrap(),
-            r.conv(),
-            r.stats(),
-        );
-        check(
-            w.peer_addr().unwrap(),
-            w.local_addr().unwrap(),
-            w.conv(),
-            w.stats(),
-        );
+        answers_for_the_session!(r);
+        answers_for_the_session!(w);
         assert!(format!("{r:?}").contains("ReadHalf"));
         assert!(format!("{w:?}").contains("WriteHalf"));
     }
     let (r, w) = c.into_split();
-    check(
-        r.peer_addr().unwrap(),
-        r.local_addr().unwrap(),
-        r.conv(),
-        r.stats(),
-    );
-    check(
-        w.peer_addr().unwrap(),
-        w.local_addr().unwrap(),
-        w.conv(),
-        w.stats(),
-    );
+    answers_for_the_session!(r);
+    answers_for_the_session!(w);
     assert!(r.stats().datagrams_out > 0, "the first byte went out");
     assert!(format!("{r:?}").contains(&format!("{conv}")));
 }
