@@ -63,6 +63,11 @@ for g in fec["groups"]:
     body = b"".join(bytes([0]) + rec(pk) for pk in packets[1:])
     put("pipeline", bytes([method]) + struct.pack("<I", g["conv"]) + bytes([d, p]) + body)
 
+# pipeline: kcp-go's OOB datagram (null crypto) for its conv, read back.
+o = fec["oob_example"]
+put("pipeline", bytes([ALL.index("null")]) + struct.pack("<I", o["conv"]) + bytes([3, 2]) +
+    (bytes([0]) + rec(bytes.fromhex(o["datagram_hex"]))) * 3 + bytes([2]) + rec(b""))
+
 # fec_roundtrip: shape, then sizes and a loss mask.
 for d, p in [(10, 3), (3, 2), (1, 1), (20, 5)]:
     put("fec_roundtrip", bytes([d, p]) + bytes([100, 7, 200, 13, 40, 255, 2, 9] * 8))

@@ -45,6 +45,15 @@
 //! # Ok(()) }
 //! ```
 //!
+//! Beside the stream, a session with FEC on carries unreliable datagrams,
+//! byte-compatible with kcp-go's out-of-band packets:
+//! [`KcpStream::send_datagram`] and [`KcpStream::recv_datagram`] (each
+//! payload one UDP datagram, sent once, at most
+//! [`max_datagram_payload`](KcpStream::max_datagram_payload) bytes, e.g.
+//! 1368 with the default mtu; queues bounded at
+//! [`conn::DATAGRAM_QUEUE_LEN`] datagrams and [`conn::DATAGRAM_QUEUE_BYTES`]
+//! bytes each way, overflow counted).
+//!
 //! The repository's `examples/` hold an echo pair, a TCP port forwarder
 //! (`tunnel.rs`) and the lossy-link demo
 //! (`cargo run --release --example demo`).
@@ -139,7 +148,8 @@
 //! the FEC decoder by the shards actually received and a cap on the shard
 //! ratio it learns ([`fec::DEFAULT_MAX_SHARDS`], set with
 //! [`fec_max_shards`](ConfigBuilder::fec_max_shards);
-//! [`fec::FecDecoder::memory_bound`]); sessions per listener by
+//! [`fec::FecDecoder::memory_bound`]), received datagrams by
+//! [`conn::DATAGRAM_QUEUE_BYTES`]; sessions per listener by
 //! [`max_sessions`](ConfigBuilder::max_sessions). Protections in the
 //! session table (anti-amplification towards unproven addresses, admission
 //! only on conversation openers, refusal of replayed openers, per-source

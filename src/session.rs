@@ -45,6 +45,11 @@ impl Drop for Handle {
 /// source is a [`SessionError`](crate::SessionError) that tells them apart
 /// (`DeadLink`, `IdleTimeout`; `Reset` when the peer restarted).
 ///
+/// With FEC on, the session also carries unreliable datagrams beside the
+/// stream ([`send_datagram`](Self::send_datagram),
+/// [`recv_datagram`](Self::recv_datagram)), byte-compatible with kcp-go's
+/// out-of-band packets.
+///
 /// Dropping the stream (both halves after [`into_split`](Self::into_split))
 /// lets the driver deliver what was written, for up to
 /// [`ConfigBuilder::linger`](crate::ConfigBuilder::linger), then frees it.
@@ -215,6 +220,104 @@ impl KcpStream {
     pub async fn recv_message(&self, buf: &mut [u8]) -> io::Result<usize> {
         poll_fn(|cx| poll_recv_message(self.session(), cx, buf)).await
     }
+
+    /// The largest payload [`send_datagram`](Self::send_datagram) takes:
+    /// the KCP mtu minus 4 (kcp-go's `GetOOBMaxSize`), e.g. 1368 bytes with
+    /// the default mtu of 1400 and a CFB-family cipher; 0 when FEC is off.
+    #[must_use]
+    pub fn max_datagram_payload(&self) -> usize {
+        self.session().with_conn(Conn::max_datagram_payload)
+    }
+
+    /// Sends `payload` as one unreliable datagram beside the stream,
+    /// byte-compatible with kcp-go's out-of-band packets (`SendOOB`; the
+    /// peer's `SetOOBHandler` or [`recv_datagram`](Self::recv_datagram)
+    /// receives it). It is sent once, never retransmitted, and may be lost,
+    /// duplicated or reordered; the stream's reliability and order are not
+    /// affected. Needs FEC on ([`ConfigBuilder::fec`](crate::ConfigBuilder::fec)),
+    /// as in kcp-go. Waits only while the session's send queue is full
+    /// ([`DATAGRAM_QUEUE_LEN`](crate::conn::DATAGRAM_QUEUE_LEN) datagrams or
+    /// [`DATAGRAM_QUEUE_BYTES`](crate::conn::DATAGRAM_QUEUE_BYTES) bytes,
+    /// drained by the driver at once); see
+    /// [`try_send_datagram`](Self::try_send_datagram) to never wait.
+    ///
+    /// # Errors
+    ///
+    /// `Unsupported` when FEC is off; `InvalidInput` for a payload longer
+    /// than [`max_datagram_payload`](Self::max_datagram_payload) (each with a
+    /// [`ConnError`](crate::ConnError) source); `TimedOut` /
+    /// `ConnectionReset` / `ConnectionAborted` when the session failed (with
+    /// a [`SessionError`](crate::SessionError) source).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the datagram is queued whole or not at all.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run() -> std::io::Result<()> {
+    /// let config = kcpio::Config::builder().fec(10, 3).build().unwrap();
+    /// let stream = kcpio::KcpStream::connect("127.0.0.1:29900", &config).await?;
+    /// stream.send_datagram(b"position 12,40").await?;
+    /// let mut buf = vec![0; stream.max_datagram_payload()];
+    /// let n = stream.recv_datagram(&mut buf).await?;
+    /// println!("{:?}", &buf[..n]);
+    /// # Ok(()) }
+    /// ```
+    pub async fn send_datagram(&self, payload: &[u8]) -> io::Result<()> {
+        poll_fn(|cx| poll_send_datagram(self.session(), cx, payload)).await
+    }
+
+    /// [`send_datagram`](Self::send_datagram) without waiting.
+    ///
+    /// # Errors
+    ///
+    /// `WouldBlock` while the send queue is full, else as
+    /// [`send_datagram`](Self::send_datagram).
+    pub fn try_send_datagram(&self, payload: &[u8]) -> io::Result<()> {
+        self.session().try_call(|c| c.send_datagram(payload))
+    }
+
+    /// Receives the next unreliable datagram (sent by the peer's
+    /// [`send_datagram`](Self::send_datagram) or kcp-go's `SendOOB`) into
+    /// `buf`, returning its length. Up to
+    /// [`DATAGRAM_QUEUE_LEN`](crate::conn::DATAGRAM_QUEUE_LEN) datagrams
+    /// ([`DATAGRAM_QUEUE_BYTES`](crate::conn::DATAGRAM_QUEUE_BYTES) bytes)
+    /// wait for it; later ones are dropped and counted in
+    /// [`SessionStats::oob_dropped`]. A session keeps one datagram-receive
+    /// waker: receive from one task at a time.
+    ///
+    /// # Errors
+    ///
+    /// `Unsupported` when FEC is off; `InvalidInput` when `buf` is shorter
+    /// than the datagram (which stays queued; a buffer of
+    /// [`max_datagram_payload`](Self::max_datagram_payload) bytes fits what
+    /// a peer with the same configuration sends, 1488 bytes fits anything);
+    /// session failures as for reads, once no datagram is left.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a datagram is taken only when it is returned.
+    pub async fn recv_datagram(&self, buf: &mut [u8]) -> io::Result<usize> {
+        poll_fn(|cx| poll_recv_datagram(self.session(), cx, buf)).await
+    }
+
+    /// Polls for the next unreliable datagram, as
+    /// `tokio::net::UdpSocket::poll_recv`: on `Ready(Ok(()))` it was put
+    /// into `buf`'s unfilled part; `Pending` keeps `cx`'s waker (only the
+    /// most recent one is woken).
+    ///
+    /// # Errors
+    ///
+    /// As [`recv_datagram`](Self::recv_datagram).
+    pub fn poll_recv_datagram(
+        &self,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        poll_recv_datagram_buf(self.session(), cx, buf)
+    }
 }
 
 fn stats_of(s: &SessionShared) -> SessionStats {
@@ -253,6 +356,33 @@ fn poll_shutdown(s: &SessionShared, cx: &mut Context<'_>) -> Poll<io::Result<()>
 
 fn poll_send_message(s: &SessionShared, cx: &mut Context<'_>, msg: &[u8]) -> Poll<io::Result<()>> {
     s.poll_call(cx, Side::Write, |c| c.send_message(msg))
+}
+
+fn poll_send_datagram(
+    s: &SessionShared,
+    cx: &mut Context<'_>,
+    payload: &[u8],
+) -> Poll<io::Result<()>> {
+    s.poll_call(cx, Side::DatagramWrite, |c| c.send_datagram(payload))
+}
+
+fn poll_recv_datagram(
+    s: &SessionShared,
+    cx: &mut Context<'_>,
+    buf: &mut [u8],
+) -> Poll<io::Result<usize>> {
+    s.poll_call(cx, Side::DatagramRead, |c| c.recv_datagram(buf))
+}
+
+fn poll_recv_datagram_buf(
+    s: &SessionShared,
+    cx: &mut Context<'_>,
+    buf: &mut ReadBuf<'_>,
+) -> Poll<io::Result<()>> {
+    s.poll_call(cx, Side::DatagramRead, |c| {
+        c.recv_datagram(buf.initialize_unfilled())
+    })
+    .map_ok(|n| buf.advance(n))
 }
 
 fn poll_recv_message(
@@ -433,6 +563,34 @@ impl OwnedReadHalf {
     pub async fn recv_message(&self, buf: &mut [u8]) -> io::Result<usize> {
         poll_fn(|cx| poll_recv_message(self.session(), cx, buf)).await
     }
+
+    /// Receives the next unreliable datagram; see
+    /// [`KcpStream::recv_datagram`].
+    ///
+    /// # Errors
+    ///
+    /// As [`KcpStream::recv_datagram`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn recv_datagram(&self, buf: &mut [u8]) -> io::Result<usize> {
+        poll_fn(|cx| poll_recv_datagram(&self.inner.session, cx, buf)).await
+    }
+
+    /// Polls for the next unreliable datagram; see
+    /// [`KcpStream::poll_recv_datagram`].
+    ///
+    /// # Errors
+    ///
+    /// As [`KcpStream::recv_datagram`].
+    pub fn poll_recv_datagram(
+        &self,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        poll_recv_datagram_buf(&self.inner.session, cx, buf)
+    }
 }
 
 impl OwnedWriteHalf {
@@ -461,6 +619,36 @@ impl OwnedWriteHalf {
     /// Cancel safe.
     pub async fn send_message(&self, msg: &[u8]) -> io::Result<()> {
         poll_fn(|cx| poll_send_message(self.session(), cx, msg)).await
+    }
+
+    /// The largest datagram payload; see
+    /// [`KcpStream::max_datagram_payload`].
+    #[must_use]
+    pub fn max_datagram_payload(&self) -> usize {
+        self.inner.session.with_conn(Conn::max_datagram_payload)
+    }
+
+    /// Sends one unreliable datagram; see [`KcpStream::send_datagram`].
+    ///
+    /// # Errors
+    ///
+    /// As [`KcpStream::send_datagram`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn send_datagram(&self, payload: &[u8]) -> io::Result<()> {
+        poll_fn(|cx| poll_send_datagram(&self.inner.session, cx, payload)).await
+    }
+
+    /// [`send_datagram`](Self::send_datagram) without waiting; see
+    /// [`KcpStream::try_send_datagram`].
+    ///
+    /// # Errors
+    ///
+    /// As [`KcpStream::try_send_datagram`].
+    pub fn try_send_datagram(&self, payload: &[u8]) -> io::Result<()> {
+        self.inner.session.try_call(|c| c.send_datagram(payload))
     }
 }
 

@@ -148,3 +148,63 @@ fn aes_fec_transfer_does_not_allocate_per_packet() {
 fn unbatched_transfer_does_not_allocate_per_packet() {
     check("batching off", base().batching(false).build().unwrap());
 }
+
+/// Unreliable datagrams in steady state: ping-pong of `send_datagram` /
+/// `recv_datagram` both ways (queues, framing, sealing, routing, wakers).
+#[test]
+fn datagrams_do_not_allocate_per_packet() {
+    const WARM_UP_ROUNDS: usize = 2_000;
+    const MEASURED_ROUNDS: usize = 20_000;
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let config = base()
+        .crypto(Method::Aes128, Key::passphrase("alloc test"))
+        .fec(10, 3)
+        .build()
+        .unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (change, rounds) = rt.block_on(async move {
+        let listener = KcpListener::bind("127.0.0.1:0", &config).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut client = KcpStream::connect(addr, &config).await.unwrap();
+        // Stream data opens the server's session; datagrams never do.
+        client.write_all(b"x").await.unwrap();
+        let (mut server, _) = listener.accept().await.unwrap();
+        server.read_exact(&mut [0u8; 1]).await.unwrap();
+        let payload = [0x5au8; 200];
+        let mut buf = [0u8; 1500];
+        let mut region = None;
+        let mut rounds = 0;
+        for i in 0..WARM_UP_ROUNDS + MEASURED_ROUNDS {
+            if i == WARM_UP_ROUNDS {
+                region = Some(Region::new(GLOBAL));
+            }
+            client.send_datagram(&payload).await.unwrap();
+            let wait = Duration::from_secs(1);
+            let Ok(n) = tokio::time::timeout(wait, server.recv_datagram(&mut buf)).await else {
+                continue; // lost: the next round goes on
+            };
+            server.send_datagram(&buf[..n.unwrap()]).await.unwrap();
+            if let Ok(n) = tokio::time::timeout(wait, client.recv_datagram(&mut buf)).await {
+                assert_eq!(&buf[..n.unwrap()], &payload[..]);
+                rounds += usize::from(i >= WARM_UP_ROUNDS);
+            }
+        }
+        (region.unwrap().change(), rounds)
+    });
+    eprintln!(
+        "datagrams: {} allocations, {} reallocations over {rounds} round trips",
+        change.allocations, change.reallocations
+    );
+    assert!(rounds > MEASURED_ROUNDS * 9 / 10, "{rounds} round trips");
+    assert!(
+        change.allocations + change.reallocations <= BOUND,
+        "{} allocations + {} reallocations over {rounds} round trips",
+        change.allocations,
+        change.reallocations
+    );
+}

@@ -7,14 +7,23 @@
 //! datagram`: `ctl & 1` flushes, `ctl & 2` reads, `ctl >> 2` advances the
 //! clock (in 5 ms steps).
 //!
+//! Out-of-band packets (flag 0xF3) go where the driver routes them: to a
+//! session of their conv, here a FEC-enabled `Conn`, whose bounded datagram
+//! queue `ctl & 2` also drains.
+//!
 //! Checks: the opened range lies within the datagram; a readable stream
 //! yields bytes; emitted datagrams fit the MTU; FEC memory stays within its
-//! documented bound.
+//! documented bound; the datagram queue never holds more than its bound and
+//! hands out whole payloads.
 #![no_main]
 
 use std::sync::LazyLock;
 
+use std::time::Duration;
+
 use kcpio::arq::{ArqConfig, Kcp, Origin, Preset, Timestamp};
+use kcpio::conn::DATAGRAM_QUEUE_LEN;
+use kcpio::{Config, Conn, ConnError};
 use kcpio::crypto::PacketCrypto;
 use kcpio::fec::{self, FecDecoder, MAX_PACKET, PacketKind};
 use kcpio_fuzz::arq::{drain, read_stream};
@@ -37,6 +46,9 @@ fuzz_target!(|data: &[u8]| {
     };
     let mut kcp = Kcp::new(conv, &cfg).unwrap();
     let mut dec: Option<FecDecoder> = None;
+    let oob_config = Config::builder().fec(3, 1).build().unwrap();
+    let mut oob = Conn::new(conv, &oob_config).unwrap();
+    let mut taken = 0u64;
     let mut now = 0u32;
     let mut scratch = vec![0u8; MAX_PACKET];
     let mut read = vec![0u8; 4096];
@@ -75,8 +87,14 @@ fuzz_target!(|data: &[u8]| {
                         assert!(dec.memory_usage() <= bound);
                     }
                     PacketKind::Oob => {
-                        let (_, body) = fec::oob_payload(packet).expect("classified as OOB");
+                        let (oob_conv, body) = fec::oob_payload(packet).expect("classified as OOB");
                         assert!(body.len() + 12 <= packet.len());
+                        // The session table delivers only the session's own conv.
+                        if oob_conv == conv {
+                            let now = Duration::from_millis(u64::from(now));
+                            let r = oob.handle_packet(now, packet);
+                            assert!(r.accepted && r.bad_kcp == 0);
+                        }
                     }
                 }
             }
@@ -86,11 +104,23 @@ fuzz_target!(|data: &[u8]| {
             drain(&mut kcp, t, cfg.mtu, &mut out);
         }
         if ctl & 2 != 0 {
+            loop {
+                match oob.recv_datagram(&mut read) {
+                    Ok(n) => {
+                        assert!(n + 12 <= MAX_PACKET);
+                        taken += 1;
+                    }
+                    Err(ConnError::WouldBlock) => break,
+                    Err(e) => panic!("recv_datagram: {e}"),
+                }
+            }
             read_stream(&mut kcp, &mut read);
         }
         if ctl >> 2 != 0 {
             now = now.wrapping_add(u32::from(ctl >> 2) * 5);
             kcp.handle_timeout(Timestamp::from_millis(now));
         }
+        let st = oob.stats();
+        assert!(st.oob_received - taken <= DATAGRAM_QUEUE_LEN as u64);
     }
 });

@@ -2,8 +2,11 @@ package main
 
 import (
 	"encoding/binary"
+	"io"
 	"testing"
 	"time"
+
+	kcp "github.com/xtaci/kcp-go/v5"
 )
 
 func TestPercentileIsNearestRank(t *testing.T) {
@@ -48,5 +51,52 @@ func TestMessageRoundTrip(t *testing.T) {
 	buildMsg(buf, 41)
 	if string(buf[16:]) != string(want) {
 		t.Fatal("payload is not the pattern at seq*size+16")
+	}
+}
+
+// TestOOBRoundTrip runs oobRound against an in-process kcp-go listener that
+// echoes out-of-band datagrams the way echo-server --oob-echo does.
+func TestOOBRoundTrip(t *testing.T) {
+	lis, err := kcp.ListenWithOptions("127.0.0.1:0", nil, 3, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	go func() {
+		s, err := lis.AcceptKCP()
+		if err != nil {
+			return
+		}
+		s.SetOOBHandler(func(b []byte) { s.SendOOB(b) })
+		buf := make([]byte, 64)
+		for {
+			n, err := s.Read(buf)
+			if err != nil {
+				return
+			}
+			s.Write(buf[:n])
+		}
+	}()
+	cfg := config{addr: lis.Addr().String(), dataShard: 3, parityShard: 1, oob: 50, size: 100, oobInterval: time.Millisecond, drain: 2 * time.Second}
+	sess, err := dial(cfg, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	// The listener learns of the session from stream data first.
+	sess.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := sess.Write([]byte("hi")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(sess, make([]byte, 2)); err != nil {
+		t.Fatal(err)
+	}
+	epoch = time.Now()
+	st, err := oobRound(sess, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.sent != 50 || st.received < 45 || st.max != 1400-8-4 {
+		t.Fatalf("sent %d received %d max %d", st.sent, st.received, st.max)
 	}
 }

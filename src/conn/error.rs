@@ -92,13 +92,26 @@ pub enum ConnError {
     /// A message the ARQ refuses (empty, or more fragments than the window
     /// or 255); never [`SendError::WouldBlock`], which is [`Self::WouldBlock`].
     Message(SendError),
-    /// The buffer is shorter than the next message, which stays queued.
+    /// The buffer is shorter than the next message or datagram, which stays
+    /// queued.
     BufferTooSmall {
         /// Length of the next message.
         needed: usize,
     },
     /// The message calls need message mode (`stream(false)`).
     StreamMode,
+    /// Unreliable datagrams need FEC on this side
+    /// ([`ConfigBuilder::fec`](crate::ConfigBuilder::fec)), as in kcp-go:
+    /// the packet reuses the FEC header.
+    DatagramsUnsupported,
+    /// A datagram payload longer than
+    /// [`max_datagram_payload`](super::Conn::max_datagram_payload).
+    DatagramTooLarge {
+        /// The payload's length.
+        len: usize,
+        /// The largest payload this session sends.
+        max: usize,
+    },
 }
 
 impl ConnError {
@@ -112,6 +125,8 @@ impl ConnError {
             Self::LingerExpired => io::ErrorKind::TimedOut,
             Self::Message(_) | Self::BufferTooSmall { .. } => io::ErrorKind::InvalidInput,
             Self::StreamMode => io::ErrorKind::Unsupported,
+            Self::DatagramsUnsupported => io::ErrorKind::Unsupported,
+            Self::DatagramTooLarge { .. } => io::ErrorKind::InvalidInput,
         }
     }
 }
@@ -143,10 +158,16 @@ impl fmt::Display for ConnError {
             Self::LingerExpired => f.write_str("kcp shutdown: data not acknowledged within linger"),
             Self::Message(e) => write!(f, "kcp message refused: {e}"),
             Self::BufferTooSmall { needed } => {
-                write!(f, "kcp message of {needed} bytes does not fit the buffer")
+                write!(f, "kcp message or datagram of {needed} bytes does not fit the buffer")
             }
             Self::StreamMode => {
                 f.write_str("message API needs message mode (Config::builder().stream(false))")
+            }
+            Self::DatagramsUnsupported => f.write_str(
+                "kcp datagrams need FEC on this side (Config::builder().fec(data, parity)), as in kcp-go",
+            ),
+            Self::DatagramTooLarge { len, max } => {
+                write!(f, "kcp datagram of {len} bytes exceeds the maximum payload of {max}")
             }
         }
     }

@@ -23,6 +23,7 @@
 //! conn.send_message(msg) -> Result<(), ConnError>
 //! conn.recv_message(buf) -> Result<usize, ConnError>
 //! conn.shutdown() -> Result<(), ConnError>           // Ok once all is acknowledged
+//! conn.send_datagram(payload) / recv_datagram(buf)   // unreliable, beside the stream
 //! conn.release()  conn.abort(reason)                  // lifecycle from outside
 //! conn.readable() conn.writable() conn.error() conn.is_finished() conn.stats()
 //! conn.header_len() conn.max_datagram()              // the slot layout
@@ -38,13 +39,35 @@
 //! [`PacketCrypto::seal`](crate::crypto::PacketCrypto::seal)`(slot, len,
 //! nonce)` and sends the `header_len + len + trailer` bytes it returns. This
 //! module is the one place that arithmetic lives.
+//!
+//! # Unreliable datagrams
+//!
+//! Beside the reliable stream a session carries unreliable datagrams,
+//! byte-compatible with kcp-go's out-of-band packets (`SendOOB` /
+//! `SetOOBHandler`, kcp-go v5.6.60 and later): each
+//! [`send_datagram`](Conn::send_datagram) payload leaves as one UDP
+//! datagram (FEC header with flag 0xF3, the conv, the payload; sealed like
+//! any packet), is never retransmitted, acknowledged or FEC-protected, and
+//! does not touch the ARQ, so the stream's reliability and order are
+//! unaffected. As in kcp-go they need FEC on
+//! ([`ConfigBuilder::fec`](crate::ConfigBuilder::fec)), whose header they
+//! reuse, and a payload is at most
+//! [`max_datagram_payload`](Conn::max_datagram_payload) bytes (the KCP mtu
+//! minus the 4-byte conv: 1368 with the default mtu 1400 and a CFB
+//! cipher). Both directions queue at most [`DATAGRAM_QUEUE_LEN`] datagrams
+//! and [`DATAGRAM_QUEUE_BYTES`] payload bytes; received datagrams beyond
+//! that are dropped and counted ([`SessionStats::oob_dropped`]).
 #![deny(clippy::disallowed_methods, clippy::disallowed_types)]
 
+mod datagram;
 mod error;
 #[cfg(test)]
 mod tests;
 
+pub use datagram::{DATAGRAM_QUEUE_BYTES, DATAGRAM_QUEUE_LEN};
 pub use error::{ConnError, SessionError};
+
+use datagram::DatagramQueue;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -86,6 +109,16 @@ pub struct SessionStats {
     /// FEC decoder counters (shards received, packets recovered); default
     /// until the peer sends FEC.
     pub fec_in: FecStats,
+    /// Unreliable datagrams ([`Conn::send_datagram`]) sent: handed to the
+    /// socket side by `poll_transmit`.
+    pub oob_sent: u64,
+    /// Unreliable datagrams received and queued for
+    /// [`Conn::recv_datagram`].
+    pub oob_received: u64,
+    /// Unreliable datagrams received and dropped: the receive queue was full
+    /// ([`DATAGRAM_QUEUE_LEN`], [`DATAGRAM_QUEUE_BYTES`]), or FEC is off on
+    /// this side (datagrams unsupported, as in kcp-go).
+    pub oob_dropped: u64,
 }
 
 /// What [`Conn::handle_packet`] made of one packet, for the caller's
@@ -151,6 +184,9 @@ struct Wire {
     datagrams_out: u64,
     bytes_out: u64,
     input_errors: u64,
+    oob_sent: u64,
+    oob_received: u64,
+    oob_dropped: u64,
 }
 
 /// One KCP session, sans-IO: the ARQ, FEC and lifecycle of a kcp-go
@@ -173,11 +209,14 @@ struct Wire {
 ///   later without loss: parity and KCP output wait inside.
 /// - The application calls ([`write`](Self::write), [`read`](Self::read),
 ///   [`send_message`](Self::send_message),
-///   [`recv_message`](Self::recv_message), [`shutdown`](Self::shutdown))
-///   return at once with a verdict; [`ConnError::WouldBlock`] means "retry
-///   after the next `handle_*` call" ([`readable`](Self::readable) and
-///   [`writable`](Self::writable) tell when). They may move the deadline
-///   earlier: a driver compares `poll_timeout` with the deadline it armed.
+///   [`recv_message`](Self::recv_message), [`shutdown`](Self::shutdown),
+///   [`send_datagram`](Self::send_datagram),
+///   [`recv_datagram`](Self::recv_datagram)) return at once with a
+///   verdict; [`ConnError::WouldBlock`] means "retry after the next
+///   `handle_*` call" ([`readable`](Self::readable),
+///   [`writable`](Self::writable) and their `datagram_` twins tell when).
+///   They may move the deadline earlier: a driver compares `poll_timeout`
+///   with the deadline it armed.
 /// - [`is_finished`](Self::is_finished) after `poll_transmit` returned
 ///   `None`: the session failed, or was released and has nothing left to
 ///   send. The caller then drops it.
@@ -248,6 +287,10 @@ pub struct Conn {
     released: bool,
     release: Linger,
     wire: Wire,
+    /// Unreliable datagrams waiting for `poll_transmit`.
+    oob_out: DatagramQueue,
+    /// Unreliable datagrams waiting for `recv_datagram`.
+    oob_in: DatagramQueue,
 }
 
 impl std::fmt::Debug for Conn {
@@ -329,6 +372,8 @@ impl Conn {
             released: false,
             release: Linger::Off,
             wire: Wire::default(),
+            oob_out: DatagramQueue::default(),
+            oob_in: DatagramQueue::default(),
         })
     }
 
@@ -385,7 +430,11 @@ impl Conn {
         let kcp_bytes = match kind {
             PacketKind::Kcp => Some(packet),
             PacketKind::Data => fec::data_payload(packet),
-            PacketKind::Parity | PacketKind::Oob => None,
+            PacketKind::Parity => None,
+            PacketKind::Oob => {
+                self.handle_oob(packet, &mut out);
+                None
+            }
         };
         if matches!(kind, PacketKind::Kcp | PacketKind::Data) {
             match kcp_bytes.map(|p| self.kcp.handle_datagram(now_ts, p, Origin::Regular)) {
@@ -424,6 +473,24 @@ impl Conn {
         out
     }
 
+    /// An out-of-band packet: its payload joins the receive queue when it
+    /// carries this session's conv, datagrams are supported (FEC on) and
+    /// the queue has room; else it is dropped and counted.
+    fn handle_oob(&mut self, packet: &[u8], out: &mut Received) {
+        match fec::oob_payload(packet) {
+            Some((conv, payload)) if conv == self.kcp.conv() => {
+                // Valid input of this session: the peer is alive.
+                out.accepted = true;
+                if self.enc.is_some() && self.oob_in.push(payload) {
+                    self.wire.oob_received += 1;
+                } else {
+                    self.wire.oob_dropped += 1;
+                }
+            }
+            _ => out.bad_kcp += 1,
+        }
+    }
+
     /// Runs the timers that are due at `now`: the ARQ's flush, the FEC group
     /// deadline, and arms a pending shutdown or release linger. Then call
     /// [`poll_transmit`](Self::poll_transmit).
@@ -448,8 +515,9 @@ impl Conn {
     /// Writes the next datagram body into `slot` (at least
     /// [`max_datagram`](Self::max_datagram) bytes; a shorter slot gets `None`
     /// and nothing is taken): FEC parity first, so a completed group's parity
-    /// is out before the next data shard, then KCP packets, FEC-framed when
-    /// FEC is on. `None` when nothing is due; the session's dead-link and
+    /// is out before the next data shard, then queued unreliable datagrams
+    /// ([`send_datagram`](Self::send_datagram)), then KCP packets,
+    /// FEC-framed when FEC is on. `None` when nothing is due; the session's dead-link and
     /// idle rules are checked then.
     pub fn poll_transmit(&mut self, now: Duration, slot: &mut [u8]) -> Option<Transmit> {
         self.advance(now);
@@ -463,6 +531,10 @@ impl Conn {
                 return Some(self.sent(p, true));
             }
         }
+        if let Some(len) = self.poll_oob(slot) {
+            self.wire.oob_sent += 1;
+            return Some(self.sent(len, false));
+        }
         let now_ts = ts(self.now);
         let kcp_buf = slot.get_mut(hc + hf..hc + hf + self.kcp_mtu)?;
         let Some(n) = self.kcp.poll_transmit(now_ts, kcp_buf) else {
@@ -474,6 +546,19 @@ impl Conn {
             _ => n,
         };
         Some(self.sent(len, false))
+    }
+
+    /// The oldest queued datagram framed as kcp-go's OOB packet at
+    /// `slot[header..]`: `| 0xFFFFFFFF | 0xF3 | size | conv | payload |`.
+    fn poll_oob(&mut self, slot: &mut [u8]) -> Option<usize> {
+        let len = self.oob_out.front_len()?;
+        let body = slot.get_mut(self.header..)?;
+        let conv_at = fec::DATA_HEADER;
+        let payload = body.get_mut(conv_at + 4..conv_at + 4 + len)?;
+        self.oob_out.pop_into(payload)?;
+        body.get_mut(conv_at..conv_at + 4)?
+            .copy_from_slice(&self.kcp.conv().to_le_bytes());
+        Some(fec::encode_oob(body, 4 + len))
     }
 
     fn sent(&mut self, len: usize, parity: bool) -> Transmit {
@@ -503,7 +588,10 @@ impl Conn {
         if self.error.is_some() {
             return None;
         }
-        if self.shutdown == Linger::Requested || self.release == Linger::Requested {
+        if self.shutdown == Linger::Requested
+            || self.release == Linger::Requested
+            || !self.oob_out.is_empty()
+        {
             return Some(self.now);
         }
         let now_ts = ts(self.now);
@@ -648,6 +736,99 @@ impl Conn {
         }
     }
 
+    /// The largest payload [`send_datagram`](Self::send_datagram) takes:
+    /// the KCP mtu minus the 4-byte conv (kcp-go's `GetOOBMaxSize`), so a
+    /// datagram is never longer than the session's largest KCP datagram.
+    /// With the default mtu of 1400 that is 1368 bytes under a CFB-family
+    /// cipher, 1360 under AES-GCM and 1388 without crypto. 0 when FEC is
+    /// off (datagrams unsupported).
+    #[must_use]
+    pub fn max_datagram_payload(&self) -> usize {
+        match self.enc {
+            Some(_) => self.kcp_mtu.saturating_sub(4),
+            None => 0,
+        }
+    }
+
+    /// Queues `payload` as one unreliable datagram (kcp-go's `SendOOB`): it
+    /// leaves whole in one UDP datagram at the next
+    /// [`poll_transmit`](Self::poll_transmit), ahead of KCP output, and is
+    /// never retransmitted; it may be lost, duplicated or reordered, and
+    /// the stream is not affected. Empty payloads are allowed.
+    ///
+    /// # Errors
+    ///
+    /// [`ConnError::DatagramsUnsupported`] when FEC is off (kcp-go's rule:
+    /// the packet reuses the FEC header), [`ConnError::DatagramTooLarge`]
+    /// beyond [`max_datagram_payload`](Self::max_datagram_payload),
+    /// [`ConnError::WouldBlock`] while the send queue is full
+    /// ([`DATAGRAM_QUEUE_LEN`] datagrams or [`DATAGRAM_QUEUE_BYTES`] bytes;
+    /// it empties at the next `poll_transmit`), [`ConnError::Closed`] once
+    /// the session failed.
+    pub fn send_datagram(&mut self, payload: &[u8]) -> Result<(), ConnError> {
+        if let Some(e) = self.error {
+            return Err(ConnError::Closed(e));
+        }
+        if self.enc.is_none() {
+            return Err(ConnError::DatagramsUnsupported);
+        }
+        let max = self.max_datagram_payload();
+        if payload.len() > max {
+            return Err(ConnError::DatagramTooLarge {
+                len: payload.len(),
+                max,
+            });
+        }
+        if self.oob_out.push(payload) {
+            Ok(())
+        } else {
+            Err(ConnError::WouldBlock)
+        }
+    }
+
+    /// Takes the oldest received datagram into `buf`; returns its length.
+    /// Datagrams received before a failure are still handed out.
+    ///
+    /// # Errors
+    ///
+    /// [`ConnError::DatagramsUnsupported`] when FEC is off,
+    /// [`ConnError::BufferTooSmall`] when `buf` is shorter than the
+    /// datagram (which stays queued; a buffer of 1488 bytes fits any),
+    /// [`ConnError::WouldBlock`] when none is queued,
+    /// [`ConnError::Closed`] once the session failed and none is left.
+    pub fn recv_datagram(&mut self, buf: &mut [u8]) -> Result<usize, ConnError> {
+        if self.enc.is_none() {
+            return Err(ConnError::DatagramsUnsupported);
+        }
+        if let Some(needed) = self.oob_in.front_len() {
+            return self
+                .oob_in
+                .pop_into(buf)
+                .ok_or(ConnError::BufferTooSmall { needed });
+        }
+        match self.error {
+            Some(e) => Err(ConnError::Closed(e)),
+            None => Err(ConnError::WouldBlock),
+        }
+    }
+
+    /// [`recv_datagram`](Self::recv_datagram) would not say `WouldBlock`: a
+    /// datagram is queued, the session failed, or datagrams are
+    /// unsupported.
+    #[must_use]
+    pub fn datagram_readable(&self) -> bool {
+        !self.oob_in.is_empty() || self.error.is_some() || self.enc.is_none()
+    }
+
+    /// [`send_datagram`](Self::send_datagram) of a largest payload would
+    /// not say `WouldBlock`.
+    #[must_use]
+    pub fn datagram_writable(&self) -> bool {
+        self.oob_out.has_room(self.max_datagram_payload())
+            || self.error.is_some()
+            || self.enc.is_none()
+    }
+
     // -------------------------------------------------------------- state
 
     /// Why the session failed, once it did.
@@ -711,6 +892,9 @@ impl Conn {
                 .as_ref()
                 .map(|d| d.dec.stats().clone())
                 .unwrap_or_default(),
+            oob_sent: self.wire.oob_sent,
+            oob_received: self.wire.oob_received,
+            oob_dropped: self.wire.oob_dropped,
         }
     }
 }

@@ -110,6 +110,17 @@ fn config(b: ConfigBuilder) -> Config {
         .unwrap()
 }
 
+/// fast3, 256-packet windows, stream mode, FEC 10/3, AES.
+fn fast3_fec_stream() -> Config {
+    config(
+        Config::builder()
+            .preset(crate::Preset::Fast3)
+            .window(256, 256)
+            .stream(true)
+            .fec(10, 3),
+    )
+}
+
 /// Streams `total` bytes from 0 to 1 and checks them, within `limit_ms`.
 fn stream(pair: &mut Pair, total: usize, limit_ms: u64) {
     let data: Vec<u8> = (0..total).map(|i| (i % 251) as u8).collect();
@@ -142,13 +153,7 @@ fn stream(pair: &mut Pair, total: usize, limit_ms: u64) {
 
 #[test]
 fn stream_survives_loss_with_fec_and_cipher() {
-    let c = config(
-        Config::builder()
-            .preset(crate::Preset::Fast3)
-            .window(256, 256)
-            .stream(true)
-            .fec(10, 3),
-    );
+    let c = fast3_fec_stream();
     let mut pair = Pair::new(c, 10);
     stream(&mut pair, 300_000, 60_000);
     let s = pair.conns[1].stats();
@@ -377,4 +382,202 @@ fn garbage_is_counted_not_fatal() {
     assert_eq!(conn.poll_transmit(Duration::ZERO, &mut [0u8; 10]), None);
     let mut slot = vec![0u8; conn.max_datagram()];
     assert!(conn.poll_transmit(Duration::ZERO, &mut slot).is_some());
+}
+
+/// kcp-go's `SendOOB` capture (tests/vectors/fec.json, `oob_example`): FEC
+/// 3/2, no crypto.
+#[test]
+fn datagrams_are_framed_as_kcpgo_oob_packets() {
+    let v: serde_json::Value = serde_json::from_str(include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/vectors/fec.json"
+    )))
+    .unwrap();
+    let oob = &v["oob_example"];
+    let conv = oob["conv"].as_u64().unwrap() as u32;
+    let payload = hex::decode(oob["payload_hex"].as_str().unwrap()).unwrap();
+    let datagram = hex::decode(oob["datagram_hex"].as_str().unwrap()).unwrap();
+    let c = Config::builder().fec(3, 2).build().unwrap();
+    let mut conn = Conn::new(conv, &c).unwrap();
+    conn.send_datagram(&payload).unwrap();
+    assert_eq!(conn.poll_timeout(), Some(Duration::ZERO), "due at once");
+    let mut slot = vec![0u8; conn.max_datagram()];
+    let t = conn.poll_transmit(Duration::ZERO, &mut slot).unwrap();
+    assert_eq!(&slot[..t.len], &datagram[..], "byte for byte kcp-go's");
+    assert!(!t.parity);
+    assert_eq!(conn.poll_transmit(Duration::ZERO, &mut slot), None);
+    // The FEC seqid counter is untouched: the first data shard is seqid 0.
+    conn.write(b"stream").unwrap();
+    let t = conn.poll_transmit(Duration::ZERO, &mut slot).unwrap();
+    assert_eq!(fec::classify(&slot[..t.len]), PacketKind::Data);
+    assert_eq!(&slot[..4], &0u32.to_le_bytes());
+    let s = conn.stats();
+    assert_eq!((s.oob_sent, s.datagrams_out), (1, 2));
+    assert_eq!(s.fec_out.data_out, 1, "the OOB packet is no shard");
+
+    // kcp-go's packet, received: queued for recv_datagram, not the ARQ.
+    let mut peer = Conn::new(conv, &c).unwrap();
+    let r = peer.handle_packet(Duration::ZERO, &datagram);
+    assert!(r.accepted && r.bad_kcp == 0 && !r.bad_fec);
+    assert!(peer.datagram_readable() && !peer.readable());
+    let mut buf = [0u8; 64];
+    let n = peer.recv_datagram(&mut buf).unwrap();
+    assert_eq!(&buf[..n], &payload[..]);
+    assert_eq!(peer.recv_datagram(&mut buf), Err(ConnError::WouldBlock));
+    assert_eq!(peer.stats().oob_received, 1);
+    assert_eq!(peer.stats().arq.segments_in, 0);
+}
+
+#[test]
+fn datagram_limits_and_verdicts() {
+    // FEC off: unsupported both ways, as kcp-go.
+    let off = config(Config::builder());
+    let mut conn = Conn::new(1, &off).unwrap();
+    assert_eq!(conn.max_datagram_payload(), 0);
+    assert_eq!(
+        conn.send_datagram(b"x"),
+        Err(ConnError::DatagramsUnsupported)
+    );
+    assert_eq!(
+        conn.recv_datagram(&mut [0; 8]),
+        Err(ConnError::DatagramsUnsupported)
+    );
+    let e = std::io::Error::from(ConnError::DatagramsUnsupported);
+    assert_eq!(e.kind(), std::io::ErrorKind::Unsupported);
+    // Received anyway (a peer with FEC on): dropped and counted.
+    let mut oob = vec![0u8; 12];
+    oob[8..].copy_from_slice(&1u32.to_le_bytes());
+    assert_eq!(fec::encode_oob(&mut oob, 4), 12);
+    assert!(conn.handle_packet(Duration::ZERO, &oob).accepted);
+    assert_eq!(conn.stats().oob_dropped, 1);
+
+    // FEC on, AES (CFB): 1400 - 20 - 8 - 4.
+    let on = config(Config::builder().fec(10, 3));
+    let mut conn = Conn::new(1, &on).unwrap();
+    let max = conn.max_datagram_payload();
+    assert_eq!(max, 1368);
+    assert_eq!(
+        conn.send_datagram(&vec![0; max + 1]),
+        Err(ConnError::DatagramTooLarge { len: max + 1, max })
+    );
+    let crypto = on.packet_crypto();
+    let mut slot = vec![0u8; conn.max_datagram()];
+    conn.send_datagram(&vec![0xab; max]).unwrap();
+    let t = conn.poll_transmit(Duration::ZERO, &mut slot).unwrap();
+    let n = crypto.seal(&mut slot, t.len, &[7; 16]).unwrap();
+    assert_eq!(n, 1400, "the largest payload fills the mtu exactly");
+    let plain = crypto.open(&mut slot[..n]).unwrap();
+    let (conv, body) = fec::oob_payload(&slot[plain]).unwrap();
+    assert_eq!((conv, body.len()), (1, max));
+
+    // The send queue: bounded in datagrams, then in bytes; drained by
+    // poll_transmit.
+    for _ in 0..DATAGRAM_QUEUE_LEN {
+        conn.send_datagram(b"tick").unwrap();
+    }
+    assert_eq!(conn.send_datagram(b"tick"), Err(ConnError::WouldBlock));
+    assert!(!conn.datagram_writable());
+    let mut sent = 0;
+    while conn.poll_transmit(Duration::ZERO, &mut slot).is_some() {
+        sent += 1;
+    }
+    assert_eq!(sent, DATAGRAM_QUEUE_LEN);
+    assert!(conn.datagram_writable());
+    let fit = DATAGRAM_QUEUE_BYTES / max;
+    for _ in 0..fit {
+        conn.send_datagram(&vec![1; max]).unwrap();
+    }
+    assert_eq!(
+        conn.send_datagram(&vec![1; max]),
+        Err(ConnError::WouldBlock)
+    );
+    while conn.poll_transmit(Duration::ZERO, &mut slot).is_some() {}
+
+    // The receive queue: overflow dropped and counted; a short buffer
+    // leaves the datagram queued; another conv is refused.
+    let mut peer = Conn::new(1, &on).unwrap();
+    let mut oob = vec![0u8; 8 + 4 + 100];
+    oob[8..12].copy_from_slice(&1u32.to_le_bytes());
+    assert_eq!(fec::encode_oob(&mut oob, 104), 112);
+    for _ in 0..DATAGRAM_QUEUE_LEN + 6 {
+        assert!(peer.handle_packet(Duration::ZERO, &oob).accepted);
+    }
+    let s = peer.stats();
+    assert_eq!((s.oob_received, s.oob_dropped), (64, 6));
+    assert_eq!(
+        peer.recv_datagram(&mut [0; 99]),
+        Err(ConnError::BufferTooSmall { needed: 100 })
+    );
+    assert_eq!(peer.recv_datagram(&mut [0; 100]), Ok(100));
+    oob[8..12].copy_from_slice(&2u32.to_le_bytes());
+    let r = peer.handle_packet(Duration::ZERO, &oob);
+    assert!(!r.accepted && r.bad_kcp == 1);
+    // Failure: queued datagrams still come out, then the reason.
+    peer.abort(SessionError::Reset);
+    assert_eq!(
+        peer.send_datagram(b"x"),
+        Err(ConnError::Closed(SessionError::Reset))
+    );
+    for _ in 0..DATAGRAM_QUEUE_LEN - 1 {
+        assert_eq!(peer.recv_datagram(&mut [0; 100]), Ok(100));
+    }
+    assert_eq!(
+        peer.recv_datagram(&mut [0; 100]),
+        Err(ConnError::Closed(SessionError::Reset))
+    );
+}
+
+/// Datagrams both ways under loss while the stream runs: the stream stays
+/// exact, the datagrams that arrive are intact, none reaches the ARQ.
+#[test]
+fn datagrams_beside_the_stream_under_loss() {
+    let c = fast3_fec_stream();
+    let mut pair = Pair::new(c, 10);
+    let total = 200_000;
+    let data: Vec<u8> = (0..total).map(|i| (i % 251) as u8).collect();
+    let (mut sent, mut got) = (0, Vec::with_capacity(total));
+    let mut buf = vec![0u8; 4096];
+    let (mut dg_sent, mut dg_got) = ([0u32; 2], [0u32; 2]);
+    // Datagrams for 2.9 s, then 100 ms for the last ones to land.
+    for ms in 0..3_000u32 {
+        if sent < total {
+            if let Ok(n) = pair.conns[0].write(&data[sent..]) {
+                sent += n;
+            }
+        }
+        for (side, (conn, count)) in pair.conns.iter_mut().zip(&mut dg_sent).enumerate() {
+            if ms < 2_900 && ms % 3 == side as u32 {
+                let payload = [ms.to_le_bytes(), (!ms).to_le_bytes()].concat();
+                if conn.send_datagram(&payload).is_ok() {
+                    *count += 1;
+                }
+            }
+        }
+        pair.step();
+        while let Ok(n) = pair.conns[1].read(&mut buf) {
+            got.extend_from_slice(&buf[..n]);
+        }
+        for (conn, count) in pair.conns.iter_mut().zip(&mut dg_got) {
+            while let Ok(n) = conn.recv_datagram(&mut buf) {
+                assert_eq!(n, 8);
+                let a = u32::from_le_bytes(buf[..4].try_into().unwrap());
+                let b = u32::from_le_bytes(buf[4..8].try_into().unwrap());
+                assert_eq!(a, !b, "intact");
+                *count += 1;
+            }
+        }
+    }
+    assert!(got == data, "the stream is exact");
+    for side in 0..2 {
+        let other = 1 - side;
+        // 10% loss each way and never retransmitted.
+        assert!(dg_got[other] < dg_sent[side], "{dg_got:?} {dg_sent:?}");
+        assert!(
+            dg_got[other] * 10 > dg_sent[side] * 8,
+            "{dg_got:?} {dg_sent:?}"
+        );
+        let s = pair.conns[side].stats();
+        assert_eq!(s.input_errors, 0, "no datagram reached the ARQ");
+        assert_eq!(s.oob_sent, u64::from(dg_sent[side]));
+    }
 }

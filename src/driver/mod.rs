@@ -312,7 +312,7 @@ impl Driver {
             return;
         };
         let counters = &self.shared.counters;
-        let (read_waker, write_waker);
+        let (read_waker, write_waker, dgram_waker);
         {
             let mut guard = lock(&session.state);
             let st = &mut *guard;
@@ -336,6 +336,11 @@ impl Driver {
             } else {
                 None
             };
+            dgram_waker = if st.conn.datagram_readable() {
+                st.dgram_read_waker.take()
+            } else {
+                None
+            };
             if !st.queued {
                 st.queued = true;
                 if read_waker.is_some() {
@@ -350,6 +355,9 @@ impl Driver {
             w.wake();
         }
         if let Some(w) = write_waker {
+            w.wake();
+        }
+        if let Some(w) = dgram_waker {
             w.wake();
         }
     }
@@ -416,6 +424,9 @@ impl Driver {
             } else if !finished {
                 if st.conn.writable() {
                     wake(&mut st.write_waker);
+                }
+                if st.conn.datagram_writable() {
+                    wake(&mut st.dgram_write_waker);
                 }
                 let next = st.conn.poll_timeout();
                 if next != st.armed {

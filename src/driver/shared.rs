@@ -57,6 +57,10 @@ pub(crate) enum Side {
     Read,
     /// Writes, `send_message` and shutdown.
     Write,
+    /// `recv_datagram`.
+    DatagramRead,
+    /// `send_datagram`.
+    DatagramWrite,
 }
 
 /// A session's state under its lock.
@@ -64,6 +68,9 @@ pub(crate) struct SessionState {
     pub(crate) conn: Conn,
     pub(crate) read_waker: Option<Waker>,
     pub(crate) write_waker: Option<Waker>,
+    /// A task waiting in `recv_datagram` / `send_datagram`.
+    pub(crate) dgram_read_waker: Option<Waker>,
+    pub(crate) dgram_write_waker: Option<Waker>,
     /// In the driver's inbox or ready queue.
     pub(crate) queued: bool,
     /// The deadline the driver armed for this session (time since the
@@ -79,6 +86,8 @@ impl SessionState {
             conn,
             read_waker: None,
             write_waker: None,
+            dgram_read_waker: None,
+            dgram_write_waker: None,
             queued: false,
             armed: None,
             removed: false,
@@ -98,6 +107,8 @@ impl SessionState {
     pub(crate) fn wake_all(&mut self) {
         wake(&mut self.read_waker);
         wake(&mut self.write_waker);
+        wake(&mut self.dgram_read_waker);
+        wake(&mut self.dgram_write_waker);
     }
 }
 
@@ -139,12 +150,28 @@ impl SessionShared {
                 let slot = match side {
                     Side::Read => &mut st.read_waker,
                     Side::Write => &mut st.write_waker,
+                    Side::DatagramRead => &mut st.dgram_read_waker,
+                    Side::DatagramWrite => &mut st.dgram_write_waker,
                 };
                 register(slot, cx);
                 Poll::Pending
             }
             v => Poll::Ready(v.map_err(io::Error::from)),
         }
+    }
+
+    /// Runs one application call that never waits (`try_*`): `WouldBlock`
+    /// comes back as an `io::ErrorKind::WouldBlock` error, no waker kept.
+    pub(crate) fn try_call<T>(
+        &self,
+        call: impl FnOnce(&mut Conn) -> Result<T, ConnError>,
+    ) -> io::Result<T> {
+        let mut st = lock(&self.state);
+        let verdict = call(&mut st.conn);
+        if st.needs_driver() {
+            self.notify_driver(&mut st);
+        }
+        verdict.map_err(io::Error::from)
     }
 
     /// Reads the session's `Conn` (stats, error).
@@ -168,6 +195,8 @@ impl SessionShared {
         st.conn.release();
         st.read_waker = None;
         st.write_waker = None;
+        st.dgram_read_waker = None;
+        st.dgram_write_waker = None;
         self.notify_driver(&mut st);
     }
 }

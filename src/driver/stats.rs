@@ -104,7 +104,8 @@ socket_counters! {
     refused_cap,
     /// Their datagrams, all dropped.
     refused_cap_datagrams,
-    /// Out-of-band packets (not supported; dropped).
+    /// Out-of-band packets (unreliable datagrams) that matched no session
+    /// (unknown address or another conv); dropped.
     oob,
     /// Receive errors (ICMP reports, truncation), never fatal.
     recv_errors,

@@ -42,7 +42,9 @@ pub(crate) struct SessionId {
 pub(crate) enum Refusal {
     /// Too short, or a new conversation whose KCP packet does not parse.
     BadKcp,
-    /// An out-of-band packet (not supported).
+    /// An out-of-band packet (unreliable datagram) that matches no session:
+    /// unknown address, or another conv than the address's session. It
+    /// never creates or replaces a session.
     Oob,
     /// No session for the address and nothing to create one from.
     UnknownSession,
@@ -79,9 +81,12 @@ pub(crate) enum Route {
 pub(crate) struct Inbound<'a> {
     /// The KCP bytes (empty for parity).
     kcp: &'a [u8],
-    /// The first segment's conv and sn, when there are enough bytes.
+    /// The first segment's conv and sn, when there are enough bytes (an
+    /// out-of-band packet's conv, no sn).
     conv: Option<u32>,
     sn: Option<u32>,
+    /// An out-of-band packet: delivered only to its conv's session.
+    oob: bool,
 }
 
 fn le32(b: &[u8], at: std::ops::Range<usize>) -> Option<u32> {
@@ -93,8 +98,7 @@ impl<'a> Inbound<'a> {
     ///
     /// # Errors
     ///
-    /// [`Refusal::BadKcp`] when it is too short to be anything,
-    /// [`Refusal::Oob`] for an out-of-band packet.
+    /// [`Refusal::BadKcp`] when it is too short to be anything.
     pub(crate) fn parse(plain: &'a [u8]) -> Result<Self, Refusal> {
         if plain.len() < MIN_PACKET {
             return Err(Refusal::BadKcp);
@@ -104,12 +108,20 @@ impl<'a> Inbound<'a> {
             PacketKind::Kcp => plain,
             PacketKind::Data => plain.get(fec::DATA_HEADER..).unwrap_or_default(),
             PacketKind::Parity => &[],
-            PacketKind::Oob => return Err(Refusal::Oob),
+            PacketKind::Oob => {
+                return Ok(Self {
+                    kcp: &[],
+                    conv: fec::oob_payload(plain).map(|(conv, _)| conv),
+                    sn: None,
+                    oob: true,
+                });
+            }
         };
         Ok(Self {
             kcp,
             conv: le32(kcp, segment::field::CONV),
             sn: le32(kcp, segment::field::SN),
+            oob: false,
         })
     }
 
@@ -278,6 +290,16 @@ impl<S> Table<S> {
         now: Duration,
         backlog: impl FnOnce() -> usize,
     ) -> Route {
+        if inbound.oob {
+            // Unreliable datagrams reach an existing session of their conv
+            // only: they never open, take over or close one.
+            return match self.by_addr.get(&peer) {
+                Some(&id) if self.entry(id).is_some_and(|e| inbound.conv == Some(e.conv)) => {
+                    Route::Deliver(id)
+                }
+                _ => Route::Drop(Refusal::Oob),
+            };
+        }
         let Some(&id) = self.by_addr.get(&peer) else {
             return match inbound.conv {
                 Some(conv) if self.accepting => {
@@ -466,6 +488,15 @@ mod tests {
         p
     }
 
+    /// kcp-go's `SendOOB` framing of a 4-byte payload for `conv`.
+    fn oob(conv: u32) -> Vec<u8> {
+        let mut p = vec![0u8; 16];
+        p[8..12].copy_from_slice(&conv.to_le_bytes());
+        p[12..].copy_from_slice(b"ping");
+        assert_eq!(fec::encode_oob(&mut p, 8), 16);
+        p
+    }
+
     fn route(t: &mut Table<u32>, peer: SocketAddr, packet: &[u8], now: u64) -> Route {
         match Inbound::parse(packet) {
             Ok(i) => t.route(peer, &i, Duration::from_secs(now), || 0),
@@ -502,9 +533,11 @@ mod tests {
             route(&mut t, addr(1), &[0; 5], 0),
             Route::Drop(Refusal::BadKcp)
         );
-        let mut oob = push(5, 0, true);
-        oob[4..6].copy_from_slice(&0xf3u16.to_le_bytes());
-        assert_eq!(route(&mut t, addr(1), &oob, 0), Route::Drop(Refusal::Oob));
+        assert_eq!(
+            route(&mut t, addr(1), &oob(5), 0),
+            Route::Drop(Refusal::Oob),
+            "an OOB packet never opens a session"
+        );
         // Decrypts, but is not KCP all through: no session.
         let mut bad = push(5, 0, false);
         bad[segment::field::CMD] = 99;
@@ -575,6 +608,28 @@ mod tests {
             route(&mut t, addr(9), &parity, 0),
             Route::Drop(Refusal::UnknownSession)
         );
+    }
+
+    #[test]
+    fn oob_packets_reach_their_session_only() {
+        let (mut t, id) = with_session(10);
+        assert_eq!(route(&mut t, addr(1), &oob(5), 0), Route::Deliver(id));
+        // Another conv, even one kcp-go would take over with: dropped, the
+        // session stays.
+        assert_eq!(
+            route(&mut t, addr(1), &oob(6), 0),
+            Route::Drop(Refusal::Oob)
+        );
+        assert_eq!(
+            route(&mut t, addr(2), &oob(5), 0),
+            Route::Drop(Refusal::Oob)
+        );
+        assert_eq!(t.live(), 1);
+        assert_eq!(t.get(id), Some(&5));
+        // A client table routes them too.
+        let mut c: Table<u32> = Table::new(false, 10, 10);
+        let cid = c.insert(addr(1), 9, |_| 9);
+        assert_eq!(route(&mut c, addr(1), &oob(9), 0), Route::Deliver(cid));
     }
 
     #[test]

@@ -1,0 +1,140 @@
+//! The bounded queues of unreliable datagrams (kcp-go's out-of-band
+//! packets) of one session: one each way, sized in datagrams and bytes,
+//! storage grown on first use up to the bound and then reused.
+
+use std::collections::VecDeque;
+
+/// Datagrams a session queues at most in each direction: sent ones waiting
+/// for [`Conn::poll_transmit`](super::Conn::poll_transmit), received ones
+/// waiting for [`Conn::recv_datagram`](super::Conn::recv_datagram).
+pub const DATAGRAM_QUEUE_LEN: usize = 64;
+
+/// Payload bytes a session queues at most in each direction (the other
+/// bound beside [`DATAGRAM_QUEUE_LEN`]). Both queues together hold at most
+/// twice this, allocated only once datagrams are used.
+pub const DATAGRAM_QUEUE_BYTES: usize = 32 * 1024;
+
+/// One direction's queue: the payloads back to back in `bytes`, their
+/// lengths in `lens`.
+#[derive(Debug, Default)]
+pub(super) struct DatagramQueue {
+    lens: VecDeque<u16>,
+    bytes: VecDeque<u8>,
+}
+
+impl DatagramQueue {
+    /// Whether a payload of `len` bytes fits now.
+    pub(super) fn has_room(&self, len: usize) -> bool {
+        self.lens.len() < DATAGRAM_QUEUE_LEN
+            && self.bytes.len().saturating_add(len) <= DATAGRAM_QUEUE_BYTES
+    }
+
+    /// Appends `payload`; false (nothing taken) when it does not fit.
+    pub(super) fn push(&mut self, payload: &[u8]) -> bool {
+        if !self.has_room(payload.len()) {
+            return false;
+        }
+        let Ok(len) = u16::try_from(payload.len()) else {
+            return false;
+        };
+        let need = self.bytes.len() + payload.len();
+        if self.bytes.capacity() < need {
+            // Grow by doubling, never past the bound: no reallocation once
+            // the queue has been full once.
+            let want = (self.bytes.capacity() * 2).clamp(need, DATAGRAM_QUEUE_BYTES);
+            self.bytes.reserve_exact(want - self.bytes.len());
+        }
+        if self.lens.capacity() == self.lens.len() {
+            let want = (self.lens.capacity() * 2).clamp(self.lens.len() + 1, DATAGRAM_QUEUE_LEN);
+            self.lens.reserve_exact(want - self.lens.len());
+        }
+        self.bytes.extend(payload);
+        self.lens.push_back(len);
+        true
+    }
+
+    /// The length of the oldest payload.
+    pub(super) fn front_len(&self) -> Option<usize> {
+        self.lens.front().map(|&l| usize::from(l))
+    }
+
+    /// Moves the oldest payload into the front of `buf`; `None` when the
+    /// queue is empty or `buf` is too short (nothing taken then).
+    pub(super) fn pop_into(&mut self, buf: &mut [u8]) -> Option<usize> {
+        let len = self.front_len()?;
+        let dst = buf.get_mut(..len)?;
+        let (a, b) = self.bytes.as_slices();
+        let from_a = a.len().min(len);
+        let (dst_a, dst_b) = dst.split_at_mut(from_a);
+        dst_a.copy_from_slice(a.get(..from_a)?);
+        dst_b.copy_from_slice(b.get(..len - from_a)?);
+        self.bytes.drain(..len);
+        self.lens.pop_front();
+        Some(len)
+    }
+
+    /// Datagrams queued.
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.lens.len()
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.lens.is_empty()
+    }
+
+    /// Bytes of storage held (the memory bound's check).
+    #[cfg(test)]
+    pub(super) fn capacity(&self) -> usize {
+        self.bytes.capacity() + 2 * self.lens.capacity()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fifo_across_the_ring_wrap() {
+        let mut q = DatagramQueue::default();
+        let mut out = [0u8; 1500];
+        for round in 0..200u32 {
+            let len = (round as usize * 37) % 1400;
+            let payload: Vec<u8> = (0..len).map(|i| (i as u32 ^ round) as u8).collect();
+            assert!(q.push(&payload));
+            if round % 3 != 0 {
+                continue;
+            }
+            while let Some(n) = q.front_len() {
+                assert_eq!(q.pop_into(&mut out[..n]), Some(n));
+            }
+        }
+        assert!(q.capacity() <= DATAGRAM_QUEUE_BYTES + 2 * DATAGRAM_QUEUE_LEN);
+    }
+
+    #[test]
+    fn bounded_in_datagrams_and_bytes() {
+        let mut q = DatagramQueue::default();
+        for _ in 0..DATAGRAM_QUEUE_LEN {
+            assert!(q.push(&[]));
+        }
+        assert!(!q.push(&[]), "the count bound");
+        let mut q = DatagramQueue::default();
+        let big = [7u8; 1000];
+        let fit = DATAGRAM_QUEUE_BYTES / big.len();
+        for _ in 0..fit {
+            assert!(q.push(&big));
+        }
+        assert!(!q.push(&big), "the byte bound");
+        assert!(q.push(&big[..DATAGRAM_QUEUE_BYTES - fit * big.len()]));
+        assert_eq!(q.len(), fit + 1);
+        assert!(q.capacity() <= DATAGRAM_QUEUE_BYTES + 2 * DATAGRAM_QUEUE_LEN);
+        // A short buffer takes nothing.
+        let mut small = [0u8; 999];
+        assert_eq!(q.pop_into(&mut small), None);
+        assert_eq!(q.len(), fit + 1);
+        let mut buf = [0u8; 1000];
+        assert_eq!(q.pop_into(&mut buf), Some(1000));
+        assert_eq!(buf, big);
+    }
+}
