@@ -669,6 +669,33 @@ impl ReadHalf<'_> {
     pub async fn recv_message(&self, buf: &mut [u8]) -> io::Result<usize> {
         self.stream.recv_message(buf).await
     }
+
+    /// Receives one unreliable datagram; see [`KcpStream::recv_datagram`].
+    ///
+    /// # Errors
+    ///
+    /// As [`KcpStream::recv_datagram`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn recv_datagram(&self, buf: &mut [u8]) -> io::Result<usize> {
+        self.stream.recv_datagram(buf).await
+    }
+
+    /// Polls for the next unreliable datagram; see
+    /// [`KcpStream::poll_recv_datagram`].
+    ///
+    /// # Errors
+    ///
+    /// As [`KcpStream::recv_datagram`].
+    pub fn poll_recv_datagram(
+        &self,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        self.stream.poll_recv_datagram(cx, buf)
+    }
 }
 
 impl WriteHalf<'_> {
@@ -687,6 +714,36 @@ impl WriteHalf<'_> {
     /// Cancel safe.
     pub async fn send_message(&self, msg: &[u8]) -> io::Result<()> {
         self.stream.send_message(msg).await
+    }
+
+    /// The largest unreliable datagram payload; see
+    /// [`KcpStream::max_datagram_payload`].
+    #[must_use]
+    pub fn max_datagram_payload(&self) -> usize {
+        self.stream.max_datagram_payload()
+    }
+
+    /// Sends one unreliable datagram; see [`KcpStream::send_datagram`].
+    ///
+    /// # Errors
+    ///
+    /// As [`KcpStream::send_datagram`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn send_datagram(&self, payload: &[u8]) -> io::Result<()> {
+        self.stream.send_datagram(payload).await
+    }
+
+    /// [`send_datagram`](Self::send_datagram) without waiting; see
+    /// [`KcpStream::try_send_datagram`].
+    ///
+    /// # Errors
+    ///
+    /// As [`KcpStream::try_send_datagram`].
+    pub fn try_send_datagram(&self, payload: &[u8]) -> io::Result<()> {
+        self.stream.try_send_datagram(payload)
     }
 }
 

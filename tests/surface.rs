@@ -350,3 +350,50 @@ fn handles_are_send_sync_unpin() {
     check::<kcpio::ReuniteError>();
     check::<Config>();
 }
+
+/// The borrowed halves carry the unreliable datagrams as the owned ones do.
+#[tokio::test]
+async fn borrowed_halves_send_and_receive_datagrams() {
+    let config = Config::builder()
+        .preset(Preset::Fast3)
+        .stream(true)
+        .fec(10, 3)
+        .build()
+        .unwrap();
+    let (listener, addr) = listener(&config).await;
+    let mut c = client(addr, &config).await;
+    let (mut s, _) = timeout(LIMIT, listener.accept()).await.unwrap().unwrap();
+    let (sr, sw) = s.split();
+    let (cr, cw) = c.split();
+    assert!(cw.max_datagram_payload() > 1000);
+    assert_eq!(cw.max_datagram_payload(), sw.max_datagram_payload());
+    // Unreliable: resend until one arrives (loopback loses none in practice).
+    let mut buf = vec![0; cw.max_datagram_payload()];
+    let got = timeout(LIMIT, async {
+        loop {
+            cw.try_send_datagram(b"ping").unwrap();
+            if let Ok(r) = timeout(Duration::from_millis(100), sr.recv_datagram(&mut buf)).await {
+                break r.unwrap();
+            }
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(&buf[..got], b"ping");
+    let got = timeout(LIMIT, async {
+        loop {
+            sw.send_datagram(b"pong").await.unwrap();
+            let recv = poll_fn(|cx| {
+                let mut rb = tokio::io::ReadBuf::new(&mut buf);
+                cr.poll_recv_datagram(cx, &mut rb)
+                    .map_ok(|()| rb.filled().len())
+            });
+            if let Ok(r) = timeout(Duration::from_millis(100), recv).await {
+                break r.unwrap();
+            }
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(&buf[..got], b"pong");
+}
