@@ -38,7 +38,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
     }
     let stats = stream.stats();
-    println!("srtt {} ms, rto {} ms", stats.srtt, stats.rto);
+    println!("srtt {:?}, rto {:?}", stats.srtt, stats.rto);
     // Waits until everything written is acknowledged.
     stream.shutdown().await?;
     Ok(())

@@ -1464,8 +1464,8 @@ async fn client(f: Flags, nd: NoDelay) -> ExitCode {
             if convs.len() < 16 {
                 convs.push(format!("{:#010x}", st.conv));
             }
-            res.srtt_ms = i64::from(st.srtt);
-            res.rto_ms = u64::from(st.rto);
+            res.srtt_ms = i64::try_from(st.srtt.as_millis()).unwrap_or(i64::MAX);
+            res.rto_ms = u64::try_from(st.rto.as_millis()).unwrap_or(u64::MAX);
             counters.add(&st);
         }
     }

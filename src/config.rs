@@ -8,12 +8,15 @@
 //! validates the whole set once (MTU against the headers, windows, FEC shape,
 //! key) and derives a passphrase key once, so opening a session never fails on
 //! configuration.
+//! A value outside its documented range is refused with a [`ConfigError`]
+//! that names it and the range; nothing is clamped silently.
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 pub use crate::arq::Preset;
+use crate::arq::config::{MAX_INTERVAL, MIN_INTERVAL};
 use crate::arq::{self, ArqConfig};
 use crate::crypto::{self, MAX_DATAGRAM, Method, PacketCrypto};
 use crate::fec;
@@ -39,6 +42,30 @@ fn write_capacity(a: &ArqConfig) -> usize {
     (2 * usize::from(a.snd_wnd) + usize::from(a.rcv_wnd))
         * a.mtu.saturating_sub(arq::segment::HEADER_LEN)
 }
+/// The longest time any duration option accepts (a day): far beyond any
+/// useful setting, and clear of arithmetic overflow.
+const MAX_DURATION: Duration = Duration::from_secs(24 * 60 * 60);
+/// The shortest idle timeout accepted: KCP's default flush interval and
+/// minimum RTO. A shorter one ends live sessions between two ordinary
+/// packets.
+const MIN_IDLE_TIMEOUT: Duration = Duration::from_millis(100);
+/// The longest retransmission timeout, floor or cap (KCP's `IKCP_RTO_MAX`).
+const MAX_RTO: Duration = Duration::from_millis(60_000);
+/// The longest FEC group deadline.
+const MAX_FEC_GROUP_DEADLINE: Duration = Duration::from_secs(5);
+/// Largest `rto_backoff_percent`: a timeout grows at most elevenfold per
+/// expiry.
+const MAX_BACKOFF_PERCENT: u32 = 1000;
+/// Largest DSCP code point (6 bits).
+const MAX_DSCP: u8 = 63;
+/// Largest socket buffer asked for (1 GiB; the kernel caps it lower).
+const MAX_SOCKET_BUFFER: usize = 1 << 30;
+/// Largest accept backlog.
+const MAX_ACCEPT_BACKLOG: usize = 1 << 16;
+/// Largest session cap of one listener socket (2^24).
+const MAX_SESSIONS: usize = 1 << 24;
+/// Largest `reuse_port` group.
+const MAX_REUSE_PORT: usize = 256;
 
 /// Key material for the packet cipher.
 #[derive(Clone)]
@@ -97,8 +124,6 @@ pub enum ConfigError {
         /// Bytes the crypto and FEC layers take from every datagram.
         overhead: usize,
     },
-    /// A window of 0 segments.
-    ZeroWindow,
     /// The FEC shape is invalid (both numbers must be 0 to turn FEC off, or
     /// both positive with at most 255 shards in all).
     InvalidFec {
@@ -109,13 +134,14 @@ pub enum ConfigError {
     },
     /// The key does not suit the cipher (for example too short).
     InvalidKey(crypto::KeyError),
-    /// A limit that must be positive is zero (named).
-    ZeroLimit(&'static str),
     /// The ARQ refused its parameters.
     Arq(arq::ArqConfigError),
     /// A value outside its documented range (named, with the range).
+    /// Durations are given in whole milliseconds, and their name says so:
+    /// `idle_timeout (ms)`.
     OutOfRange {
-        /// The builder option.
+        /// The builder option (with the argument, for options that take
+        /// several: `window(recv)`; with the unit for durations).
         name: &'static str,
         /// The value asked for.
         value: u64,
@@ -123,6 +149,13 @@ pub enum ConfigError {
         min: u64,
         /// The largest value allowed.
         max: u64,
+    },
+    /// An option that only works together with another one.
+    Requires {
+        /// The option set.
+        name: &'static str,
+        /// What it needs, as the builder spells it.
+        needs: &'static str,
     },
 }
 
@@ -133,12 +166,12 @@ impl fmt::Display for ConfigError {
                 f,
                 "mtu {mtu} is too small: {overhead} bytes of crypto/FEC headers leave less than {MIN_KCP_MTU} for KCP"
             ),
-            Self::ZeroWindow => f.write_str("send and receive windows must be at least 1 segment"),
-            Self::InvalidFec { data, parity } => {
-                write!(f, "invalid FEC shape {data} data + {parity} parity shards")
-            }
+            Self::InvalidFec { data, parity } => write!(
+                f,
+                "invalid FEC shape {data} data + {parity} parity shards: \
+                 use 0 + 0 for off, or both at least 1 and at most 255 in all"
+            ),
             Self::InvalidKey(e) => write!(f, "invalid key: {e}"),
-            Self::ZeroLimit(name) => write!(f, "{name} must be positive"),
             Self::Arq(e) => write!(f, "invalid ARQ parameters: {e}"),
             Self::OutOfRange {
                 name,
@@ -146,6 +179,7 @@ impl fmt::Display for ConfigError {
                 min,
                 max,
             } => write!(f, "{name} = {value} is outside {min}..={max}"),
+            Self::Requires { name, needs } => write!(f, "{name} needs {needs}"),
         }
     }
 }
@@ -261,6 +295,16 @@ impl fmt::Debug for Config {
     }
 }
 
+impl Default for Config {
+    /// The configuration of [`Config::builder`]`().build()`: every option at
+    /// its documented default.
+    fn default() -> Self {
+        ConfigBuilder::default()
+            .build()
+            .expect("the default configuration is valid")
+    }
+}
+
 impl Config {
     /// A builder starting from kcpio's defaults (see [`ConfigBuilder`]).
     #[must_use]
@@ -268,7 +312,8 @@ impl Config {
         ConfigBuilder::default()
     }
 
-    /// The KCP mtu after the crypto and FEC headers are deducted (WIRE 2.5).
+    /// The KCP mtu: [`mtu`](ConfigBuilder::mtu) less the crypto header, the
+    /// FEC header (when sending FEC) and the AEAD tag, as kcp-go computes it.
     #[must_use]
     pub fn kcp_mtu(&self) -> usize {
         self.inner.arq.mtu
@@ -454,8 +499,16 @@ impl ConfigBuilder {
         self
     }
 
-    /// The largest datagram sent, headers included (kcp-go `SetMtu`); clamped
-    /// to 1500. Default: 1400. kcptun uses 1350.
+    /// The largest datagram sent, headers included (kcp-go `SetMtu`).
+    /// Default: 1400. kcptun uses 1350.
+    ///
+    /// Range: up to 1500 (kcp-go's limit), and at least the crypto and FEC
+    /// headers plus 25 bytes (one KCP segment header and one byte of data).
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Self::build) fails with [`ConfigError::OutOfRange`] above
+    /// 1500 and [`ConfigError::MtuTooSmall`] below the headers' needs.
     #[must_use]
     pub fn mtu(mut self, mtu: usize) -> Self {
         self.mtu = mtu;
@@ -464,15 +517,23 @@ impl ConfigBuilder {
 
     /// Send and receive windows in segments (kcp-go `SetWindowSize`).
     /// Default: 1024 and 1024 (kcp-go: 32 and 32). kcptun uses 128/512
-    /// (client) and 1024/1024 (server). See [`Config::write_capacity`] for
-    /// what they let each side write before the peer reads.
+    /// (client) and 1024/1024 (server).
+    ///
+    /// Range: 1..=65535 each.
+    ///
+    /// Capacity ([`Config::write_capacity`]): a side can write `2 × its send
+    /// window + the peer's receive window` segments of up to mss bytes (mss =
+    /// [`Config::kcp_mtu`] − 24) before its writes wait for the peer to read:
+    /// 96 × 1376 = 132,096 bytes with both at 32 and the 1400-byte mtu. In
+    /// flight at once are at most `min(send window, the peer's receive
+    /// window)` segments.
     ///
     /// # Errors
     ///
-    /// [`build`](Self::build) fails with [`ConfigError::ZeroWindow`] for 0,
-    /// and with [`ConfigError::OutOfRange`] when the windows let a side
-    /// write less than [`MIN_WRITE_CAPACITY`] (16 KiB) before the peer
-    /// reads: an echo of one such request would deadlock.
+    /// [`build`](Self::build) fails with [`ConfigError::OutOfRange`] for a
+    /// window of 0, and when the windows let a side write less than
+    /// [`MIN_WRITE_CAPACITY`] (16 KiB) before the peer reads: an echo of one
+    /// such request would deadlock.
     #[must_use]
     pub fn window(mut self, send: u16, recv: u16) -> Self {
         self.snd_wnd = send;
@@ -492,6 +553,12 @@ impl ConfigBuilder {
 
     /// Per-packet encryption: `method` with `key`. Default: [`Method::Null`]
     /// (no crypto header at all). Both ends must agree.
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Self::build) fails with [`ConfigError::InvalidKey`] when the
+    /// key does not suit the method (a raw key shorter than
+    /// [`Method::key_len`]).
     #[must_use]
     pub fn crypto(mut self, method: Method, key: Key) -> Self {
         self.method = method;
@@ -502,6 +569,13 @@ impl ConfigBuilder {
     /// Reed-Solomon FEC on the send side: `parity` parity shards after every
     /// `data` data shards. `(0, 0)` turns it off. Default: off. kcptun uses
     /// 10 and 3. Receiving FEC works whatever this is set to.
+    ///
+    /// Range: `(0, 0)`, or both at least 1 with `data + parity` at most 255.
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Self::build) fails with [`ConfigError::InvalidFec`] outside
+    /// that range.
     #[must_use]
     pub fn fec(mut self, data: usize, parity: usize) -> Self {
         self.fec = Some((data, parity));
@@ -513,8 +587,16 @@ impl ConfigBuilder {
     /// its parity goes out at once; a lost packet at a low packet rate is then
     /// rebuilt within about one round trip instead of waiting for a
     /// retransmission. kcp-go receivers decode such groups as usual (they
-    /// count the fillers as `KCPInErrors`). Whole milliseconds; only with
-    /// [`fec`](Self::fec) on.
+    /// count the fillers as `KCPInErrors`).
+    ///
+    /// Range: 1 ms..=5 s, counted in whole milliseconds (a fraction is cut
+    /// off); only with FEC on ([`fec`](Self::fec), or a preset with FEC).
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Self::build) fails with
+    /// [`ConfigError::OutOfRange`] outside the range and with
+    /// [`ConfigError::Requires`] when FEC is off.
     #[must_use]
     pub fn fec_group_deadline(mut self, deadline: Duration) -> Self {
         self.fec_group_deadline = Some(deadline);
@@ -522,13 +604,15 @@ impl ConfigBuilder {
     }
 
     /// The largest FEC group (data + parity shards) this side's decoder will
-    /// learn from a peer and hold, 2..=256. Default
+    /// learn from a peer and hold. Default
     /// [`fec::DEFAULT_MAX_SHARDS`](crate::fec::DEFAULT_MAX_SHARDS) (128;
     /// kcptun's default is 10 + 3). A peer sending larger groups is not
     /// decoded (its packets still reach the ARQ, so nothing is lost but the
     /// FEC recovery); the per-session decoder memory is bounded by
     /// [`FecDecoder::memory_bound`](crate::fec::FecDecoder::memory_bound) of
     /// this limit whatever the peer sends.
+    ///
+    /// Range: 2..=256.
     ///
     /// # Errors
     ///
@@ -542,9 +626,17 @@ impl ConfigBuilder {
 
     /// Custom ARQ timing instead of a [`preset`](Self::preset), as kcp-go's
     /// `SetNoDelay(nodelay, interval, resend, nc)`: `nodelay` lowers the
-    /// minimum RTO to 30 ms, `interval` is the flush period in ms (clamped to
-    /// 10..=5000), `resend` the fast-retransmit threshold (0 = off), `nc`
-    /// turns the congestion window off. Default: the preset's values.
+    /// minimum RTO to 30 ms, `interval` is the flush period in ms, `resend`
+    /// the fast-retransmit threshold (0 = off), `nc` turns the congestion
+    /// window off. Default: the preset's values.
+    ///
+    /// Range: `interval` 10..=5000 (kcp-go clamps to these bounds; kcpio
+    /// refuses instead); any `resend`.
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Self::build) fails with [`ConfigError::OutOfRange`] for an
+    /// `interval` outside 10..=5000.
     #[must_use]
     pub fn nodelay(mut self, nodelay: bool, interval: u32, resend: u32, nc: bool) -> Self {
         self.nodelay = Some((nodelay, interval, resend, nc));
@@ -571,8 +663,17 @@ impl ConfigBuilder {
     /// kcp-go's 30 ms (nodelay) or 100 ms. A lower floor lets a lost packet
     /// be resent about one smoothed RTT plus four deviations after it left
     /// on a short, steady path. Only this side's retransmissions change, so
-    /// it works with kcp-go peers. Whole milliseconds, at least 1. Default:
-    /// kcp-go's ([`Preset::LowLatency`]: 20 ms).
+    /// it works with kcp-go peers. Default: kcp-go's ([`Preset::LowLatency`]:
+    /// 20 ms).
+    ///
+    /// Range: 1 ms..=60 s, in whole milliseconds (a fraction is cut off),
+    /// and not above the [`max_rto`](Self::max_rto) cap in force (the
+    /// lowlat preset caps at 200 ms: raise `max_rto` with it).
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Self::build) fails with
+    /// [`ConfigError::OutOfRange`] outside the range.
     #[must_use]
     pub fn min_rto(mut self, floor: Duration) -> Self {
         self.min_rto = Some(floor);
@@ -583,6 +684,13 @@ impl ConfigBuilder {
     /// each time it expires, in percent of the current RTO estimate (kcp-go:
     /// 100 without nodelay, 50 with it; 0 keeps it constant). Default:
     /// kcp-go's ([`Preset::LowLatency`]: 25).
+    ///
+    /// Range: 0..=1000.
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Self::build) fails with [`ConfigError::OutOfRange`] above
+    /// 1000.
     #[must_use]
     pub fn rto_backoff_percent(mut self, percent: u32) -> Self {
         self.rto_backoff_percent = Some(percent);
@@ -591,6 +699,15 @@ impl ConfigBuilder {
 
     /// **kcpio-only**: cap of a segment's backed-off retransmission timeout
     /// (kcp-go: none). Default: none ([`Preset::LowLatency`]: 200 ms).
+    ///
+    /// Range: from the RTO floor in force ([`min_rto`](Self::min_rto), else
+    /// kcp-go's 30 ms with nodelay and 100 ms without) to 60 s, in whole
+    /// milliseconds.
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Self::build) fails with
+    /// [`ConfigError::OutOfRange`] outside the range.
     #[must_use]
     pub fn max_rto(mut self, cap: Duration) -> Self {
         self.max_rto = Some(cap);
@@ -609,8 +726,9 @@ impl ConfigBuilder {
     }
 
     /// Pacing of everything a socket sends, in bytes per second (kcp-go
-    /// `SetRateLimit`; 0 = unlimited). Applies per UDP socket: per client
-    /// stream, and to the listener's sessions together. Default: 0.
+    /// `SetRateLimit`), with a burst of 96,000 bytes. Applies per UDP
+    /// socket: per client stream, and to the listener's sessions together.
+    /// Default: 0 (unlimited). Range: any.
     #[must_use]
     pub fn rate_limit(mut self, bytes_per_sec: u64) -> Self {
         self.rate_limit = bytes_per_sec;
@@ -620,6 +738,13 @@ impl ConfigBuilder {
     /// DSCP code point for outgoing datagrams (IPv4 TOS = `dscp << 2`, IPv6
     /// traffic class = `dscp << 2`). Default: 0 (the OS default is left
     /// untouched).
+    ///
+    /// Range: 0..=63 (six bits).
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Self::build) fails with [`ConfigError::OutOfRange`] above
+    /// 63.
     #[must_use]
     pub fn dscp(mut self, dscp: u8) -> Self {
         self.dscp = dscp;
@@ -633,6 +758,14 @@ impl ConfigBuilder {
     /// listener's many peers, or one peer's full window, overflow Linux's
     /// 208 KiB default in a burst and every drop costs a retransmission
     /// timeout. kcptun uses 4 MiB each.
+    ///
+    /// Range: 0..=1 GiB each (the kernel caps what it grants at
+    /// `net.core.rmem_max` and `wmem_max`).
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Self::build) fails with [`ConfigError::OutOfRange`] above
+    /// 1 GiB.
     #[must_use]
     pub fn socket_buffers(mut self, recv: usize, send: usize) -> Self {
         self.recv_buffer = (recv > 0).then_some(recv);
@@ -643,14 +776,29 @@ impl ConfigBuilder {
     /// Sessions a listener holds that were not yet accepted; a new peer
     /// beyond this is refused (counted, its datagram dropped). Default: 128
     /// (kcp-go's `acceptBacklog`).
+    ///
+    /// Range: 1..=65536.
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Self::build) fails with [`ConfigError::OutOfRange`] outside
+    /// the range.
     #[must_use]
     pub fn accept_backlog(mut self, backlog: usize) -> Self {
         self.accept_backlog = backlog;
         self
     }
 
-    /// Sessions a listener holds at once (accepted, pending or closing); a
-    /// new peer beyond this is refused and counted. Default: 4096.
+    /// Sessions a listener socket holds at once (accepted, pending or
+    /// closing); a new peer beyond this is refused and counted. Default:
+    /// 4096.
+    ///
+    /// Range: 1..=16,777,216 (2^24).
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Self::build) fails with [`ConfigError::OutOfRange`] outside
+    /// the range.
     #[must_use]
     pub fn max_sessions(mut self, max: usize) -> Self {
         self.max_sessions = max;
@@ -669,6 +817,16 @@ impl ConfigBuilder {
     /// answers our probes, so only a vanished peer (or path) times out. A
     /// peer with neither keepalive nor traffic for this long is taken as
     /// gone; kcp-go sends no keepalives of its own but answers ours.
+    ///
+    /// Range: off, or 100 ms..=24 h. 100 ms is KCP's default flush interval
+    /// and minimum RTO: a shorter timeout ends live sessions between two
+    /// ordinary packets. Keep it well above the path's round trip and the
+    /// peer's sending gaps.
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Self::build) fails with [`ConfigError::OutOfRange`] outside
+    /// the range.
     #[must_use]
     pub fn idle_timeout(mut self, timeout: impl Into<Option<Duration>>) -> Self {
         self.idle_timeout = timeout.into().filter(|d| !d.is_zero());
@@ -740,6 +898,7 @@ impl ConfigBuilder {
     /// flooded or briefly dark path (20 transmissions of fast3 take about
     /// 2 to 20 s of back-off), where kcp-go carries on. Set it (KCP's
     /// classic value is 20) to fail sooner while data is unacknowledged.
+    /// Range: any.
     #[must_use]
     pub fn dead_link(mut self, transmissions: u32) -> Self {
         self.dead_link = transmissions;
@@ -749,6 +908,14 @@ impl ConfigBuilder {
     /// How long `shutdown` waits for everything written to be acknowledged,
     /// and how long a dropped stream keeps delivering its unsent data in the
     /// background. Default: 5 s.
+    ///
+    /// Range: 0..=24 h (0: `shutdown` fails at once unless everything was
+    /// acknowledged, and a dropped stream is freed at once).
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Self::build) fails with
+    /// [`ConfigError::OutOfRange`] above 24 h.
     #[must_use]
     pub fn linger(mut self, linger: Duration) -> Self {
         self.linger = linger;
@@ -780,6 +947,13 @@ impl ConfigBuilder {
     /// runtime that many worker threads. `max_sessions` applies per socket.
     /// Ignored by clients and where `SO_REUSEPORT` does not exist
     /// (non-Unix). Default: 1 (one socket, no `SO_REUSEPORT`).
+    ///
+    /// Range: 1..=256.
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Self::build) fails with [`ConfigError::OutOfRange`] outside
+    /// the range.
     ///
     /// [`KcpListener::bind`]: crate::KcpListener::bind
     #[must_use]
@@ -823,20 +997,10 @@ impl ConfigBuilder {
     ///
     /// # Errors
     ///
-    /// A [`ConfigError`] naming the first setting that cannot work.
+    /// A [`ConfigError`] naming the first setting outside its documented
+    /// range, or the first combination that cannot work.
     pub fn build(self) -> Result<Config, ConfigError> {
-        if self.snd_wnd == 0 || self.rcv_wnd == 0 {
-            return Err(ConfigError::ZeroWindow);
-        }
-        if self.accept_backlog == 0 {
-            return Err(ConfigError::ZeroLimit("accept_backlog"));
-        }
-        if self.max_sessions == 0 {
-            return Err(ConfigError::ZeroLimit("max_sessions"));
-        }
-        if self.reuse_port == 0 {
-            return Err(ConfigError::ZeroLimit("reuse_port"));
-        }
+        self.check_limits()?;
         self.check_lifecycle()?;
         let preset_fec = self.preset.fec();
         let fec_shape = self
@@ -854,6 +1018,19 @@ impl ConfigBuilder {
                 Some((data, parity))
             }
         };
+        // The preset's deadline rides with FEC (the preset's own shape or an
+        // explicit one); an explicit `fec_group_deadline` needs FEC on.
+        let fec_group_deadline = match (self.fec_group_deadline, fec) {
+            (Some(_), None) => {
+                return Err(ConfigError::Requires {
+                    name: "fec_group_deadline",
+                    needs: "FEC on: fec(data, parity) with both at least 1",
+                });
+            }
+            (Some(d), Some(_)) => Some(d),
+            (None, Some(_)) => preset_fec.map(|(_, d)| d),
+            (None, None) => None,
+        };
         let need = self.method.key_len();
         // No PBKDF2 run (4096 rounds) for a method that takes no key.
         let mut key = if need == 0 {
@@ -867,17 +1044,19 @@ impl ConfigBuilder {
         let crypto = PacketCrypto::new(self.method, &key).map_err(ConfigError::InvalidKey)?;
         let fec_header = if fec.is_some() { fec::DATA_HEADER } else { 0 };
         let overhead = crypto.header_len() + fec_header + crypto.trailer_len();
-        let kcp_mtu = self.mtu.min(MAX_DATAGRAM).saturating_sub(overhead);
-        if kcp_mtu < MIN_KCP_MTU {
+        let min_mtu = overhead + MIN_KCP_MTU;
+        if self.mtu < min_mtu {
             return Err(ConfigError::MtuTooSmall {
                 mtu: self.mtu,
                 overhead,
             });
         }
+        range("mtu", self.mtu, min_mtu, MAX_DATAGRAM)?;
+        let kcp_mtu = self.mtu - overhead;
         let mut arq = self.preset.arq_config();
         if let Some((nodelay, interval, resend, nc)) = self.nodelay {
             arq.nodelay = nodelay;
-            arq.interval = interval.clamp(10, 5000);
+            arq.interval = interval;
             arq.fast_resend = resend;
             arq.no_congestion = nc;
         }
@@ -889,7 +1068,6 @@ impl ConfigBuilder {
         if let Some(on) = self.ack_nodelay {
             arq.ack_nodelay = on;
         }
-        let ms = |d: Duration| u32::try_from(d.as_millis()).unwrap_or(u32::MAX).max(1);
         if let Some(d) = self.min_rto {
             arq.min_rto = Some(ms(d));
         }
@@ -899,14 +1077,12 @@ impl ConfigBuilder {
         if let Some(d) = self.max_rto {
             arq.max_rto = Some(ms(d));
         }
+        if self.min_rto.is_some() || self.max_rto.is_some() {
+            check_rto_cap(&arq)?;
+        }
         if let Some(on) = self.tail_probe {
             arq.tail_probe = on;
         }
-        // The preset's deadline only rides with the preset's own shape or an
-        // explicit one; `fec_group_deadline` always wins.
-        let fec_group_deadline = self
-            .fec_group_deadline
-            .or_else(|| preset_fec.map(|(_, d)| d));
         // 0 = never give up: a transmission count no segment reaches.
         arq.dead_link = if self.dead_link == 0 {
             u32::MAX
@@ -923,18 +1099,10 @@ impl ConfigBuilder {
                 max: u64::MAX,
             });
         }
-        if !(2..=256).contains(&self.fec_max_shards) {
-            return Err(ConfigError::OutOfRange {
-                name: "fec_max_shards",
-                value: u64::try_from(self.fec_max_shards).unwrap_or(u64::MAX),
-                min: 2,
-                max: 256,
-            });
-        }
         Ok(Config {
             inner: Arc::new(ConfigInner {
                 arq,
-                mtu: self.mtu.min(MAX_DATAGRAM),
+                mtu: self.mtu,
                 method: self.method,
                 crypto: Arc::new(crypto),
                 fec,
@@ -959,6 +1127,98 @@ impl ConfigBuilder {
                 reuse_port: self.reuse_port,
             }),
         })
+    }
+
+    /// The range of every option that stands on its own (the ones that
+    /// depend on others are checked where they are combined).
+    fn check_limits(&self) -> Result<(), ConfigError> {
+        range("window(send)", self.snd_wnd, 1, u16::MAX)?;
+        range("window(recv)", self.rcv_wnd, 1, u16::MAX)?;
+        if let Some((_, interval, _, _)) = self.nodelay {
+            range("nodelay(interval)", interval, MIN_INTERVAL, MAX_INTERVAL)?;
+        }
+        range("fec_max_shards", self.fec_max_shards, 2, 256)?;
+        if let Some(d) = self.fec_group_deadline {
+            let min = Duration::from_millis(1);
+            time_range("fec_group_deadline (ms)", d, min, MAX_FEC_GROUP_DEADLINE)?;
+        }
+        if let Some(d) = self.min_rto {
+            time_range("min_rto (ms)", d, Duration::from_millis(1), MAX_RTO)?;
+        }
+        if let Some(p) = self.rto_backoff_percent {
+            range("rto_backoff_percent", p, 0, MAX_BACKOFF_PERCENT)?;
+        }
+        range("dscp", self.dscp, 0, MAX_DSCP)?;
+        let recv = self.recv_buffer.unwrap_or(0);
+        range("socket_buffers(recv)", recv, 0, MAX_SOCKET_BUFFER)?;
+        let send = self.send_buffer.unwrap_or(0);
+        range("socket_buffers(send)", send, 0, MAX_SOCKET_BUFFER)?;
+        range("accept_backlog", self.accept_backlog, 1, MAX_ACCEPT_BACKLOG)?;
+        range("max_sessions", self.max_sessions, 1, MAX_SESSIONS)?;
+        if let Some(idle) = self.idle_timeout {
+            time_range("idle_timeout (ms)", idle, MIN_IDLE_TIMEOUT, MAX_DURATION)?;
+        }
+        time_range("linger (ms)", self.linger, Duration::ZERO, MAX_DURATION)?;
+        range("reuse_port", self.reuse_port, 1, MAX_REUSE_PORT)?;
+        Ok(())
+    }
+}
+
+/// Whole milliseconds of a duration already checked against its range.
+fn ms(d: Duration) -> u32 {
+    u32::try_from(d.as_millis()).unwrap_or(u32::MAX)
+}
+
+/// `Ok` when `min <= value <= max`, else [`ConfigError::OutOfRange`].
+fn range<T>(name: &'static str, value: T, min: T, max: T) -> Result<(), ConfigError>
+where
+    T: PartialOrd + TryInto<u64>,
+{
+    if min <= value && value <= max {
+        return Ok(());
+    }
+    let wide = |v: T| v.try_into().unwrap_or(u64::MAX);
+    Err(ConfigError::OutOfRange {
+        name,
+        value: wide(value),
+        min: wide(min),
+        max: wide(max),
+    })
+}
+
+/// `Ok` when `min <= value <= max`, else [`ConfigError::OutOfRange`] in
+/// whole milliseconds (`name` says "(ms)").
+fn time_range(
+    name: &'static str,
+    value: Duration,
+    min: Duration,
+    max: Duration,
+) -> Result<(), ConfigError> {
+    if (min..=max).contains(&value) {
+        return Ok(());
+    }
+    let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    Err(ConfigError::OutOfRange {
+        name,
+        value: ms(value),
+        min: ms(min),
+        max: ms(max),
+    })
+}
+
+/// The backed-off RTO cap in force must not be below the RTO floor in force
+/// (explicit, the preset's, or kcp-go's).
+fn check_rto_cap(arq: &ArqConfig) -> Result<(), ConfigError> {
+    let kcp_go_floor = if arq.nodelay { 30 } else { 100 };
+    let floor = arq.min_rto.unwrap_or(kcp_go_floor);
+    match arq.max_rto {
+        Some(cap) => time_range(
+            "max_rto (ms)",
+            Duration::from_millis(cap.into()),
+            Duration::from_millis(floor.into()),
+            MAX_RTO,
+        ),
+        None => Ok(()),
     }
 }
 
@@ -1085,7 +1345,7 @@ mod tests {
         assert_eq!(mtu(1350, Method::Aes, (10, 3)), 1322);
         assert_eq!(mtu(1400, Method::Aes128Gcm, (0, 0)), 1372);
         assert_eq!(mtu(1400, Method::Aes128Gcm, (10, 3)), 1364);
-        assert_eq!(mtu(9000, Method::Null, (0, 0)), 1500);
+        assert_eq!(mtu(1500, Method::Null, (0, 0)), 1500);
     }
 
     #[test]
@@ -1105,7 +1365,12 @@ mod tests {
         );
         assert_eq!(
             Config::builder().window(0, 32).build().unwrap_err(),
-            ConfigError::ZeroWindow
+            ConfigError::OutOfRange {
+                name: "window(send)",
+                value: 0,
+                min: 1,
+                max: 65535
+            }
         );
         assert!(matches!(
             Config::builder().fec(10, 0).build().unwrap_err(),
@@ -1117,7 +1382,10 @@ mod tests {
         ));
         assert!(matches!(
             Config::builder().accept_backlog(0).build().unwrap_err(),
-            ConfigError::ZeroLimit("accept_backlog")
+            ConfigError::OutOfRange {
+                name: "accept_backlog",
+                ..
+            }
         ));
     }
 
@@ -1143,7 +1411,7 @@ mod tests {
     fn custom_nodelay_overrides_the_preset() {
         let c = Config::builder()
             .preset(Preset::Fast3)
-            .nodelay(false, 1, 3, false)
+            .nodelay(false, 10, 3, false)
             .build()
             .unwrap();
         assert!(!c.inner.arq.nodelay);
@@ -1220,6 +1488,256 @@ mod tests {
             assert_eq!(c.inner.fec, None);
             assert_eq!(c.inner.fec_group_deadline, None);
         }
+    }
+
+    /// Every range rule of the builder: the value just outside each bound is
+    /// refused with an error naming the option, the value and the range;
+    /// the bound itself is accepted.
+    #[test]
+    fn every_range_rule_refuses_and_names_value_and_range() {
+        let b = Config::builder;
+        let ms = Duration::from_millis;
+        let s = Duration::from_secs;
+        let fec = || b().fec(10, 3);
+        let lowlat = || b().preset(Preset::LowLatency);
+        let refused: Vec<(ConfigBuilder, &str, &str)> = vec![
+            (b().mtu(9000), "mtu", "mtu = 9000 is outside 25..=1500"),
+            (b().mtu(1501), "mtu", "mtu = 1501 is outside 25..=1500"),
+            (
+                b().window(0, 32),
+                "window(send)",
+                "window(send) = 0 is outside 1..=65535",
+            ),
+            (
+                b().window(32, 0),
+                "window(recv)",
+                "window(recv) = 0 is outside 1..=65535",
+            ),
+            (
+                b().nodelay(true, 9, 2, true),
+                "nodelay(interval)",
+                "nodelay(interval) = 9 is outside 10..=5000",
+            ),
+            (
+                b().nodelay(false, 5001, 0, false),
+                "nodelay(interval)",
+                "= 5001 is outside 10..=5000",
+            ),
+            (
+                b().fec_max_shards(1),
+                "fec_max_shards",
+                "fec_max_shards = 1 is outside 2..=256",
+            ),
+            (
+                b().fec_max_shards(257),
+                "fec_max_shards",
+                "= 257 is outside 2..=256",
+            ),
+            (
+                fec().fec_group_deadline(Duration::ZERO),
+                "fec_group_deadline (ms)",
+                "fec_group_deadline (ms) = 0 is outside 1..=5000",
+            ),
+            (
+                fec().fec_group_deadline(ms(5001)),
+                "fec_group_deadline (ms)",
+                "= 5001 is outside 1..=5000",
+            ),
+            (
+                b().fec_group_deadline(ms(10)),
+                "fec_group_deadline",
+                "fec_group_deadline needs FEC on",
+            ),
+            (
+                lowlat().fec(0, 0).fec_group_deadline(ms(10)),
+                "fec_group_deadline",
+                "needs FEC on",
+            ),
+            (
+                b().min_rto(Duration::ZERO),
+                "min_rto (ms)",
+                "min_rto (ms) = 0 is outside 1..=60000",
+            ),
+            (
+                b().min_rto(Duration::from_micros(999)),
+                "min_rto (ms)",
+                "= 0 is outside 1..=60000",
+            ),
+            (
+                b().min_rto(ms(60_001)),
+                "min_rto (ms)",
+                "= 60001 is outside 1..=60000",
+            ),
+            (
+                b().rto_backoff_percent(1001),
+                "rto_backoff_percent",
+                "rto_backoff_percent = 1001 is outside 0..=1000",
+            ),
+            (
+                b().min_rto(ms(50)).max_rto(ms(40)),
+                "max_rto (ms)",
+                "max_rto (ms) = 40 is outside 50..=60000",
+            ),
+            (
+                b().max_rto(ms(99)),
+                "max_rto (ms)",
+                "= 99 is outside 100..=60000",
+            ),
+            (
+                b().preset(Preset::Fast3).max_rto(ms(29)),
+                "max_rto (ms)",
+                "= 29 is outside 30..=60000",
+            ),
+            (
+                lowlat().min_rto(ms(300)),
+                "max_rto (ms)",
+                "= 200 is outside 300..=60000",
+            ),
+            (
+                b().max_rto(ms(60_001)),
+                "max_rto (ms)",
+                "= 60001 is outside 100..=60000",
+            ),
+            (b().dscp(64), "dscp", "dscp = 64 is outside 0..=63"),
+            (b().dscp(255), "dscp", "dscp = 255 is outside 0..=63"),
+            (
+                b().socket_buffers((1 << 30) + 1, 0),
+                "socket_buffers(recv)",
+                "= 1073741825 is outside 0..=1073741824",
+            ),
+            (
+                b().socket_buffers(0, usize::MAX),
+                "socket_buffers(send)",
+                "is outside 0..=1073741824",
+            ),
+            (
+                b().accept_backlog(0),
+                "accept_backlog",
+                "accept_backlog = 0 is outside 1..=65536",
+            ),
+            (
+                b().accept_backlog(65_537),
+                "accept_backlog",
+                "= 65537 is outside 1..=65536",
+            ),
+            (
+                b().max_sessions(0),
+                "max_sessions",
+                "max_sessions = 0 is outside 1..=16777216",
+            ),
+            (
+                b().max_sessions((1 << 24) + 1),
+                "max_sessions",
+                "is outside 1..=16777216",
+            ),
+            (
+                b().idle_timeout(Duration::from_nanos(1)),
+                "idle_timeout (ms)",
+                "idle_timeout (ms) = 0 is outside 100..=86400000",
+            ),
+            (
+                b().idle_timeout(ms(99)),
+                "idle_timeout (ms)",
+                "= 99 is outside 100..=86400000",
+            ),
+            (
+                b().idle_timeout(s(86_401)),
+                "idle_timeout (ms)",
+                "= 86401000 is outside 100..=86400000",
+            ),
+            (
+                b().linger(s(86_401)),
+                "linger (ms)",
+                "linger (ms) = 86401000 is outside 0..=86400000",
+            ),
+            (
+                b().reuse_port(0),
+                "reuse_port",
+                "reuse_port = 0 is outside 1..=256",
+            ),
+            (
+                b().reuse_port(257),
+                "reuse_port",
+                "= 257 is outside 1..=256",
+            ),
+        ];
+        for (builder, name, message) in refused {
+            let err = builder.build().unwrap_err();
+            let named = match &err {
+                ConfigError::OutOfRange { name, .. } | ConfigError::Requires { name, .. } => *name,
+                other => panic!("{name}: untyped refusal {other:?}"),
+            };
+            assert_eq!(named, name, "{err}");
+            assert!(err.to_string().contains(message), "{name}: {err}");
+        }
+        let accepted: Vec<ConfigBuilder> = vec![
+            b().mtu(1500),
+            b().window(1, 1),
+            b().window(u16::MAX, u16::MAX),
+            b().nodelay(true, 10, 2, true),
+            b().nodelay(false, 5000, 0, false),
+            b().fec_max_shards(2),
+            b().fec_max_shards(256),
+            fec().fec_group_deadline(ms(1)),
+            fec().fec_group_deadline(ms(5000)),
+            lowlat().fec_group_deadline(ms(30)),
+            b().min_rto(ms(1)),
+            b().min_rto(ms(60_000)),
+            b().rto_backoff_percent(0),
+            b().rto_backoff_percent(1000),
+            b().max_rto(ms(100)),
+            b().max_rto(ms(60_000)),
+            b().preset(Preset::Fast3).max_rto(ms(30)),
+            b().min_rto(ms(5)).max_rto(ms(5)),
+            lowlat().min_rto(ms(300)).max_rto(ms(300)),
+            b().dscp(63),
+            b().socket_buffers(1 << 30, 1 << 30),
+            b().accept_backlog(1),
+            b().accept_backlog(65_536),
+            b().max_sessions(1),
+            b().max_sessions(1 << 24),
+            b().idle_timeout(Duration::ZERO),
+            b().idle_timeout(ms(100)),
+            b().idle_timeout(s(86_400)),
+            b().linger(Duration::ZERO),
+            b().linger(s(86_400)),
+            b().reuse_port(1),
+            b().reuse_port(256),
+        ];
+        for builder in accepted {
+            let shown = format!("{builder:?}");
+            builder.build().unwrap_or_else(|e| panic!("{e}: {shown}"));
+        }
+    }
+
+    #[test]
+    fn nothing_is_clamped() {
+        let ms = Duration::from_millis;
+        let c = Config::builder().mtu(1500).build().unwrap();
+        assert_eq!((c.inner.mtu, c.kcp_mtu()), (1500, 1500));
+        let c = Config::builder()
+            .nodelay(true, 5000, 0, false)
+            .build()
+            .unwrap();
+        assert_eq!(c.inner.arq.interval, 5000);
+        let c = Config::builder()
+            .min_rto(ms(1))
+            .max_rto(ms(1))
+            .build()
+            .unwrap();
+        assert_eq!(
+            (c.inner.arq.min_rto, c.inner.arq.max_rto),
+            (Some(1), Some(1))
+        );
+        let c = Config::builder().dscp(63).build().unwrap();
+        assert_eq!(c.inner.dscp, 63);
+    }
+
+    #[test]
+    fn default_is_the_builders_default() {
+        let a = Config::default();
+        let b = Config::builder().build().unwrap();
+        assert_eq!(format!("{a:?}"), format!("{b:?}"));
     }
 
     #[test]

@@ -5,8 +5,8 @@
 //! with Go's kcp-go v5.
 //!
 //! A [`KcpStream`] is `AsyncRead + AsyncWrite` like a `TcpStream` (with
-//! `into_split`, and a message API in message mode), and a
-//! [`KcpListener`] accepts them like a `TcpListener`; one [`Config`] (kcpio's
+//! `split`, `into_split` and `reunite`, and a message API in message mode),
+//! and a [`KcpListener`] accepts them like a `TcpListener`; one [`Config`] (kcpio's
 //! defaults or kcp-go's, with kcptun's [`Preset`]s) describes both. KCP
 //! retransmits early and, with FEC, rebuilds lost datagrams from parity, so
 //! latency stays low on long, lossy links where TCP waits out a timeout.
@@ -55,15 +55,83 @@
 //! [`conn::DATAGRAM_QUEUE_LEN`] datagrams and [`conn::DATAGRAM_QUEUE_BYTES`]
 //! bytes each way, overflow counted).
 //!
-//! KCP has no end-of-stream marker (neither has kcp-go): `shutdown` waits
-//! until everything written is acknowledged, but the peer never reads EOF.
-//! [`mux`] adds it, with many streams per session and a keepalive (smux v1
-//! and v2, as kcptun runs over kcp-go). Otherwise frame your own end marker;
-//! the [`idle_timeout`](ConfigBuilder::idle_timeout) (30 s, with a 10 s
-//! keepalive that live peers answer, both on by default) reaps sessions
-//! whose peer went away. The repository's `examples/` hold an echo pair, a TCP port
-//! forwarder (`tunnel.rs`) and the lossy-link demo
+//! The repository's `examples/` hold an echo pair, a TCP port forwarder
+//! (`tunnel.rs`) and the lossy-link demo
 //! (`cargo run --release --example demo`).
+//!
+//! # KcpStream and TcpStream: the differences
+//!
+//! A [`KcpStream`] has `TcpStream`'s shape (`connect`; `split`, and
+//! `into_split` with `reunite`; `peer_addr` and `local_addr`;
+//! `AsyncRead + AsyncWrite`) and a [`KcpListener`] has `TcpListener`'s (`bind`,
+//! `accept`, `poll_accept`). What differs comes from running over UDP, with the
+//! connection state in this process instead of the kernel. The defaults named
+//! below are marked in **bold** beside the builder method that sets them.
+//!
+//! - **Handshake.** There is no SYN. [`KcpStream::connect`] sends a KCP window
+//!   probe (a WASK segment; kcp-go, C KCP and kcpio answer it at their next
+//!   flush), resends it with back-off, and returns once any valid datagram of
+//!   the conversation arrives. After `connect_timeout` (**5 s**,
+//!   [`ConfigBuilder::connect_timeout`](ConfigBuilder::connect_timeout)) it fails with `TimedOut`: a missing
+//!   server, a different key or cipher and a blocked path look alike from the
+//!   client, and the error says so. A kcpio or kcp-go listener creates the
+//!   session when the probe arrives, so `accept` returns at connect time and
+//!   protocols where the server speaks first work. `connect_probe(false)`
+//!   (**on** by default, [`ConfigBuilder::connect_probe`](ConfigBuilder::connect_probe)) gives KCP's bare
+//!   behaviour for a peer that must see data first: `connect` returns at once
+//!   and nothing is sent before the first write.
+//! - **End of stream.** KCP has no FIN, and neither has kcp-go. `shutdown`
+//!   stops this side's writes and completes once the peer acknowledged
+//!   everything written, or fails with `TimedOut` after
+//!   [`linger`](ConfigBuilder::linger) (**5 s**); reading goes on. The peer is
+//!   not told: its reads never return `Ok(0)` (a read returns `Ok(0)` only into
+//!   an empty buffer), so `tokio::io::copy` from a `KcpStream` ends only with an
+//!   error. Dropping a stream (both halves) sends nothing either: the driver
+//!   keeps delivering what was written for up to `linger`, then frees the
+//!   session silently. The side left behind learns of it from the idle timeout
+//!   below; from the dead-link limit ([`dead_link`](ConfigBuilder::dead_link))
+//!   when it has unacknowledged data; or, on a listener, when the same address
+//!   opens a new conversation (the old session fails with `ConnectionReset`).
+//!   Bytes received before a failure are still read out first, then every read
+//!   and write fails, with a [`SessionError`] source naming the cause. For an
+//!   end marker, frame your own, or run [`mux`] (smux) over the session as
+//!   kcptun does: its streams have EOF and half-close.
+//! - **Liveness.** An idle TCP connection lives for ever, and its keepalive is
+//!   off by default. A `KcpStream` sends a window probe whenever it sent nothing
+//!   for `keepalive` (**10 s**, [`ConfigBuilder::keepalive`](ConfigBuilder::keepalive)); the peer answers
+//!   it. A session that received nothing valid for
+//!   [`idle_timeout`](ConfigBuilder::idle_timeout) (**30 s**) fails with
+//!   `TimedOut` ([`SessionError::IdleTimeout`]). `None` turns either off. An
+//!   idle session costs one small datagram each way per keepalive interval.
+//!   kcp-go answers probes but sends none, so a kcpio end keeps a pair with
+//!   kcp-go alive and notices when kcp-go goes away. The dead-link limit
+//!   ([`dead_link`](ConfigBuilder::dead_link), **0**: never) fails a session
+//!   once one segment was sent that many times unacknowledged.
+//! - **Capacity.** TCP buffers in the kernel and sizes its windows itself. A
+//!   KCP session's windows are fixed, in segments
+//!   ([`window`](ConfigBuilder::window), **1024 / 1024**). A side can write
+//!   `2 × its send window + the peer's receive window` segments of up to mss
+//!   bytes (mss = [`Config::kcp_mtu`] − 24: 1376 with the **1400**-byte
+//!   [`mtu`](ConfigBuilder::mtu) and no cipher) before its writes wait for the
+//!   peer to read: about 4.2 MB with 1024 / 1024, 132 KB with kcp-go's 32 / 32.
+//!   Two ends that both write more than that before reading deadlock, as over
+//!   TCP with full buffers. At most `min(send window, peer's receive window)`
+//!   segments are in flight, so a session moves at most that many per round
+//!   trip (1024 × 1376 bytes per 100 ms is about 110 Mbit/s).
+//! - **Which preset.** The default, [`Preset::Fast`] (**kcptun's `fast`**,
+//!   [`preset`](ConfigBuilder::preset)), suits most paths. [`Preset::Fast3`]
+//!   (10 ms flush interval, 30 ms minimum RTO) recovers sooner from loss for
+//!   more retransmissions; [`Preset::LowLatency`] is for small messages at a
+//!   steady rate (games, voice) and sends several times the payload. kcp-go's
+//!   own defaults ([`ConfigBuilder::kcp_go_defaults`](ConfigBuilder::kcp_go_defaults): [`Preset::Default`],
+//!   windows 32, no liveness) are slow (a 100 ms flush interval, no fast
+//!   retransmit) and there to behave exactly like a kcp-go peer. None of these
+//!   changes the wire format: each end picks its own. On lossy paths add FEC
+//!   ([`fec`](ConfigBuilder::fec)`(10, 3)`, kcptun's).
+//! - **Security.** Where TCP leaves encryption to TLS above it, a `KcpStream`
+//!   seals each datagram itself ([`crypto`](ConfigBuilder::crypto)); only
+//!   `aes-128-gcm` also authenticates. What each cipher protects is in
+//!   [Security](#security) below.
 //!
 //! # Security
 //!
@@ -162,5 +230,5 @@ pub use conn::{Conn, ConnError, SessionError, SessionStats};
 pub use crypto::Method;
 pub use listener::{KcpListener, ListenerStats};
 pub use pool::MuxPool;
-pub use session::{KcpStream, OwnedReadHalf, OwnedWriteHalf};
+pub use session::{KcpStream, OwnedReadHalf, OwnedWriteHalf, ReadHalf, ReuniteError, WriteHalf};
 pub use socket::KcpSocket;

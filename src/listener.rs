@@ -5,6 +5,7 @@ use std::fmt;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use tokio::net::ToSocketAddrs;
 
@@ -23,11 +24,24 @@ fn group_stats(drivers: &[Arc<DriverShared>]) -> ListenerStats {
     sum
 }
 
+/// What `accept` and `poll_accept` return for a [`Taken`] (`None`: nothing
+/// yet).
+fn accepted(taken: Taken) -> Option<io::Result<(KcpStream, SocketAddr)>> {
+    match taken {
+        Taken::Session(session, peer) => Some(Ok((KcpStream::from_session(session), peer))),
+        Taken::Closed => Some(Err(io::Error::new(
+            io::ErrorKind::ConnectionAborted,
+            "kcp listener driver stopped",
+        ))),
+        Taken::Empty => None,
+    }
+}
+
 /// A KCP server socket: one UDP socket, one driver task, many sessions.
 ///
 /// A session is created by the first datagram from a new address that opens
 /// (decrypts and verifies) and parses as a KCP packet for a new conversation
-/// (kcp-go's rule, WIRE 6.2), FEC-framed or not, and waits in a bounded
+/// (kcp-go's rule), FEC-framed or not, and waits in a bounded
 /// backlog until [`accept`](Self::accept) takes it. Peers beyond the backlog
 /// or the session cap are refused and counted. A late datagram of a closed
 /// session never creates a new one (closed sessions leave a tombstone for a
@@ -119,6 +133,10 @@ impl KcpListener {
 
     /// Waits for the next session and returns it with the peer's address.
     ///
+    /// Any number of tasks may wait in `accept` at once (each session goes
+    /// to one of them), beside [`poll_accept`](Self::poll_accept): both take
+    /// from the same backlog.
+    ///
     /// # Errors
     ///
     /// `ConnectionAborted` when the driver task is gone (the runtime is
@@ -142,19 +160,36 @@ impl KcpListener {
             let notified = self.accept.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            match self.accept.take() {
-                Taken::Session(session, peer) => {
-                    return Ok((KcpStream::from_session(session), peer));
-                }
-                Taken::Closed => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::ConnectionAborted,
-                        "kcp listener driver stopped",
-                    ));
-                }
-                Taken::Empty => {}
+            if let Some(accepted) = accepted(self.accept.take()) {
+                return accepted;
             }
             notified.await;
+        }
+    }
+
+    /// Polls for the next session, as `TcpListener::poll_accept`.
+    ///
+    /// Returns `Poll::Pending` when none is waiting, and schedules the
+    /// current task to be woken when one arrives. Only the `Waker` from the
+    /// `Context` of the most recent call is scheduled: a call from another
+    /// task replaces the earlier task's waker, so poll from one task at a
+    /// time (use [`accept`](Self::accept) to wait from several).
+    ///
+    /// # Errors
+    ///
+    /// As [`accept`](Self::accept).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run(listener: kcpio::KcpListener) -> std::io::Result<()> {
+    /// let (stream, peer) = std::future::poll_fn(|cx| listener.poll_accept(cx)).await?;
+    /// # let _ = (stream, peer); Ok(()) }
+    /// ```
+    pub fn poll_accept(&self, cx: &mut Context<'_>) -> Poll<io::Result<(KcpStream, SocketAddr)>> {
+        match self.accept.poll_take(cx) {
+            Poll::Ready(taken) => accepted(taken).map_or(Poll::Pending, Poll::Ready),
+            Poll::Pending => Poll::Pending,
         }
     }
 
@@ -169,6 +204,15 @@ impl KcpListener {
 
     /// A snapshot of the socket's counters: traffic, drops by reason,
     /// refusals, sessions (summed over the sockets of a `reuse_port` group).
+    ///
+    /// Refused peers (`refused_backlog`, `refused_cap`) are distinct
+    /// addresses, each counted at its first refused datagram of a refusal
+    /// episode; an episode ends when the socket admits a new session, after
+    /// which a peer refused again counts again. Their datagrams are counted
+    /// apart (`refused_backlog_datagrams`, `refused_cap_datagrams`). Each
+    /// socket remembers up to 4,096 refused addresses per episode (under
+    /// 64 KiB); in a flood of more distinct addresses the peer counts err
+    /// high, never low.
     #[must_use]
     pub fn stats(&self) -> ListenerStats {
         group_stats(&self.drivers)

@@ -59,6 +59,10 @@ impl Drop for Handle {
 /// lets the driver deliver what was written, for up to
 /// [`ConfigBuilder::linger`](crate::ConfigBuilder::linger), then frees it.
 ///
+/// How it differs from a `TcpStream` (handshake, end of stream, liveness,
+/// capacity): see
+/// [the crate docs](crate#kcpstream-and-tcpstream-the-differences).
+///
 /// # Examples
 ///
 /// ```no_run
@@ -79,11 +83,7 @@ pub struct KcpStream {
 
 impl fmt::Debug for KcpStream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("KcpStream")
-            .field("peer", &self.inner.session.peer)
-            .field("conv", &self.inner.session.conv)
-            .field("local", &self.inner.session.driver.local_addr)
-            .finish()
+        debug_session(f, "KcpStream", self.session())
     }
 }
 
@@ -179,49 +179,6 @@ impl KcpStream {
         &self.inner.session
     }
 
-    /// The peer's address.
-    ///
-    /// # Errors
-    ///
-    /// None today; `io::Result` as `TcpStream::peer_addr`.
-    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
-        Ok(self.session().peer)
-    }
-
-    /// The local address of the UDP socket this session uses (shared with
-    /// the listener's other sessions on the server side).
-    ///
-    /// # Errors
-    ///
-    /// None today; `io::Result` as `TcpStream::local_addr`.
-    pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        Ok(self.session().driver.local_addr)
-    }
-
-    /// The KCP conversation id.
-    #[must_use]
-    pub fn conv(&self) -> u32 {
-        self.session().conv
-    }
-
-    /// A snapshot of the session's counters, RTT estimate and queue.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # fn show(stream: &kcpio::KcpStream) {
-    /// let st = stream.stats();
-    /// println!(
-    ///     "srtt {} ms, rto {} ms, {} RTO and {} fast retransmissions, {} recovered by FEC",
-    ///     st.srtt, st.rto, st.arq.retransmit_rto, st.arq.retransmit_fast, st.fec_in.recovered
-    /// );
-    /// # }
-    /// ```
-    #[must_use]
-    pub fn stats(&self) -> SessionStats {
-        stats_of(self.session())
-    }
-
     /// Splits the stream into a read half and a write half that can move to
     /// different tasks. The session lives until both are dropped.
     ///
@@ -246,6 +203,28 @@ impl KcpStream {
             },
             OwnedWriteHalf { inner: self.inner },
         )
+    }
+
+    /// Splits the stream into a read half and a write half borrowed from it,
+    /// for use in one task (for example in `tokio::join!` or
+    /// `tokio::io::copy` both ways); costs nothing. Use
+    /// [`into_split`](Self::into_split) to move the halves to other tasks.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run(mut stream: kcpio::KcpStream) -> std::io::Result<()> {
+    /// use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    ///
+    /// let (mut r, mut w) = stream.split();
+    /// let mut buf = [0; 5];
+    /// let (wrote, read) = tokio::join!(w.write_all(b"hello"), r.read_exact(&mut buf));
+    /// wrote?;
+    /// read?;
+    /// # Ok(()) }
+    /// ```
+    pub fn split(&mut self) -> (ReadHalf<'_>, WriteHalf<'_>) {
+        (ReadHalf { stream: self }, WriteHalf { stream: self })
     }
 
     /// Sends `msg` as one message (message mode): the peer's
@@ -465,86 +444,162 @@ fn poll_recv_message(
     s.poll_call(cx, Side::Read, |c| c.recv_message(buf))
 }
 
-impl AsyncRead for KcpStream {
-    /// Copies received bytes into `buf`. Keeps the read waker (one per
-    /// session, shared with `recv_message` and the read half).
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        poll_read(self.session(), cx, buf)
-    }
-}
-
-impl AsyncWrite for KcpStream {
-    /// Queues as much of `buf` as the send window takes; `Pending` (write
-    /// waker kept) when the window is full, until acknowledgements free it.
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        poll_write(self.session(), cx, buf)
-    }
-
-    /// Written data is already with the driver: ready at once.
-    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        poll_flush(self.session())
-    }
-
-    /// Stops writing and completes once everything written was acknowledged,
-    /// or fails with `TimedOut` after `linger`. Reading still works.
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        poll_shutdown(self.session(), cx)
-    }
-}
-
 /// The read half of a [`KcpStream`], from [`KcpStream::into_split`].
+///
+/// Reading works as on the stream; the accessors answer for the whole
+/// session. [`reunite`](Self::reunite) puts the stream back together.
 pub struct OwnedReadHalf {
     inner: Arc<Handle>,
 }
 
 /// The write half of a [`KcpStream`], from [`KcpStream::into_split`].
 ///
-/// Dropping it does not shut the stream down; call `shutdown` to wait for
-/// acknowledgement.
+/// Dropping it does not shut the stream down (unlike tokio's TCP write
+/// half: KCP has no end-of-stream marker to send); call `shutdown` to wait
+/// for acknowledgement. The session lives until both halves are dropped.
 pub struct OwnedWriteHalf {
     inner: Arc<Handle>,
 }
 
+/// The read half of a [`KcpStream`] borrowed by [`KcpStream::split`].
+pub struct ReadHalf<'a> {
+    stream: &'a KcpStream,
+}
+
+/// The write half of a [`KcpStream`] borrowed by [`KcpStream::split`].
+pub struct WriteHalf<'a> {
+    stream: &'a KcpStream,
+}
+
+/// The halves given to [`OwnedReadHalf::reunite`] (or
+/// [`OwnedWriteHalf::reunite`]) came from different streams; both are
+/// handed back unchanged.
+#[derive(Debug)]
+pub struct ReuniteError(pub OwnedReadHalf, pub OwnedWriteHalf);
+
+impl fmt::Display for ReuniteError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("tried to reunite halves that are not from the same KcpStream")
+    }
+}
+
+impl std::error::Error for ReuniteError {}
+
+/// Joins two halves of one stream; hands both back otherwise.
+fn reunite(read: OwnedReadHalf, write: OwnedWriteHalf) -> Result<KcpStream, ReuniteError> {
+    if Arc::ptr_eq(&read.inner, &write.inner) {
+        // The session lives on in `read`'s handle.
+        drop(write);
+        Ok(KcpStream { inner: read.inner })
+    } else {
+        Err(ReuniteError(read, write))
+    }
+}
+
+fn debug_session(f: &mut fmt::Formatter<'_>, name: &str, s: &SessionShared) -> fmt::Result {
+    f.debug_struct(name)
+        .field("peer", &s.peer)
+        .field("conv", &s.conv)
+        .field("local", &s.driver.local_addr)
+        .finish()
+}
+
 impl fmt::Debug for OwnedReadHalf {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("OwnedReadHalf")
-            .field("peer", &self.inner.session.peer)
-            .field("conv", &self.inner.session.conv)
-            .finish()
+        debug_session(f, "OwnedReadHalf", &self.inner.session)
     }
 }
 
 impl fmt::Debug for OwnedWriteHalf {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("OwnedWriteHalf")
-            .field("peer", &self.inner.session.peer)
-            .field("conv", &self.inner.session.conv)
-            .finish()
+        debug_session(f, "OwnedWriteHalf", &self.inner.session)
     }
 }
 
+impl fmt::Debug for ReadHalf<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        debug_session(f, "ReadHalf", self.stream.session())
+    }
+}
+
+impl fmt::Debug for WriteHalf<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        debug_session(f, "WriteHalf", self.stream.session())
+    }
+}
+
+/// `peer_addr`, `local_addr`, `conv` and `stats`, on the stream and on each
+/// half alike: every half answers for the whole session.
+macro_rules! session_accessors {
+    ($handle:ty) => {
+        impl $handle {
+            /// The peer's address.
+            ///
+            /// # Errors
+            ///
+            /// None today; `io::Result` as `TcpStream::peer_addr`.
+            pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+                Ok(self.session().peer)
+            }
+
+            /// The local address of the UDP socket this session uses
+            /// (shared with the listener's other sessions on the server
+            /// side).
+            ///
+            /// # Errors
+            ///
+            /// None today; `io::Result` as `TcpStream::local_addr`.
+            pub fn local_addr(&self) -> io::Result<SocketAddr> {
+                Ok(self.session().driver.local_addr)
+            }
+
+            /// The KCP conversation id.
+            #[must_use]
+            pub fn conv(&self) -> u32 {
+                self.session().conv
+            }
+
+            /// A snapshot of the session's counters, RTT estimate and queue.
+            ///
+            /// # Examples
+            ///
+            /// ```no_run
+            /// # fn show(stream: &kcpio::KcpStream) {
+            /// let st = stream.stats();
+            /// println!(
+            ///     "srtt {:?}, rto {:?}, {} RTO and {} fast retransmissions, {} recovered by FEC",
+            ///     st.srtt, st.rto, st.arq.retransmit_rto, st.arq.retransmit_fast, st.fec_in.recovered
+            /// );
+            /// # }
+            /// ```
+            #[must_use]
+            pub fn stats(&self) -> SessionStats {
+                stats_of(self.session())
+            }
+        }
+    };
+}
+
+session_accessors!(KcpStream);
+session_accessors!(OwnedReadHalf);
+session_accessors!(OwnedWriteHalf);
+session_accessors!(ReadHalf<'_>);
+session_accessors!(WriteHalf<'_>);
+
 impl OwnedReadHalf {
-    /// The peer's address.
+    fn session(&self) -> &SessionShared {
+        &self.inner.session
+    }
+
+    /// Joins this half with its write half into the original stream, as
+    /// `tokio::net::tcp::OwnedReadHalf::reunite`.
     ///
     /// # Errors
     ///
-    /// None today; `io::Result` as `TcpStream::peer_addr`.
-    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
-        Ok(self.inner.session.peer)
-    }
-
-    /// The session's counters.
-    #[must_use]
-    pub fn stats(&self) -> SessionStats {
-        stats_of(&self.inner.session)
+    /// [`ReuniteError`], holding both halves unchanged, when they come from
+    /// different streams.
+    pub fn reunite(self, other: OwnedWriteHalf) -> Result<KcpStream, ReuniteError> {
+        reunite(self, other)
     }
 
     /// Receives one whole message; see [`KcpStream::recv_message`].
@@ -557,7 +612,7 @@ impl OwnedReadHalf {
     ///
     /// Cancel safe.
     pub async fn recv_message(&self, buf: &mut [u8]) -> io::Result<usize> {
-        poll_fn(|cx| poll_recv_message(&self.inner.session, cx, buf)).await
+        poll_fn(|cx| poll_recv_message(self.session(), cx, buf)).await
     }
 
     /// Receives the next unreliable datagram; see
@@ -590,13 +645,18 @@ impl OwnedReadHalf {
 }
 
 impl OwnedWriteHalf {
-    /// The peer's address.
+    fn session(&self) -> &SessionShared {
+        &self.inner.session
+    }
+
+    /// Joins this half with its read half into the original stream; see
+    /// [`OwnedReadHalf::reunite`].
     ///
     /// # Errors
     ///
-    /// None today; `io::Result` as `TcpStream::peer_addr`.
-    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
-        Ok(self.inner.session.peer)
+    /// [`ReuniteError`] when the halves come from different streams.
+    pub fn reunite(self, other: OwnedReadHalf) -> Result<KcpStream, ReuniteError> {
+        reunite(other, self)
     }
 
     /// Sends one whole message; see [`KcpStream::send_message`].
@@ -609,7 +669,7 @@ impl OwnedWriteHalf {
     ///
     /// Cancel safe.
     pub async fn send_message(&self, msg: &[u8]) -> io::Result<()> {
-        poll_fn(|cx| poll_send_message(&self.inner.session, cx, msg)).await
+        poll_fn(|cx| poll_send_message(self.session(), cx, msg)).await
     }
 
     /// The largest datagram payload; see
@@ -643,30 +703,164 @@ impl OwnedWriteHalf {
     }
 }
 
-impl AsyncRead for OwnedReadHalf {
-    fn poll_read(
-        self: Pin<&mut Self>,
+impl ReadHalf<'_> {
+    fn session(&self) -> &SessionShared {
+        self.stream.session()
+    }
+
+    /// Receives one whole message; see [`KcpStream::recv_message`].
+    ///
+    /// # Errors
+    ///
+    /// As [`KcpStream::recv_message`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn recv_message(&self, buf: &mut [u8]) -> io::Result<usize> {
+        self.stream.recv_message(buf).await
+    }
+
+    /// Receives one unreliable datagram; see [`KcpStream::recv_datagram`].
+    ///
+    /// # Errors
+    ///
+    /// As [`KcpStream::recv_datagram`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn recv_datagram(&self, buf: &mut [u8]) -> io::Result<usize> {
+        self.stream.recv_datagram(buf).await
+    }
+
+    /// Polls for the next unreliable datagram; see
+    /// [`KcpStream::poll_recv_datagram`].
+    ///
+    /// # Errors
+    ///
+    /// As [`KcpStream::recv_datagram`].
+    pub fn poll_recv_datagram(
+        &self,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        poll_read(&self.inner.session, cx, buf)
+        self.stream.poll_recv_datagram(cx, buf)
     }
 }
 
-impl AsyncWrite for OwnedWriteHalf {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        poll_write(&self.inner.session, cx, buf)
+impl WriteHalf<'_> {
+    fn session(&self) -> &SessionShared {
+        self.stream.session()
     }
 
-    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        poll_flush(&self.inner.session)
+    /// Sends one whole message; see [`KcpStream::send_message`].
+    ///
+    /// # Errors
+    ///
+    /// As [`KcpStream::send_message`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn send_message(&self, msg: &[u8]) -> io::Result<()> {
+        self.stream.send_message(msg).await
     }
 
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        poll_shutdown(&self.inner.session, cx)
+    /// The largest unreliable datagram payload; see
+    /// [`KcpStream::max_datagram_payload`].
+    #[must_use]
+    pub fn max_datagram_payload(&self) -> usize {
+        self.stream.max_datagram_payload()
+    }
+
+    /// Sends one unreliable datagram; see [`KcpStream::send_datagram`].
+    ///
+    /// # Errors
+    ///
+    /// As [`KcpStream::send_datagram`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn send_datagram(&self, payload: &[u8]) -> io::Result<()> {
+        self.stream.send_datagram(payload).await
+    }
+
+    /// [`send_datagram`](Self::send_datagram) without waiting; see
+    /// [`KcpStream::try_send_datagram`].
+    ///
+    /// # Errors
+    ///
+    /// As [`KcpStream::try_send_datagram`].
+    pub fn try_send_datagram(&self, payload: &[u8]) -> io::Result<()> {
+        self.stream.try_send_datagram(payload)
     }
 }
+
+impl AsRef<KcpStream> for ReadHalf<'_> {
+    fn as_ref(&self) -> &KcpStream {
+        self.stream
+    }
+}
+
+impl AsRef<KcpStream> for WriteHalf<'_> {
+    fn as_ref(&self) -> &KcpStream {
+        self.stream
+    }
+}
+
+/// `AsyncRead` on the session, for the stream and its read halves.
+macro_rules! session_async_read {
+    ($handle:ty) => {
+        impl AsyncRead for $handle {
+            /// Copies received bytes into `buf`. Keeps the read waker (one
+            /// per session, shared with `recv_message` and the read halves).
+            fn poll_read(
+                self: Pin<&mut Self>,
+                cx: &mut Context<'_>,
+                buf: &mut ReadBuf<'_>,
+            ) -> Poll<io::Result<()>> {
+                poll_read(self.session(), cx, buf)
+            }
+        }
+    };
+}
+
+session_async_read!(KcpStream);
+session_async_read!(OwnedReadHalf);
+session_async_read!(ReadHalf<'_>);
+
+/// `AsyncWrite` on the session, for the stream and its write halves.
+macro_rules! session_async_write {
+    ($handle:ty) => {
+        impl AsyncWrite for $handle {
+            /// Queues as much of `buf` as the send window takes; `Pending`
+            /// (write waker kept) when the window is full, until
+            /// acknowledgements free it.
+            fn poll_write(
+                self: Pin<&mut Self>,
+                cx: &mut Context<'_>,
+                buf: &[u8],
+            ) -> Poll<io::Result<usize>> {
+                poll_write(self.session(), cx, buf)
+            }
+
+            /// Written data is already with the driver: ready at once.
+            fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+                poll_flush(self.session())
+            }
+
+            /// Stops writing and completes once everything written was
+            /// acknowledged, or fails with `TimedOut` after `linger`.
+            /// Reading still works.
+            fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+                poll_shutdown(self.session(), cx)
+            }
+        }
+    };
+}
+
+session_async_write!(KcpStream);
+session_async_write!(OwnedWriteHalf);
+session_async_write!(WriteHalf<'_>);

@@ -575,6 +575,52 @@ async fn plain_listener_flood_is_bounded_by_backlog_and_cap() {
         .unwrap_or_else(|e| panic!("session from {peer}: {e}"));
 }
 
+/// Admission refusals count peers, once per refusal episode (until the
+/// listener admits a session again), and their datagrams separately.
+#[tokio::test]
+async fn refusals_count_peers_once_per_episode() {
+    let config = fast().accept_backlog(2).build().unwrap();
+    let (listener, addr) = bind_loopback(&config).await;
+    let mut socks = Vec::new();
+    for _ in 0..6 {
+        socks.push(UdpSocket::bind("127.0.0.1:0").await.unwrap());
+    }
+    let conv = |i: usize| 7000 + i as u32;
+    let received = |n: u64| {
+        let l = &listener;
+        timeout(
+            Duration::from_secs(10),
+            wait_while(2, move || l.stats().datagrams_in < n),
+        )
+    };
+    // Six peers send their opener five times each: two fill the backlog.
+    for _ in 0..5 {
+        for (i, s) in socks.iter().enumerate() {
+            send_push(s, addr, conv(i), 0, b"hi").await;
+        }
+    }
+    received(30).await.unwrap();
+    let st = listener.stats();
+    assert_eq!(st.sessions_opened, 2, "{st:?}");
+    assert_eq!(st.refused_backlog, 4, "peers, not datagrams: {st:?}");
+    assert_eq!(st.refused_backlog_datagrams, 20, "{st:?}");
+    assert_eq!(st.refused_cap + st.refused_cap_datagrams, 0, "{st:?}");
+    // One accepted: the next peer gets in, which ends the episode; the
+    // three still refused count again.
+    let _first = accept_within(&listener, 5).await;
+    send_push(&socks[2], addr, conv(2), 0, b"hi").await;
+    received(31).await.unwrap();
+    for (i, s) in socks.iter().enumerate().skip(3) {
+        send_push(s, addr, conv(i), 0, b"hi").await;
+        send_push(s, addr, conv(i), 0, b"hi").await;
+    }
+    received(37).await.unwrap();
+    let st = listener.stats();
+    assert_eq!(st.sessions_opened, 3, "{st:?}");
+    assert_eq!(st.refused_backlog, 7, "{st:?}");
+    assert_eq!(st.refused_backlog_datagrams, 26, "{st:?}");
+}
+
 /// A raw KCP PUSH segment (null crypto, no FEC).
 fn push_segment(conv: u32, sn: u32, data: &[u8]) -> Vec<u8> {
     let mut p = Vec::new();
@@ -669,7 +715,7 @@ async fn stats_and_addresses() {
     let st = s.stats();
     assert_eq!(st.conv, s.conv());
     assert!(st.datagrams_out > 0 && st.datagrams_in > 0);
-    assert!(st.rto > 0);
+    assert!(st.rto > Duration::ZERO);
 }
 
 #[tokio::test]

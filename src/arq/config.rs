@@ -1,4 +1,4 @@
-//! ARQ parameters: kcp-go's defaults and the kcptun presets (WIRE.md 3.1, 3.10).
+//! ARQ parameters: kcp-go's defaults and the kcptun presets.
 
 use core::fmt;
 
@@ -25,7 +25,7 @@ pub const MAX_MTU: usize = 65_507;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ArqConfig {
     /// KCP mtu: the largest KCP packet, after the session deducted its crypto
-    /// and FEC headers (WIRE.md 2.5). Must exceed 24 (kcp-go v5.6.72; C needs 50).
+    /// and FEC headers. Must exceed 24 (kcp-go v5.6.72; C needs 50).
     /// Default 1400.
     pub mtu: usize,
     /// Send window in segments. Default 32.
@@ -55,20 +55,20 @@ pub struct ArqConfig {
     /// Transmissions of one segment after which [`Kcp::is_dead`](super::Kcp::is_dead)
     /// turns true. Default 20.
     pub dead_link: u32,
-    /// **kcpio-only** (issue 7): floor of the retransmission timeout in ms,
+    /// **kcpio-only**: floor of the retransmission timeout in ms,
     /// instead of kcp-go's 30 (with `nodelay`) or 100. Values below 1 are
     /// taken as 1. Only changes when this side retransmits, so it is safe
     /// with a kcp-go peer. Default `None` (kcp-go's floors).
     pub min_rto: Option<u32>,
-    /// **kcpio-only** (issue 7): what a segment's RTO grows by each time it
+    /// **kcpio-only**: what a segment's RTO grows by each time it
     /// times out, in percent of the current RTO estimate: 100 is kcp-go
     /// without `nodelay` (waits R, 2R, 3R, ...), 50 kcp-go with it (R, 1.5R,
     /// 2R, ...), 0 keeps the wait at R. Default `None` (kcp-go's rule).
     pub backoff_percent: Option<u32>,
-    /// **kcpio-only** (issue 7): cap in ms of one segment's backed-off RTO
+    /// **kcpio-only**: cap in ms of one segment's backed-off RTO
     /// (kcp-go's is uncapped). Default `None`.
     pub max_rto: Option<u32>,
-    /// **kcpio-only** (issue 7): tail-loss probe. A segment sent with nothing
+    /// **kcpio-only**: tail-loss probe. A segment sent with nothing
     /// behind it can only be recovered by its RTO, since no later ACK can
     /// mark it skipped; with this on, its first retransmission comes after
     /// `max(srtt * 3 / 2, srtt + interval)` when that is sooner than the RTO,
@@ -100,7 +100,7 @@ impl Default for ArqConfig {
 }
 
 /// The presets, kcp-go's default and kcptun's `mode`s plus kcpio's
-/// `lowlat`: `nodelay`, `interval`, fast `resend` and `nc` (WIRE.md 3.10).
+/// `lowlat`: `nodelay`, `interval`, fast `resend` and `nc`.
 /// One type for the ARQ ([`ArqConfig::preset`]) and the public surface
 /// ([`ConfigBuilder::preset`](crate::ConfigBuilder::preset), re-exported as
 /// `kcpio::Preset`).
@@ -131,7 +131,7 @@ pub enum Preset {
     Fast2,
     /// kcptun `fast3`: nodelay, 10 ms interval, fast resend 2, no congestion window.
     Fast3,
-    /// **kcpio's low-latency preset** (name `lowlat`, issue 7): for small
+    /// **kcpio's low-latency preset** (name `lowlat`): for small
     /// messages at a steady rate (game state, voice, interactive tunnels) on
     /// lossy links, where the worst case matters more than bandwidth.
     ///

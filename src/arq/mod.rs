@@ -3,10 +3,9 @@
 //! [`Kcp`] is one conversation: bytes and `now` go in, KCP packets and a
 //! deadline come out. It reads no clock, owns no socket and spawns nothing
 //! (clippy's `disallowed_methods`/`disallowed_types` are denied here).
-//! The wire format and the behaviour it reproduces are specified in
-//! `shared/spec/WIRE.md` sections 2 and 3; where kcp-go and skywind3000's C
-//! KCP differ, kcp-go's behaviour is implemented and the difference is noted
-//! where it lives.
+//! The wire format and the behaviour follow kcp-go v5.6.72; where kcp-go
+//! and skywind3000's C KCP differ, kcp-go's behaviour is implemented and the
+//! difference is noted where it lives.
 #![deny(clippy::disallowed_methods, clippy::disallowed_types)]
 
 mod buffers;

@@ -1,4 +1,4 @@
-//! The KCP segment codec (WIRE.md 2.1, 2.2).
+//! The KCP segment codec.
 //!
 //! A KCP packet is a concatenation of segments, each a 24-byte little-endian
 //! header followed by `len` payload bytes. Parsing follows the

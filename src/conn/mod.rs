@@ -85,10 +85,11 @@ use crate::fec::{self, FecDecoder, FecEncoder, FecStats, PacketKind};
 pub struct SessionStats {
     /// The conversation id.
     pub conv: u32,
-    /// Smoothed round-trip time in milliseconds.
-    pub srtt: u32,
-    /// Current retransmission timeout in milliseconds.
-    pub rto: u32,
+    /// Smoothed round-trip time (kcp-go `SRTT`, whole milliseconds; zero
+    /// before the first acknowledgement).
+    pub srtt: Duration,
+    /// Current retransmission timeout (kcp-go `RTO`, whole milliseconds).
+    pub rto: Duration,
     /// Segments queued or in flight (kcp-go `WaitSnd`).
     pub wait_snd: usize,
     /// Datagrams received for this session (after demultiplexing).
@@ -1020,8 +1021,8 @@ impl Conn {
     pub fn stats(&self) -> SessionStats {
         SessionStats {
             conv: self.kcp.conv(),
-            srtt: self.kcp.srtt(),
-            rto: self.kcp.rto(),
+            srtt: Duration::from_millis(self.kcp.srtt().into()),
+            rto: Duration::from_millis(self.kcp.rto().into()),
             wait_snd: self.kcp.wait_snd(),
             datagrams_in: self.wire.datagrams_in,
             bytes_in: self.wire.bytes_in,

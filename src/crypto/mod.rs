@@ -1,4 +1,4 @@
-//! Per-datagram sealing, byte-compatible with kcp-go v5.6.72 (WIRE.md section 5).
+//! Per-datagram sealing, byte-compatible with kcp-go v5.6.72.
 //!
 //! Every outgoing datagram is sealed on its own, in place, and every incoming
 //! one opened on its own, in place. Two framings exist:

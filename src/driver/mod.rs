@@ -105,6 +105,8 @@ pub(crate) struct Driver {
     /// Free slots a session needs before it may produce a datagram: one
     /// plus a FEC group's parity, so a completed group goes out together.
     slots_needed: usize,
+    /// Addresses refused admission since the last session was admitted.
+    refused_peers: stats::RefusedPeers,
 }
 
 impl Driver {
@@ -144,6 +146,7 @@ impl Driver {
             inbox_scratch: Vec::new(),
             routed: Vec::with_capacity(crate::sys::BATCH_SIZE * 4),
             slots_needed,
+            refused_peers: stats::RefusedPeers::default(),
         })
     }
 
@@ -176,6 +179,7 @@ impl Driver {
         });
         self.ready.push_back(id);
         self.shared.counters.opened();
+        self.refused_peers.new_episode();
         tracing::debug!(%peer, conv, local = %self.shared.local_addr, "kcp session opened");
         self.table.get(id).cloned()
     }
@@ -256,7 +260,8 @@ impl Driver {
         let id = match route {
             Route::Deliver(id) => id,
             Route::Drop(r) => {
-                self.shared.counters.refused(r);
+                let episode = &mut self.refused_peers;
+                self.shared.counters.refused(r, d.peer, episode);
                 return;
             }
             Route::Accept { conv, replaces } => {

@@ -271,6 +271,11 @@ pub(crate) enum Taken {
 /// The accept backlog of a listener, shared by its drivers (one, or one per
 /// `SO_REUSEPORT` socket); bounded by `accept_backlog` (the table's
 /// admission asks [`len`](Self::len)).
+///
+/// Two kinds of waiter share it: `accept` futures, any number, queued on a
+/// [`Notify`]; and one `poll_accept` waker, the most recent one given
+/// (tokio's rule for `poll_*` methods). A new session, or a `take` that
+/// leaves more behind, wakes one of the first and the second.
 #[derive(Default)]
 pub(crate) struct Accept {
     queue: Mutex<AcceptQueue>,
@@ -282,6 +287,8 @@ struct AcceptQueue {
     queue: VecDeque<(Arc<SessionShared>, SocketAddr)>,
     /// A driver is gone: `accept` fails.
     closed: bool,
+    /// The waker of the latest `poll_accept` that found nothing.
+    poll_waker: Option<Waker>,
 }
 
 impl Accept {
@@ -290,23 +297,66 @@ impl Accept {
         lock(&self.queue).queue.len()
     }
 
+    /// Wakes one `accept` future and the `poll_accept` waker; `waker` was
+    /// taken from the queue under its lock.
+    fn wake(&self, waker: Option<Waker>) {
+        self.notify.notify_one();
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+
     /// A new session for `accept`.
     pub(crate) fn push(&self, session: Arc<SessionShared>, peer: SocketAddr) {
-        lock(&self.queue).queue.push_back((session, peer));
-        self.notify.notify_one();
+        let waker = {
+            let mut q = lock(&self.queue);
+            q.queue.push_back((session, peer));
+            q.poll_waker.take()
+        };
+        self.wake(waker);
     }
 
     /// The next session still worth handing out (one that failed while
     /// waiting, by idle timeout or takeover, is skipped).
     pub(crate) fn take(&self) -> Taken {
+        let (taken, more, waker) = {
+            let mut q = lock(&self.queue);
+            let taken = Self::take_locked(&mut q);
+            // More may be waiting for other accept callers.
+            let more = matches!(taken, Taken::Session(..)) && !q.queue.is_empty();
+            let waker = if more { q.poll_waker.take() } else { None };
+            (taken, more, waker)
+        };
+        if more {
+            self.wake(waker);
+        }
+        taken
+    }
+
+    /// [`take`](Self::take) for `poll_accept`: `Pending` with `cx`'s waker
+    /// stored in place of any earlier one when nothing waits.
+    pub(crate) fn poll_take(&self, cx: &Context<'_>) -> Poll<Taken> {
         let mut q = lock(&self.queue);
+        match Self::take_locked(&mut q) {
+            Taken::Empty => {
+                register(&mut q.poll_waker, cx);
+                Poll::Pending
+            }
+            taken => {
+                let more = !q.queue.is_empty();
+                drop(q);
+                if more {
+                    self.notify.notify_one();
+                }
+                Poll::Ready(taken)
+            }
+        }
+    }
+
+    fn take_locked(q: &mut AcceptQueue) -> Taken {
         while let Some((session, peer)) = q.queue.pop_front() {
             if session.with_conn(Conn::error).is_some() {
                 continue;
-            }
-            // More may be waiting for other accept callers.
-            if !q.queue.is_empty() {
-                self.notify.notify_one();
             }
             return Taken::Session(session, peer);
         }
@@ -326,7 +376,7 @@ impl Accept {
     /// `driver` stops: `accept` fails from now on, and its sessions leave
     /// the backlog (returned, for the driver to free).
     pub(crate) fn close(&self, driver: &Arc<DriverShared>) -> Vec<SessionId> {
-        let ids = {
+        let (ids, waker) = {
             let mut q = lock(&self.queue);
             q.closed = true;
             // Only this driver's sessions: the backlog may be shared with the
@@ -339,9 +389,12 @@ impl Accept {
                 .map(|(s, _)| s.id)
                 .collect();
             q.queue.retain(|(s, _)| !mine(s));
-            ids
+            (ids, q.poll_waker.take())
         };
         self.notify.notify_waiters();
+        if let Some(w) = waker {
+            w.wake();
+        }
         ids
     }
 }

@@ -2,6 +2,9 @@
 //! atomics the driver bumps and the public [`ListenerStats`] snapshot, with
 //! its `merge` for a `reuse_port` group.
 
+use std::collections::HashSet;
+use std::hash::BuildHasher;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::table::Refusal;
@@ -88,10 +91,19 @@ socket_counters! {
     conv_mismatch,
     /// Dropped: a late packet of a recently closed session.
     tombstoned,
-    /// New peers refused because the accept backlog was full.
+    /// New peers refused because the accept backlog was full: distinct
+    /// addresses, each counted at its first refused datagram of a refusal
+    /// episode (an episode ends when the socket admits a session; see
+    /// [`KcpListener::stats`](crate::KcpListener::stats) for the memory
+    /// bound).
     refused_backlog,
-    /// New peers refused because the session cap was reached.
+    /// Their datagrams, all dropped.
+    refused_backlog_datagrams,
+    /// New peers refused because the session cap was reached: distinct
+    /// addresses per refusal episode, as `refused_backlog`.
     refused_cap,
+    /// Their datagrams, all dropped.
+    refused_cap_datagrams,
     /// Out-of-band packets (unreliable datagrams) that matched no session
     /// (unknown address or another conv); dropped.
     oob,
@@ -120,18 +132,65 @@ pub(crate) fn add(c: &AtomicU64, n: usize) {
     c.fetch_add(n as u64, Ordering::Relaxed);
 }
 
+/// Addresses remembered per refusal episode, per socket.
+const MAX_REFUSED_PEERS: usize = 4096;
+
+/// The addresses refused admission in the current refusal episode, so the
+/// refusal counters count peers rather than datagrams. Owned by the driver
+/// task.
+///
+/// An episode ends when the socket admits a new session
+/// ([`new_episode`](Self::new_episode)): a peer refused again after that
+/// counts again. At most [`MAX_REFUSED_PEERS`] addresses are remembered,
+/// as keyed 64-bit hashes (under 64 KiB, allocated on the first refusal);
+/// beyond that, every datagram of an address not remembered counts, so the
+/// figure can err high in a flood of more distinct addresses, never low.
+#[derive(Default)]
+pub(crate) struct RefusedPeers {
+    seen: HashSet<u64>,
+    key: std::collections::hash_map::RandomState,
+}
+
+impl RefusedPeers {
+    /// Whether `peer` is refused for the first time in this episode.
+    fn first(&mut self, peer: SocketAddr) -> bool {
+        let h = self.key.hash_one(peer);
+        if self.seen.contains(&h) {
+            return false;
+        }
+        if self.seen.len() < MAX_REFUSED_PEERS {
+            self.seen.insert(h);
+        }
+        true
+    }
+
+    /// The socket admitted a session: the refusal episode is over.
+    pub(crate) fn new_episode(&mut self) {
+        if !self.seen.is_empty() {
+            self.seen.clear();
+        }
+    }
+}
+
 impl Counters {
-    /// Counts a datagram the table dropped, under its reason.
-    pub(crate) fn refused(&self, r: Refusal) {
-        bump(match r {
-            Refusal::BadKcp => &self.bad_kcp,
-            Refusal::Oob => &self.oob,
-            Refusal::UnknownSession => &self.unknown_session,
-            Refusal::ConvMismatch => &self.conv_mismatch,
-            Refusal::Tombstoned => &self.tombstoned,
-            Refusal::SessionCap => &self.refused_cap,
-            Refusal::Backlog => &self.refused_backlog,
-        });
+    /// Counts a datagram from `peer` the table dropped, under its reason;
+    /// an admission refusal also counts the peer once per episode.
+    pub(crate) fn refused(&self, r: Refusal, peer: SocketAddr, episode: &mut RefusedPeers) {
+        let (datagrams, peers) = match r {
+            Refusal::BadKcp => (&self.bad_kcp, None),
+            Refusal::Oob => (&self.oob, None),
+            Refusal::UnknownSession => (&self.unknown_session, None),
+            Refusal::ConvMismatch => (&self.conv_mismatch, None),
+            Refusal::Tombstoned => (&self.tombstoned, None),
+            Refusal::SessionCap => (&self.refused_cap_datagrams, Some(&self.refused_cap)),
+            Refusal::Backlog => (&self.refused_backlog_datagrams, Some(&self.refused_backlog)),
+        };
+        bump(datagrams);
+        if let Some(peers) = peers {
+            if episode.first(peer) {
+                bump(peers);
+            }
+        }
     }
 
     /// A session opened.

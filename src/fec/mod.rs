@@ -16,7 +16,7 @@
 //! shards), so a group `seqid / S` never straddles the wrap. The Reed-Solomon
 //! input of a data shard is its bytes from offset 6 (the `size` field and the
 //! KCP packet), zero-padded to the group's longest; parity packets carry the
-//! parity of those padded shards. See `WIRE.md` section 4.
+//! parity of those padded shards, as in kcp-go v5.6.72.
 //!
 //! # Using the encoder and decoder
 //!
@@ -167,7 +167,7 @@ pub fn oob_payload(packet: &[u8]) -> Option<(u32, &[u8])> {
     Some((conv, packet.get(DATA_HEADER + 4..)?))
 }
 
-/// Frames an OOB packet in place (kcp-go's `SendOOB`, WIRE.md 4.6):
+/// Frames an OOB packet in place (kcp-go's `SendOOB`):
 /// `buf[..8]` is free headroom and `buf[8..8 + body_len]` holds the conv (u32
 /// LE) followed by the payload. Writes seqid 0xFFFFFFFF, flag 0xF3 and
 /// `size = 2 + body_len`, and returns the packet length `8 + body_len`. OOB

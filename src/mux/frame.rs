@@ -1,4 +1,4 @@
-//! The smux frame codec (KCPTUN.md 3.1; Go smux `frame.go`).
+//! The smux frame codec (Go smux `frame.go`).
 //!
 //! A frame is an 8-byte little-endian header, `ver | cmd | len u16 | sid u32`,
 //! followed by `len` bytes: the payload of a PSH, the 8-byte body of a UPD,

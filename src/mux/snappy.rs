@@ -1,4 +1,4 @@
-//! The snappy framing format as kcptun uses it (KCPTUN.md 4; golang/snappy
+//! The snappy framing format as kcptun uses it (golang/snappy
 //! `encode.go`, `decode.go`): the codec, sans-IO. [`Snappy`](super::Snappy)
 //! wraps it around a transport.
 //!
