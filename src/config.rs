@@ -1672,7 +1672,8 @@ mod tests {
         }
         let accepted: Vec<ConfigBuilder> = vec![
             b().mtu(1500),
-            b().window(1, 1),
+            b().window(1, 1024),
+            b().window(1024, 1),
             b().window(u16::MAX, u16::MAX),
             b().nodelay(true, 10, 2, true),
             b().nodelay(false, 5000, 0, false),

@@ -414,6 +414,14 @@ impl<S> Table<S> {
         if e.deadline == at {
             return false;
         }
+        if let (Some(armed), Some(later)) = (e.deadline, at) {
+            if armed < later {
+                // The armed entry fires first and the driver re-arms then:
+                // a deadline that only moves later (an idle timer restarted
+                // by every datagram) costs no heap entry per packet.
+                return false;
+            }
+        }
         e.deadline = at;
         if let Some(t) = at {
             self.heap.push(Reverse((t, id)));
@@ -732,6 +740,18 @@ mod tests {
         t.schedule(b, Some(ms(70)));
         t.schedule(b, None);
         assert_eq!(t.pop_due(ms(80)), None);
+        // Moved later: no new heap entry; the armed one fires early and the
+        // driver re-arms at the later time.
+        assert!(t.schedule(b, Some(ms(100))));
+        let entries = t.heap.len();
+        for later in 101..1000 {
+            assert!(!t.schedule(b, Some(ms(later))));
+        }
+        assert_eq!(t.heap.len(), entries, "no entry per later deadline");
+        assert_eq!(t.pop_due(ms(100)), Some(b));
+        assert!(t.schedule(b, Some(ms(999))));
+        assert_eq!(t.pop_due(ms(998)), None);
+        assert_eq!(t.pop_due(ms(999)), Some(b));
     }
 
     #[test]
