@@ -141,6 +141,7 @@ mod simd; // runtime-dispatched SIMD kernels (GF(2^8), Salsa20, GCM): unsafe all
 #[allow(unsafe_code)]
 mod sys; // batched datagram syscalls: the only other place unsafe is allowed
 
+pub use arq::Congestion;
 pub use config::{Config, ConfigBuilder, ConfigError, Key, Preset};
 pub use conn::{Conn, ConnError, SessionError, SessionStats};
 pub use crypto::Method;
