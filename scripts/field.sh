@@ -308,6 +308,8 @@ KCP_NC0="--nodelay 1,10,2,0 --sndwnd 1024 --rcvwnd 1024"
 # kcpio's model-based controller (--congestion model, kcpio only): fast3's
 # timing, windows of 4096 so that two BDPs of the 100 Mbit/s x 200 ms path fit.
 KCP_MODEL="--nodelay fast3 --sndwnd 4096 --rcvwnd 4096 --congestion model"
+# the same with windows that size themselves from 1024 (--maxwnd, kcpio only)
+KCP_MODEL_AUTO="--nodelay fast3 --sndwnd 1024 --rcvwnd 1024 --maxwnd 8192 --congestion model"
 FAST3_1024="--mode fast3 --sndwnd 1024 --rcvwnd 1024"
 # name|function and arguments (after F)
 ROWS=(
@@ -320,6 +322,7 @@ ROWS=(
 	"kcpio fast3 1024 nc=1|row_peer kcpio '$KCP_NC1'"
 	"kcpio 1,10,2 1024 nc=0|row_peer kcpio '$KCP_NC0'"
 	"kcpio fast3 4096 model|row_peer kcpio '$KCP_MODEL'"
+	"kcpio fast3 1024..8192 model|row_peer kcpio '$KCP_MODEL_AUTO'"
 	"kcpio tunnel kcptun-compatible default|row_tunnel kcpio kcpio"
 	"kcpio tunnel kcptun-compatible fast3 1024|row_tunnel kcpio kcpio '$FAST3_1024'"
 	"kcpio client ↔ kcptun server default|row_tunnel kcpio kcptun"
