@@ -350,3 +350,47 @@ fn windows_size_themselves() {
     assert!(fixed < 0.75, "{text}");
     assert!(grown >= 0.85, "{text}");
 }
+
+/// The field bench's target point on the simulator (100 Mbit/s, 200 ms,
+/// 9% loss each way, 1 BDP queue), for diagnosis: prints, asserts nothing
+/// beyond progress. `cargo test --test cc field_point -- --ignored --nocapture`.
+#[test]
+#[ignore = "diagnostic, ~100k packets"]
+fn field_point() {
+    for wnd in [8192u16] {
+        let rate = 12_500_000;
+        let delay = 100;
+        let cfg = Config::builder()
+            .preset(Preset::Fast3)
+            .stream(true)
+            .window(wnd, wnd)
+            .mtu(1350)
+            .congestion(Congestion::Model)
+            .build()
+            .expect("config");
+        let mut sim = Sim::new(6, 0);
+        let bn = sim.add_bottleneck(rate, rate / 5);
+        let down = Link {
+            loss: 0.09,
+            ..Link::clean(delay)
+        }
+        .through(bn);
+        let up = Link {
+            loss: 0.09,
+            ..Link::clean(delay)
+        };
+        let s = sim.add(9, &cfg, down);
+        let r = sim.add(9, &cfg, up);
+        sim.connect(s, r);
+        let mut flows = [Bulk::new(s, r, 0)];
+        run(&mut sim, &mut flows, 15_000, Vec::new());
+        let g = flows[0].goodput(3_000, 15_000);
+        println!(
+            "wnd {wnd}: {:.2} MB/s = {:.1}% of rate x (1 - loss); {:?}; {:?}",
+            g / 1e6,
+            g / (rate as f64 * efficiency(&cfg) * 0.91) * 100.0,
+            sim.conn(s).congestion_state(),
+            sim.conn(s).stats().arq
+        );
+    }
+}

@@ -41,7 +41,7 @@
 //! smallest RTT sample stays within a quarter, and at least 5 ms, of the
 //! minimum) is random loss: the rate is not lowered, the loss rate is
 //! folded into a baseline, and the pacing rate is raised by `1 / (1 −
-//! baseline / 2)` (at most for 15% loss) so that the bottleneck stays full
+//! 0.75 × baseline)` (at most for 15% loss) so that the bottleneck stays full
 //! although part of what crosses it is lost after it. A round whose loss
 //! rate exceeds the baseline by 2 points *while* the RTT shows a standing
 //! queue is queue overflow: the bandwidth estimate is cut to 85%, startup
@@ -282,15 +282,16 @@ impl Model {
         }
     }
 
-    /// `1 / (1 - random loss / 2)` while no queue is seen: half the loss
-    /// rate, since retransmissions over-count it (a resend whose original
-    /// was only late), and pacing above the bottleneck would build the
-    /// standing queue this controller exists to avoid.
+    /// `1 / (1 - 0.75 × random loss)` while no queue is seen: three
+    /// quarters of the loss rate, since retransmissions over-count it (a
+    /// fast resend whose original arrived but whose ACK was lost), and
+    /// pacing above the bottleneck would build the standing queue this
+    /// controller exists to avoid.
     fn compensation(&self) -> f64 {
         if self.queue {
             1.0
         } else {
-            1.0 / (1.0 - self.loss_base.min(MAX_COMPENSATED_LOSS) / 2.0)
+            1.0 / (1.0 - self.loss_base.min(MAX_COMPENSATED_LOSS) * 0.75)
         }
     }
 
