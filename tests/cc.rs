@@ -134,21 +134,27 @@ fn run(sim: &mut Sim, flows: &mut [Bulk], until: u64, mut at: Vec<Event>) {
 /// `loss` random loss each way behind it (the return path has no queue).
 fn pair(c: Congestion, rate: u64, queue: u64, loss: f64, seed: u64) -> (Sim, Config) {
     let cfg = config(c);
+    (path(&cfg, rate, DELAY, queue, loss, seed), cfg)
+}
+
+/// Nodes 0 (sender) and 1 with `cfg`, `delay` ms each way, a bottleneck of
+/// `rate` and `queue` bytes downstream, `loss` each way behind it.
+fn path(cfg: &Config, rate: u64, delay: u64, queue: u64, loss: f64, seed: u64) -> Sim {
     let mut sim = Sim::new(seed, 0);
     let b = sim.add_bottleneck(rate, queue);
     let down = Link {
         loss,
-        ..Link::clean(DELAY)
+        ..Link::clean(delay)
     }
     .through(b);
     let up = Link {
         loss,
-        ..Link::clean(DELAY)
+        ..Link::clean(delay)
     };
-    let s = sim.add(7, &cfg, down);
-    let r = sim.add(7, &cfg, up);
+    let s = sim.add(7, cfg, down);
+    let r = sim.add(7, cfg, up);
     sim.connect(s, r);
-    (sim, cfg)
+    sim
 }
 
 struct Figures {
@@ -321,21 +327,8 @@ fn windows_size_themselves() {
             b = b.max_window(m);
         }
         let cfg = b.build().expect("config");
-        let mut sim = Sim::new(5, 0);
-        let bn = sim.add_bottleneck(RATE, BDP);
-        let down = Link {
-            loss: 0.05,
-            ..Link::clean(DELAY)
-        }
-        .through(bn);
-        let up = Link {
-            loss: 0.05,
-            ..Link::clean(DELAY)
-        };
-        let s = sim.add(9, &cfg, down);
-        let r = sim.add(9, &cfg, up);
-        sim.connect(s, r);
-        let mut flows = [Bulk::new(s, r, 0)];
+        let mut sim = path(&cfg, RATE, DELAY, BDP, 0.05, 5);
+        let mut flows = [Bulk::new(0, 1, 0)];
         run(&mut sim, &mut flows, 20_000, Vec::new());
         flows[0].goodput(5_000, 20_000) / (RATE as f64 * efficiency(&cfg) * 0.95)
     };
@@ -368,20 +361,8 @@ fn field_point() {
             .congestion(Congestion::Model)
             .build()
             .expect("config");
-        let mut sim = Sim::new(6, 0);
-        let bn = sim.add_bottleneck(rate, rate / 5);
-        let down = Link {
-            loss: 0.09,
-            ..Link::clean(delay)
-        }
-        .through(bn);
-        let up = Link {
-            loss: 0.09,
-            ..Link::clean(delay)
-        };
-        let s = sim.add(9, &cfg, down);
-        let r = sim.add(9, &cfg, up);
-        sim.connect(s, r);
+        let mut sim = path(&cfg, rate, delay, rate / 5, 0.09, 6);
+        let (s, r) = (0, 1);
         let mut flows = [Bulk::new(s, r, 0)];
         run(&mut sim, &mut flows, 15_000, Vec::new());
         let g = flows[0].goodput(3_000, 15_000);
