@@ -262,7 +262,7 @@ fn a_bottleneck_that_halves_is_followed() {
     println!("{text}");
     assert!(before >= 0.88, "{text}");
     assert!(after >= 0.85, "{text}");
-    // Measured: p50 25%, drops 1.9% (the queue of the old rate overflows
+    // Measured: p50 28%, drops 1.6% (the queue of the old rate overflows
     // while the estimate comes down). Bounds with a margin.
     assert!(p50 <= 0.4, "{text}");
     assert!((b.drops as f64) <= 0.03 * b.passed as f64, "{text}");
@@ -306,7 +306,8 @@ fn two_flows_share_a_bottleneck() {
     println!("{text}");
     assert!(jain >= 0.8, "{text}");
     assert!(total >= 0.85, "{text}");
-    // Two model flows keep a standing queue (measured p50 85% of the RTT):
+    // Two model flows keep a standing queue (measured p50 90% of the RTT)
+    // and share unevenly (2.7 : 1, which Jain still scores 0.83):
     // each cuts its estimate on it, which is what evens the shares, but
     // the queue itself stays. Left as a known limit; the drops stay low.
     assert!(bn.drops as f64 <= 0.03 * bn.passed as f64, "{text}");
@@ -350,7 +351,7 @@ fn windows_size_themselves() {
 #[test]
 #[ignore = "diagnostic, ~100k packets"]
 fn field_point() {
-    for wnd in [8192u16] {
+    for wnd in [4096u16, 8192] {
         let rate = 12_500_000;
         let delay = 100;
         let cfg = Config::builder()

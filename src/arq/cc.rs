@@ -80,13 +80,13 @@ pub enum Congestion {
 }
 
 impl Congestion {
-    /// The controller called `name`: `none` (or `nc`), `kcp`, `model` (or `bbr`).
+    /// The controller called `name`: `none`, `kcp` or `model`.
     #[must_use]
     pub fn from_name(name: &str) -> Option<Self> {
         match name {
-            "none" | "nc" => Some(Self::None),
+            "none" => Some(Self::None),
             "kcp" => Some(Self::Kcp),
-            "model" | "bbr" => Some(Self::Model),
+            "model" => Some(Self::Model),
             _ => None,
         }
     }
