@@ -1016,6 +1016,15 @@ impl Conn {
                 || self.release.until().is_some_and(|d| self.now >= d))
     }
 
+    /// What the model-based congestion controller
+    /// ([`Congestion::Model`](crate::Congestion::Model)) estimates now:
+    /// bandwidth, minimum RTT, pacing rate, in-flight cap. `None` with
+    /// the other controllers.
+    #[must_use]
+    pub fn congestion_state(&self) -> Option<crate::arq::ModelStats> {
+        self.kcp.congestion_state()
+    }
+
     /// A snapshot of the session's counters, RTT estimate and queue.
     #[must_use]
     pub fn stats(&self) -> SessionStats {
