@@ -321,6 +321,9 @@ pub struct Kcp {
     pub(crate) probe_wait: u32,
 
     dead: bool,
+    /// The peer acknowledged a segment this side sent (an ACK for one in
+    /// flight, or `una` moving past one): it receives what we send.
+    peer_acked: bool,
 
     /// Scan skipping (kcp-go always walks all of `snd_buf` in a full flush).
     /// A flush can only send a segment that is new (admitted since the last
@@ -413,6 +416,7 @@ impl Kcp {
             ts_probe: 0,
             probe_wait: 0,
             dead: false,
+            peer_acked: false,
             scan_dirty: false,
             resend_floor: None,
             pending: None,
@@ -473,6 +477,22 @@ impl Kcp {
         if let Some(kind) = self.pending.take() {
             self.flush(now, kind);
         }
+    }
+
+    /// Whether the peer ever acknowledged a segment this side sent (an ACK
+    /// of a segment in flight, or its `una` passing one): proof that it
+    /// receives what we send.
+    #[must_use]
+    pub fn peer_acked(&self) -> bool {
+        self.peer_acked
+    }
+
+    /// Sends a window probe (WASK) at the next flush, as kcp-go does when
+    /// the peer's window is closed. kcp-go and C KCP answer it with a WINS
+    /// at their next flush, which proves they receive what we send.
+    pub fn request_window_probe(&mut self) {
+        self.probe |= ASK_SEND;
+        self.leave();
     }
 
     /// Park the timer if the connection went idle.
@@ -597,6 +617,7 @@ impl Kcp {
             }
             if self.snd.remove_before(seg.una()) > 0 {
                 flush_full = true;
+                self.peer_acked = true;
             }
             let (sn, ts) = (seg.sn(), seg.ts());
             match cmd {
@@ -667,6 +688,7 @@ impl Kcp {
     fn parse_ack(&mut self, sn: u32) {
         if let Some(m) = self.snd.get_mut(sn) {
             m.acked = true;
+            self.peer_acked = true;
         }
     }
 

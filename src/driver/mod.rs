@@ -33,7 +33,9 @@ pub(crate) mod stats;
 mod table;
 
 use std::collections::VecDeque;
+use std::collections::hash_map::RandomState;
 use std::future::Future;
+use std::hash::BuildHasher;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -105,6 +107,8 @@ pub(crate) struct Driver {
     /// Free slots a session needs before it may produce a datagram: one
     /// plus a FEC group's parity, so a completed group goes out together.
     slots_needed: usize,
+    /// Keys the fingerprints of session-opening datagrams (replay refusal).
+    fingerprint: RandomState,
 }
 
 impl Driver {
@@ -144,6 +148,7 @@ impl Driver {
             inbox_scratch: Vec::new(),
             routed: Vec::with_capacity(crate::sys::BATCH_SIZE * 4),
             slots_needed,
+            fingerprint: RandomState::new(),
         })
     }
 
@@ -161,11 +166,17 @@ impl Driver {
         conv: u32,
         now: Duration,
     ) -> Option<Arc<SessionShared>> {
-        let conn = Conn::with_config(conv, self.shared.config.clone(), now).ok()?;
+        let mut conn = Conn::with_config(conv, self.shared.config.clone(), now).ok()?;
+        // A listener's peer may be a forged address: it is held to the
+        // anti-amplification budget until it proves it receives.
+        let proven = self.role == Role::Client;
+        if !proven {
+            conn.require_proof(now);
+        }
         let mut st = SessionState::new(conn);
         st.queued = true;
         let driver = self.shared.clone();
-        let id = self.table.insert(peer, conv, |id| {
+        let id = self.table.insert(peer, conv, proven, |id| {
             Arc::new(SessionShared {
                 id,
                 peer,
@@ -249,7 +260,12 @@ impl Driver {
         let route = match Inbound::parse(self.io.rx(range.clone())) {
             Ok(inbound) => {
                 let accept = &self.shared.accept;
-                self.table.route(d.peer, &inbound, now, || accept.len())
+                // The whole datagram as opened in place is a function of
+                // the bytes received: a replay has the same fingerprint.
+                let whole = self.io.rx(d.start..d.end);
+                let keys = &self.fingerprint;
+                self.table
+                    .route(d.peer, &inbound, now, || accept.len(), || keys.hash_one(whole))
             }
             Err(r) => Route::Drop(r),
         };
@@ -259,9 +275,17 @@ impl Driver {
                 self.shared.counters.refused(r);
                 return;
             }
-            Route::Accept { conv, replaces } => {
+            Route::Accept {
+                conv,
+                replaces,
+                evicts,
+            } => {
                 if let Some(old) = replaces {
                     self.remove_session(old, SessionError::Reset, now);
+                }
+                if let Some(unproven) = evicts {
+                    bump(&self.shared.counters.evicted_unproven);
+                    self.remove_session(unproven, SessionError::DeadLink, now);
                 }
                 let Some(session) = self.insert_session(d.peer, conv, now) else {
                     return;
@@ -307,7 +331,7 @@ impl Driver {
             return;
         };
         let counters = &self.shared.counters;
-        let (read_waker, write_waker);
+        let (read_waker, write_waker, proven);
         {
             let mut guard = lock(&session.state);
             let st = &mut *guard;
@@ -331,6 +355,7 @@ impl Driver {
             } else {
                 None
             };
+            proven = st.conn.is_proven();
             if !st.queued {
                 st.queued = true;
                 if read_waker.is_some() {
@@ -339,6 +364,9 @@ impl Driver {
                     self.ready.push_back(id);
                 }
             }
+        }
+        if proven {
+            self.table.set_proven(id);
         }
         // Woken outside the lock, so the reader does not block on it.
         if let Some(w) = read_waker {

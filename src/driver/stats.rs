@@ -92,6 +92,17 @@ socket_counters! {
     refused_backlog,
     /// New peers refused because the session cap was reached.
     refused_cap,
+    /// New peers refused: their first datagram does not begin a
+    /// conversation (a late or forged packet, or a takeover without one).
+    not_opener,
+    /// New peers refused: a replay of a datagram that opened a session.
+    replayed,
+    /// New peers refused: their source address opened sessions faster than
+    /// the per-source limit.
+    refused_rate,
+    /// Sessions that never proved their peer receives, evicted at the
+    /// session cap to make room for a newcomer.
+    evicted_unproven,
     /// Out-of-band packets (not supported; dropped).
     oob,
     /// Receive errors (ICMP reports, truncation), never fatal.
@@ -130,6 +141,9 @@ impl Counters {
             Refusal::Tombstoned => &self.tombstoned,
             Refusal::SessionCap => &self.refused_cap,
             Refusal::Backlog => &self.refused_backlog,
+            Refusal::NotOpener => &self.not_opener,
+            Refusal::Replay => &self.replayed,
+            Refusal::RateLimited => &self.refused_rate,
         });
     }
 
