@@ -35,10 +35,12 @@ pub(crate) const REPLAY_HORIZON: Duration = Duration::from_secs(15 * 60);
 /// when full); the oldest go first, so under a sustained flood of openers
 /// the horizon shrinks to the time 65,536 openers take.
 pub(crate) const MAX_REPLAY: usize = 65_536;
-/// Sessions one source IP address may open in a burst...
-pub(crate) const RATE_BURST: u32 = 32;
-/// ...and per second after that (a token bucket per source address).
-pub(crate) const RATE_PER_SEC: u32 = 16;
+/// Sessions one source IP address may open in a burst (a host running a
+/// thousand clients at once, as a test or a NAT may, still gets in)...
+pub(crate) const RATE_BURST: u32 = 1024;
+/// ...and per second after that (a token bucket per source IP address): a
+/// single host flooding openers from every port it has creates no more.
+pub(crate) const RATE_PER_SEC: u32 = 256;
 /// Source addresses whose buckets are remembered (about 4 MiB when full);
 /// the least recently created go first (a forgotten address has a full
 /// bucket again).
