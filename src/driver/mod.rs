@@ -264,8 +264,13 @@ impl Driver {
                 // the bytes received: a replay has the same fingerprint.
                 let whole = self.io.rx(d.start..d.end);
                 let keys = &self.fingerprint;
-                self.table
-                    .route(d.peer, &inbound, now, || accept.len(), || keys.hash_one(whole))
+                self.table.route(
+                    d.peer,
+                    &inbound,
+                    now,
+                    || accept.len(),
+                    || keys.hash_one(whole),
+                )
             }
             Err(r) => Route::Drop(r),
         };
@@ -549,6 +554,11 @@ impl Drop for Driver {
             st.wake_all();
         }
     }
+}
+
+/// The session table's fuzz body (see [`crate::fuzz_session_table`]).
+pub(crate) fn fuzz_table(data: &[u8]) {
+    table::fuzz(data);
 }
 
 /// Binds the listener's sockets at `addr` and spawns one driver per socket:

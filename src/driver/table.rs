@@ -291,6 +291,7 @@ impl<S> Table<S> {
     }
 
     /// Sessions that have not proved they receive.
+    #[cfg(test)]
     pub(crate) fn unproven(&self) -> usize {
         self.unproven_live
     }
@@ -640,6 +641,129 @@ impl<S> Table<S> {
     }
 }
 
+/// The session table's fuzz body (`kcpio::fuzz_session_table`): an
+/// arbitrary sequence of datagrams from a few addresses, clock jumps (up to
+/// hours, so every horizon passes), proofs, removals and timers, with the
+/// driver's part played as the driver plays it. After every step the
+/// table's books must balance and every store must stay within its bound.
+///
+/// # Panics
+///
+/// Only when an invariant breaks (a bug).
+pub(crate) fn fuzz(data: &[u8]) {
+    use std::hash::{DefaultHasher, Hash, Hasher};
+    let Some((&cfg, mut rest)) = data.split_first() else {
+        return;
+    };
+    let max_sessions = usize::from(cfg % 8) + 1;
+    let backlog_cap = usize::from(cfg >> 3 & 7) + 1;
+    let mut t: Table<u32> = Table::new(true, max_sessions, backlog_cap);
+    let mut now = Duration::ZERO;
+    let mut ids: Vec<SessionId> = Vec::new();
+    let mut backlog = 0usize;
+    let take = |n: usize, rest: &mut &[u8]| -> Vec<u8> {
+        let (a, b) = rest.split_at(n.min(rest.len()));
+        *rest = b;
+        a.to_vec()
+    };
+    let mut steps = 0;
+    while let [op, arg, tail @ ..] = rest {
+        let (op, arg) = (*op, *arg);
+        rest = tail;
+        steps += 1;
+        if steps > 4096 {
+            break;
+        }
+        let pick = |ids: &[SessionId]| ids.get(usize::from(arg) % ids.len().max(1)).copied();
+        match op % 8 {
+            0..=2 => {
+                let peer = SocketAddr::from(([127, 0, 0, arg & 7], 1000 + u16::from(arg >> 3 & 3)));
+                let len = usize::from(op >> 3) * 4;
+                let packet = take(len, &mut rest);
+                let route = match Inbound::parse(&packet) {
+                    Ok(i) => {
+                        let print = || {
+                            let mut h = DefaultHasher::new();
+                            packet.hash(&mut h);
+                            h.finish()
+                        };
+                        t.route(peer, &i, now, || backlog, print)
+                    }
+                    Err(r) => Route::Drop(r),
+                };
+                match route {
+                    Route::Accept {
+                        conv,
+                        replaces,
+                        evicts,
+                    } => {
+                        assert!(Inbound::parse(&packet).is_ok_and(|i| i.is_opener()));
+                        for old in [replaces, evicts].into_iter().flatten() {
+                            assert!(t.remove(old, now).is_some(), "a removable session");
+                        }
+                        let id = t.insert(peer, conv, false, |_| conv);
+                        ids.push(id);
+                        backlog += 1;
+                    }
+                    Route::Deliver(id) => assert!(t.get(id).is_some()),
+                    Route::Drop(_) => {}
+                }
+            }
+            3 => now += Duration::from_millis(u64::from(arg) * 37),
+            4 => now += Duration::from_secs(u64::from(arg) * 60),
+            5 => {
+                if let Some(id) = pick(&ids) {
+                    t.set_proven(id);
+                }
+                backlog = backlog.saturating_sub(1);
+            }
+            6 => {
+                if let Some(id) = pick(&ids) {
+                    t.remove(id, now);
+                }
+            }
+            _ => {
+                if let Some(id) = pick(&ids) {
+                    t.schedule(id, Some(now + Duration::from_millis(u64::from(arg))));
+                }
+                while t.pop_due(now).is_some() {}
+            }
+        }
+        ids.retain(|&id| t.get(id).is_some());
+        t.check(max_sessions);
+    }
+}
+
+impl<S> Table<S> {
+    /// The books balance and every store is within its bound.
+    fn check(&self, max_sessions: usize) {
+        let entries: Vec<_> = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.entry.as_ref().map(|e| (i, s.generation, e)))
+            .collect();
+        assert_eq!(entries.len(), self.live);
+        assert!(self.live <= max_sessions);
+        assert_eq!(
+            entries.iter().filter(|(_, _, e)| !e.proven).count(),
+            self.unproven_live
+        );
+        assert!(self.unproven.len() <= 2 * self.unproven_live + 64 + 1);
+        assert_eq!(self.by_addr.len(), self.live);
+        for (peer, id) in &self.by_addr {
+            assert_eq!(self.entry(*id).map(|e| e.peer), Some(*peer));
+        }
+        assert!(self.tombstones.len() <= MAX_TOMBSTONES);
+        assert!(self.tomb_order.len() <= MAX_TOMBSTONES);
+        assert!(self.replay.len() <= MAX_REPLAY && self.replay_order.len() <= MAX_REPLAY);
+        assert_eq!(self.replay.len(), self.replay_order.len());
+        assert!(self.rate.len() <= MAX_RATE_SOURCES);
+        assert_eq!(self.rate.len(), self.rate_order.len());
+        assert!(self.free.len() + self.live == self.slots.len());
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -877,7 +1001,10 @@ mod tests {
             route(&mut t, addr(1), &half, 1),
             Route::Drop(Refusal::BadKcp)
         );
-        assert_eq!(route(&mut t, addr(1), &push(5, 2, false), 1), Route::Deliver(id));
+        assert_eq!(
+            route(&mut t, addr(1), &push(5, 2, false), 1),
+            Route::Deliver(id)
+        );
         assert_eq!(t.live(), 1);
     }
 
@@ -973,7 +1100,10 @@ mod tests {
             assert_eq!(replayed, Route::Drop(expect), "+{after} s");
             // The same client restarted on the same port: a new conv.
             let fresh = 100 + k as u32;
-            assert_eq!(feed(&mut t, addr(1), &push(fresh, 0, false), at), accept(fresh));
+            assert_eq!(
+                feed(&mut t, addr(1), &push(fresh, 0, false), at),
+                accept(fresh)
+            );
         }
     }
 
@@ -1024,14 +1154,20 @@ mod tests {
             feed_as(t, from, &push(u32::from(port), 0, false), now, true)
         };
         for _ in 0..RATE_BURST {
-            assert!(matches!(opened(&mut t, secs(0), src(0)), Route::Accept { .. }));
+            assert!(matches!(
+                opened(&mut t, secs(0), src(0)),
+                Route::Accept { .. }
+            ));
         }
         assert_eq!(
             opened(&mut t, secs(0), src(0)),
             Route::Drop(Refusal::RateLimited)
         );
         // Another source is not limited by this one.
-        assert!(matches!(opened(&mut t, secs(0), ip(9)), Route::Accept { .. }));
+        assert!(matches!(
+            opened(&mut t, secs(0), ip(9)),
+            Route::Accept { .. }
+        ));
         // A second later: RATE_PER_SEC more.
         let mut got = 0;
         for _ in 0..2 * RATE_PER_SEC {
@@ -1075,7 +1211,16 @@ mod tests {
         t.set_proven(third);
         assert_eq!(t.unproven(), 1);
         let r = feed_as(&mut t, ip(2), &seg(81, 2, 0, 0, false, 1), at, true);
-        assert!(matches!(r, Route::Accept { evicts: Some(_), .. }), "{r:?}");
+        assert!(
+            matches!(
+                r,
+                Route::Accept {
+                    evicts: Some(_),
+                    ..
+                }
+            ),
+            "{r:?}"
+        );
         assert_eq!((t.live(), t.unproven()), (4, 0));
         // Everyone proven: the cap holds.
         assert_eq!(
