@@ -3,9 +3,10 @@
 //! it reads.
 //!
 //! Input: one selector byte (bits 0-2: preset; bit 3: FEC 3/2; bit 4:
-//! message mode; bit 5: proof required), then records `[advance_ms, len,
-//! bytes...]`: the clock moves, then `len` bytes arrive as one opened
-//! datagram.
+//! message mode; bit 5: proof required), the conv (4 bytes, little
+//! endian), then records `[advance, len_lo, len_hi, bytes...]`: the clock
+//! moves `4 * advance` ms, then `len` bytes arrive as one opened datagram
+//! (crypto `null`).
 //!
 //! Checks: no panic; until the peer has proved it receives, the bytes sent
 //! stay within 3x the bytes received; `read` never returns 0 bytes into a
@@ -19,9 +20,11 @@ use kcpio::{Config, Conn, ConnError, Preset};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&sel, mut rest)) = data.split_first() else {
+    let [sel, c0, c1, c2, c3, mut rest @ ..] = data else {
         return;
     };
+    let sel = *sel;
+    let conv = u32::from_le_bytes([*c0, *c1, *c2, *c3]);
     let preset = [
         Preset::Default,
         Preset::Normal,
@@ -37,7 +40,7 @@ fuzz_target!(|data: &[u8]| {
     let Ok(config) = b.build() else {
         return;
     };
-    let Ok(mut conn) = Conn::new(0x1122_3344, &config) else {
+    let Ok(mut conn) = Conn::new(conv, &config) else {
         return;
     };
     let proof = sel & 32 != 0;
@@ -47,10 +50,11 @@ fuzz_target!(|data: &[u8]| {
     let mut now = Duration::ZERO;
     let mut slot = vec![0u8; conn.max_datagram()];
     let mut buf = vec![0u8; 4096];
-    let mut proven_at_start = !proof;
-    while let [adv, len, tail @ ..] = rest {
+    // Once proven, the budget no longer applies.
+    let mut proven = !proof;
+    while let [adv, lo, hi, tail @ ..] = rest {
         now += Duration::from_millis(u64::from(*adv) * 4);
-        let n = usize::from(*len).min(tail.len());
+        let n = usize::from(u16::from_le_bytes([*lo, *hi])).min(tail.len());
         let (packet, tail) = tail.split_at(n);
         rest = tail;
         let _ = conn.handle_packet(now, packet);
@@ -73,7 +77,7 @@ fuzz_target!(|data: &[u8]| {
             assert!(drained < 100_000, "an unbounded drain");
         }
         let s = conn.stats();
-        if !proven_at_start && !conn.is_proven() {
+        if !proven && !conn.is_proven() {
             // Crypto `null`: wire = plaintext, no overhead.
             assert!(
                 s.bytes_out <= 3 * s.bytes_in,
@@ -82,6 +86,6 @@ fuzz_target!(|data: &[u8]| {
                 s.bytes_in
             );
         }
-        proven_at_start |= conn.is_proven();
+        proven |= conn.is_proven();
     }
 });
