@@ -15,9 +15,13 @@
 #   flood     forged openers (aes-128) from fresh source addresses for N s
 #             (default 5), then a real kcpio client connects and echoes
 #             during the flood: its time, and the server's peak memory
+#   timing    (only with KCPIO_PEER_BEFORE=/path/to/an older peer binary)
+#             a kcp-go client and a kcpio client each echo 1 KiB through a
+#             fresh session to the older and to this kcpio echo server,
+#             20 times interleaved: median time from dial to verified echo
 set -euo pipefail
 source "$(dirname "$0")/bench-lib.sh"
-ONLY="reflect,replay,takeover,flood"
+ONLY="reflect,replay,takeover,flood,timing"
 FLOOD_SECS=5
 while [ $# -gt 0 ]; do
 	case $1 in
@@ -45,6 +49,28 @@ start() { # IMPL FILE FLAGS... -> SRV PORT
 	PORT=$(port_of "$(wait_line "$f.srv" 'listening on' 10)")
 }
 hwm_kb() { awk '/^VmHWM:/ { print $2 }' "/proc/$1/status"; }
+
+if want timing && [ -n "${KCPIO_PEER_BEFORE:-}" ]; then
+	median() { python3 -c 'import sys,statistics; v=[float(x) for x in sys.argv[1:]]; print("%.1f [%.1f-%.1f]" % (statistics.median(v), min(v), max(v)))' "$@"; }
+	declare -A T
+	"$KCPIO_PEER_BEFORE" echo-server --addr 127.0.0.1:0 >"$RUN/timing-before.srv" 2>&1 &
+	B=$!; CHILDREN+=("$B"); BP=$(port_of "$(wait_line "$RUN/timing-before.srv" 'listening on' 10)")
+	"$KCPIO_PEER" echo-server --addr 127.0.0.1:0 >"$RUN/timing-after.srv" 2>&1 &
+	A=$!; CHILDREN+=("$A"); AP=$(port_of "$(wait_line "$RUN/timing-after.srv" 'listening on' 10)")
+	for i in $(seq 20); do
+		for side in before after; do
+			port=$BP; [ "$side" = after ] && port=$AP
+			for cl in kcp-go kcpio; do
+				ms=$("$(peer_bin "$cl")" client --addr "127.0.0.1:$port" --bytes 1024 --chunk 1024 --json | python3 -c 'import json,sys; print(json.loads(sys.stdin.read().strip().splitlines()[-1])["elapsed_ms"])')
+				T[$side-$cl]+="$ms "
+			done
+		done
+	done
+	stop "$A"; stop "$B"
+	for cl in kcp-go kcpio; do
+		echo "timing $cl client, 1 KiB echo ms, median [min-max]: before $(median ${T[before-$cl]}) after $(median ${T[after-$cl]})"
+	done
+fi
 
 for impl in kcp-go kcpio; do
 	if want reflect; then

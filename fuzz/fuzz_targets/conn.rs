@@ -20,9 +20,10 @@ use kcpio::{Config, Conn, ConnError, Preset};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let [sel, c0, c1, c2, c3, mut rest @ ..] = data else {
+    let [sel, c0, c1, c2, c3, rest @ ..] = data else {
         return;
     };
+    let mut rest: &[u8] = rest;
     let sel = *sel;
     let conv = u32::from_le_bytes([*c0, *c1, *c2, *c3]);
     let preset = [
