@@ -64,7 +64,8 @@ fn group_stats(drivers: &[Arc<DriverShared>]) -> ListenerStats {
 ///   session cap, the oldest such session is evicted for a newcomer
 ///   (`evicted_unproven`), so forged openers cannot lock real clients out.
 ///   A flood of them holds at most `max_sessions` unproven sessions, each
-///   as small as a session that received one datagram.
+///   as small as a session that received one datagram (a few KiB: at the
+///   default cap of 4,096, tens of MiB in all).
 ///
 /// With [`ConfigBuilder::reuse_port`](crate::ConfigBuilder::reuse_port)`(n)`
 /// the listener binds `n` sockets to one port with `SO_REUSEPORT`, one driver
