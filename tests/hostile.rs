@@ -317,7 +317,11 @@ async fn a_flood_of_forged_openers_does_not_lock_out_a_real_client() {
     );
     let peak = std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).map(str::to_owned));
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .map(str::to_owned)
+        });
     eprintln!("flood: peak memory of the test process (listener, flooder, client): {peak:?}");
     client.expect("the real client got in within 10 s");
     assert!(took < Duration::from_secs(5), "took {took:?}");
