@@ -341,6 +341,9 @@ pub struct Kcp {
     pub(crate) probe_wait: u32,
 
     dead: bool,
+    /// The peer acknowledged a segment this side sent (an ACK for one in
+    /// flight, or `una` moving past one): it receives what we send.
+    peer_acked: bool,
 
     /// The model-based controller ([`Congestion::Model`]); `None` for
     /// kcp-go's two modes, which live in the flush's phases 4 and 6.
@@ -445,6 +448,7 @@ impl Kcp {
             probe_wait: 0,
             dead: false,
             model: (controller == Congestion::Model).then(|| Model::new(interval)),
+            peer_acked: false,
             scan_dirty: false,
             resend_floor: None,
             pending: None,
@@ -508,6 +512,22 @@ impl Kcp {
         if let Some(kind) = self.pending.take() {
             self.flush(now, kind);
         }
+    }
+
+    /// Whether the peer ever acknowledged a segment this side sent (an ACK
+    /// of a segment in flight, or its `una` passing one): proof that it
+    /// receives what we send.
+    #[must_use]
+    pub fn peer_acked(&self) -> bool {
+        self.peer_acked
+    }
+
+    /// Sends a window probe (WASK) at the next flush, as kcp-go does when
+    /// the peer's window is closed. kcp-go and C KCP answer it with a WINS
+    /// at their next flush, which proves they receive what we send.
+    pub fn request_window_probe(&mut self) {
+        self.probe |= ASK_SEND;
+        self.leave();
     }
 
     /// Park the timer if the connection went idle.
@@ -682,9 +702,11 @@ impl Kcp {
                 }) > 0
                 {
                     flush_full = true;
+                    self.peer_acked = true;
                 }
             } else if self.snd.remove_before(seg.una()) > 0 {
                 flush_full = true;
+                self.peer_acked = true;
             }
             match cmd {
                 Command::Ack => {
@@ -765,6 +787,7 @@ impl Kcp {
     fn parse_ack(&mut self, sn: u32) {
         if let Some(m) = self.snd.get_mut(sn) {
             m.acked = true;
+            self.peer_acked = true;
         }
     }
 
