@@ -58,6 +58,8 @@ struct Flags {
     sndwnd: i64,
     rcvwnd: i64,
     nodelay: String,
+    congestion: String,
+    max_window: i64,
     conv: u64,
     nbytes: i64,
     chunk: i64,
@@ -99,6 +101,8 @@ impl Flags {
             sndwnd: 0,
             rcvwnd: 0,
             nodelay: "default".into(),
+            congestion: String::new(),
+            max_window: 0,
             conv: 0,
             nbytes: 1 << 20,
             chunk: 32 * 1024,
@@ -149,6 +153,11 @@ const FLAG_HELP: &[(&str, bool, &str)] = &[
         "chunk",
         true,
         "client: bytes per Write call (default 32768)",
+    ),
+    (
+        "congestion",
+        true,
+        "kcpio only: the congestion controller, none (nc=1), kcp (nc=0) or model; default: the profile's nc",
     ),
     (
         "conv",
@@ -211,6 +220,11 @@ const FLAG_HELP: &[(&str, bool, &str)] = &[
         "messages",
         true,
         "client: messages per session; with --rate 0 selects ping-pong mode",
+    ),
+    (
+        "maxwnd",
+        true,
+        "kcpio only: windows grow from --sndwnd/--rcvwnd up to this many segments as the path needs (0 = fixed, the default)",
     ),
     (
         "mtu",
@@ -451,6 +465,8 @@ fn parse_flags(mode: &str, args: &[String]) -> Result<Flags, ParseOutcome> {
             "sndwnd" => f.sndwnd = int()?,
             "rcvwnd" => f.rcvwnd = int()?,
             "nodelay" => f.nodelay = value.clone(),
+            "congestion" => f.congestion = value.clone(),
+            "maxwnd" => f.max_window = int()?,
             "conv" => f.conv = uint()?,
             "bytes" => f.nbytes = int()?,
             "chunk" => f.chunk = int()?,
@@ -591,6 +607,18 @@ fn build_config(f: &Flags, nd: NoDelay, conv: Option<u32>) -> Result<Config, Str
         .write_delay(f.write_delay)
         .rate_limit(f.rate_limit)
         .conv(conv);
+    if f.max_window > 0 {
+        b = b.max_window(wnd(f.max_window)?);
+    }
+    if !f.congestion.is_empty() {
+        let c = kcpio::Congestion::from_name(&f.congestion).ok_or_else(|| {
+            format!(
+                "--congestion: want none, kcp or model; got {:?}",
+                f.congestion
+            )
+        })?;
+        b = b.congestion(c);
+    }
     // Only when asked: a preset (lowlat) may turn it on by itself.
     if f.ack_nodelay {
         b = b.ack_nodelay(true);

@@ -206,6 +206,12 @@ struct Common {
     /// config from json file, which will override the command from shell
     #[arg(short = 'c', default_value = "")]
     c: String,
+    /// kcpio only: congestion controller, none (nc=1), kcp (nc=0) or model; default: the mode's nc
+    #[arg(long, default_value = "")]
+    congestion: String,
+    /// kcpio only: windows grow from --sndwnd/--rcvwnd up to this many segments as the path needs (0 = fixed)
+    #[arg(long, default_value_t = 0)]
+    maxwnd: u16,
 }
 
 /// The `-c` file: kcptun's keys, each overriding its flag.
@@ -408,6 +414,18 @@ pub(crate) fn parse(args: impl IntoIterator<Item = String>) -> Result<Settings, 
             .preset(Preset::Default)
             .nodelay(c.nodelay != 0, c.interval, c.resend, c.nc != 0),
     };
+    if !c.congestion.is_empty() {
+        let cc = kcpio::Congestion::from_name(&c.congestion).ok_or_else(|| {
+            format!(
+                "--congestion: want none, kcp or model; got '{}'",
+                c.congestion
+            )
+        })?;
+        b = b.congestion(cc);
+    }
+    if c.maxwnd > 0 {
+        b = b.max_window(c.maxwnd);
+    }
     let kcp = b
         .crypto(method, Key::passphrase(c.key.as_str()))
         .fec(c.datashard, c.parityshard)

@@ -97,6 +97,26 @@ for path in sorted(glob.glob(os.path.join(vec, "kcptun", "*.json"))):
         v2 = 1 if frames[0].get("ver") == 2 else 0
         for step in (1, 7, 64):
             put("mux_session", bytes([v2 | role | (step << 2) & 0xFF]) + raw)
+# conn: a listener's session (proof required, each preset, FEC or not)
+# fed one side of each exchange; session_table: openers, data, time and
+# proofs from a few addresses.
+for e in kx["session_exchanges"]:
+    mine = [bytes.fromhex(x["hex"]) for x in e["datagrams"] if x["dir"] == "c2s"]
+    body = b"".join(bytes([5]) + struct.pack("<H", len(gm)) + gm for gm in mine)
+    for sel in (0x20, 0x24, 0x28, 0x25, 0x00):
+        put("conn", bytes([sel]) + struct.pack("<I", e["conv"]) + body)
+def seg(conv, cmd, sn, una, payload=b""):
+    return struct.pack("<IBBHIIII", conv, cmd, 0, 32, 0, sn, una, len(payload)) + payload
+for cap in (1, 4, 0x3f):
+    ops = b""
+    for i in range(12):
+        pk = seg(100 + i, 81, 0, 0, b"data")           # an opener, 28 bytes
+        ops += bytes([(len(pk) // 4) << 3, i]) + pk
+        ops += bytes([(len(pk) // 4) << 3, i]) + pk    # its replay, same address
+        late = seg(100 + i, 81, 3, 2, b"data")
+        ops += bytes([(len(late) // 4) << 3 | 1, i + 8]) + late
+        ops += bytes([5, i, 3, 200, 6, i, 4, 2])         # proof, time, removal, minutes
+    put("session_table", bytes([cap]) + ops)
 # arq_pair: a few writes, flushes, deliveries, ticks and reads.
 put("arq_pair", bytes([0x44, 0, 0x10, 0x27, 32, 64, 0, 2, 0xC0, 0xC0, 0x80 | 40, 0xC1, 0, 1, 16, 8]))
 PY

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 pub use crate::arq::Preset;
 use crate::arq::config::{MAX_INTERVAL, MIN_INTERVAL};
-use crate::arq::{self, ArqConfig};
+use crate::arq::{self, ArqConfig, Congestion};
 use crate::crypto::{self, MAX_DATAGRAM, Method, PacketCrypto};
 use crate::fec;
 
@@ -272,6 +272,7 @@ impl fmt::Debug for Config {
             .field("interval", &c.arq.interval)
             .field("fast_resend", &c.arq.fast_resend)
             .field("no_congestion", &c.arq.no_congestion)
+            .field("congestion", &c.arq.controller())
             .field("stream", &c.arq.stream)
             .field("method", &c.method.name())
             .field("fec", &c.fec)
@@ -414,6 +415,8 @@ pub struct ConfigBuilder {
     rto_backoff_percent: Option<u32>,
     max_rto: Option<Duration>,
     tail_probe: Option<bool>,
+    congestion: Option<Congestion>,
+    max_window: Option<u16>,
     rate_limit: u64,
     dscp: u8,
     recv_buffer: Option<usize>,
@@ -452,6 +455,8 @@ impl Default for ConfigBuilder {
             rto_backoff_percent: None,
             max_rto: None,
             tail_probe: None,
+            congestion: None,
+            max_window: None,
             rate_limit: 0,
             dscp: 0,
             recv_buffer: None,
@@ -640,6 +645,41 @@ impl ConfigBuilder {
     #[must_use]
     pub fn nodelay(mut self, nodelay: bool, interval: u32, resend: u32, nc: bool) -> Self {
         self.nodelay = Some((nodelay, interval, resend, nc));
+        self
+    }
+
+    /// The congestion controller: how this side limits and paces what it
+    /// sends. Sender side only: the peer sees no difference on the wire, so
+    /// any choice works with kcp-go and kcptun peers. Default: what the
+    /// preset's (or [`nodelay`](Self::nodelay)'s) `nc` says, as in kcp-go:
+    /// [`Congestion::Kcp`] for [`Preset::Default`], [`Congestion::None`] for
+    /// kcptun's modes and [`Preset::LowLatency`]; setting it overrides `nc`.
+    ///
+    /// [`Congestion::Model`] is kcpio's model-based controller, for long or
+    /// lossy paths and shared bottlenecks: it paces at the bandwidth it
+    /// measures and does not slow down on random loss. Give it windows of
+    /// at least twice the path's bandwidth-delay product in segments
+    /// ([`window`](Self::window)).
+    #[must_use]
+    pub fn congestion(mut self, controller: Congestion) -> Self {
+        self.congestion = Some(controller);
+        self
+    }
+
+    /// **kcpio-only**: windows that size themselves. The send and receive
+    /// windows start at [`window`](Self::window)'s values and each doubles,
+    /// up to `max` segments, when the path needs more: the receive window
+    /// when the peer's data in flight reaches three quarters of it, the send
+    /// window when it (not the peer's window or the congestion controller)
+    /// holds data back. kcp-go peers honour the larger window advertised.
+    /// Memory is taken only as the windows grow and is bounded as for
+    /// windows of `max` segments (about `2 × max × mtu` bytes per direction).
+    /// Meant for [`Congestion::Model`], which bounds what is in flight by
+    /// itself; with [`Congestion::None`] the window is the only limit, so a
+    /// sender grows it to `max`. Default: off (fixed windows, as kcp-go).
+    #[must_use]
+    pub fn max_window(mut self, max: u16) -> Self {
+        self.max_window = Some(max);
         self
     }
 
@@ -1083,6 +1123,10 @@ impl ConfigBuilder {
         if let Some(on) = self.tail_probe {
             arq.tail_probe = on;
         }
+        if let Some(c) = self.congestion {
+            arq.congestion = Some(c);
+        }
+        arq.max_window = self.max_window;
         // 0 = never give up: a transmission count no segment reaches.
         arq.dead_link = if self.dead_link == 0 {
             u32::MAX

@@ -141,8 +141,9 @@
 //! under a stream cipher (or none), so bits of a captured datagram can be
 //! flipped and the CRC patched without the key; `null` protects nothing.
 //! This is kcp-go's wire format. Use `aes-128-gcm` where integrity matters.
-//! Replayed datagrams are not detected by any method; inside a session KCP's
-//! sequence numbers drop them.
+//! No method detects a replayed datagram by itself; inside a session KCP's
+//! sequence numbers drop replays, and a listener refuses a replayed
+//! session-opening datagram (below).
 //!
 //! Every datagram is untrusted and dropped and counted when it does not fit.
 //! Memory a peer can make a session hold is bounded: the ARQ by its windows,
@@ -151,10 +152,12 @@
 //! [`fec_max_shards`](ConfigBuilder::fec_max_shards);
 //! [`fec::FecDecoder::memory_bound`]), received datagrams by
 //! [`conn::DATAGRAM_QUEUE_BYTES`]; sessions per listener by
-//! [`max_sessions`](ConfigBuilder::max_sessions). Protections in the
-//! session table (anti-amplification towards unproven addresses, admission
-//! only on conversation openers, refusal of replayed openers, per-source
-//! rate limits) are still to come. See the README's Security section.
+//! [`max_sessions`](ConfigBuilder::max_sessions). A listener (see
+//! [`KcpListener`]) opens a session only on a datagram that begins a
+//! conversation, refuses replays of such datagrams, limits how fast one
+//! source address creates sessions, sends an address that has not proved it
+//! receives at most 3× the bytes it sent ([`Conn::require_proof`]), and
+//! evicts sessions that never proved it. See the README's Security section.
 //!
 //! # Layers
 //!
@@ -222,10 +225,27 @@ mod socket;
 #[allow(unsafe_code)]
 mod sys; // batched datagram syscalls: the only other place unsafe is allowed
 
+pub use arq::Congestion;
 pub use config::{
     Config, ConfigBuilder, ConfigError, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_TIMEOUT,
     DEFAULT_KEEPALIVE, Key, MIN_WRITE_CAPACITY, Preset,
 };
+
+/// The session table's routing and admission fed an arbitrary sequence of
+/// datagrams, clock jumps, proofs and removals: the `session_table` fuzz
+/// target's body. The table is internal; this is not part of the stable
+/// API.
+///
+/// # Panics
+///
+/// Only when one of the table's invariants breaks (a bug): its books
+/// balance, sessions stay under the cap, and every memory (tombstones,
+/// replay fingerprints, per-source buckets, the unproven queue) within its
+/// bound.
+#[doc(hidden)]
+pub fn fuzz_session_table(data: &[u8]) {
+    driver::fuzz_table(data);
+}
 pub use conn::{Conn, ConnError, SessionError, SessionStats};
 pub use crypto::Method;
 pub use listener::{KcpListener, ListenerStats};

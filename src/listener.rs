@@ -39,14 +39,47 @@ fn accepted(taken: Taken) -> Option<io::Result<(KcpStream, SocketAddr)>> {
 
 /// A KCP server socket: one UDP socket, one driver task, many sessions.
 ///
-/// A session is created by the first datagram from a new address that opens
-/// (decrypts and verifies) and parses as a KCP packet for a new conversation
-/// (kcp-go's rule), FEC-framed or not, and waits in a bounded
-/// backlog until [`accept`](Self::accept) takes it. Peers beyond the backlog
-/// or the session cap are refused and counted. A late datagram of a closed
-/// session never creates a new one (closed sessions leave a tombstone for a
-/// minute); a new conversation starting at sn 0 from the same address
-/// replaces the old session, as kcp-go does for a restarted client.
+/// A session is created by a datagram from a new address that opens
+/// (decrypts and verifies), parses as KCP all through, FEC-framed or not,
+/// and **begins a conversation**: its first segment is a PUSH with sn 0 and
+/// una 0 (the first datagram of every kcp-go, C KCP and kcpio sender) or a
+/// window probe (WASK) with una 0 (kcpio's connect probe). The session waits
+/// in a bounded backlog until [`accept`](Self::accept) takes it. A new
+/// conversation's opener from an address that has a session replaces it, as
+/// kcp-go does for a restarted client; it is checked completely first, so a
+/// datagram that could not open a session never disturbs one.
+///
+/// # Hostile peers
+///
+/// Every refusal is counted in [`ListenerStats`]; all memory below is
+/// bounded.
+///
+/// - **Late datagrams** of a finished conversation never open a session:
+///   they are no openers. A retransmitted opener of a session closed less
+///   than a minute ago is refused by its tombstone (at most 65,536 kept).
+/// - **Replays**: a datagram that opened a session is remembered (a keyed
+///   64-bit hash of its bytes as received) for 15 minutes, at most 65,536
+///   of them (about 1.5 MiB; under a sustained flood of openers the horizon
+///   shrinks to the time 65,536 openers take); the same datagram opens
+///   nothing again, from any address (`replayed`).
+/// - **Per-source limit**: one source IP address creates at most 1,024
+///   sessions in a burst and 256 per second after that (a token bucket per
+///   address, 65,536 addresses remembered; `refused_rate`).
+/// - **Anti-amplification**: until the peer proves it receives (it
+///   acknowledges a segment the session sent, or answers the window probe
+///   the session sends with its first reply), the session sends it at most
+///   3× the bytes it received, retransmissions, FEC parity and fillers
+///   included (see [`Conn::require_proof`](crate::Conn::require_proof)).
+///   kcp-go, C KCP and kcpio peers prove themselves within their first
+///   round trip, so they are not held back.
+/// - **Unproven sessions end**: a session whose peer has not proved it
+///   receives within 10 s fails with
+///   [`SessionError::DeadLink`](crate::SessionError::DeadLink); at the
+///   session cap, the oldest such session is evicted for a newcomer
+///   (`evicted_unproven`), so forged openers cannot lock real clients out.
+///   A flood of them holds at most `max_sessions` unproven sessions, each
+///   as small as a session that received one datagram (a few KiB: at the
+///   default cap of 4,096, tens of MiB in all).
 ///
 /// With [`ConfigBuilder::reuse_port`](crate::ConfigBuilder::reuse_port)`(n)`
 /// the listener binds `n` sockets to one port with `SO_REUSEPORT`, one driver

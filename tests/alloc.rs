@@ -15,7 +15,7 @@ use std::alloc::System;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use kcpio::{Config, KcpListener, KcpStream, Key, Method, Preset};
+use kcpio::{Config, Congestion, KcpListener, KcpStream, Key, Method, Preset};
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -207,4 +207,12 @@ fn datagrams_do_not_allocate_per_packet() {
         change.allocations,
         change.reallocations
     );
+}
+
+#[test]
+fn paced_transfer_does_not_allocate_per_packet() {
+    // The model-based controller: pacing deadlines between the flush ticks
+    // go through the driver's deadline heap, not a timer per packet.
+    let config = base().congestion(Congestion::Model).build().unwrap();
+    check("congestion model", config);
 }

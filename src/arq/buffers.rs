@@ -39,6 +39,8 @@ pub(crate) struct SendMeta {
     pub(crate) mergeable: bool,
     /// kcpio-only: `resendts` is a tail-loss probe deadline, not the RTO.
     pub(crate) probe: bool,
+    /// Delivery state at the latest transmission (model controller only).
+    pub(crate) stamp: super::cc::TxStamp,
 }
 
 /// The send ring: in-flight segments followed by queued ones.
@@ -61,8 +63,10 @@ pub(crate) struct SendRing {
 const INITIAL_SLOTS: usize = 16;
 
 impl SendRing {
-    pub(crate) fn new(limit: u32) -> Self {
-        let max_cap = (limit as usize).next_power_of_two();
+    /// A ring holding `limit` segments now, whose limit may later be raised
+    /// (self-sizing windows) up to `bound`; slots are still allocated on demand.
+    pub(crate) fn with_bound(limit: u32, bound: u32) -> Self {
+        let max_cap = (bound.max(limit) as usize).next_power_of_two();
         let cap = INITIAL_SLOTS.min(max_cap);
         Self {
             metas: vec![SendMeta::default(); cap],
@@ -212,6 +216,19 @@ impl SendRing {
         n
     }
 
+    /// [`remove_before`](Self::remove_before), calling `f` on each segment dropped.
+    pub(crate) fn remove_before_with(&mut self, una: u32, mut f: impl FnMut(&SendMeta)) -> u32 {
+        let mut n = 0;
+        while self.una != self.nxt && (una.wrapping_sub(self.una) as i32) > 0 {
+            if let Some(m) = self.metas.get(self.idx(self.una)) {
+                f(m);
+            }
+            self.una = self.una.wrapping_add(1);
+            n += 1;
+        }
+        n
+    }
+
     /// The in-flight segment `sn`, if any.
     #[inline]
     pub(crate) fn get_mut(&mut self, sn: u32) -> Option<&mut SendMeta> {
@@ -305,8 +322,10 @@ pub(crate) struct RecvRing {
 }
 
 impl RecvRing {
-    pub(crate) fn new(wnd: u32) -> Self {
-        let max_cap = (2 * wnd as usize).next_power_of_two();
+    /// A ring for window `wnd` now, which may grow up to `bound`; slots are
+    /// still allocated on demand.
+    pub(crate) fn with_bound(wnd: u32, bound: u32) -> Self {
+        let max_cap = (2 * bound.max(wnd) as usize).next_power_of_two();
         let cap = INITIAL_SLOTS.min(max_cap);
         Self {
             slots: (0..cap).map(|_| RecvSlot::default()).collect(),

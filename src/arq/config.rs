@@ -2,6 +2,7 @@
 
 use core::fmt;
 
+use super::cc::Congestion;
 use super::segment::HEADER_LEN;
 
 /// Smallest accepted flush interval in ms (kcp-go `NoDelay` clamps to it).
@@ -75,6 +76,22 @@ pub struct ArqConfig {
     /// and that probe does not back the RTO off (TCP's TLP, RFC 8985).
     /// Retransmissions only, so a kcp-go peer cannot tell. Default false.
     pub tail_probe: bool,
+    /// **kcpio-only**: the congestion controller. `None` (the default)
+    /// follows `no_congestion` as kcp-go does: [`Congestion::None`] when it
+    /// is true, [`Congestion::Kcp`] when false; `Some` overrides it. Sender
+    /// side only, so it is safe with a kcp-go peer.
+    pub congestion: Option<Congestion>,
+    /// **kcpio-only**: windows that size themselves. When set, `snd_wnd` and
+    /// `rcv_wnd` are where the windows start, and each doubles, up to this
+    /// many segments, when the path asks for more: the receive window when
+    /// the peer's data in flight reaches three quarters of it (the path's
+    /// bandwidth-delay product plus what loss recovery holds exceeds it),
+    /// the send window when it, not the peer's window or the congestion
+    /// controller, is what holds queued data back. A kcp-go peer honours
+    /// the larger window it is advertised. Memory grows only as the windows
+    /// do and is bounded by this value as by `snd_wnd`/`rcv_wnd`. Default
+    /// `None` (fixed windows, as kcp-go).
+    pub max_window: Option<u16>,
 }
 
 impl Default for ArqConfig {
@@ -95,6 +112,8 @@ impl Default for ArqConfig {
             backoff_percent: None,
             max_rto: None,
             tail_probe: false,
+            congestion: None,
+            max_window: None,
         }
     }
 }
@@ -268,6 +287,17 @@ impl ArqConfig {
             self.backoff_percent = Some(LOWLAT_BACKOFF_PERCENT);
             self.max_rto = Some(LOWLAT_MAX_RTO_MS);
             self.tail_probe = true;
+        }
+    }
+
+    /// The controller in effect: [`congestion`](Self::congestion) if set,
+    /// else the one `no_congestion` names.
+    #[must_use]
+    pub fn controller(&self) -> Congestion {
+        match self.congestion {
+            Some(c) => c,
+            None if self.no_congestion => Congestion::None,
+            None => Congestion::Kcp,
         }
     }
 

@@ -9,6 +9,7 @@
 #![deny(clippy::disallowed_methods, clippy::disallowed_types)]
 
 mod buffers;
+mod cc;
 pub mod config;
 mod error;
 mod rtt;
@@ -19,12 +20,14 @@ pub mod time;
 #[cfg(test)]
 mod tests;
 
+pub use cc::{Congestion, ModelStats};
 pub use config::{ArqConfig, ArqConfigError, Preset};
 pub use error::{InputError, RecvError, SendError};
 pub use stats::ArqStats;
 pub use time::Timestamp;
 
 use buffers::{OutItem, OutKind, OutQueue, RecvRing, SendMeta, SendRing};
+use cc::Model;
 use rtt::Rtt;
 use segment::{Command, HEADER_LEN, Header, ParseError, Segments};
 
@@ -76,6 +79,10 @@ struct Scan<'a> {
     dead_link: u32,
     rtt: &'a Rtt,
     out: &'a mut OutQueue,
+    /// The model-based controller, when on: stamps every transmission.
+    model: Option<&'a mut Model>,
+    /// Lowest first RTO (0 but with the model controller).
+    rto_floor: u32,
     lost: u64,
     fast: u64,
     early: u64,
@@ -115,7 +122,8 @@ impl Scan<'_> {
     /// kcp-go's rules, in its order: first send, fast, early, RTO.
     fn visit(&mut self, m: &mut SendMeta) {
         let current = self.current;
-        let rx_rto = self.rtt.initial();
+        let evidence_before = self.fast + self.early;
+        let rx_rto = self.rtt.initial().max(self.rto_floor);
         let send = if m.xmit == 0 {
             m.rto = rx_rto;
             m.resendts = current.wrapping_add(m.rto);
@@ -166,6 +174,13 @@ impl Scan<'_> {
             false
         };
         if send {
+            if let Some(model) = self.model.as_deref_mut() {
+                // Fast and early retransmits answer ACKs of later segments:
+                // evidence of a loss. A timeout may be spurious (a lost ACK,
+                // a delay spike) and is not counted as one.
+                let evidence = self.fast + self.early != evidence_before;
+                model.on_transmit(&mut m.stamp, m.xmit == 0, evidence);
+            }
             m.xmit = m.xmit.wrapping_add(1);
             m.ts = current;
             m.wnd = self.wnd;
@@ -189,12 +204,17 @@ impl Scan<'_> {
     }
 }
 
-/// Parameters that stay fixed for the life of a [`Kcp`].
+/// Parameters of a [`Kcp`]: fixed for its life, but for the windows when
+/// [`ArqConfig::max_window`] lets them grow.
 #[derive(Clone, Debug)]
 struct Params {
     interval: u32,
+    /// Send and receive windows: they only change when `max_window` lets
+    /// them grow (up to `snd_wnd_max` / `rcv_wnd_max`).
     snd_wnd: u32,
     rcv_wnd: u32,
+    snd_wnd_max: u32,
+    rcv_wnd_max: u32,
     /// `fastresend` as kcp-go compares it in `parse_fastack` (0 = always).
     fastack_threshold: u32,
     /// kcp-go's `resent` in flush: the threshold, or "never" when off.
@@ -292,7 +312,8 @@ struct Params {
 /// # Memory
 ///
 /// The send side holds at most `2 * snd_wnd` segments (in flight plus queued),
-/// the receive side at most `2 * rcv_wnd` (unread plus out of order); both
+/// the receive side at most `2 * rcv_wnd` (unread plus out of order), with
+/// the windows at most [`ArqConfig::max_window`] when that is set; both
 /// rings start small and grow on demand, and each slot reuses its payload
 /// buffer, so steady state allocates nothing per segment. Pending control
 /// output is capped as well (see [`ArqStats::output_dropped`]).
@@ -320,6 +341,13 @@ pub struct Kcp {
     pub(crate) probe_wait: u32,
 
     dead: bool,
+    /// The peer acknowledged a segment this side sent (an ACK for one in
+    /// flight, or `una` moving past one): it receives what we send.
+    peer_acked: bool,
+
+    /// The model-based controller ([`Congestion::Model`]); `None` for
+    /// kcp-go's two modes, which live in the flush's phases 4 and 6.
+    model: Option<Model>,
 
     /// Scan skipping (kcp-go always walks all of `snd_buf` in a full flush).
     /// A flush can only send a segment that is new (admitted since the last
@@ -361,7 +389,12 @@ impl Kcp {
         let interval = config.clamped_interval();
         let snd_wnd = u32::from(config.snd_wnd);
         let rcv_wnd = u32::from(config.rcv_wnd);
+        let cap = |w: u32| config.max_window.map_or(w, |m| u32::from(m).max(w));
+        let (snd_wnd_max, rcv_wnd_max) = (cap(snd_wnd), cap(rcv_wnd));
         let mss = config.mtu - HEADER_LEN;
+        let controller = config.controller();
+        // The model replaces the window of phases 4 and 6: they run as with nc.
+        let no_congestion = controller != Congestion::Kcp;
         // kcp-go keeps `fastresend` as int32: values above i32::MAX would be
         // negative there, which disables fast retransmit in flush.
         let fast = config.fast_resend;
@@ -378,17 +411,19 @@ impl Kcp {
                 interval,
                 snd_wnd,
                 rcv_wnd,
+                snd_wnd_max,
+                rcv_wnd_max,
                 fastack_threshold: fast,
                 resent,
-                no_congestion: config.no_congestion,
+                no_congestion,
                 stream: config.stream,
                 write_delay: config.write_delay,
                 ack_nodelay: config.ack_nodelay,
                 dead_link: config.dead_link,
                 tail_probe: config.tail_probe,
             },
-            snd: SendRing::new(2 * snd_wnd),
-            rcv: RecvRing::new(rcv_wnd),
+            snd: SendRing::with_bound(2 * snd_wnd, 2 * snd_wnd_max),
+            rcv: RecvRing::with_bound(rcv_wnd, rcv_wnd_max),
             acklist: Vec::new(),
             out: OutQueue::new(control_cap(config.mtu, rcv_wnd)),
             rtt: Rtt::new(config.nodelay, interval).with_options(
@@ -401,8 +436,8 @@ impl Kcp {
             // A kcp-go session runs one flush when it is created; on an empty
             // connection its only effect is raising cwnd from 0 to 1 (a raw
             // kcp-go or C KCP starts at 0 and admits nothing on its first flush).
-            cwnd: if config.no_congestion { 0 } else { 1 },
-            incr: if config.no_congestion {
+            cwnd: if no_congestion { 0 } else { 1 },
+            incr: if no_congestion {
                 0
             } else {
                 (config.mtu - HEADER_LEN) as u32
@@ -412,6 +447,8 @@ impl Kcp {
             ts_probe: 0,
             probe_wait: 0,
             dead: false,
+            model: (controller == Congestion::Model).then(|| Model::new(interval)),
+            peer_acked: false,
             scan_dirty: false,
             resend_floor: None,
             pending: None,
@@ -469,9 +506,28 @@ impl Kcp {
             self.parked = false;
         }
         self.last_now = now;
+        if let Some(model) = self.model.as_mut() {
+            model.refill(now.as_millis());
+        }
         if let Some(kind) = self.pending.take() {
             self.flush(now, kind);
         }
+    }
+
+    /// Whether the peer ever acknowledged a segment this side sent (an ACK
+    /// of a segment in flight, or its `una` passing one): proof that it
+    /// receives what we send.
+    #[must_use]
+    pub fn peer_acked(&self) -> bool {
+        self.peer_acked
+    }
+
+    /// Sends a window probe (WASK) at the next flush, as kcp-go does when
+    /// the peer's window is closed. kcp-go and C KCP answer it with a WINS
+    /// at their next flush, which proves they receive what we send.
+    pub fn request_window_probe(&mut self) {
+        self.probe |= ASK_SEND;
+        self.leave();
     }
 
     /// Park the timer if the connection went idle.
@@ -504,8 +560,30 @@ impl Kcp {
         if self.is_idle() {
             None
         } else {
-            Some(self.next_timer)
+            let timer = self.next_timer;
+            match self.pacing_next() {
+                Some(p) if p.diff(timer) < 0 => Some(p),
+                _ => Some(timer),
+            }
         }
+    }
+
+    /// Model controller: the window has room for queued data, so the pacer
+    /// decides when the next burst leaves (`None`: nothing paced waits).
+    fn pacing_next(&self) -> Option<Timestamp> {
+        let model = self.model.as_ref()?;
+        if self.snd.queued == 0 || !self.window_has_room() {
+            return None;
+        }
+        model
+            .next_send(self.last_now.as_millis())
+            .map(Timestamp::from_millis)
+    }
+
+    /// Phase 4 could admit one more segment (sequence-space windows only).
+    fn window_has_room(&self) -> bool {
+        let win = self.p.snd_wnd.min(self.rmt_wnd);
+        (self.snd.nxt.wrapping_sub(self.snd.una.wrapping_add(win)) as i32) < 0
     }
 
     /// Run kcp-go's periodic flush if its tick is due at `now`; otherwise only
@@ -524,6 +602,9 @@ impl Kcp {
                 let next = self.flush(now, Flush::Full);
                 self.next_timer = now.add_millis(next);
             }
+        } else if self.pacing_next().is_some_and(|p| now.is_at_or_after(p)) {
+            // A paced burst between ticks: the tick keeps its phase.
+            self.flush(now, Flush::Full);
         }
         self.leave();
     }
@@ -594,10 +675,39 @@ impl Kcp {
             if regular {
                 self.rmt_wnd = u32::from(seg.wnd());
             }
-            if self.snd.remove_before(seg.una()) > 0 {
-                flush_full = true;
-            }
             let (sn, ts) = (seg.sn(), seg.ts());
+            if let Some(model) = self.model.as_mut() {
+                if cmd == Command::Ack {
+                    // Before `una` releases it: the ACK names the
+                    // transmission it answers (its echoed ts), one RTT sample.
+                    if let Some(m) = self.snd.get_mut(sn) {
+                        if !m.acked {
+                            m.acked = true;
+                            let rtt = now.diff(Timestamp::from_millis(ts));
+                            let rtt = (rtt >= 0 && regular).then_some(rtt as u32);
+                            model.on_delivered(
+                                &m.stamp,
+                                now.as_millis(),
+                                rtt,
+                                m.xmit == 1 && m.ts == ts,
+                            );
+                        }
+                    }
+                }
+                let at = now.as_millis();
+                if self.snd.remove_before_with(seg.una(), |m| {
+                    if !m.acked {
+                        model.on_delivered(&m.stamp, at, None, m.xmit == 1);
+                    }
+                }) > 0
+                {
+                    flush_full = true;
+                    self.peer_acked = true;
+                }
+            } else if self.snd.remove_before(seg.una()) > 0 {
+                flush_full = true;
+                self.peer_acked = true;
+            }
             match cmd {
                 Command::Ack => {
                     self.stats.acks_in += 1;
@@ -615,6 +725,7 @@ impl Kcp {
                     if (sn.wrapping_sub(rcv_nxt.wrapping_add(self.p.rcv_wnd)) as i32) < 0 {
                         self.acklist.push((sn, ts));
                         if (sn.wrapping_sub(rcv_nxt) as i32) >= 0 {
+                            self.maybe_grow_rcv_wnd(sn.wrapping_sub(rcv_nxt));
                             repeat = self.rcv.insert(sn, seg.frg(), seg.payload());
                             self.rcv.advance();
                             self.rcv.shed_empty_when_full();
@@ -661,11 +772,22 @@ impl Kcp {
         Ok(())
     }
 
+    /// Self-sizing receive window: the peer has `ahead` segments in flight
+    /// beyond what we delivered; at three quarters of the window, double it.
+    fn maybe_grow_rcv_wnd(&mut self, ahead: u32) {
+        if self.p.rcv_wnd < self.p.rcv_wnd_max && ahead >= self.p.rcv_wnd / 4 * 3 {
+            self.p.rcv_wnd = (self.p.rcv_wnd * 2).min(self.p.rcv_wnd_max);
+            self.rcv.wnd = self.p.rcv_wnd;
+            self.rcv.advance();
+        }
+    }
+
     /// Mark in-flight segment `sn` acknowledged. kcp-go leaves it in
     /// `snd_buf` until `una` passes it; C removes it at once.
     fn parse_ack(&mut self, sn: u32) {
         if let Some(m) = self.snd.get_mut(sn) {
             m.acked = true;
+            self.peer_acked = true;
         }
     }
 
@@ -800,8 +922,26 @@ impl Kcp {
         while (self.snd.nxt.wrapping_sub(self.snd.una.wrapping_add(win)) as i32) < 0
             && self.snd.queued > 0
         {
+            if let Some(model) = self.model.as_mut() {
+                if !model.may_admit() {
+                    break;
+                }
+                model.on_admit(current);
+            }
             self.snd.admit();
             admitted += 1;
+        }
+        if let Some(model) = self.model.as_mut() {
+            model.app_limited = self.snd.queued == 0;
+        }
+        // Self-sizing send window: our own window is what holds data back.
+        if self.snd.queued > 0
+            && self.p.snd_wnd < self.p.snd_wnd_max
+            && win == self.p.snd_wnd
+            && self.snd.in_flight() >= win
+        {
+            self.p.snd_wnd = (self.p.snd_wnd * 2).min(self.p.snd_wnd_max);
+            self.snd.limit = 2 * self.p.snd_wnd;
         }
         if admitted > 0 {
             self.scan_dirty = true;
@@ -847,6 +987,18 @@ impl Kcp {
             dead_link: self.p.dead_link,
             rtt: &self.rtt,
             out: &mut self.out,
+            rto_floor: self.model.as_ref().map_or(0, |_| {
+                // kcp-go's RTO (srtt + max(interval, 4 rttvar)) is tight: a
+                // paced sender that probes with a quarter of a BDP in the
+                // queue, or a receiver that acknowledges once per flush,
+                // sets it off spuriously, and every spurious resend costs
+                // link capacity the model is accounting for. Half an srtt
+                // plus two intervals of headroom; true losses are mostly
+                // found by fast retransmit before that.
+                let srtt = self.rtt.srtt().max(0) as u32;
+                srtt + srtt / 2 + 2 * self.p.interval
+            }),
+            model: self.model.as_mut(),
             lost: 0,
             fast: 0,
             early: 0,
@@ -1335,6 +1487,13 @@ impl Kcp {
     #[must_use]
     pub fn srtt(&self) -> u32 {
         self.rtt.srtt().max(0) as u32
+    }
+
+    /// What the model-based controller ([`Congestion::Model`]) currently
+    /// estimates; `None` with the other controllers.
+    #[must_use]
+    pub fn congestion_state(&self) -> Option<ModelStats> {
+        self.model.as_ref().map(Model::stats)
     }
 
     /// Current retransmission timeout in ms (kcp-go `rx_rto`).

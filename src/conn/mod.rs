@@ -194,6 +194,29 @@ struct Probe {
     deadline: Option<Duration>,
 }
 
+/// How much a peer that has not proved it receives may be sent: this many
+/// times the bytes it sent us (QUIC's anti-amplification factor).
+pub const AMPLIFICATION_FACTOR: u64 = 3;
+
+/// How long a peer has to prove it receives (see
+/// [`Conn::require_proof`]) before the session fails with
+/// [`SessionError::DeadLink`].
+pub const PROOF_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The anti-amplification account of a peer that has not yet proved it
+/// receives what we send.
+#[derive(Clone, Copy, Debug)]
+struct Unproven {
+    /// Wire bytes received from the peer (crypto overhead included).
+    received: u64,
+    /// Wire bytes sent to it, parity, fillers and retransmissions included.
+    sent: u64,
+    /// The session fails unproven at this time.
+    deadline: Duration,
+    /// WINS received before our first WASK left (they answer nothing).
+    wins_seen: u64,
+}
+
 /// Datagram and packet counters of one session.
 #[derive(Clone, Copy, Debug, Default)]
 struct Wire {
@@ -315,6 +338,13 @@ pub struct Conn {
     oob_out: DatagramQueue,
     /// Unreliable datagrams waiting for `recv_datagram`.
     oob_in: DatagramQueue,
+    /// Set while the peer has not proved it receives (a listener's new
+    /// session): output is held to `AMPLIFICATION_FACTOR` times input.
+    unproven: Option<Unproven>,
+    /// A datagram body produced but over the budget: `(len, parity)` of the
+    /// plaintext kept in `held_buf`, sent first once the budget allows.
+    held: Option<(usize, bool)>,
+    held_buf: Vec<u8>,
 }
 
 impl std::fmt::Debug for Conn {
@@ -404,6 +434,9 @@ impl Conn {
             wire: Wire::default(),
             oob_out: DatagramQueue::default(),
             oob_in: DatagramQueue::default(),
+            unproven: None,
+            held: None,
+            held_buf: Vec::new(),
         })
     }
 
@@ -434,6 +467,92 @@ impl Conn {
         self.kcp.set_initial_sn(sn)
     }
 
+    /// Treats the peer as unproven until it shows it receives what this
+    /// side sends, as a server must for a peer whose address may be
+    /// forged (QUIC's address validation, RFC 9000 section 8.1, in spirit):
+    ///
+    /// - until then, the wire bytes sent to it (crypto overhead, FEC parity
+    ///   and fillers, retransmissions all counted) stay within
+    ///   [`AMPLIFICATION_FACTOR`] times the wire bytes received from it; a
+    ///   datagram over that budget waits inside until more input arrives;
+    /// - the proof is an acknowledgement of a segment this side sent, or a
+    ///   window answer (WINS) to the window probe (WASK) this side sends
+    ///   with its first flush and after every datagram while unproven
+    ///   (kcp-go and C KCP answer one at their next flush);
+    /// - without proof by `now +` [`PROOF_TIMEOUT`], the session fails with
+    ///   [`SessionError::DeadLink`].
+    ///
+    /// The KCP wire has no secret for a peer to echo, so an attacker who
+    /// holds the key (or any attacker under `null` crypto) can forge the
+    /// proof blindly; the rule stops reflection by replayed or spoofed
+    /// datagrams of others. The tokio listener calls it for every session
+    /// it accepts; client sessions start proven (they chose their peer).
+    pub fn require_proof(&mut self, now: Duration) {
+        self.advance(now);
+        if self.unproven.is_none() && !self.kcp.peer_acked() {
+            self.unproven = Some(Unproven {
+                received: 0,
+                sent: 0,
+                deadline: self.now.saturating_add(PROOF_TIMEOUT),
+                wins_seen: self.kcp.stats().wins_in,
+            });
+            self.kcp.request_window_probe();
+        }
+    }
+
+    /// The peer proved it receives what this side sends, or was never
+    /// asked to (see [`require_proof`](Self::require_proof)).
+    #[must_use]
+    pub fn is_proven(&self) -> bool {
+        self.unproven.is_none()
+    }
+
+    /// After input: the proof arrived, or ask for it again.
+    fn check_proof(&mut self) {
+        let Some(u) = self.unproven.as_mut() else {
+            return;
+        };
+        let arq = self.kcp.stats();
+        // A WINS answers our probe only once one has left: those received
+        // before are not counted.
+        let answered = arq.wask_out > 0 && arq.wins_in > u.wins_seen;
+        if arq.wask_out == 0 {
+            u.wins_seen = arq.wins_in;
+        }
+        if self.kcp.peer_acked() || answered {
+            self.unproven = None;
+        } else {
+            self.kcp.request_window_probe();
+        }
+    }
+
+    /// Whether a datagram carrying `len` plaintext bytes fits the
+    /// anti-amplification budget; charges it when it does.
+    fn charge(&mut self, len: usize) -> bool {
+        let Some(u) = self.unproven.as_mut() else {
+            return true;
+        };
+        let wire = (len + self.overhead) as u64;
+        if u.sent + wire > u.received.saturating_mul(AMPLIFICATION_FACTOR) {
+            return false;
+        }
+        u.sent += wire;
+        true
+    }
+
+    /// Sends a produced body, or keeps it for later when it is over the
+    /// budget (`slot` starts at the plaintext).
+    fn emit(&mut self, plain: &[u8], parity: bool) -> Option<Transmit> {
+        let len = plain.len();
+        if self.charge(len) {
+            return Some(self.sent(len, parity));
+        }
+        self.held_buf.clear();
+        self.held_buf.extend_from_slice(plain);
+        self.held = Some((len, parity));
+        None
+    }
+
     // ------------------------------------------------------------ network
 
     fn advance(&mut self, now: Duration) {
@@ -456,6 +575,9 @@ impl Conn {
         let now_ts = ts(self.now);
         self.wire.datagrams_in += 1;
         self.wire.bytes_in += (packet.len() + self.overhead) as u64;
+        if let Some(u) = self.unproven.as_mut() {
+            u.received += (packet.len() + self.overhead) as u64;
+        }
         let kind = fec::classify(packet);
         let kcp_bytes = match kind {
             PacketKind::Kcp => Some(packet),
@@ -513,6 +635,7 @@ impl Conn {
             self.connecting = None;
             self.keepalive_unanswered = false;
         }
+        self.check_proof();
         out
     }
 
@@ -540,6 +663,16 @@ impl Conn {
     pub fn handle_timeout(&mut self, now: Duration) {
         self.advance(now);
         if self.error.is_some() {
+            return;
+        }
+        if let Some(u) = self.unproven {
+            if self.now >= u.deadline {
+                self.error = Some(SessionError::DeadLink);
+                return;
+            }
+        }
+        if self.held.is_some() {
+            // Blocked by the budget: the timers wait for the peer's input.
             return;
         }
         // Before the ARQ's tick, which would flush (and so hide) a pending
@@ -572,14 +705,23 @@ impl Conn {
         }
         let slot = slot.get_mut(..self.datagram)?;
         let (hc, hf) = (self.header, self.fec_header);
+        if let Some((len, parity)) = self.held {
+            let out = slot.get_mut(hc..hc + len)?;
+            if !self.charge(len) {
+                return None;
+            }
+            out.copy_from_slice(self.held_buf.get(..len)?);
+            self.held = None;
+            return Some(self.sent(len, parity));
+        }
         if let Some(enc) = self.enc.as_mut() {
             if let Some(p) = slot.get_mut(hc..).and_then(|b| enc.poll_parity(b)) {
-                return Some(self.sent(p, true));
+                return self.emit(slot.get(hc..hc + p)?, true);
             }
         }
         if let Some(len) = self.poll_oob(slot) {
             self.wire.oob_sent += 1;
-            return Some(self.sent(len, false));
+            return self.emit(slot.get(hc..hc + len)?, false);
         }
         let now_ts = ts(self.now);
         let kcp_buf = slot.get_mut(hc + hf..hc + hf + self.kcp_mtu)?;
@@ -591,7 +733,7 @@ impl Conn {
             (Some(enc), Some(buf)) => enc.encode(now_ts, buf, n),
             _ => n,
         };
-        Some(self.sent(len, false))
+        self.emit(slot.get(hc..hc + len)?, false)
     }
 
     /// The oldest queued datagram framed as kcp-go's OOB packet at
@@ -687,6 +829,13 @@ impl Conn {
         {
             return Some(self.now);
         }
+        let proof = self.unproven.map(|u| u.deadline);
+        let idle = self.config.idle_timeout;
+        let idle_at = idle.map(|i| self.last_input.saturating_add(i));
+        if self.held.is_some() {
+            // Blocked by the budget until the peer sends more.
+            return earliest(proof, idle_at);
+        }
         let now_ts = ts(self.now);
         let at = |t: Timestamp| self.now + Duration::from_millis(t.diff(now_ts).max(0) as u64);
         let mut next = self.kcp.poll_timeout().map(at);
@@ -699,9 +848,9 @@ impl Conn {
             next = earliest(next, p.deadline);
         } else {
             next = earliest(next, self.keepalive_at());
-            let idle = self.config.idle_timeout;
-            next = earliest(next, idle.map(|i| self.last_input.saturating_add(i)));
+            next = earliest(next, idle_at);
         }
+        next = earliest(next, proof);
         if !self.kcp.is_flushed() {
             let shutdown = self.shutdown.until().filter(|&d| d > self.now);
             next = earliest(next, shutdown);
@@ -1014,6 +1163,15 @@ impl Conn {
         self.released
             && ((self.kcp.is_flushed() && self.kcp.poll_timeout().is_none())
                 || self.release.until().is_some_and(|d| self.now >= d))
+    }
+
+    /// What the model-based congestion controller
+    /// ([`Congestion::Model`](crate::Congestion::Model)) estimates now:
+    /// bandwidth, minimum RTT, pacing rate, in-flight cap. `None` with
+    /// the other controllers.
+    #[must_use]
+    pub fn congestion_state(&self) -> Option<crate::arq::ModelStats> {
+        self.kcp.congestion_state()
     }
 
     /// A snapshot of the session's counters, RTT estimate and queue.

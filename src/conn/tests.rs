@@ -90,8 +90,11 @@ impl Pair {
         {
             let (_, to, mut d) = self.flight.pop_front().unwrap();
             let range = crypto.open(&mut d).unwrap();
-            let r = self.conns[to].handle_packet(self.now, &d[range]);
-            assert_eq!(r.bad_kcp, 0);
+            let plain = d[range].to_vec();
+            let r = self.conns[to].handle_packet(self.now, &plain);
+            // A FEC deadline filler (12 bytes) carries no KCP packet.
+            let filler = plain.len() == fec::DATA_HEADER + 4;
+            assert_eq!(r.bad_kcp, u32::from(filler), "to {to}: {plain:?}");
             assert!(!r.bad_fec);
         }
         for c in &mut self.conns {
@@ -718,4 +721,137 @@ fn write_capacity_is_what_a_writer_gets_in_before_the_peer_reads() {
         held += n;
     }
     assert_eq!(held, 16 * (1380 - 24), "the peer holds its receive window");
+}
+
+/// Every preset, with its own FEC and with kcptun's 10/3.
+fn presets() -> Vec<(String, Config)> {
+    use crate::Preset::*;
+    let mut out = Vec::new();
+    for p in [Default, Normal, Fast, Fast2, Fast3, LowLatency] {
+        out.push((format!("{p:?}"), config(Config::builder().preset(p))));
+        out.push((
+            format!("{p:?} fec 10/3"),
+            config(Config::builder().preset(p).fec(10, 3)),
+        ));
+    }
+    out
+}
+
+/// One 1,400-byte request from an address that never answers, to an echo
+/// `Conn` that requires proof (or not): wire bytes in, wire bytes out over
+/// 60 s, and how the server session ended.
+fn reflect(config: &Config, proof: bool) -> (u64, u64, Option<SessionError>) {
+    let mut client = Conn::new(9, config).unwrap();
+    let mut slot = vec![0u8; client.max_datagram()];
+    client.write(&[7u8; 1400]).unwrap();
+    client.handle_timeout(Duration::ZERO);
+    let t = client.poll_transmit(Duration::ZERO, &mut slot).unwrap();
+    let h = client.header_len();
+    let opener = slot[h..h + t.len].to_vec();
+    let mut server = Conn::new(9, config).unwrap();
+    let wire_in = (opener.len() + server.overhead) as u64;
+    if proof {
+        server.require_proof(Duration::ZERO);
+    }
+    let _ = server.handle_packet(Duration::ZERO, &opener);
+    let mut out = 0u64;
+    let mut buf = [0u8; 2048];
+    let mut now = Duration::ZERO;
+    while now < Duration::from_secs(60) && server.error().is_none() {
+        if let Ok(n) = server.read(&mut buf) {
+            server.write(&buf[..n]).unwrap();
+        }
+        server.handle_timeout(now);
+        while let Some(t) = server.poll_transmit(now, &mut slot) {
+            out += (t.len + server.overhead) as u64;
+        }
+        now += Duration::from_millis(5);
+    }
+    (wire_in, out, server.error())
+}
+
+/// Finding 2: until the peer proves it receives, every preset sends at
+/// most 3x what it received (retransmissions, parity and fillers counted),
+/// and the session ends after `PROOF_TIMEOUT`.
+#[test]
+fn an_unproven_peer_gets_at_most_three_times_its_bytes() {
+    for (name, c) in presets() {
+        let (wire_in, out, end) = reflect(&c, true);
+        assert!(
+            out <= AMPLIFICATION_FACTOR * wire_in,
+            "{name}: {out} B sent for {wire_in} B received"
+        );
+        assert!(out > 0, "{name}: the ACK and the echo's start went out");
+        assert_eq!(end, Some(SessionError::DeadLink), "{name}");
+    }
+    // Without the rule (a client's session), the same request reflects
+    // far more: what the rule prevents.
+    let (wire_in, out, _) = reflect(
+        &config(Config::builder().preset(crate::Preset::LowLatency)),
+        false,
+    );
+    assert!(out > 10 * wire_in, "{out} vs {wire_in}");
+}
+
+/// A real peer proves itself within its first round trip, by acknowledging
+/// data or answering the window probe, so legitimate traffic is not held.
+#[test]
+fn a_real_peer_proves_itself_in_one_round_trip() {
+    for (name, c) in presets() {
+        // Data first: the echo's ACK and data prove it.
+        let mut pair = Pair::new(c.clone(), 0);
+        pair.conns[1].require_proof(Duration::ZERO);
+        pair.conns[0].write(b"hello").unwrap();
+        let mut steps = 0;
+        while !pair.conns[1].is_proven() && steps < 1000 {
+            pair.step();
+            steps += 1;
+        }
+        assert!(pair.conns[1].is_proven(), "{name}");
+        // Two 20 ms legs plus the two sides' flush intervals at most.
+        assert!(steps <= 40 + 2 * 100 + 10, "{name}: {steps} ms");
+        // Idle after connecting (a WASK opener, nothing written): the WINS
+        // answer to the server's WASK proves it.
+        let mut pair = Pair::new(c, 0);
+        pair.conns[1].require_proof(Duration::ZERO);
+        pair.conns[0].kcp.request_window_probe();
+        for _ in 0..1000 {
+            pair.step();
+        }
+        assert!(pair.conns[1].is_proven(), "{name}: idle peer");
+        assert_eq!(pair.conns[1].error(), None, "{name}");
+    }
+}
+
+/// A forged ACK or WINS before anything was sent proves nothing.
+#[test]
+fn proof_needs_an_answer_to_what_was_sent() {
+    let c = config(Config::builder());
+    let mut server = Conn::new(3, &c).unwrap();
+    server.require_proof(Duration::ZERO);
+    let seg = |cmd: u8, sn: u32, una: u32| {
+        let h = crate::arq::segment::Header {
+            conv: 3,
+            cmd,
+            wnd: 32,
+            sn,
+            una,
+            ..Default::default()
+        };
+        let mut b = [0u8; 24];
+        h.encode(&mut b);
+        b
+    };
+    let _ = server.handle_packet(Duration::ZERO, &seg(83, 0, 0));
+    // In the same batch, before our first WASK left: a WINS and ACKs.
+    let _ = server.handle_packet(Duration::ZERO, &seg(84, 0, 0));
+    let _ = server.handle_packet(Duration::ZERO, &seg(82, 0, 1));
+    assert!(!server.is_proven());
+    // Our WASK (and WINS) leave; a WINS now answers it.
+    server.handle_timeout(Duration::ZERO);
+    let mut slot = vec![0u8; server.max_datagram()];
+    while server.poll_transmit(Duration::ZERO, &mut slot).is_some() {}
+    assert!(server.stats().arq.wask_out > 0);
+    let _ = server.handle_packet(Duration::from_millis(5), &seg(84, 0, 0));
+    assert!(server.is_proven());
 }

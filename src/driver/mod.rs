@@ -33,7 +33,9 @@ pub(crate) mod stats;
 mod table;
 
 use std::collections::VecDeque;
+use std::collections::hash_map::RandomState;
 use std::future::Future;
+use std::hash::BuildHasher;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -107,6 +109,8 @@ pub(crate) struct Driver {
     slots_needed: usize,
     /// Addresses refused admission since the last session was admitted.
     refused_peers: stats::RefusedPeers,
+    /// Keys the fingerprints of session-opening datagrams (replay refusal).
+    fingerprint: RandomState,
 }
 
 impl Driver {
@@ -147,6 +151,7 @@ impl Driver {
             routed: Vec::with_capacity(crate::sys::BATCH_SIZE * 4),
             slots_needed,
             refused_peers: stats::RefusedPeers::default(),
+            fingerprint: RandomState::new(),
         })
     }
 
@@ -164,11 +169,17 @@ impl Driver {
         conv: u32,
         now: Duration,
     ) -> Option<Arc<SessionShared>> {
-        let conn = Conn::with_config(conv, self.shared.config.clone(), now).ok()?;
+        let mut conn = Conn::with_config(conv, self.shared.config.clone(), now).ok()?;
+        // A listener's peer may be a forged address: it is held to the
+        // anti-amplification budget until it proves it receives.
+        let proven = self.role == Role::Client;
+        if !proven {
+            conn.require_proof(now);
+        }
         let mut st = SessionState::new(conn);
         st.queued = true;
         let driver = self.shared.clone();
-        let id = self.table.insert(peer, conv, |id| {
+        let id = self.table.insert(peer, conv, proven, |id| {
             Arc::new(SessionShared {
                 id,
                 peer,
@@ -253,7 +264,17 @@ impl Driver {
         let route = match Inbound::parse(self.io.rx(range.clone())) {
             Ok(inbound) => {
                 let accept = &self.shared.accept;
-                self.table.route(d.peer, &inbound, now, || accept.len())
+                // The whole datagram as opened in place is a function of
+                // the bytes received: a replay has the same fingerprint.
+                let whole = self.io.rx(d.start..d.end);
+                let keys = &self.fingerprint;
+                self.table.route(
+                    d.peer,
+                    &inbound,
+                    now,
+                    || accept.len(),
+                    || keys.hash_one(whole),
+                )
             }
             Err(r) => Route::Drop(r),
         };
@@ -264,9 +285,17 @@ impl Driver {
                 self.shared.counters.refused(r, d.peer, episode);
                 return;
             }
-            Route::Accept { conv, replaces } => {
+            Route::Accept {
+                conv,
+                replaces,
+                evicts,
+            } => {
                 if let Some(old) = replaces {
                     self.remove_session(old, SessionError::Reset, now);
+                }
+                if let Some(unproven) = evicts {
+                    bump(&self.shared.counters.evicted_unproven);
+                    self.remove_session(unproven, SessionError::DeadLink, now);
                 }
                 let Some(session) = self.insert_session(d.peer, conv, now) else {
                     return;
@@ -312,7 +341,7 @@ impl Driver {
             return;
         };
         let counters = &self.shared.counters;
-        let (read_waker, write_waker, dgram_waker);
+        let (read_waker, write_waker, dgram_waker, proven);
         {
             let mut guard = lock(&session.state);
             let st = &mut *guard;
@@ -344,6 +373,7 @@ impl Driver {
             } else {
                 None
             };
+            proven = st.conn.is_proven();
             if !st.queued {
                 st.queued = true;
                 if read_waker.is_some() {
@@ -352,6 +382,9 @@ impl Driver {
                     self.ready.push_back(id);
                 }
             }
+        }
+        if proven {
+            self.table.set_proven(id);
         }
         // Woken outside the lock, so the reader does not block on it.
         if let Some(w) = read_waker {
@@ -564,6 +597,11 @@ impl Drop for Driver {
             st.wake_all();
         }
     }
+}
+
+/// The session table's fuzz body (see [`crate::fuzz_session_table`]).
+pub(crate) fn fuzz_table(data: &[u8]) {
+    table::fuzz(data);
 }
 
 /// Binds the listener's sockets at `addr` and spawns one driver per socket:

@@ -104,6 +104,17 @@ socket_counters! {
     refused_cap,
     /// Their datagrams, all dropped.
     refused_cap_datagrams,
+    /// New peers refused: their first datagram does not begin a
+    /// conversation (a late or forged packet, or a takeover without one).
+    not_opener,
+    /// New peers refused: a replay of a datagram that opened a session.
+    replayed,
+    /// New peers refused: their source address opened sessions faster than
+    /// the per-source limit.
+    refused_rate,
+    /// Sessions that never proved their peer receives, evicted at the
+    /// session cap to make room for a newcomer.
+    evicted_unproven,
     /// Out-of-band packets (unreliable datagrams) that matched no session
     /// (unknown address or another conv); dropped.
     oob,
@@ -184,6 +195,9 @@ impl Counters {
             Refusal::Tombstoned => (&self.tombstoned, None),
             Refusal::SessionCap => (&self.refused_cap_datagrams, Some(&self.refused_cap)),
             Refusal::Backlog => (&self.refused_backlog_datagrams, Some(&self.refused_backlog)),
+            Refusal::NotOpener => (&self.not_opener, None),
+            Refusal::Replay => (&self.replayed, None),
+            Refusal::RateLimited => (&self.refused_rate, None),
         };
         bump(datagrams);
         if let Some(peers) = peers {

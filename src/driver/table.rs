@@ -3,7 +3,7 @@
 //! deadline heap.
 //!
 //! The driver asks one question per opened datagram,
-//! [`Table::route`]`(peer, &inbound, now, backlog)`, and gets one
+//! [`Table::route`]`(peer, &inbound, now, backlog, fingerprint)`, and gets one
 //! [`Route`]: deliver to a session, accept a new conversation (optionally
 //! replacing the address's old one), or drop for a counted reason. A new
 //! conversation's first packet is fully parsed ([`Inbound::validate`]) and
@@ -14,8 +14,8 @@
 #![deny(clippy::disallowed_methods, clippy::disallowed_types)]
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
-use std::net::SocketAddr;
+use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use crate::arq::segment::{self, Command, Segments};
@@ -28,6 +28,23 @@ pub(crate) const TOMBSTONE_TTL: Duration = Duration::from_secs(60);
 const MAX_TOMBSTONES: usize = 65_536;
 /// Smallest plaintext worth looking at (kcp-go: `min(24, 8 + 4)`).
 const MIN_PACKET: usize = 12;
+/// How long the fingerprint of a datagram that opened a session refuses
+/// the same datagram again, from any address.
+pub(crate) const REPLAY_HORIZON: Duration = Duration::from_secs(15 * 60);
+/// Fingerprints kept at most (8 bytes each, plus their order: about 1.5 MiB
+/// when full); the oldest go first, so under a sustained flood of openers
+/// the horizon shrinks to the time 65,536 openers take.
+pub(crate) const MAX_REPLAY: usize = 65_536;
+/// Sessions one source IP address may open in a burst (a host running a
+/// thousand clients at once, as a test or a NAT may, still gets in)...
+pub(crate) const RATE_BURST: u32 = 1024;
+/// ...and per second after that (a token bucket per source IP address): a
+/// single host flooding openers from every port it has creates no more.
+pub(crate) const RATE_PER_SEC: u32 = 256;
+/// Source addresses whose buckets are remembered (about 4 MiB when full);
+/// the least recently created go first (a forgotten address has a full
+/// bucket again).
+const MAX_RATE_SOURCES: usize = 65_536;
 
 /// A slot in the table, with a generation so a stale id never reaches a
 /// newer session in the same slot.
@@ -56,6 +73,13 @@ pub(crate) enum Refusal {
     SessionCap,
     /// The accept backlog is full.
     Backlog,
+    /// A new conversation (or a takeover) whose datagram is not a
+    /// conversation opener: a late or forged packet.
+    NotOpener,
+    /// A session-opening datagram seen before (a replay).
+    Replay,
+    /// The source address opened sessions faster than the per-source limit.
+    RateLimited,
 }
 
 /// The one routing decision per datagram.
@@ -70,6 +94,9 @@ pub(crate) enum Route {
         conv: u32,
         /// The address's old session, replaced by a restarted peer.
         replaces: Option<SessionId>,
+        /// The oldest session that never proved it receives, evicted to
+        /// make room at the session cap.
+        evicts: Option<SessionId>,
     },
     /// Drop and count.
     Drop(Refusal),
@@ -81,10 +108,10 @@ pub(crate) enum Route {
 pub(crate) struct Inbound<'a> {
     /// The KCP bytes (empty for parity).
     kcp: &'a [u8],
-    /// The first segment's conv and sn, when there are enough bytes (an
-    /// out-of-band packet's conv, no sn).
+    /// The first segment's conv, when there are enough bytes.
     conv: Option<u32>,
-    sn: Option<u32>,
+    /// The first segment begins a conversation (see [`Inbound::is_opener`]).
+    opener: bool,
     /// An out-of-band packet: delivered only to its conv's session.
     oob: bool,
 }
@@ -115,17 +142,36 @@ impl<'a> Inbound<'a> {
                 return Ok(Self {
                     kcp: &[],
                     conv: fec::oob_payload(plain).map(|(conv, _)| conv),
-                    sn: None,
+                    opener: false,
                     oob: true,
                 });
             }
         };
+        let cmd = kcp.get(segment::field::CMD).copied();
+        let sn = le32(kcp, segment::field::SN);
+        let una = le32(kcp, segment::field::UNA);
+        let opener = una == Some(0)
+            && match cmd.and_then(Command::from_u8) {
+                Some(Command::Push) => sn == Some(0),
+                Some(Command::Wask) => true,
+                _ => false,
+            };
         Ok(Self {
             kcp,
             conv: le32(kcp, segment::field::CONV),
-            sn: le32(kcp, segment::field::SN),
+            opener,
             oob: false,
         })
+    }
+
+    /// A conversation opener: the first segment is a PUSH with `sn == 0`
+    /// and `una == 0` (what every kcp-go, C KCP and kcpio sender's first
+    /// datagram carries), or a window probe (WASK, kcpio's connect probe)
+    /// with `una == 0`. Nothing later in a conversation looks like one:
+    /// once the peer received anything its `una` is above 0, and its own
+    /// first segment was acknowledged before it could send sn 1 alone.
+    pub(crate) fn is_opener(&self) -> bool {
+        self.opener
     }
 
     /// A new conversation's first packet must be KCP for `conv` all
@@ -150,7 +196,17 @@ struct Entry<S> {
     /// The deadline scheduled in the heap (lazy invalidation: a heap entry
     /// counts only while it equals this).
     deadline: Option<Duration>,
+    /// The peer proved it receives (the driver reports it from `Conn`).
+    proven: bool,
     session: S,
+}
+
+/// A source address's session-creation allowance (a token bucket in
+/// thousandths of a session).
+#[derive(Clone, Copy, Debug)]
+struct Bucket {
+    milli: u64,
+    at: Duration,
 }
 
 struct Slot<S> {
@@ -168,6 +224,16 @@ pub(crate) struct Table<S> {
     tombstones: HashMap<(SocketAddr, u32), Duration>,
     tomb_order: VecDeque<((SocketAddr, u32), Duration)>,
     heap: BinaryHeap<Reverse<(Duration, SessionId)>>,
+    /// Fingerprints of the datagrams that opened sessions, and their order.
+    replay: HashSet<u64>,
+    replay_order: VecDeque<(u64, Duration)>,
+    /// Session creations per source address.
+    rate: HashMap<IpAddr, Bucket>,
+    rate_order: VecDeque<IpAddr>,
+    /// Sessions that have not proved they receive, oldest first (ids of
+    /// proven or removed sessions are skipped lazily).
+    unproven: VecDeque<SessionId>,
+    unproven_live: usize,
     /// New conversations are accepted (a listener that is still open).
     accepting: bool,
     max_sessions: usize,
@@ -185,6 +251,12 @@ impl<S> Table<S> {
             tombstones: HashMap::new(),
             tomb_order: VecDeque::new(),
             heap: BinaryHeap::new(),
+            replay: HashSet::new(),
+            replay_order: VecDeque::new(),
+            rate: HashMap::new(),
+            rate_order: VecDeque::new(),
+            unproven: VecDeque::new(),
+            unproven_live: 0,
             accepting,
             max_sessions,
             backlog_cap,
@@ -232,11 +304,30 @@ impl<S> Table<S> {
             .filter_map(|s| s.entry.as_ref().map(|e| &e.session))
     }
 
-    /// Registers a session for `peer`/`conv`; `make` builds it knowing its id.
+    /// Sessions that have not proved they receive.
+    #[cfg(test)]
+    pub(crate) fn unproven(&self) -> usize {
+        self.unproven_live
+    }
+
+    /// Records that `id`'s peer proved it receives (idempotent, O(1)).
+    pub(crate) fn set_proven(&mut self, id: SessionId) {
+        if let Some(e) = self.entry_mut(id) {
+            if !e.proven {
+                e.proven = true;
+                self.unproven_live -= 1;
+            }
+        }
+    }
+
+    /// Registers a session for `peer`/`conv`; `make` builds it knowing its
+    /// id. `proven` is false for a listener's sessions, which count as
+    /// unproven until [`set_proven`](Self::set_proven).
     pub(crate) fn insert(
         &mut self,
         peer: SocketAddr,
         conv: u32,
+        proven: bool,
         make: impl FnOnce(SessionId) -> S,
     ) -> SessionId {
         let idx = match self.free.pop() {
@@ -256,16 +347,48 @@ impl<S> Table<S> {
                 peer,
                 conv,
                 deadline: None,
+                proven,
                 session: make(id),
             });
         }
         self.by_addr.insert(peer, id);
         self.live += 1;
+        if !proven {
+            self.unproven_live += 1;
+            self.unproven.push_back(id);
+            if self.unproven.len() > 2 * self.unproven_live + 64 {
+                self.compact_unproven();
+            }
+        }
         id
     }
 
+    fn is_unproven(&self, id: SessionId) -> bool {
+        self.entry(id).is_some_and(|e| !e.proven)
+    }
+
+    fn compact_unproven(&mut self) {
+        let mut q = std::mem::take(&mut self.unproven);
+        q.retain(|&id| self.is_unproven(id));
+        self.unproven = q;
+    }
+
+    /// The oldest session that has not proved it receives.
+    fn oldest_unproven(&mut self) -> Option<SessionId> {
+        while let Some(&id) = self.unproven.front() {
+            if self.is_unproven(id) {
+                return Some(id);
+            }
+            self.unproven.pop_front();
+        }
+        None
+    }
+
     /// Takes a session out: its slot's generation moves on, its
-    /// (peer, conv) is tombstoned until `now + TOMBSTONE_TTL`.
+    /// (peer, conv) is tombstoned until `now + TOMBSTONE_TTL` when its peer
+    /// had proved it receives. (An unproven session leaves no tombstone: its
+    /// peer, if real, never got an answer and still retransmits its opener,
+    /// which may then open a session again.)
     pub(crate) fn remove(&mut self, id: SessionId, now: Duration) -> Option<S> {
         let slot = self.slots.get_mut(id.idx as usize)?;
         if slot.generation != id.generation {
@@ -278,20 +401,27 @@ impl<S> Table<S> {
         if self.by_addr.get(&entry.peer) == Some(&id) {
             self.by_addr.remove(&entry.peer);
         }
-        self.add_tombstone(entry.peer, entry.conv, now);
+        if entry.proven {
+            self.add_tombstone(entry.peer, entry.conv, now);
+        } else {
+            self.unproven_live -= 1;
+        }
         Some(entry.session)
     }
 
     // ------------------------------------------------------------ routing
 
     /// Where a datagram from `peer` goes. `backlog` reports the accept
-    /// backlog's length; it is asked only for a new conversation.
+    /// backlog's length and `fingerprint` a keyed hash of the whole
+    /// datagram as received (opened in place: a function of its sealed
+    /// bytes); both are asked only for a would-be new conversation.
     pub(crate) fn route(
         &mut self,
         peer: SocketAddr,
         inbound: &Inbound<'_>,
         now: Duration,
         backlog: impl FnOnce() -> usize,
+        fingerprint: impl FnOnce() -> u64,
     ) -> Route {
         if inbound.oob {
             // Unreliable datagrams reach an existing session of their conv
@@ -306,7 +436,7 @@ impl<S> Table<S> {
         let Some(&id) = self.by_addr.get(&peer) else {
             return match inbound.conv {
                 Some(conv) if self.accepting => {
-                    self.admit_new(peer, conv, None, inbound, now, backlog)
+                    self.admit_new(peer, conv, None, inbound, now, backlog, fingerprint)
                 }
                 _ => Route::Drop(Refusal::UnknownSession),
             };
@@ -314,10 +444,11 @@ impl<S> Table<S> {
         let current = self.entry(id).map(|e| e.conv);
         match (inbound.conv, current) {
             (Some(conv), Some(cur)) if conv != cur => {
-                // kcp-go: a new conversation at sn 0 from the same address
-                // replaces the old one (a restarted client).
-                if inbound.sn == Some(0) && self.accepting {
-                    self.admit_new(peer, conv, Some(id), inbound, now, backlog)
+                // kcp-go: a new conversation from the same address replaces
+                // the old one (a restarted client). Only an opener may, and
+                // only once it passed everything a newcomer must.
+                if inbound.opener && self.accepting {
+                    self.admit_new(peer, conv, Some(id), inbound, now, backlog, fingerprint)
                 } else {
                     Route::Drop(Refusal::ConvMismatch)
                 }
@@ -326,6 +457,7 @@ impl<S> Table<S> {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn admit_new(
         &mut self,
         peer: SocketAddr,
@@ -334,48 +466,121 @@ impl<S> Table<S> {
         inbound: &Inbound<'_>,
         now: Duration,
         backlog: impl FnOnce() -> usize,
+        fingerprint: impl FnOnce() -> u64,
     ) -> Route {
+        if !inbound.opener {
+            return Route::Drop(Refusal::NotOpener);
+        }
         if !inbound.validate(conv) {
             return Route::Drop(Refusal::BadKcp);
         }
-        match self.admit(peer, conv, replaces.is_some(), now, backlog) {
-            Ok(()) => Route::Accept { conv, replaces },
+        match self.admit(peer, conv, replaces, now, backlog, fingerprint) {
+            Ok(evicts) => Route::Accept {
+                conv,
+                replaces,
+                evicts,
+            },
             Err(r) => Route::Drop(r),
         }
     }
 
-    /// Admission: may a validated new conversation from `peer` get a
-    /// session? Every rule about who gets state lives here, in this order:
+    /// Admission: may a validated conversation opener from `peer` get a
+    /// session? Every rule about who gets state lives here, checked in this
+    /// order before any state exists, each refusal a [`Refusal`] with its
+    /// own counter (the opener rule itself is checked by the caller):
     ///
-    /// 1. a tombstone of the same (peer, conv) refuses late packets of a
-    ///    closed session;
-    /// 2. the session cap (`max_sessions`; a takeover frees its slot);
-    /// 3. the accept backlog (`accept_backlog`).
+    /// 1. a tombstone of the same (peer, conv) refuses the retransmitted
+    ///    opener of a conversation closed less than `TOMBSTONE_TTL` ago;
+    /// 2. a datagram that opened a session within `REPLAY_HORIZON` (the
+    ///    last `MAX_REPLAY` of them) is a replay, from any address;
+    /// 3. the session cap (`max_sessions`; a takeover frees its slot): when
+    ///    it is reached, the oldest session that never proved it receives
+    ///    is evicted for the newcomer, so forged openers cannot hold the
+    ///    table;
+    /// 4. the accept backlog (`accept_backlog`);
+    /// 5. the source address's creation rate (`RATE_BURST`, then
+    ///    `RATE_PER_SEC`), charged last so refused openers cost nothing.
     ///
-    /// Later rules plug in here, before any state exists: issue 12's
-    /// connect probe, issue 13's admission by proof, anti-amplification
-    /// (answer no more than the newcomer sent), replay refusal and
-    /// per-source rate limits. Each refusal is a [`Refusal`] variant with
-    /// its own counter.
+    /// On success the fingerprint is remembered and the evicted session
+    /// (if any) is returned for the driver to remove.
     fn admit(
         &mut self,
         peer: SocketAddr,
         conv: u32,
-        takeover: bool,
+        replaces: Option<SessionId>,
         now: Duration,
         backlog: impl FnOnce() -> usize,
-    ) -> Result<(), Refusal> {
+        fingerprint: impl FnOnce() -> u64,
+    ) -> Result<Option<SessionId>, Refusal> {
         self.prune_tombstones(now);
         if self.tombstones.contains_key(&(peer, conv)) {
             return Err(Refusal::Tombstoned);
         }
-        if self.live - usize::from(takeover) >= self.max_sessions {
-            return Err(Refusal::SessionCap);
+        self.prune_replay(now);
+        let print = fingerprint();
+        if self.replay.contains(&print) {
+            return Err(Refusal::Replay);
+        }
+        let mut evicts = None;
+        if self.live - usize::from(replaces.is_some()) >= self.max_sessions {
+            evicts = self.oldest_unproven().filter(|&id| Some(id) != replaces);
+            if evicts.is_none() {
+                return Err(Refusal::SessionCap);
+            }
         }
         if backlog() >= self.backlog_cap {
             return Err(Refusal::Backlog);
         }
-        Ok(())
+        if !self.take_token(peer.ip(), now) {
+            return Err(Refusal::RateLimited);
+        }
+        self.remember_opener(print, now);
+        Ok(evicts)
+    }
+
+    fn prune_replay(&mut self, now: Duration) {
+        while let Some(&(print, until)) = self.replay_order.front() {
+            if until > now && self.replay_order.len() < MAX_REPLAY {
+                break;
+            }
+            self.replay_order.pop_front();
+            self.replay.remove(&print);
+        }
+    }
+
+    fn remember_opener(&mut self, print: u64, now: Duration) {
+        if self.replay.insert(print) {
+            self.replay_order.push_back((print, now + REPLAY_HORIZON));
+        }
+    }
+
+    /// One session creation from `ip`, if its bucket has a token.
+    fn take_token(&mut self, ip: IpAddr, now: Duration) -> bool {
+        const ONE: u64 = 1000;
+        let full = u64::from(RATE_BURST) * ONE;
+        let b = match self.rate.get_mut(&ip) {
+            Some(b) => b,
+            None => {
+                while self.rate_order.len() >= MAX_RATE_SOURCES {
+                    if let Some(old) = self.rate_order.pop_front() {
+                        self.rate.remove(&old);
+                    }
+                }
+                self.rate_order.push_back(ip);
+                self.rate.entry(ip).or_insert(Bucket {
+                    milli: full,
+                    at: now,
+                })
+            }
+        };
+        let elapsed = now.saturating_sub(b.at).as_millis() as u64;
+        b.milli = (b.milli + elapsed.saturating_mul(u64::from(RATE_PER_SEC))).min(full);
+        b.at = now;
+        if b.milli < ONE {
+            return false;
+        }
+        b.milli -= ONE;
+        true
     }
 
     fn add_tombstone(&mut self, peer: SocketAddr, conv: u32, now: Duration) {
@@ -468,34 +673,173 @@ impl<S> Table<S> {
     }
 }
 
+/// The session table's fuzz body (`kcpio::fuzz_session_table`): an
+/// arbitrary sequence of datagrams from a few addresses, clock jumps (up to
+/// hours, so every horizon passes), proofs, removals and timers, with the
+/// driver's part played as the driver plays it. After every step the
+/// table's books must balance and every store must stay within its bound.
+///
+/// # Panics
+///
+/// Only when an invariant breaks (a bug).
+pub(crate) fn fuzz(data: &[u8]) {
+    use std::hash::{DefaultHasher, Hash, Hasher};
+    let Some((&cfg, mut rest)) = data.split_first() else {
+        return;
+    };
+    let max_sessions = usize::from(cfg % 8) + 1;
+    let backlog_cap = usize::from(cfg >> 3 & 7) + 1;
+    let mut t: Table<u32> = Table::new(true, max_sessions, backlog_cap);
+    let mut now = Duration::ZERO;
+    let mut ids: Vec<SessionId> = Vec::new();
+    let mut backlog = 0usize;
+    let take = |n: usize, rest: &mut &[u8]| -> Vec<u8> {
+        let (a, b) = rest.split_at(n.min(rest.len()));
+        *rest = b;
+        a.to_vec()
+    };
+    let mut steps = 0;
+    while let [op, arg, tail @ ..] = rest {
+        let (op, arg) = (*op, *arg);
+        rest = tail;
+        steps += 1;
+        if steps > 4096 {
+            break;
+        }
+        let pick = |ids: &[SessionId]| ids.get(usize::from(arg) % ids.len().max(1)).copied();
+        match op % 8 {
+            0..=2 => {
+                let peer = SocketAddr::from(([127, 0, 0, arg & 7], 1000 + u16::from(arg >> 3 & 3)));
+                let len = usize::from(op >> 3) * 4;
+                let packet = take(len, &mut rest);
+                let route = match Inbound::parse(&packet) {
+                    Ok(i) => {
+                        let print = || {
+                            let mut h = DefaultHasher::new();
+                            packet.hash(&mut h);
+                            h.finish()
+                        };
+                        t.route(peer, &i, now, || backlog, print)
+                    }
+                    Err(r) => Route::Drop(r),
+                };
+                match route {
+                    Route::Accept {
+                        conv,
+                        replaces,
+                        evicts,
+                    } => {
+                        assert!(Inbound::parse(&packet).is_ok_and(|i| i.is_opener()));
+                        for old in [replaces, evicts].into_iter().flatten() {
+                            assert!(t.remove(old, now).is_some(), "a removable session");
+                        }
+                        let id = t.insert(peer, conv, false, |_| conv);
+                        ids.push(id);
+                        backlog += 1;
+                    }
+                    Route::Deliver(id) => assert!(t.get(id).is_some()),
+                    Route::Drop(_) => {}
+                }
+            }
+            3 => now += Duration::from_millis(u64::from(arg) * 37),
+            4 => now += Duration::from_secs(u64::from(arg) * 60),
+            5 => {
+                if let Some(id) = pick(&ids) {
+                    t.set_proven(id);
+                }
+                backlog = backlog.saturating_sub(1);
+            }
+            6 => {
+                if let Some(id) = pick(&ids) {
+                    t.remove(id, now);
+                }
+            }
+            _ => {
+                if let Some(id) = pick(&ids) {
+                    t.schedule(id, Some(now + Duration::from_millis(u64::from(arg))));
+                }
+                while t.pop_due(now).is_some() {}
+            }
+        }
+        ids.retain(|&id| t.get(id).is_some());
+        t.check(max_sessions);
+    }
+}
+
+impl<S> Table<S> {
+    /// The books balance and every store is within its bound.
+    fn check(&self, max_sessions: usize) {
+        let entries: Vec<_> = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.entry.as_ref().map(|e| (i, s.generation, e)))
+            .collect();
+        assert_eq!(entries.len(), self.live);
+        assert!(self.live <= max_sessions);
+        assert_eq!(
+            entries.iter().filter(|(_, _, e)| !e.proven).count(),
+            self.unproven_live
+        );
+        assert!(self.unproven.len() <= 2 * self.unproven_live + 64 + 1);
+        assert_eq!(self.by_addr.len(), self.live);
+        for (peer, id) in &self.by_addr {
+            assert_eq!(self.entry(*id).map(|e| e.peer), Some(*peer));
+        }
+        assert!(self.tombstones.len() <= MAX_TOMBSTONES);
+        assert!(self.tomb_order.len() <= MAX_TOMBSTONES);
+        assert!(self.replay.len() <= MAX_REPLAY && self.replay_order.len() <= MAX_REPLAY);
+        assert_eq!(self.replay.len(), self.replay_order.len());
+        assert!(self.rate.len() <= MAX_RATE_SOURCES);
+        assert_eq!(self.rate.len(), self.rate_order.len());
+        assert!(self.free.len() + self.live == self.slots.len());
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::hash::{DefaultHasher, Hash, Hasher};
 
     fn addr(port: u16) -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], port))
     }
 
-    /// A KCP PUSH packet for `conv` at `sn`, FEC-framed when `fec`.
-    fn push(conv: u32, sn: u32, fec: bool) -> Vec<u8> {
+    fn ip(n: u32) -> SocketAddr {
+        SocketAddr::from((std::net::Ipv4Addr::from(0x7f00_0000 | n), 4000))
+    }
+
+    fn secs(s: u64) -> Duration {
+        Duration::from_secs(s)
+    }
+
+    /// A KCP packet: one segment `cmd` for `conv` at `sn` with `una`,
+    /// FEC-framed when `fec`; `tag` varies the payload (as a fresh nonce
+    /// would vary a sealed datagram).
+    fn seg(cmd: u8, conv: u32, sn: u32, una: u32, fec: bool, tag: u8) -> Vec<u8> {
         let mut p = Vec::new();
         if fec {
             p.extend_from_slice(&7u32.to_le_bytes());
             p.extend_from_slice(&0xf1u16.to_le_bytes());
             p.extend_from_slice(&30u16.to_le_bytes());
         }
+        let len = if cmd == 81 { 4 } else { 0 };
         let h = segment::Header {
             conv,
-            cmd: 81,
+            cmd,
             wnd: 32,
             sn,
-            len: 4,
+            una,
+            ts: u32::from(tag),
+            len,
             ..Default::default()
         };
         let mut head = [0u8; segment::HEADER_LEN];
         h.encode(&mut head);
         p.extend_from_slice(&head);
-        p.extend_from_slice(b"data");
+        if cmd == 81 {
+            p.extend_from_slice(&[b'd', b'a', b't', tag]);
+        }
         p
     }
 
@@ -508,23 +852,62 @@ mod tests {
         p
     }
 
-    fn route(t: &mut Table<u32>, peer: SocketAddr, packet: &[u8], now: u64) -> Route {
+    /// A PUSH (an opener at sn 0 and una 0).
+    fn push(conv: u32, sn: u32, fec: bool) -> Vec<u8> {
+        seg(81, conv, sn, 0, fec, 0)
+    }
+
+    fn print(packet: &[u8]) -> u64 {
+        let mut h = DefaultHasher::new();
+        packet.hash(&mut h);
+        h.finish()
+    }
+
+    fn route_at(t: &mut Table<u32>, peer: SocketAddr, packet: &[u8], now: Duration) -> Route {
         match Inbound::parse(packet) {
-            Ok(i) => t.route(peer, &i, Duration::from_secs(now), || 0),
+            Ok(i) => t.route(peer, &i, now, || 0, || print(packet)),
             Err(r) => Route::Drop(r),
         }
     }
 
-    /// Routes and, on `Accept`, does what the driver does.
-    fn feed(t: &mut Table<u32>, peer: SocketAddr, packet: &[u8], now: u64) -> Route {
-        let r = route(t, peer, packet, now);
-        if let Route::Accept { conv, replaces } = r {
-            if let Some(old) = replaces {
-                t.remove(old, Duration::from_secs(now));
+    fn route(t: &mut Table<u32>, peer: SocketAddr, packet: &[u8], now: u64) -> Route {
+        route_at(t, peer, packet, secs(now))
+    }
+
+    /// Routes and, on `Accept`, does what the driver does; the new session
+    /// is proven when `proven`.
+    fn feed_as(
+        t: &mut Table<u32>,
+        peer: SocketAddr,
+        packet: &[u8],
+        now: Duration,
+        proven: bool,
+    ) -> Route {
+        let r = route_at(t, peer, packet, now);
+        if let Route::Accept {
+            conv,
+            replaces,
+            evicts,
+        } = r
+        {
+            for old in [replaces, evicts].into_iter().flatten() {
+                t.remove(old, now);
             }
-            t.insert(peer, conv, |_| conv);
+            t.insert(peer, conv, proven, |_| conv);
         }
         r
+    }
+
+    fn feed(t: &mut Table<u32>, peer: SocketAddr, packet: &[u8], now: u64) -> Route {
+        feed_as(t, peer, packet, secs(now), true)
+    }
+
+    fn accept(conv: u32) -> Route {
+        Route::Accept {
+            conv,
+            replaces: None,
+            evicts: None,
+        }
     }
 
     /// A listener table with conv 5 open from `addr(1)`, and its id.
@@ -535,6 +918,27 @@ mod tests {
             panic!("the same conv delivers")
         };
         (t, id)
+    }
+
+    #[test]
+    fn openers_are_the_first_segments_of_conversations() {
+        let opener = |p: &[u8]| Inbound::parse(p).map(|i| i.is_opener()).unwrap_or(false);
+        // kcp-go / C KCP / kcpio: the first write's PUSH sn 0 una 0, alone,
+        // FEC-framed, or followed by more segments.
+        assert!(opener(&push(5, 0, false)));
+        assert!(opener(&push(5, 0, true)));
+        let mut several = push(5, 0, false);
+        several.extend_from_slice(&seg(81, 5, 1, 0, false, 0));
+        assert!(opener(&several));
+        // kcpio's connect probe.
+        assert!(opener(&seg(83, 5, 0, 0, false, 0)));
+        // Anything later in a conversation.
+        assert!(!opener(&seg(81, 5, 0, 1, false, 0)), "una moved");
+        assert!(!opener(&seg(81, 5, 4, 0, false, 0)), "sn moved");
+        assert!(!opener(&seg(82, 5, 0, 0, false, 0)), "an ACK");
+        assert!(!opener(&seg(84, 5, 0, 0, false, 0)), "a WINS");
+        assert!(!opener(&seg(83, 5, 0, 2, false, 0)), "a later WASK");
+        assert!(!opener(&seg(99, 5, 0, 0, false, 0)), "no command");
     }
 
     #[test]
@@ -551,7 +955,7 @@ mod tests {
         );
         // Decrypts, but is not KCP all through: no session.
         let mut bad = push(5, 0, false);
-        bad[segment::field::CMD] = 99;
+        bad.extend_from_slice(&seg(99, 5, 1, 0, false, 0));
         assert_eq!(
             route(&mut t, addr(1), &bad, 0),
             Route::Drop(Refusal::BadKcp)
@@ -562,25 +966,19 @@ mod tests {
             route(&mut t, addr(1), &short, 0),
             Route::Drop(Refusal::BadKcp)
         );
+        // Not an opener: a late or forged packet opens nothing.
+        assert_eq!(
+            route(&mut t, addr(2), &push(6, 3, false), 0),
+            Route::Drop(Refusal::NotOpener)
+        );
         assert_eq!(t.live(), 0);
         // FEC-framed or not.
-        let a = feed(&mut t, addr(1), &push(5, 0, true), 0);
+        assert_eq!(feed(&mut t, addr(1), &push(5, 0, true), 0), accept(5));
         assert_eq!(
-            a,
-            Route::Accept {
-                conv: 5,
-                replaces: None
-            }
+            feed(&mut t, addr(2), &seg(83, 6, 0, 0, false, 0), 0),
+            accept(6)
         );
-        let b = feed(&mut t, addr(2), &push(6, 3, false), 0);
-        assert_eq!(
-            b,
-            Route::Accept {
-                conv: 6,
-                replaces: None
-            }
-        );
-        // Cap reached.
+        // Cap reached, every session proven.
         assert_eq!(
             route(&mut t, addr(3), &push(7, 0, false), 0),
             Route::Drop(Refusal::SessionCap)
@@ -590,7 +988,7 @@ mod tests {
         let p = push(1, 0, false);
         let i = Inbound::parse(&p).unwrap();
         assert_eq!(
-            t2.route(addr(1), &i, Duration::ZERO, || 1),
+            t2.route(addr(1), &i, Duration::ZERO, || 1, || 1),
             Route::Drop(Refusal::Backlog)
         );
         // A client table accepts nothing.
@@ -621,6 +1019,38 @@ mod tests {
         );
     }
 
+    /// Finding 4: a forged datagram from a live session's address, with
+    /// another conv and sn 0 but no opener (or no valid KCP), leaves the
+    /// session alone.
+    #[test]
+    fn takeover_by_a_forged_non_opener_is_refused() {
+        let (mut t, id) = with_session(10);
+        // The attack's 24-byte datagram: another conv, sn 0, no command.
+        let forged = seg(99, 6, 0, 0, false, 0);
+        assert_eq!(forged.len(), 24);
+        assert_eq!(
+            route(&mut t, addr(1), &forged, 1),
+            Route::Drop(Refusal::ConvMismatch)
+        );
+        // sn 0 but una above 0: a packet from inside another conversation.
+        assert_eq!(
+            route(&mut t, addr(1), &seg(81, 6, 0, 3, false, 0), 1),
+            Route::Drop(Refusal::ConvMismatch)
+        );
+        // An opener whose tail is not KCP is validated before anything.
+        let mut half = push(6, 0, false);
+        half.extend_from_slice(&seg(81, 7, 1, 0, false, 0));
+        assert_eq!(
+            route(&mut t, addr(1), &half, 1),
+            Route::Drop(Refusal::BadKcp)
+        );
+        assert_eq!(
+            route(&mut t, addr(1), &push(5, 2, false), 1),
+            Route::Deliver(id)
+        );
+        assert_eq!(t.live(), 1);
+    }
+
     #[test]
     fn oob_packets_reach_their_session_only() {
         let (mut t, id) = with_session(10);
@@ -646,25 +1076,27 @@ mod tests {
     #[test]
     fn takeover_replaces_and_tombstones_the_old_conversation() {
         let (mut t, old) = with_session(1);
-        // A restarted client: new conv at sn 0, even at the cap (it frees a slot).
+        // A restarted client: a new conv's opener, even at the cap (it
+        // frees a slot).
         let r = feed(&mut t, addr(1), &push(6, 0, false), 1);
         assert_eq!(
             r,
             Route::Accept {
                 conv: 6,
-                replaces: Some(old)
+                replaces: Some(old),
+                evicts: None,
             }
         );
         assert_eq!(t.live(), 1);
         assert_eq!(t.get(old), None, "the old id is stale");
-        // Late packets of the old conv: a mismatch, and its tombstone
-        // refuses it as a new takeover.
+        // Late packets of the old conv: a mismatch, and a retransmitted
+        // opener of it is tombstoned.
         assert_eq!(
             route(&mut t, addr(1), &push(5, 3, false), 2),
             Route::Drop(Refusal::ConvMismatch)
         );
         assert_eq!(
-            route(&mut t, addr(1), &push(5, 0, false), 2),
+            route(&mut t, addr(1), &seg(81, 5, 0, 0, false, 9), 2),
             Route::Drop(Refusal::Tombstoned)
         );
         t.stop_accepting();
@@ -677,10 +1109,12 @@ mod tests {
     #[test]
     fn tombstones_refuse_until_they_expire() {
         let (mut t, id) = with_session(10);
-        assert_eq!(t.remove(id, Duration::from_secs(10)), Some(5));
-        assert_eq!(t.remove(id, Duration::from_secs(10)), None, "once");
+        assert_eq!(t.remove(id, secs(10)), Some(5));
+        assert_eq!(t.remove(id, secs(10)), None, "once");
+        // A retransmission of the opener (fresh bytes, same conv).
+        let again = seg(81, 5, 0, 0, false, 1);
         assert_eq!(
-            route(&mut t, addr(1), &push(5, 2, false), 11),
+            route(&mut t, addr(1), &again, 11),
             Route::Drop(Refusal::Tombstoned)
         );
         // Another conv from the same address is welcome.
@@ -690,21 +1124,182 @@ mod tests {
         ));
         let expiry = 10 + TOMBSTONE_TTL.as_secs();
         assert_eq!(
-            route(&mut t, addr(1), &push(5, 2, false), expiry - 1),
+            route(&mut t, addr(1), &again, expiry - 1),
             Route::Drop(Refusal::Tombstoned)
         );
         assert!(matches!(
-            route(&mut t, addr(1), &push(5, 2, false), expiry),
+            route(&mut t, addr(1), &again, expiry),
             Route::Accept { .. }
         ));
+    }
+
+    /// Finding 5: nothing of a finished conversation opens a session, at
+    /// +3 s, +62 s or +10 min (late packets are no openers; its opener is
+    /// tombstoned, then remembered as a replay); a client restarted on the
+    /// same port always gets in.
+    #[test]
+    fn a_finished_conversation_never_resurrects() {
+        for (k, after) in [3u64, 62, 600].into_iter().enumerate() {
+            let mut t = Table::new(true, 10, 10);
+            let opener = push(5, 0, false);
+            feed(&mut t, addr(1), &opener, 0);
+            let Route::Deliver(id) = route(&mut t, addr(1), &push(5, 1, false), 0) else {
+                panic!()
+            };
+            t.remove(id, secs(5));
+            let at = 5 + after;
+            // A client whose path went dark retransmits its oldest segment.
+            for late in [seg(81, 5, 7, 6, false, 0), seg(82, 5, 3, 4, false, 0)] {
+                assert_eq!(
+                    route(&mut t, addr(1), &late, at),
+                    Route::Drop(Refusal::NotOpener),
+                    "+{after} s"
+                );
+            }
+            let replayed = route(&mut t, addr(1), &opener, at);
+            let expect = if after < TOMBSTONE_TTL.as_secs() {
+                Refusal::Tombstoned
+            } else {
+                Refusal::Replay
+            };
+            assert_eq!(replayed, Route::Drop(expect), "+{after} s");
+            // The same client restarted on the same port: a new conv.
+            let fresh = 100 + k as u32;
+            assert_eq!(
+                feed(&mut t, addr(1), &push(fresh, 0, false), at),
+                accept(fresh)
+            );
+        }
+    }
+
+    /// Finding 3: a datagram that opened a session opens no other, from any
+    /// address, for the horizon; the memory of them is bounded.
+    #[test]
+    fn replayed_openers_are_refused_from_any_address() {
+        let mut t = Table::new(true, 100, 100);
+        let opener = push(5, 0, false);
+        assert_eq!(feed(&mut t, ip(1), &opener, 0), accept(5));
+        for n in 2..22 {
+            assert_eq!(
+                route(&mut t, ip(n), &opener, 1),
+                Route::Drop(Refusal::Replay)
+            );
+        }
+        assert_eq!(t.live(), 1);
+        let horizon = REPLAY_HORIZON.as_secs();
+        assert_eq!(
+            route(&mut t, ip(30), &opener, horizon - 1),
+            Route::Drop(Refusal::Replay)
+        );
+        assert!(matches!(
+            route(&mut t, ip(30), &opener, horizon),
+            Route::Accept { .. }
+        ));
+        // Bounded: the oldest fingerprints go first.
+        let mut t: Table<u32> = Table::new(true, 10, 10);
+        for n in 0..(MAX_REPLAY as u32 + 10) {
+            let p = push(n, 0, false);
+            let i = Inbound::parse(&p).unwrap();
+            let r = t.route(ip(n), &i, Duration::ZERO, || 0, || u64::from(n));
+            assert!(matches!(r, Route::Accept { .. }));
+        }
+        assert!(t.replay.len() <= MAX_REPLAY && t.replay_order.len() <= MAX_REPLAY);
+    }
+
+    /// Finding 8: one source address opens at most `RATE_BURST` sessions at
+    /// once and `RATE_PER_SEC` per second after; others are unaffected.
+    #[test]
+    fn session_creation_is_rate_limited_per_source() {
+        let mut t = Table::new(true, 10_000, 10_000);
+        let src = |port| SocketAddr::from(([127, 0, 0, 7], port));
+        let mut port = 1000;
+        let mut opened = |t: &mut Table<u32>, now: Duration, from: SocketAddr| {
+            port += 1;
+            let from = if from.port() == 0 { src(port) } else { from };
+            feed_as(t, from, &push(u32::from(port), 0, false), now, true)
+        };
+        for _ in 0..RATE_BURST {
+            assert!(matches!(
+                opened(&mut t, secs(0), src(0)),
+                Route::Accept { .. }
+            ));
+        }
+        assert_eq!(
+            opened(&mut t, secs(0), src(0)),
+            Route::Drop(Refusal::RateLimited)
+        );
+        // Another source is not limited by this one.
+        assert!(matches!(
+            opened(&mut t, secs(0), ip(9)),
+            Route::Accept { .. }
+        ));
+        // A second later: RATE_PER_SEC more.
+        let mut got = 0;
+        for _ in 0..2 * RATE_PER_SEC {
+            if matches!(opened(&mut t, secs(1), src(0)), Route::Accept { .. }) {
+                got += 1;
+            }
+        }
+        assert_eq!(got, RATE_PER_SEC);
+    }
+
+    /// Finding 8: at the session cap, the oldest session that never proved
+    /// it receives makes room for a newcomer; proven sessions are never
+    /// evicted, and an unproven session leaves no tombstone.
+    #[test]
+    fn unproven_sessions_make_room_at_the_cap() {
+        let mut t = Table::new(true, 4, 100);
+        let at = Duration::ZERO;
+        feed_as(&mut t, ip(1), &push(1, 0, false), at, true);
+        feed_as(&mut t, ip(2), &push(2, 0, false), at, false);
+        feed_as(&mut t, ip(3), &push(3, 0, false), at, false);
+        feed_as(&mut t, ip(4), &push(4, 0, false), at, true);
+        assert_eq!((t.live(), t.unproven()), (4, 2));
+        let Route::Deliver(second) = route(&mut t, ip(2), &push(2, 1, false), 0) else {
+            panic!()
+        };
+        let Route::Deliver(third) = route(&mut t, ip(3), &push(3, 1, false), 0) else {
+            panic!()
+        };
+        // The oldest unproven goes.
+        let r = feed_as(&mut t, ip(5), &push(5, 0, false), at, false);
+        assert_eq!(
+            r,
+            Route::Accept {
+                conv: 5,
+                replaces: None,
+                evicts: Some(second),
+            }
+        );
+        assert_eq!((t.live(), t.unproven()), (4, 2));
+        // No tombstone: its real peer, retransmitting its opener, gets in.
+        t.set_proven(third);
+        assert_eq!(t.unproven(), 1);
+        let r = feed_as(&mut t, ip(2), &seg(81, 2, 0, 0, false, 1), at, true);
+        assert!(
+            matches!(
+                r,
+                Route::Accept {
+                    evicts: Some(_),
+                    ..
+                }
+            ),
+            "{r:?}"
+        );
+        assert_eq!((t.live(), t.unproven()), (4, 0));
+        // Everyone proven: the cap holds.
+        assert_eq!(
+            route(&mut t, ip(6), &push(6, 0, false), 0),
+            Route::Drop(Refusal::SessionCap)
+        );
     }
 
     #[test]
     fn generations_keep_stale_ids_out() {
         let mut t = Table::new(true, 10, 10);
-        let a = t.insert(addr(1), 1, |_| 1);
+        let a = t.insert(addr(1), 1, true, |_| 1);
         t.remove(a, Duration::ZERO);
-        let b = t.insert(addr(2), 2, |_| 2);
+        let b = t.insert(addr(2), 2, true, |_| 2);
         assert_eq!((a.idx, b.idx), (0, 0), "the slot is reused");
         assert_ne!(a, b);
         assert_eq!(t.get(a), None);
@@ -721,8 +1316,8 @@ mod tests {
     fn deadline_heap_fires_in_order_and_skips_stale_entries() {
         let mut t = Table::new(true, 10, 10);
         let ms = Duration::from_millis;
-        let a = t.insert(addr(1), 1, |_| 1);
-        let b = t.insert(addr(2), 2, |_| 2);
+        let a = t.insert(addr(1), 1, true, |_| 1);
+        let b = t.insert(addr(2), 2, true, |_| 2);
         assert!(t.schedule(a, Some(ms(30))));
         assert!(!t.schedule(a, Some(ms(30))), "unchanged");
         assert!(t.schedule(b, Some(ms(20))));

@@ -10,6 +10,9 @@
 //! The link of each direction drops, duplicates, delays (fixed delay plus
 //! jitter), holds back (reordering), blacks out in time windows, and checks
 //! every sealed datagram against an MTU cap (a bigger one fails the test).
+//! A link may first cross a [`Bottleneck`]: a rate and a drop-tail queue,
+//! shared by every link that names it (as `tc tbf` is in the field bench);
+//! its random loss then happens after the bottleneck, as there.
 //!
 //! One step ([`Sim::drive`]) is what one driver wake-up does, in the
 //! driver's order:
@@ -63,6 +66,65 @@ pub(crate) struct Link {
     /// Windows `[from, to)` (ms since the start) in which everything sent
     /// is dropped.
     pub(crate) blackouts: Vec<(u64, u64)>,
+    /// The [`Bottleneck`] (an index from [`Sim::add_bottleneck`]) every
+    /// datagram crosses before the rest of the link.
+    pub(crate) bottleneck: Option<usize>,
+}
+
+/// A rate and a drop-tail queue: a datagram that finds more than `queue`
+/// bytes waiting is dropped, others leave one after another at `rate`.
+#[derive(Clone, Debug)]
+pub(crate) struct Bottleneck {
+    /// Bytes per second.
+    pub(crate) rate: u64,
+    /// Queue limit in bytes.
+    pub(crate) queue: u64,
+    /// When the last accepted datagram finishes leaving.
+    busy_until: Duration,
+    /// Datagrams dropped at the queue, and accepted.
+    pub(crate) drops: u64,
+    pub(crate) passed: u64,
+    /// Every accepted datagram: when it arrived (ms on the `Conn` clock)
+    /// and its queueing delay (µs).
+    pub(crate) delays: Vec<(u64, u64)>,
+}
+
+impl Bottleneck {
+    /// The `pct` percentile of the queueing delay (µs) of datagrams that
+    /// arrived in `[from, to)` ms.
+    pub(crate) fn delay_percentile(&self, from: u64, to: u64, pct: usize) -> u64 {
+        let mut d: Vec<u64> = self
+            .delays
+            .iter()
+            .filter(|(t, _)| *t >= from && *t < to)
+            .map(|&(_, us)| us)
+            .collect();
+        if d.is_empty() {
+            return 0;
+        }
+        d.sort_unstable();
+        d[(d.len() - 1) * pct / 100]
+    }
+
+    fn tx_time(&self, bytes: u64) -> Duration {
+        Duration::from_nanos(bytes * 1_000_000_000 / self.rate.max(1))
+    }
+
+    /// When a datagram of `bytes` offered at `now` leaves, or `None` when
+    /// the queue drops it.
+    fn offer(&mut self, now: Duration, bytes: u64) -> Option<Duration> {
+        let backlog = self.busy_until.saturating_sub(now);
+        let queued = backlog.as_nanos() as u64 * self.rate / 1_000_000_000;
+        if queued + bytes > self.queue {
+            self.drops += 1;
+            return None;
+        }
+        self.passed += 1;
+        self.delays
+            .push((now.as_millis() as u64, backlog.as_micros() as u64));
+        self.busy_until = now.max(self.busy_until) + self.tx_time(bytes);
+        Some(self.busy_until)
+    }
 }
 
 impl Link {
@@ -76,7 +138,14 @@ impl Link {
             jitter: 0,
             mtu_cap: 1500,
             blackouts: Vec::new(),
+            bottleneck: None,
         }
+    }
+
+    /// Every datagram crosses bottleneck `id` first.
+    pub(crate) fn through(mut self, id: usize) -> Self {
+        self.bottleneck = Some(id);
+        self
     }
 
     /// The grid's link: `loss`, 1% duplicates, 2% held back, 20 ms + 0-10
@@ -90,6 +159,7 @@ impl Link {
             jitter: 10,
             mtu_cap,
             blackouts: Vec::new(),
+            bottleneck: None,
         }
     }
 
@@ -158,6 +228,8 @@ pub(crate) struct Sim {
     fed: Vec<bool>,
     /// Lifecycle changes and the application's notes, ms since the start.
     pub(crate) log: String,
+    /// Rate-limited queues the links may cross.
+    pub(crate) bottlenecks: Vec<Bottleneck>,
 }
 
 impl Sim {
@@ -175,6 +247,7 @@ impl Sim {
             slot: vec![0; 1500],
             fed: Vec::new(),
             log: String::new(),
+            bottlenecks: Vec::new(),
         }
     }
 
@@ -213,6 +286,20 @@ impl Sim {
             seen: (None, false),
         });
         id
+    }
+
+    /// A bottleneck of `rate` bytes/s with a drop-tail queue of `queue`
+    /// bytes; links cross it with [`Link::through`].
+    pub(crate) fn add_bottleneck(&mut self, rate: u64, queue: u64) -> usize {
+        self.bottlenecks.push(Bottleneck {
+            rate,
+            queue,
+            busy_until: Duration::ZERO,
+            drops: 0,
+            passed: 0,
+            delays: Vec::new(),
+        });
+        self.bottlenecks.len() - 1
     }
 
     /// Points `a` and `b` at each other.
@@ -276,6 +363,14 @@ impl Sim {
             node.sent += 1;
             node.wire_bytes += n as u64 + IP_UDP;
             let link = &node.link;
+            // The bottleneck first, then the loss and delay behind it.
+            let mut leave = now;
+            if let Some(b) = link.bottleneck {
+                match self.bottlenecks[b].offer(now, n as u64 + IP_UDP) {
+                    Some(t) => leave = t,
+                    None => continue,
+                }
+            }
             if link.dark(elapsed) || self.rng.random_bool(link.loss) {
                 continue;
             }
@@ -291,7 +386,7 @@ impl Sim {
                 }
                 self.seq += 1;
                 self.wire.push(Reverse(InFlight {
-                    at: now + Duration::from_millis(delay),
+                    at: leave + Duration::from_millis(delay),
                     seq: self.seq,
                     to: node.peer,
                     bytes: self.slot[..n].to_vec(),

@@ -1,0 +1,563 @@
+//! Congestion control: which segments this side may send, and when.
+//!
+//! Sender side only: a controller changes when this end admits new data and
+//! how fast it lets segments leave, never the wire format or what the peer
+//! sees (ACKs, windows, `una` are produced exactly as before). Three
+//! controllers exist ([`Congestion`]):
+//!
+//! * `None` and `Kcp` are kcp-go's two modes (`nc = 1` and `nc = 0`); their
+//!   code lives in the state machine itself (phases 4 and 6 of the flush)
+//!   and is byte-identical to kcp-go, as the differential trace checks.
+//! * `Model` is [`Model`] below: a model of the path in the spirit of BBR.
+//!
+//! # The model-based controller
+//!
+//! Units are segments and milliseconds (the ARQ's clock). The state machine
+//! calls it at four points:
+//!
+//! * [`Model::on_transmit`] for every segment it puts on the wire (first
+//!   transmissions and retransmissions), which stamps the segment with the
+//!   delivery state of that moment and spends one pacing token;
+//! * [`Model::on_delivered`] the first time a segment is known to have
+//!   arrived (an ACK naming it, or `una` moving past it), with the echoed
+//!   timestamp when the ACK names the transmission it answers: one RTT
+//!   sample per ACK and one delivery-rate sample per segment;
+//! * [`Model::refill`] with the clock on every call, which adds pacing
+//!   tokens at the pacing rate (capped at one burst);
+//! * [`Model::may_admit`] before admitting each new segment into the window.
+//!
+//! From the samples it keeps a windowed maximum of the delivery rate (the
+//! bottleneck bandwidth, over the last 10 round trips) and a windowed
+//! minimum of the RTT (10 s), and derives a pacing rate (gain × bandwidth)
+//! and an in-flight cap (gain × bandwidth × min RTT). The gains follow BBR's
+//! phases: *startup* (×2.89 until the bandwidth stops growing by 25% for
+//! three rounds), *drain* (until in flight is back under one BDP), *probe
+//! bandwidth* (eight rounds of 1.25, 0.75, then six of 1.0) and *probe RTT*
+//! (in flight capped at half a BDP for 200 ms when the minimum RTT was not
+//! seen again for 10 s).
+//!
+//! **Random loss against a full queue.** Every retransmission is counted as
+//! a loss. A round trip whose losses come without a standing queue (its
+//! smallest RTT sample stays within a quarter, and at least 5 ms, of the
+//! minimum) is random loss: the rate is not lowered, the loss rate is
+//! folded into a baseline, and the pacing rate is raised by `1 / (1 −
+//! 0.75 × baseline)` (at most for 15% loss) so that the bottleneck stays full
+//! although part of what crosses it is lost after it. A round whose loss
+//! rate exceeds the baseline by 2 points *while* the RTT shows a standing
+//! queue is queue overflow: the bandwidth estimate is cut to 85%, startup
+//! ends, and the loss compensation is off until a round without a queue.
+//! A standing queue that outlives four rounds in the probe-bandwidth phase
+//! (the path slowed, or another flow now takes a share) cuts the estimate
+//! to 90%: flows that share a bottleneck this way converge on equal shares.
+//!
+//! Memory: a fixed-size struct, no allocation.
+
+/// How this side paces and limits what it sends.
+///
+/// Sender side only: the peer needs no support and sees no difference on
+/// the wire, so every choice works against kcp-go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Congestion {
+    /// No congestion control (kcp-go `nc = 1`): as much in flight as the send
+    /// window and the peer's receive window allow, sent as soon as it can
+    /// go. Fills any bottleneck queue whose path holds less than the window.
+    None,
+    /// KCP's classic congestion window (kcp-go `nc = 0`): slow start from a
+    /// threshold of 2 segments, halving on fast retransmit, restart from 1
+    /// segment on timeout. Byte-identical to kcp-go. Collapses on lossy or
+    /// long paths, since every loss is read as congestion.
+    Kcp,
+    /// **kcpio-only**: a model of the path in the spirit of BBR. Measures the
+    /// delivery rate and RTT from every acknowledgement, paces segments at
+    /// the bottleneck rate it found and keeps about two bandwidth-delay
+    /// products in flight, probing periodically for more bandwidth and a
+    /// lower RTT. Random loss (up to about 15%) does not lower its rate;
+    /// loss together with a standing queue does. Send and receive windows
+    /// still cap what is in flight, so size them to at least twice the
+    /// path's bandwidth-delay product in segments.
+    Model,
+}
+
+impl Congestion {
+    /// The controller called `name`: `none`, `kcp` or `model`.
+    #[must_use]
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "none" => Some(Self::None),
+            "kcp" => Some(Self::Kcp),
+            "model" => Some(Self::Model),
+            _ => None,
+        }
+    }
+}
+
+const STARTUP_GAIN: f64 = 2.885;
+const DRAIN_GAIN: f64 = 1.0 / STARTUP_GAIN;
+const CWND_GAIN: f64 = 2.0;
+const CYCLE: [f64; 8] = [1.25, 0.75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0];
+/// Round trips the bandwidth maximum is kept.
+const BW_ROUNDS: u64 = 10;
+/// How long a minimum RTT stays valid without being seen again (ms).
+const MIN_RTT_WINDOW: u32 = 10_000;
+/// Time spent in probe RTT (ms).
+const PROBE_RTT_TIME: u32 = 200;
+/// Smallest in-flight cap, segments.
+const MIN_CWND: f64 = 4.0;
+/// In-flight cap before the first sample, segments.
+const INITIAL_CWND: f64 = 16.0;
+/// RTT assumed before the first sample (ms).
+const INITIAL_RTT: u32 = 100;
+/// Largest loss rate compensated in the pacing rate.
+const MAX_COMPENSATED_LOSS: f64 = 0.15;
+/// Loss-rate excess over the baseline that, with a standing queue, means overflow.
+const OVERFLOW_EXCESS: f64 = 0.02;
+/// The bandwidth estimate after an overflow, as a fraction.
+const OVERFLOW_BETA: f64 = 0.85;
+/// Rounds in a row with a standing queue after which the estimate is cut.
+const STANDING_ROUNDS: u32 = 3;
+/// The bandwidth estimate after a standing queue, as a fraction.
+const STANDING_BETA: f64 = 0.9;
+/// Fewest transmissions in a round for its loss rate to count.
+const MIN_ROUND_SENT: u32 = 16;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    Startup,
+    Drain,
+    ProbeBw,
+    ProbeRtt,
+}
+
+/// Per-segment delivery state recorded at its latest transmission.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct TxStamp {
+    /// Segments delivered when it was sent (wrapping).
+    pub(crate) delivered: u32,
+    /// When the latest of those was delivered (ms).
+    pub(crate) delivered_ms: u32,
+    /// Nothing else was waiting to be sent: the rate it yields is a floor.
+    pub(crate) app_limited: bool,
+}
+
+/// A windowed maximum over round trips (the newest, the best of the current
+/// window, kept as two entries: enough for a monotone estimate that forgets).
+#[derive(Clone, Copy, Debug, Default)]
+struct MaxFilter {
+    best: (u64, f64),
+    second: (u64, f64),
+}
+
+impl MaxFilter {
+    fn get(&self) -> f64 {
+        self.best.1
+    }
+
+    fn update(&mut self, round: u64, v: f64) {
+        if v >= self.best.1 || round.saturating_sub(self.best.0) >= BW_ROUNDS {
+            // A new best, or the best aged out: the runner-up (if still
+            // young enough and better) takes over first.
+            if v < self.best.1
+                && round.saturating_sub(self.second.0) < BW_ROUNDS
+                && self.second.1 > v
+            {
+                self.best = self.second;
+                self.second = (round, v);
+            } else {
+                self.best = (round, v);
+                self.second = (round, v);
+            }
+        } else if v >= self.second.1 || round.saturating_sub(self.second.0) >= BW_ROUNDS / 2 {
+            self.second = (round, v);
+        }
+    }
+
+    fn scale(&mut self, f: f64) {
+        self.best.1 *= f;
+        self.second.1 = self.second.1.min(self.best.1);
+    }
+}
+
+/// The model-based controller's state (see the module docs).
+#[derive(Clone, Debug)]
+pub(crate) struct Model {
+    mode: Mode,
+    /// Segments delivered so far (wrapping).
+    delivered: u32,
+    delivered_ms: u32,
+    /// Segments sent and not yet delivered (first transmissions only).
+    pub(crate) inflight: u32,
+    round: u64,
+    next_round_delivered: u32,
+    bw: MaxFilter,
+    min_rtt: Option<u32>,
+    min_rtt_stamp: u32,
+    /// The bandwidth at the last startup growth check, and rounds without growth.
+    full_bw: f64,
+    full_bw_rounds: u32,
+    cycle: usize,
+    cycle_stamp: u32,
+    probe_rtt_until: Option<u32>,
+    /// This round: transmissions, retransmissions, smallest RTT sample.
+    round_sent: u32,
+    round_lost: u32,
+    round_min_rtt: Option<u32>,
+    /// Loss rate of rounds without a standing queue (EWMA).
+    loss_base: f64,
+    /// The last counted round showed a standing queue.
+    queue: bool,
+    /// Consecutive counted rounds with a standing queue.
+    queue_rounds: u32,
+    /// Pacing tokens, segments (may go below zero after retransmissions).
+    tokens: f64,
+    last_refill: Option<u32>,
+    /// A sender with nothing queued: the next transmissions are app-limited.
+    pub(crate) app_limited: bool,
+    interval: u32,
+    stats: ModelStats,
+}
+
+/// What the model-based controller currently believes; see
+/// [`Kcp::congestion_state`](super::Kcp::congestion_state).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[non_exhaustive]
+pub struct ModelStats {
+    /// Bottleneck bandwidth estimate, segments per second.
+    pub bandwidth: f64,
+    /// Minimum RTT seen in the window, ms (0 before the first sample).
+    pub min_rtt: u32,
+    /// Current pacing rate, segments per second.
+    pub pacing_rate: f64,
+    /// Current in-flight cap, segments.
+    pub cwnd: u32,
+    /// Loss rate attributed to random loss (not to the queue).
+    pub random_loss: f64,
+    /// Rounds judged to be queue overflow (each cut the estimate to 85%).
+    pub overflow_rounds: u64,
+    /// Standing queues that outlived four rounds (each cut the estimate to 90%).
+    pub standing_cuts: u64,
+    /// Round trips counted.
+    pub rounds: u64,
+    /// The startup phase has ended.
+    pub filled: bool,
+}
+
+impl Model {
+    pub(crate) fn new(interval: u32) -> Self {
+        Self {
+            mode: Mode::Startup,
+            delivered: 0,
+            delivered_ms: 0,
+            inflight: 0,
+            round: 0,
+            next_round_delivered: 0,
+            bw: MaxFilter::default(),
+            min_rtt: None,
+            min_rtt_stamp: 0,
+            full_bw: 0.0,
+            full_bw_rounds: 0,
+            cycle: 0,
+            cycle_stamp: 0,
+            probe_rtt_until: None,
+            round_sent: 0,
+            round_lost: 0,
+            round_min_rtt: None,
+            loss_base: 0.0,
+            queue: false,
+            queue_rounds: 0,
+            tokens: INITIAL_CWND,
+            last_refill: None,
+            app_limited: false,
+            interval,
+            stats: ModelStats::default(),
+        }
+    }
+
+    fn pacing_gain(&self) -> f64 {
+        match self.mode {
+            Mode::Startup => STARTUP_GAIN,
+            Mode::Drain => DRAIN_GAIN,
+            Mode::ProbeBw => CYCLE.get(self.cycle).copied().unwrap_or(1.0),
+            Mode::ProbeRtt => 1.0,
+        }
+    }
+
+    /// `1 / (1 - 0.75 × random loss)` while no queue is seen: three
+    /// quarters of the loss rate, since retransmissions over-count it (a
+    /// fast resend whose original arrived but whose ACK was lost), and
+    /// pacing above the bottleneck would build the standing queue this
+    /// controller exists to avoid.
+    fn compensation(&self) -> f64 {
+        if self.queue {
+            1.0
+        } else {
+            1.0 / (1.0 - self.loss_base.min(MAX_COMPENSATED_LOSS) * 0.75)
+        }
+    }
+
+    fn rtt_or_default(&self) -> u32 {
+        self.min_rtt.unwrap_or(INITIAL_RTT).max(1)
+    }
+
+    /// Bandwidth-delay product in segments (0 before a rate sample).
+    fn bdp(&self) -> f64 {
+        self.bw.get() * f64::from(self.rtt_or_default())
+    }
+
+    /// Pacing rate, segments per ms.
+    pub(crate) fn pacing_rate(&self) -> f64 {
+        let bw = self.bw.get();
+        if bw <= 0.0 {
+            return STARTUP_GAIN * INITIAL_CWND / f64::from(self.rtt_or_default());
+        }
+        self.pacing_gain() * bw * self.compensation()
+    }
+
+    /// In-flight cap, segments.
+    pub(crate) fn cwnd(&self) -> f64 {
+        if self.bw.get() <= 0.0 {
+            return INITIAL_CWND;
+        }
+        // Startup paces at 2.89 but keeps BBR's steady cap of two BDPs in
+        // flight, so that it overfills a queue of one BDP by nothing.
+        let mut c = CWND_GAIN * self.bdp() * self.compensation();
+        if self.mode == Mode::ProbeRtt {
+            c = self.bdp() / 2.0;
+        }
+        // Room for the receiver's delayed ACKs: one interval at the rate.
+        c += self.bw.get() * f64::from(self.interval);
+        c.max(MIN_CWND)
+    }
+
+    /// Segments per pacing burst: about 2 ms at the pacing rate, 2 to 1024.
+    /// Wake-ups come at most once per ms, so the upper bound is what caps
+    /// a paced sender (a bound of 32 held loopback to ~70 MB/s).
+    fn quantum(&self) -> f64 {
+        (self.pacing_rate() * 2.0).clamp(2.0, 1024.0)
+    }
+
+    /// Add the tokens earned since the last call (at most two bursts).
+    pub(crate) fn refill(&mut self, now: u32) {
+        let Some(last) = self.last_refill else {
+            self.last_refill = Some(now);
+            return;
+        };
+        let dt = now.wrapping_sub(last) as i32;
+        if dt <= 0 {
+            return;
+        }
+        self.last_refill = Some(now);
+        // Two bursts: wake-ups fall on whole ms, after the burst was due,
+        // and what accrued meanwhile must not be lost.
+        let cap = 2.0 * self.quantum();
+        if self.tokens < cap {
+            self.tokens = (self.tokens + self.pacing_rate() * f64::from(dt as u32)).min(cap);
+        }
+    }
+
+    /// A new segment may be admitted now (in-flight cap and pacing).
+    pub(crate) fn may_admit(&self) -> bool {
+        self.tokens >= 1.0 && f64::from(self.inflight) < self.cwnd()
+    }
+
+    /// With data waiting: when the next burst may leave, if pacing (not the
+    /// in-flight cap) is what holds it back.
+    pub(crate) fn next_send(&self, now: u32) -> Option<u32> {
+        if f64::from(self.inflight) >= self.cwnd() {
+            return None;
+        }
+        if self.tokens >= 1.0 {
+            return Some(now);
+        }
+        let rate = self.pacing_rate().max(1e-3);
+        let need = self
+            .quantum()
+            .min(self.cwnd() - f64::from(self.inflight))
+            .max(1.0)
+            - self.tokens;
+        let wait = (need / rate).ceil().clamp(1.0, 1000.0) as u32;
+        Some(self.last_refill.unwrap_or(now).wrapping_add(wait))
+    }
+
+    /// A new segment enters the window at `now`: one pacing token, one more in flight.
+    pub(crate) fn on_admit(&mut self, now: u32) {
+        if self.inflight == 0 {
+            // Nothing in flight: the rate clock restarts here.
+            self.delivered_ms = now;
+        }
+        self.tokens -= 1.0;
+        self.inflight = self.inflight.saturating_add(1);
+    }
+
+    /// Segment `stamp` goes on the wire; `first` for its first transmission
+    /// (paid for at admission and stamped), else a retransmission (one
+    /// token), which counts as a loss when `evidence` says a later segment
+    /// arrived. A retransmission keeps the first stamp: KCP's timeouts are
+    /// often spurious (the original arrives), and a fresh stamp would end
+    /// round trips early.
+    pub(crate) fn on_transmit(&mut self, stamp: &mut TxStamp, first: bool, evidence: bool) {
+        self.round_sent = self.round_sent.saturating_add(1);
+        if first {
+            *stamp = TxStamp {
+                delivered: self.delivered,
+                delivered_ms: self.delivered_ms,
+                app_limited: self.app_limited,
+            };
+        } else {
+            self.tokens -= 1.0;
+        }
+        if evidence {
+            self.round_lost = self.round_lost.saturating_add(1);
+        }
+    }
+
+    /// A segment sent with `stamp` is known delivered at `now`. `rtt` is the
+    /// echo of the transmission the ACK answers, when known; `fresh` when
+    /// that is its latest transmission (a rate sample is exact only then).
+    pub(crate) fn on_delivered(
+        &mut self,
+        stamp: &TxStamp,
+        now: u32,
+        rtt: Option<u32>,
+        fresh: bool,
+    ) {
+        self.delivered = self.delivered.wrapping_add(1);
+        self.delivered_ms = now;
+        self.inflight = self.inflight.saturating_sub(1);
+        if let Some(r) = rtt {
+            self.rtt_sample(r, now);
+        }
+        // Round trips: a round ends when a segment sent after its start is delivered.
+        if (stamp.delivered.wrapping_sub(self.next_round_delivered) as i32) >= 0 {
+            self.next_round_delivered = self.delivered;
+            self.round += 1;
+            self.end_round(now);
+        }
+        if !fresh {
+            return;
+        }
+        let interval = now.wrapping_sub(stamp.delivered_ms) as i32;
+        let floor = self.min_rtt.unwrap_or(1).max(1) as i32;
+        if interval < floor {
+            return;
+        }
+        let count = self.delivered.wrapping_sub(stamp.delivered);
+        let rate = f64::from(count) / f64::from(interval as u32);
+        if !stamp.app_limited || rate > self.bw.get() {
+            self.bw.update(self.round, rate);
+        }
+    }
+
+    fn rtt_sample(&mut self, rtt: u32, now: u32) {
+        let rtt = rtt.max(1);
+        self.round_min_rtt = Some(self.round_min_rtt.map_or(rtt, |m| m.min(rtt)));
+        let expired = now.wrapping_sub(self.min_rtt_stamp) > MIN_RTT_WINDOW;
+        if self.min_rtt.is_none_or(|m| rtt <= m) || (expired && self.mode != Mode::ProbeRtt) {
+            if expired && self.min_rtt.is_some_and(|m| rtt > m) && self.mode == Mode::ProbeBw {
+                // Not seen for the window: drain the queue to look again.
+                self.mode = Mode::ProbeRtt;
+                self.probe_rtt_until = None;
+                self.min_rtt = Some(rtt);
+                self.min_rtt_stamp = now;
+                return;
+            }
+            self.min_rtt = Some(rtt);
+            self.min_rtt_stamp = now;
+        }
+    }
+
+    fn end_round(&mut self, now: u32) {
+        let min_rtt = self.rtt_or_default();
+        // Loss against the queue.
+        if self.round_sent >= MIN_ROUND_SENT {
+            let loss = f64::from(self.round_lost) / f64::from(self.round_sent);
+            let slack = (min_rtt / 8).max(5);
+            let queue = self.round_min_rtt.is_some_and(|r| r > min_rtt + slack);
+            if queue && loss > self.loss_base + OVERFLOW_EXCESS {
+                self.bw.scale(OVERFLOW_BETA);
+                self.stats.overflow_rounds += 1;
+                if self.mode == Mode::Startup {
+                    self.mode = Mode::Drain;
+                }
+            } else if !queue {
+                self.loss_base += (loss - self.loss_base) / 8.0;
+            }
+            self.queue = queue;
+            self.queue_rounds = if queue { self.queue_rounds + 1 } else { 0 };
+            if self.queue_rounds >= STANDING_ROUNDS && self.mode == Mode::ProbeBw {
+                // A queue that outlived the drain phase: the estimate is
+                // above the bottleneck (the path slowed, or another flow
+                // takes a share). Cut it as an overflow would, gently; two
+                // flows doing this converge on equal shares.
+                self.bw.scale(STANDING_BETA);
+                self.stats.standing_cuts += 1;
+                self.queue_rounds = 0;
+            }
+            self.round_sent = 0;
+            self.round_lost = 0;
+            self.round_min_rtt = None;
+        }
+        match self.mode {
+            Mode::Startup => {
+                if !self.app_limited {
+                    let bw = self.bw.get();
+                    if bw >= self.full_bw * 1.25 {
+                        self.full_bw = bw;
+                        self.full_bw_rounds = 0;
+                    } else {
+                        self.full_bw_rounds += 1;
+                        if self.full_bw_rounds >= 3 {
+                            self.mode = Mode::Drain;
+                        }
+                    }
+                }
+            }
+            Mode::Drain => {
+                if f64::from(self.inflight) <= self.bdp() * self.compensation() {
+                    self.enter_probe_bw(now);
+                }
+            }
+            Mode::ProbeBw => {
+                // Each phase lasts about one minimum RTT.
+                if now.wrapping_sub(self.cycle_stamp) >= min_rtt {
+                    self.cycle = (self.cycle + 1) % CYCLE.len();
+                    self.cycle_stamp = now;
+                }
+            }
+            Mode::ProbeRtt => match self.probe_rtt_until {
+                None => {
+                    if f64::from(self.inflight) <= self.cwnd() {
+                        self.probe_rtt_until = Some(now.wrapping_add(PROBE_RTT_TIME.max(min_rtt)));
+                    }
+                }
+                Some(t) if (now.wrapping_sub(t) as i32) >= 0 => {
+                    self.min_rtt_stamp = now;
+                    self.enter_probe_bw(now);
+                }
+                Some(_) => {}
+            },
+        }
+    }
+
+    fn enter_probe_bw(&mut self, now: u32) {
+        self.mode = Mode::ProbeBw;
+        // Start after the up-probe and its drain, as BBR picks a random phase.
+        self.cycle = 2;
+        self.cycle_stamp = now;
+        self.probe_rtt_until = None;
+    }
+
+    pub(crate) fn stats(&self) -> ModelStats {
+        ModelStats {
+            bandwidth: self.bw.get() * 1000.0,
+            min_rtt: self.min_rtt.unwrap_or(0),
+            pacing_rate: self.pacing_rate() * 1000.0,
+            cwnd: self.cwnd() as u32,
+            random_loss: self.loss_base,
+            overflow_rounds: self.stats.overflow_rounds,
+            standing_cuts: self.stats.standing_cuts,
+            rounds: self.round,
+            filled: self.mode != Mode::Startup,
+        }
+    }
+}
