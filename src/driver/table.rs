@@ -1069,7 +1069,7 @@ mod tests {
         assert_eq!(t.get(id), Some(&5));
         // A client table routes them too.
         let mut c: Table<u32> = Table::new(false, 10, 10);
-        let cid = c.insert(addr(1), 9, |_| 9);
+        let cid = c.insert(addr(1), 9, true, |_| 9);
         assert_eq!(route(&mut c, addr(1), &oob(9), 0), Route::Deliver(cid));
     }
 
