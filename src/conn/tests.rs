@@ -725,9 +725,8 @@ fn write_capacity_is_what_a_writer_gets_in_before_the_peer_reads() {
 
 /// Every preset, with its own FEC and with kcptun's 10/3.
 fn presets() -> Vec<(String, Config)> {
-    use crate::Preset::*;
     let mut out = Vec::new();
-    for p in [Default, Normal, Fast, Fast2, Fast3, LowLatency] {
+    for p in crate::Preset::ALL {
         out.push((format!("{p:?}"), config(Config::builder().preset(p))));
         out.push((
             format!("{p:?} fec 10/3"),
