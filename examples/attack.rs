@@ -13,6 +13,9 @@
 //! Each prints one JSON line. The key is the peers' default passphrase.
 //! Loopback only.
 
+#[path = "../tests/support/spoof.rs"]
+mod spoof;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -171,31 +174,6 @@ async fn takeover(addr: SocketAddr) {
     );
 }
 
-fn flood_thread(
-    addr: SocketAddr,
-    stop: &AtomicBool,
-    sent: &AtomicU64,
-    packet: impl Fn(u32) -> Vec<u8>,
-) {
-    let mut i = 0u32;
-    let started = std::time::Instant::now();
-    while !stop.load(Ordering::Relaxed) && started.elapsed() < Duration::from_secs(120) {
-        let socks: Vec<_> = (0..64)
-            .filter_map(|_| {
-                i = i.wrapping_add(1);
-                let ip = std::net::Ipv4Addr::new(127, 1, (i >> 8 & 15) as u8, i as u8);
-                std::net::UdpSocket::bind((ip, 0)).ok()
-            })
-            .collect();
-        for s in &socks {
-            i = i.wrapping_add(1);
-            if s.send_to(&packet(i), addr).is_ok() {
-                sent.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-    }
-}
-
 async fn flood(addr: SocketAddr, crypt: &str, secs: u64) {
     let stop = Arc::new(AtomicBool::new(false));
     let sent = Arc::new(AtomicU64::new(0));
@@ -203,7 +181,7 @@ async fn flood(addr: SocketAddr, crypt: &str, secs: u64) {
     let thread = {
         let (stop, sent, cfg) = (stop.clone(), sent.clone(), cfg.clone());
         std::thread::spawn(move || {
-            flood_thread(addr, &stop, &sent, |i| {
+            spoof::flood_from_many(addr, &stop, &sent, Duration::from_secs(120), |i| {
                 opener(&cfg, 0x4000_0000 | i, b"flood", u64::from(i))
             })
         })

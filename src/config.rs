@@ -1478,14 +1478,7 @@ mod tests {
     #[test]
     fn lowlat_preset_sets_its_knobs_and_options_override_them() {
         assert_eq!(Preset::from_name("lowlat"), Some(Preset::LowLatency));
-        for p in [
-            Preset::Default,
-            Preset::Normal,
-            Preset::Fast,
-            Preset::Fast2,
-            Preset::Fast3,
-            Preset::LowLatency,
-        ] {
+        for p in Preset::ALL {
             assert_eq!(Preset::from_name(p.name()), Some(p));
         }
         let c = Config::builder()

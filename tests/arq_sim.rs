@@ -25,14 +25,7 @@ use rand_chacha::ChaCha8Rng;
 use sim::{Flow, Link, Sim, payload, snapshot};
 
 /// Every preset, kcp-go's and kcpio's.
-const PRESETS: [Preset; 6] = [
-    Preset::Default,
-    Preset::Normal,
-    Preset::Fast,
-    Preset::Fast2,
-    Preset::Fast3,
-    Preset::LowLatency,
-];
+const PRESETS: [Preset; 6] = Preset::ALL;
 
 struct Outcome {
     steps: u64,

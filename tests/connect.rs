@@ -360,6 +360,10 @@ async fn vanish(addr: SocketAddr, config: Config) -> io::Result<SocketAddr> {
             .build()?;
         rt.block_on(async move {
             let s = KcpStream::connect(addr, &config).await?;
+            // Long enough to answer the server's window probe: a client that
+            // proved it receives, then left (an unproven one would be
+            // evicted at the session cap instead).
+            tokio::time::sleep(Duration::from_millis(300)).await;
             s.local_addr()
         })
     })

@@ -4,6 +4,9 @@
 //! own clock in `src/driver/table.rs`, the per-preset byte budget on
 //! `Conn`'s in `src/conn/tests.rs`.
 
+#[path = "support/spoof.rs"]
+mod spoof;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -157,14 +160,7 @@ fn first_datagram(config: &Config, conv: u32, data: &[u8], nonce: u8) -> Vec<u8>
 /// parity and fillers included, and its session ends.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_address_gets_at_most_three_times_its_bytes() {
-    let presets = [
-        Preset::Default,
-        Preset::Normal,
-        Preset::Fast,
-        Preset::Fast2,
-        Preset::Fast3,
-        Preset::LowLatency,
-    ];
+    let presets = Preset::ALL;
     let mut runs = Vec::new();
     for preset in presets {
         for fec in [false, true] {
@@ -289,7 +285,11 @@ async fn a_flood_of_forged_openers_does_not_lock_out_a_real_client() {
     // 127.1.0.0/20, a fresh port for every datagram), never answering.
     let flooder = {
         let (stop, sent) = (stop.clone(), sent.clone());
-        std::thread::spawn(move || flood(addr, &stop, &sent))
+        std::thread::spawn(move || {
+            // Forged openers, each a new conversation.
+            let opener = |i: u32| push_conv(0x4000_0000 | i, 0, b"flood");
+            spoof::flood_from_many(addr, &stop, &sent, Duration::from_secs(30), opener)
+        })
     };
     // Let the flood fill the table first.
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -325,29 +325,4 @@ async fn a_flood_of_forged_openers_does_not_lock_out_a_real_client() {
     eprintln!("flood: peak memory of the test process (listener, flooder, client): {peak:?}");
     client.expect("the real client got in within 10 s");
     assert!(took < Duration::from_secs(5), "took {took:?}");
-}
-
-/// Sends forged openers to `addr` until `stop` (or 30 s): each from a new
-/// source address, each a new conversation.
-fn flood(addr: SocketAddr, stop: &AtomicBool, sent: &AtomicU64) {
-    let started = std::time::Instant::now();
-    let mut i = 0u32;
-    while !stop.load(Ordering::Relaxed) && started.elapsed() < Duration::from_secs(30) {
-        // A batch of sockets, each sending one opener, then closed.
-        let socks: Vec<_> = (0..64)
-            .filter_map(|_| {
-                i = i.wrapping_add(1);
-                let ip = std::net::Ipv4Addr::new(127, 1, (i >> 8 & 15) as u8, i as u8);
-                std::net::UdpSocket::bind((ip, 0)).ok()
-            })
-            .collect();
-        for s in &socks {
-            i = i.wrapping_add(1);
-            if s.send_to(&push_conv(0x4000_0000 | i, 0, b"flood"), addr)
-                .is_ok()
-            {
-                sent.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-    }
 }

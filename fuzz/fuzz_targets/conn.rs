@@ -26,14 +26,7 @@ fuzz_target!(|data: &[u8]| {
     let mut rest: &[u8] = rest;
     let sel = *sel;
     let conv = u32::from_le_bytes([*c0, *c1, *c2, *c3]);
-    let preset = [
-        Preset::Default,
-        Preset::Normal,
-        Preset::Fast,
-        Preset::Fast2,
-        Preset::Fast3,
-        Preset::LowLatency,
-    ][usize::from(sel & 7) % 6];
+    let preset = Preset::ALL[usize::from(sel & 7) % 6];
     let mut b = Config::builder().preset(preset).stream(sel & 16 == 0);
     if sel & 8 != 0 {
         b = b.fec(3, 2);

@@ -189,6 +189,16 @@ pub enum Preset {
 }
 
 impl Preset {
+    /// Every preset, kcp-go's and kcpio's, in the order above.
+    pub const ALL: [Preset; 6] = [
+        Preset::Default,
+        Preset::Normal,
+        Preset::Fast,
+        Preset::Fast2,
+        Preset::Fast3,
+        Preset::LowLatency,
+    ];
+
     /// `(nodelay, interval, resend, nc)` of this preset.
     #[must_use]
     pub const fn params(self) -> (bool, u32, u32, bool) {
@@ -251,16 +261,6 @@ impl Preset {
     pub fn arq_config(self) -> ArqConfig {
         ArqConfig::preset(self)
     }
-
-    /// The five kcp-go/kcptun presets (not kcpio's `LowLatency`), for
-    /// sweeps that compare against kcp-go.
-    pub const ALL: [Preset; 5] = [
-        Preset::Default,
-        Preset::Normal,
-        Preset::Fast,
-        Preset::Fast2,
-        Preset::Fast3,
-    ];
 }
 
 impl ArqConfig {

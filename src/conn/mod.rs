@@ -708,6 +708,9 @@ impl Conn {
         if let Some((len, parity)) = self.held {
             let out = slot.get_mut(hc..hc + len)?;
             if !self.charge(len) {
+                // Held by the budget: the idle and dead-link rules still
+                // run, so a silent unproven peer times out as any other.
+                self.check_liveness();
                 return None;
             }
             out.copy_from_slice(self.held_buf.get(..len)?);
