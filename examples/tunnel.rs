@@ -24,7 +24,13 @@
 //!   points at `--key`/`--crypt`) instead of stalling without a word;
 //! - a TCP half-close crosses the tunnel (a FIN on the stream, then the
 //!   other direction keeps flowing). Against a kcptun peer this degrades to
-//!   kcptun's own behaviour: it closes both directions at the first FIN.
+//!   kcptun's own behaviour: it closes both directions at the first FIN;
+//! - it sends with kcpio's model-based congestion controller and windows
+//!   that grow from `--sndwnd`/`--rcvwnd` to `--maxwnd` (8192) segments as
+//!   the path asks, where kcptun keeps a fixed window in flight whatever the
+//!   path carries; the peer sees no difference on the wire.
+//!   `--congestion none` is kcptun's behaviour (fixed windows unless
+//!   `--maxwnd` says otherwise), and `--mode manual` keeps kcptun's `--nc`.
 //!
 //! Differences worth knowing: `--crypt null` is AES-256-CFB, as in the
 //! Debian release (that release has no unencrypted mode: vector E); use
@@ -49,7 +55,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::{Args, Parser, Subcommand};
 use kcpio::mux::{Mux, MuxConfig, MuxStream, Snappy, Version};
-use kcpio::{Config, KcpListener, KcpStream, Key, Method, MuxPool, Preset, SessionStats};
+use kcpio::{
+    Config, Congestion, KcpListener, KcpStream, Key, Method, MuxPool, Preset, SessionStats,
+};
 use serde::Deserialize;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
@@ -206,13 +214,18 @@ struct Common {
     /// config from json file, which will override the command from shell
     #[arg(short = 'c', default_value = "")]
     c: String,
-    /// kcpio only: congestion controller, none (nc=1), kcp (nc=0) or model; default: the mode's nc
-    #[arg(long, default_value = "")]
-    congestion: String,
-    /// kcpio only: windows grow from --sndwnd/--rcvwnd up to this many segments as the path needs (0 = fixed)
-    #[arg(long, default_value_t = 0)]
-    maxwnd: u16,
+    /// kcpio only: congestion controller: model (paces at the measured rate, ignores random loss), none (kcptun's: the window only, nc=1) or kcp (nc=0) [default: model; with --mode manual, --nc decides]
+    #[arg(long)]
+    congestion: Option<String>,
+    /// kcpio only: windows grow from --sndwnd/--rcvwnd up to this many segments as the path needs, at most about 2 x maxwnd x mtu bytes each way per session; 0 keeps them fixed, as kcptun [default: 8192 with the model controller, else 0]
+    #[arg(long)]
+    maxwnd: Option<u16>,
 }
+
+/// `--maxwnd` with the model-based controller: windows that start at kcptun's
+/// and grow to 8192 segments hold two bandwidth-delay products of a
+/// 100 Mbit/s, 200 ms path, plus what a lossy path keeps out of order.
+const DEFAULT_MAXWND: u16 = 8192;
 
 /// The `-c` file: kcptun's keys, each overriding its flag.
 #[derive(Deserialize, Default, Debug)]
@@ -414,17 +427,24 @@ pub(crate) fn parse(args: impl IntoIterator<Item = String>) -> Result<Settings, 
             .preset(Preset::Default)
             .nodelay(c.nodelay != 0, c.interval, c.resend, c.nc != 0),
     };
-    if !c.congestion.is_empty() {
-        let cc = kcpio::Congestion::from_name(&c.congestion).ok_or_else(|| {
-            format!(
-                "--congestion: want none, kcp or model; got '{}'",
-                c.congestion
-            )
-        })?;
+    // The model-based controller by default: kcptun's modes (nc=1, fixed
+    // windows) fill a short path's queue and leave a long lossy path mostly
+    // idle (docs/FIELD.md). `--mode manual` keeps kcptun's `--nc`.
+    let congestion = match (&c.congestion, preset) {
+        (Some(name), _) => Some(
+            Congestion::from_name(name)
+                .ok_or_else(|| format!("--congestion: want model, none or kcp; got '{name}'"))?,
+        ),
+        (None, Some(_)) => Some(Congestion::Model),
+        (None, None) => None,
+    };
+    if let Some(cc) = congestion {
         b = b.congestion(cc);
     }
-    if c.maxwnd > 0 {
-        b = b.max_window(c.maxwnd);
+    let model = congestion == Some(Congestion::Model);
+    let maxwnd = c.maxwnd.unwrap_or(if model { DEFAULT_MAXWND } else { 0 });
+    if maxwnd > 0 {
+        b = b.max_window(maxwnd);
     }
     let kcp = b
         .crypto(method, Key::passphrase(c.key.as_str()))
@@ -456,7 +476,8 @@ pub(crate) fn parse(args: impl IntoIterator<Item = String>) -> Result<Settings, 
     })?;
     let summary = format!(
         "encryption: {} ({}), mode: {}, mtu: {}, sndwnd: {sndwnd}, rcvwnd: {rcvwnd}, \
-         datashard: {}, parityshard: {}, compression: {}, smuxver: {}, framesize: {}, conn: {conn}",
+         datashard: {}, parityshard: {}, compression: {}, smuxver: {}, framesize: {}, conn: {conn}, \
+         congestion: {}, maxwnd: {maxwnd}",
         c.crypt,
         method.name(),
         c.mode,
@@ -466,6 +487,9 @@ pub(crate) fn parse(args: impl IntoIterator<Item = String>) -> Result<Settings, 
         !nocomp,
         c.smuxver,
         c.framesize,
+        c.congestion
+            .as_deref()
+            .unwrap_or(if model { "model" } else { "mode's nc" }),
     );
     Ok(Settings {
         role,

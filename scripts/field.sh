@@ -231,11 +231,11 @@ tunnel_cmd() {
 	esac
 }
 
-# row_tunnel F CLIENT_IMPL SERVER_IMPL FLAGS: a kcptun-style tunnel (kcptun or
-# kcpio's examples/tunnel.rs, either end), the HTTP download through it; FLAGS
-# on both ends.
+# row_tunnel F CLIENT_IMPL SERVER_IMPL FLAGS [KCPIO_FLAGS]: a kcptun-style
+# tunnel (kcptun or kcpio's examples/tunnel.rs, either end), the HTTP download
+# through it; FLAGS on both ends, KCPIO_FLAGS on the kcpio ends only.
 row_tunnel() {
-	local f=$1 ci=$2 si=$3 flags=${4:-}
+	local f=$1 ci=$2 si=$3 flags=${4:-} kflags=${5:-}
 	local need_compat=0
 	[ "$ci" = kcpio ] || [ "$si" = kcpio ] && need_compat=1
 	if [ $need_compat = 1 ] && [ -z "$TUNNEL" ]; then
@@ -248,6 +248,10 @@ row_tunnel() {
 	local fl=($flags) sc cc sp cp
 	read -r -a sc <<<"$(tunnel_cmd "$si" server)"
 	read -r -a cc <<<"$(tunnel_cmd "$ci" client)"
+	# shellcheck disable=SC2206
+	[ "$si" = kcpio ] && sc+=($kflags)
+	# shellcheck disable=SC2206
+	[ "$ci" = kcpio ] && cc+=($kflags)
 	ip netns exec "$S" "${sc[@]}" "${fl[@]}" >"$f.srv" 2>&1 &
 	sp=$!; CHILDREN+=("$sp")
 	ip netns exec "$C" "${cc[@]}" "${fl[@]}" >"$f.cli" 2>&1 &
@@ -313,6 +317,10 @@ KCP_MODEL="--nodelay fast3 --sndwnd 8192 --rcvwnd 8192 --congestion model"
 # the same with windows that size themselves from 1024 (--maxwnd, kcpio only)
 KCP_MODEL_AUTO="--nodelay fast3 --sndwnd 1024 --rcvwnd 1024 --maxwnd 8192 --congestion model"
 FAST3_1024="--mode fast3 --sndwnd 1024 --rcvwnd 1024"
+# the kcpio tunnel's defaults are kcptun's plus the model-based controller and
+# windows growing to 8192 segments; this is kcptun's own behaviour instead
+# (no controller, fixed windows): the tunnel's default before that change
+TUNNEL_NC1="--congestion none --maxwnd 0"
 # name|function and arguments (after F)
 ROWS=(
 	"TCP BBR|row_tcp bbr"
@@ -327,8 +335,10 @@ ROWS=(
 	"kcpio fast3 1024..8192 model|row_peer kcpio '$KCP_MODEL_AUTO'"
 	"kcpio tunnel kcptun-compatible default|row_tunnel kcpio kcpio"
 	"kcpio tunnel kcptun-compatible fast3 1024|row_tunnel kcpio kcpio '$FAST3_1024'"
+	"kcpio tunnel kcptun nc=1|row_tunnel kcpio kcpio '$TUNNEL_NC1'"
 	"kcpio client ↔ kcptun server default|row_tunnel kcpio kcptun"
 	"kcptun client ↔ kcpio server default|row_tunnel kcptun kcpio"
+	"kcptun client ↔ kcpio server kcptun nc=1|row_tunnel kcptun kcpio '' '$TUNNEL_NC1'"
 )
 
 # --- one run ------------------------------------------------------------------
