@@ -56,7 +56,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use clap::{Args, Parser, Subcommand};
 use kcpio::mux::{Mux, MuxConfig, MuxStream, Snappy, Version};
 use kcpio::{
-    Config, Congestion, KcpListener, KcpStream, Key, Method, MuxPool, Preset, SessionStats,
+    Config, Congestion, KcpListener, KcpStream, Key, Method, MuxPool, Preset, StatsHandle,
 };
 use serde::Deserialize;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
@@ -602,8 +602,8 @@ pub(crate) struct Stats {
     /// Bytes through the KCP byte streams (after compression).
     kcp_in: AtomicU64,
     kcp_out: AtomicU64,
-    /// The last KCP snapshot of each live session, by conv.
-    kcp: Mutex<Vec<(u32, SessionStats)>>,
+    /// The live KCP sessions' stats, read when a line is printed.
+    kcp: Mutex<Vec<StatsHandle>>,
 }
 
 impl Stats {
@@ -613,7 +613,7 @@ impl Stats {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let (mut dgin, mut dgout, mut bin, mut bout, mut rexmit, mut fec_rec) = (0, 0, 0, 0, 0, 0);
-        for (_, s) in kcp.iter() {
+        for s in kcp.iter().filter_map(StatsHandle::stats) {
             dgin += s.datagrams_in;
             dgout += s.datagrams_out;
             bin += s.bytes_in;
@@ -663,45 +663,27 @@ async fn report_stats(stats: Arc<Stats>, log: Log, period: Duration) {
     }
 }
 
-/// The KCP session under a mux: counts bytes, keeps a stats snapshot (at
-/// most once a second), and remembers whether anything arrived.
+/// The KCP session under a mux: counts bytes, registers the session's stats
+/// handle for the log line, and remembers whether anything arrived.
 struct Metered {
     kcp: KcpStream,
     stats: Arc<Stats>,
     heard: Arc<AtomicBool>,
-    last_snapshot: Option<Instant>,
 }
 
 impl Metered {
     fn new(kcp: KcpStream, stats: Arc<Stats>) -> Self {
         stats.sessions_opened.fetch_add(1, Ordering::Relaxed);
         stats.sessions_open.fetch_add(1, Ordering::Relaxed);
+        stats
+            .kcp
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(kcp.stats_handle());
         Self {
             kcp,
             stats,
             heard: Arc::new(AtomicBool::new(false)),
-            last_snapshot: None,
-        }
-    }
-
-    fn snapshot(&mut self) {
-        let now = Instant::now();
-        if self
-            .last_snapshot
-            .is_some_and(|t| now - t < Duration::from_secs(1))
-        {
-            return;
-        }
-        self.last_snapshot = Some(now);
-        let s = self.kcp.stats();
-        let mut all = self
-            .stats
-            .kcp
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        match all.iter_mut().find(|(c, _)| *c == s.conv) {
-            Some(slot) => slot.1 = s,
-            None => all.push((s.conv, s)),
         }
     }
 }
@@ -714,7 +696,7 @@ impl Drop for Metered {
             .kcp
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .retain(|(c, _)| *c != conv);
+            .retain(|h| h.conv() != conv);
     }
 }
 
@@ -730,7 +712,6 @@ impl AsyncRead for Metered {
         if n > 0 {
             self.heard.store(true, Ordering::Relaxed);
             self.stats.kcp_in.fetch_add(n as u64, Ordering::Relaxed);
-            self.snapshot();
         }
         r
     }

@@ -250,5 +250,7 @@ pub use conn::{Conn, ConnError, SessionError, SessionStats};
 pub use crypto::Method;
 pub use listener::{KcpListener, ListenerStats};
 pub use pool::MuxPool;
-pub use session::{KcpStream, OwnedReadHalf, OwnedWriteHalf, ReadHalf, ReuniteError, WriteHalf};
+pub use session::{
+    KcpStream, OwnedReadHalf, OwnedWriteHalf, ReadHalf, ReuniteError, StatsHandle, WriteHalf,
+};
 pub use socket::KcpSocket;

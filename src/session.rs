@@ -6,7 +6,7 @@ use std::future::poll_fn;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -175,7 +175,7 @@ impl KcpStream {
         }
     }
 
-    fn session(&self) -> &SessionShared {
+    fn session(&self) -> &Arc<SessionShared> {
         &self.inner.session
     }
 
@@ -368,6 +368,30 @@ impl KcpStream {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         poll_recv_datagram_buf(self.session(), cx, buf)
+    }
+}
+
+/// Reads a session's counters from anywhere, without owning its stream;
+/// made by [`KcpStream::stats_handle`] (or a half's). Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct StatsHandle {
+    conv: u32,
+    session: Weak<SessionShared>,
+}
+
+impl StatsHandle {
+    /// The session's counters now, as [`KcpStream::stats`]; `None` once the
+    /// session is gone (every handle dropped and its linger over, or the
+    /// driver stopped).
+    #[must_use]
+    pub fn stats(&self) -> Option<SessionStats> {
+        self.session.upgrade().map(|s| stats_of(&s))
+    }
+
+    /// The KCP conversation id of the session.
+    #[must_use]
+    pub fn conv(&self) -> u32 {
+        self.conv
     }
 }
 
@@ -576,6 +600,19 @@ macro_rules! session_accessors {
             pub fn stats(&self) -> SessionStats {
                 stats_of(self.session())
             }
+
+            /// A handle that reads this session's [`stats`](Self::stats)
+            /// without owning the stream: for a monitoring task while the
+            /// stream itself is moved into something that owns its transport
+            /// (a [`Mux`](crate::mux::Mux), a `Framed`). It does not keep
+            /// the session alive.
+            #[must_use]
+            pub fn stats_handle(&self) -> StatsHandle {
+                StatsHandle {
+                    conv: self.session().conv,
+                    session: Arc::downgrade(self.session()),
+                }
+            }
         }
     };
 }
@@ -587,7 +624,7 @@ session_accessors!(ReadHalf<'_>);
 session_accessors!(WriteHalf<'_>);
 
 impl OwnedReadHalf {
-    fn session(&self) -> &SessionShared {
+    fn session(&self) -> &Arc<SessionShared> {
         &self.inner.session
     }
 
@@ -645,7 +682,7 @@ impl OwnedReadHalf {
 }
 
 impl OwnedWriteHalf {
-    fn session(&self) -> &SessionShared {
+    fn session(&self) -> &Arc<SessionShared> {
         &self.inner.session
     }
 
@@ -704,7 +741,7 @@ impl OwnedWriteHalf {
 }
 
 impl ReadHalf<'_> {
-    fn session(&self) -> &SessionShared {
+    fn session(&self) -> &Arc<SessionShared> {
         self.stream.session()
     }
 
@@ -750,7 +787,7 @@ impl ReadHalf<'_> {
 }
 
 impl WriteHalf<'_> {
-    fn session(&self) -> &SessionShared {
+    fn session(&self) -> &Arc<SessionShared> {
         self.stream.session()
     }
 

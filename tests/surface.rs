@@ -398,3 +398,43 @@ async fn borrowed_halves_send_and_receive_datagrams() {
     .unwrap();
     assert_eq!(&buf[..got], b"pong");
 }
+
+/// A stats handle follows the session after the stream moved away (here
+/// into a task), and reads `None` once the session is gone.
+#[tokio::test]
+async fn stats_handle_reads_a_moved_stream_until_it_is_gone() {
+    let config = Config::builder()
+        .preset(Preset::Fast3)
+        .linger(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let (listener, addr) = listener(&config).await;
+    let mut c = KcpStream::connect(addr, &config).await.unwrap();
+    let (mut s, _) = timeout(LIMIT, listener.accept()).await.unwrap().unwrap();
+    let handle = c.stats_handle();
+    assert_eq!(handle.conv(), c.conv());
+    let before = handle.stats().unwrap().bytes_out;
+    let task = tokio::spawn(async move {
+        c.write_all(&[5u8; 10_000]).await.unwrap();
+        c
+    });
+    let mut buf = vec![0u8; 10_000];
+    timeout(LIMIT, s.read_exact(&mut buf))
+        .await
+        .unwrap()
+        .unwrap();
+    let c = task.await.unwrap();
+    let now = handle.stats().unwrap();
+    assert!(now.bytes_out >= before + 10_000, "{now:?}");
+    assert_eq!(now.conv, c.conv());
+    drop(c);
+    drop(s);
+    drop(listener);
+    let gone = timeout(LIMIT, async {
+        while handle.stats().is_some() {
+            sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(gone.is_ok(), "the session outlived its stream");
+}
