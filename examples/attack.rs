@@ -133,18 +133,8 @@ async fn echoed(sock: &UdpSocket, conv: u32, wait: Duration) -> Vec<u8> {
             }
             got.insert(seg.sn(), seg.payload().to_vec());
             let una = (0u32..).take_while(|k| got.contains_key(k)).count() as u32;
-            let ack = Header {
-                conv,
-                cmd: Command::Ack as u8,
-                wnd: 128,
-                ts: seg.ts(),
-                sn: seg.sn(),
-                una,
-                ..Header::default()
-            };
-            let mut out = [0u8; 24];
-            ack.encode(&mut out);
-            let _ = sock.send(&out).await;
+            let ack = spoof::raw_ack(conv, seg.ts(), seg.sn(), una);
+            let _ = sock.send(&ack).await;
         }
     }
     got.values().flatten().copied().collect()

@@ -64,18 +64,8 @@ async fn echoed(
                 // when una passes it), or the server's congestion window
                 // (1 at the start) holds the rest back.
                 let una = (0u32..).take_while(|k| got.contains_key(k)).count() as u32;
-                let ack = Header {
-                    conv: CONV,
-                    cmd: Command::Ack as u8,
-                    wnd: 128,
-                    ts: seg.ts(),
-                    sn: seg.sn(),
-                    una,
-                    ..Header::default()
-                };
-                let mut out = [0u8; 24];
-                ack.encode(&mut out);
-                sock.send(&out).await.unwrap();
+                let ack = spoof::raw_ack(CONV, seg.ts(), seg.sn(), una);
+                sock.send(&ack).await.unwrap();
             }
         }
     }

@@ -3,6 +3,8 @@
 //! fresh socket, so a listener sees that many distinct peers.
 
 use std::net::SocketAddr;
+
+use kcpio::arq::segment::{Command, Header};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -33,4 +35,22 @@ pub(crate) fn flood_from_many(
             }
         }
     }
+}
+
+/// The 24-byte KCP ACK a raw client sends for a received PUSH (`ts` and
+/// `sn` echoed, `una` its next expected sn): with `una` included, since
+/// kcp-go frees a segment only when una passes it.
+pub(crate) fn raw_ack(conv: u32, ts: u32, sn: u32, una: u32) -> [u8; 24] {
+    let ack = Header {
+        conv,
+        cmd: Command::Ack as u8,
+        wnd: 128,
+        ts,
+        sn,
+        una,
+        ..Header::default()
+    };
+    let mut out = [0u8; 24];
+    ack.encode(&mut out);
+    out
 }
