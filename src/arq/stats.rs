@@ -51,6 +51,16 @@ pub struct ArqStats {
     /// Control segments (ACK/WASK/WINS) dropped because `poll_transmit` was
     /// not called and the output queue reached its bound.
     pub output_dropped: u64,
+    /// Flushes that left data queued because the window was full: the
+    /// oldest unacknowledged segment plus `min(send window, peer's receive
+    /// window)` was reached. Counted for the send window when it is the
+    /// smaller, else for the peer's (`*_window_stalls`). Steady growth during
+    /// a transfer means the windows, not the path or the congestion
+    /// controller, limit throughput.
+    pub send_window_stalls: u64,
+    /// See `send_window_stalls`: the peer's advertised receive window was
+    /// the limit.
+    pub peer_window_stalls: u64,
 }
 
 impl ArqStats {

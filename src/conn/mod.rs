@@ -120,6 +120,11 @@ pub struct SessionStats {
     /// ([`DATAGRAM_QUEUE_LEN`], [`DATAGRAM_QUEUE_BYTES`]), or FEC is off on
     /// this side (datagrams unsupported, as in kcp-go).
     pub oob_dropped: u64,
+    /// What the model-based congestion controller
+    /// ([`Congestion::Model`](crate::Congestion::Model)) estimates:
+    /// bandwidth, minimum RTT, pacing rate, in-flight cap; `None` with the
+    /// other controllers.
+    pub congestion: Option<crate::arq::ModelStats>,
 }
 
 /// What [`Conn::handle_packet`] made of one packet, for the caller's
@@ -1204,6 +1209,7 @@ impl Conn {
             oob_sent: self.wire.oob_sent,
             oob_received: self.wire.oob_received,
             oob_dropped: self.wire.oob_dropped,
+            congestion: self.kcp.congestion_state(),
         }
     }
 }
