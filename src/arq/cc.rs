@@ -31,10 +31,18 @@
 //! minimum of the RTT (10 s), and derives a pacing rate (gain × bandwidth)
 //! and an in-flight cap (gain × bandwidth × min RTT). The gains follow BBR's
 //! phases: *startup* (×2.89 until the bandwidth stops growing by 25% for
-//! three rounds), *drain* (until in flight is back under one BDP), *probe
-//! bandwidth* (eight rounds of 1.25, 0.75, then six of 1.0) and *probe RTT*
-//! (in flight capped at half a BDP for 200 ms when the minimum RTT was not
-//! seen again for 10 s).
+//! three rounds, or, sooner, until the first eight RTT samples of a round
+//! stand above the minimum as a queue would: HyStart's delay test; startup
+//! never paces or caps in flight below where it began), *drain* (until in
+//! flight is back under one BDP), *probe bandwidth* (eight rounds of 1.25,
+//! 0.75, then six of 1.0) and *probe RTT* (in flight capped at half a BDP
+//! for 200 ms when the minimum RTT was not seen again for 10 s).
+//!
+//! The state machine also keeps its first retransmission timeout above
+//! `Model::queued_rtt` (the round trip of everything in flight queued at
+//! the bottleneck) and at 1 s before the first RTT sample: KCP's own RTO
+//! (srtt plus a few ms) resends the whole flight when a queue the model
+//! built, or a path longer than 200 ms, delays the ACKs.
 //!
 //! **Random loss against a full queue.** Every retransmission is counted as
 //! a loss. A round trip whose losses come without a standing queue (its
@@ -120,6 +128,14 @@ const STANDING_ROUNDS: u32 = 3;
 const STANDING_BETA: f64 = 0.9;
 /// Fewest transmissions in a round for its loss rate to count.
 const MIN_ROUND_SENT: u32 = 16;
+/// Startup's delay test: RTT samples at the head of each round.
+const HEAD_SAMPLES: u32 = 8;
+
+/// How far above the minimum RTT a round's RTT must stay to show a
+/// standing queue: an eighth of it, at least 5 ms.
+fn queue_slack(min_rtt: u32) -> u32 {
+    (min_rtt / 8).max(5)
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Mode {
@@ -202,6 +218,10 @@ pub(crate) struct Model {
     round_sent: u32,
     round_lost: u32,
     round_min_rtt: Option<u32>,
+    /// Startup: the smallest of the round's first `HEAD_SAMPLES` RTT
+    /// samples, and how many were taken.
+    head_min_rtt: u32,
+    head_samples: u32,
     /// Loss rate of rounds without a standing queue (EWMA).
     loss_base: f64,
     /// The last counted round showed a standing queue.
@@ -230,12 +250,16 @@ pub struct ModelStats {
     pub pacing_rate: f64,
     /// Current in-flight cap, segments.
     pub cwnd: u32,
+    /// Segments in flight now (sent, not yet known delivered).
+    pub inflight: u32,
     /// Loss rate attributed to random loss (not to the queue).
     pub random_loss: f64,
     /// Rounds judged to be queue overflow (each cut the estimate to 85%).
     pub overflow_rounds: u64,
     /// Standing queues that outlived four rounds (each cut the estimate to 90%).
     pub standing_cuts: u64,
+    /// Startup phases ended by a queue standing for a whole round trip.
+    pub startup_queue_exits: u64,
     /// Round trips counted.
     pub rounds: u64,
     /// The startup phase has ended.
@@ -262,6 +286,8 @@ impl Model {
             round_sent: 0,
             round_lost: 0,
             round_min_rtt: None,
+            head_min_rtt: u32::MAX,
+            head_samples: 0,
             loss_base: 0.0,
             queue: false,
             queue_rounds: 0,
@@ -306,11 +332,14 @@ impl Model {
 
     /// Pacing rate, segments per ms.
     pub(crate) fn pacing_rate(&self) -> f64 {
-        let bw = self.bw.get();
-        if bw <= 0.0 {
-            return STARTUP_GAIN * INITIAL_CWND / f64::from(self.rtt_or_default());
+        let initial = STARTUP_GAIN * INITIAL_CWND / f64::from(self.rtt_or_default());
+        let rate = self.pacing_gain() * self.bw.get() * self.compensation();
+        if self.mode == Mode::Startup {
+            // The first samples of a round trip see a few segments each:
+            // startup never paces below its initial rate.
+            return rate.max(initial);
         }
-        self.pacing_gain() * bw * self.compensation()
+        rate
     }
 
     /// In-flight cap, segments.
@@ -318,6 +347,14 @@ impl Model {
         if self.bw.get() <= 0.0 {
             return INITIAL_CWND;
         }
+        if self.mode == Mode::Startup {
+            // As the pacing rate: no lower than where startup began.
+            return self.steady_cwnd().max(INITIAL_CWND);
+        }
+        self.steady_cwnd()
+    }
+
+    fn steady_cwnd(&self) -> f64 {
         // Startup paces at 2.89 but keeps BBR's steady cap of two BDPs in
         // flight, so that it overfills a queue of one BDP by nothing.
         let mut c = CWND_GAIN * self.bdp() * self.compensation();
@@ -353,6 +390,21 @@ impl Model {
         if self.tokens < cap {
             self.tokens = (self.tokens + self.pacing_rate() * f64::from(dt as u32)).min(cap);
         }
+    }
+
+    /// The longest round trip what is in flight can take if it all queues
+    /// at the bottleneck: the minimum RTT plus the time to drain it at the
+    /// estimated bandwidth (ms; 0 before a rate sample). A timeout shorter
+    /// than this resends segments still queued: the end of startup, with
+    /// two BDPs in flight, doubles the RTT within one round trip, faster
+    /// than the smoothed RTT follows.
+    pub(crate) fn queued_rtt(&self) -> u32 {
+        let bw = self.bw.get();
+        if bw <= 0.0 {
+            return 0;
+        }
+        let drain = (f64::from(self.inflight) / bw).min(60_000.0) as u32;
+        self.rtt_or_default().saturating_add(drain)
     }
 
     /// A new segment may be admitted now (in-flight cap and pacing).
@@ -451,6 +503,23 @@ impl Model {
     fn rtt_sample(&mut self, rtt: u32, now: u32) {
         let rtt = rtt.max(1);
         self.round_min_rtt = Some(self.round_min_rtt.map_or(rtt, |m| m.min(rtt)));
+        if self.mode == Mode::Startup && self.head_samples < HEAD_SAMPLES {
+            // The queue a round begins with is the excess of the round
+            // before: seen in its first samples, a round earlier than in its
+            // smallest (HyStart's delay test). Startup grows what is in
+            // flight 2.89-fold per round, so a round later the queue is full
+            // and KCP's timers resend everything in flight.
+            self.head_samples += 1;
+            self.head_min_rtt = self.head_min_rtt.min(rtt);
+            if self.head_samples == HEAD_SAMPLES {
+                if let Some(min) = self.min_rtt {
+                    if self.head_min_rtt > min + queue_slack(min) {
+                        self.mode = Mode::Drain;
+                        self.stats.startup_queue_exits += 1;
+                    }
+                }
+            }
+        }
         let expired = now.wrapping_sub(self.min_rtt_stamp) > MIN_RTT_WINDOW;
         if self.min_rtt.is_none_or(|m| rtt <= m) || (expired && self.mode != Mode::ProbeRtt) {
             if expired && self.min_rtt.is_some_and(|m| rtt > m) && self.mode == Mode::ProbeBw {
@@ -468,12 +537,24 @@ impl Model {
 
     fn end_round(&mut self, now: u32) {
         let min_rtt = self.rtt_or_default();
+        self.head_min_rtt = u32::MAX;
+        self.head_samples = 0;
         // Loss against the queue.
         if self.round_sent >= MIN_ROUND_SENT {
             let loss = f64::from(self.round_lost) / f64::from(self.round_sent);
-            let slack = (min_rtt / 8).max(5);
-            let queue = self.round_min_rtt.is_some_and(|r| r > min_rtt + slack);
-            if queue && loss > self.loss_base + OVERFLOW_EXCESS {
+            let queue = self
+                .round_min_rtt
+                .is_some_and(|r| r > min_rtt + queue_slack(min_rtt));
+            if queue && self.mode == Mode::Startup {
+                // A queue that stands for a whole round trip: the pipe is
+                // full. Leave startup now rather than when the bandwidth
+                // stops growing, which takes three more rounds at 2.89 and
+                // fills the queue (a full BDP of queueing doubles the RTT
+                // and sets off KCP's tight retransmission timers for
+                // everything in flight).
+                self.mode = Mode::Drain;
+                self.stats.startup_queue_exits += 1;
+            } else if queue && loss > self.loss_base + OVERFLOW_EXCESS {
                 self.bw.scale(OVERFLOW_BETA);
                 self.stats.overflow_rounds += 1;
                 if self.mode == Mode::Startup {
@@ -553,9 +634,11 @@ impl Model {
             min_rtt: self.min_rtt.unwrap_or(0),
             pacing_rate: self.pacing_rate() * 1000.0,
             cwnd: self.cwnd() as u32,
+            inflight: self.inflight,
             random_loss: self.loss_base,
             overflow_rounds: self.stats.overflow_rounds,
             standing_cuts: self.stats.standing_cuts,
+            startup_queue_exits: self.stats.startup_queue_exits,
             rounds: self.round,
             filled: self.mode != Mode::Startup,
         }

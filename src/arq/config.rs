@@ -92,6 +92,20 @@ pub struct ArqConfig {
     /// do and is bounded by this value as by `snd_wnd`/`rcv_wnd`. Default
     /// `None` (fixed windows, as kcp-go).
     pub max_window: Option<u16>,
+    /// **kcpio-only**: every acknowledgement is sent twice, in the flush
+    /// that first carries it and again, ahead of the new ones, in the next
+    /// flush that carries any, unless the cumulative `una` covers it by
+    /// then. KCP acknowledges each segment once and has no selective
+    /// acknowledgement ranges, so a lost ACK packet (with a flush's worth
+    /// of ACKs in it) makes the sender resend every segment it named,
+    /// although they arrived: at 9% loss on the return path, about 9% of
+    /// what the sender puts on the wire. Repeated, an ACK is lost only when
+    /// both copies are. Costs up to twice the ACK bytes on the return path
+    /// (24 bytes per received segment). A kcp-go sender handles the copies
+    /// as kcpio's does: an ACK for a segment already acknowledged changes
+    /// nothing, and a copy never counts towards a fast retransmission of a
+    /// segment sent after the one it names. Default false.
+    pub ack_repeat: bool,
 }
 
 impl Default for ArqConfig {
@@ -114,6 +128,7 @@ impl Default for ArqConfig {
             tail_probe: false,
             congestion: None,
             max_window: None,
+            ack_repeat: false,
         }
     }
 }

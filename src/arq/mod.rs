@@ -55,6 +55,10 @@ const ASK_TELL: u8 = 2;
 /// kcp-go's "fast retransmit disabled until the next RTO" marker.
 const FASTACK_OFF: u32 = u32::MAX;
 
+/// First RTO of the model-based controller before any RTT sample, ms
+/// (RFC 6298's initial 1 s).
+const INITIAL_MODEL_RTO: u32 = 1000;
+
 /// Bound on ACK/WASK/WINS/End items waiting for `poll_transmit`: generous for
 /// a caller that drains after every call (one flush queues at most a packet's
 /// worth of ACKs plus two probes), tight enough to bound memory if it does not.
@@ -226,6 +230,8 @@ struct Params {
     dead_link: u32,
     /// kcpio-only tail-loss probe (`ArqConfig::tail_probe`).
     tail_probe: bool,
+    /// kcpio-only ACK repetition (`ArqConfig::ack_repeat`).
+    ack_repeat: bool,
 }
 
 /// One KCP conversation as a sans-IO state machine.
@@ -328,6 +334,9 @@ pub struct Kcp {
     rcv: RecvRing,
     /// Pending `(sn, ts)` acknowledgements (kcp-go `acklist`).
     acklist: Vec<(u32, u32)>,
+    /// With `ArqConfig::ack_repeat`: the ACKs the last flush wrote, sent
+    /// again ahead of the next flush's. At most what one flush wrote.
+    ack_prev: Vec<(u32, u32)>,
     out: OutQueue,
 
     pub(crate) rtt: Rtt,
@@ -421,10 +430,12 @@ impl Kcp {
                 ack_nodelay: config.ack_nodelay,
                 dead_link: config.dead_link,
                 tail_probe: config.tail_probe,
+                ack_repeat: config.ack_repeat,
             },
             snd: SendRing::with_bound(2 * snd_wnd, 2 * snd_wnd_max),
             rcv: RecvRing::with_bound(rcv_wnd, rcv_wnd_max),
             acklist: Vec::new(),
+            ack_prev: Vec::new(),
             out: OutQueue::new(control_cap(config.mtu, rcv_wnd)),
             rtt: Rtt::new(config.nodelay, interval).with_options(
                 config.min_rto,
@@ -874,6 +885,22 @@ impl Kcp {
         // Phase 1: ACKs. kcp-go skips those below rcv_nxt (covered by una)
         // except the last entry; C writes them all.
         let n = self.acklist.len();
+        if self.p.ack_repeat {
+            // Copies first: a sender that read the new ACKs before the
+            // copies (in an earlier packet) would count the segments the
+            // copies name as skipped and resend them.
+            if n > 0 {
+                for i in 0..self.ack_prev.len() {
+                    let Some(&(sn, ts)) = self.ack_prev.get(i) else {
+                        break;
+                    };
+                    if (sn.wrapping_sub(una) as i32) >= 0 {
+                        self.push_control(OutKind::Ack, wnd, ts, sn, una);
+                    }
+                }
+            }
+            self.ack_prev.clear();
+        }
         for i in 0..n {
             let Some(&(sn, ts)) = self.acklist.get(i) else {
                 break;
@@ -881,6 +908,9 @@ impl Kcp {
             if (sn.wrapping_sub(una) as i32) >= 0 || i + 1 == n {
                 self.push_control(OutKind::Ack, wnd, ts, sn, una);
                 (last_sn, last_ts) = (sn, ts);
+                if self.p.ack_repeat && (sn.wrapping_sub(una) as i32) >= 0 {
+                    self.ack_prev.push((sn, ts));
+                }
             }
         }
         self.acklist.clear();
@@ -933,6 +963,16 @@ impl Kcp {
         }
         if let Some(model) = self.model.as_mut() {
             model.app_limited = self.snd.queued == 0;
+        }
+        if self.snd.queued > 0
+            && win == self.p.snd_wnd.min(self.rmt_wnd)
+            && (self.snd.nxt.wrapping_sub(self.snd.una.wrapping_add(win)) as i32) >= 0
+        {
+            if self.p.snd_wnd <= self.rmt_wnd {
+                self.stats.send_window_stalls += 1;
+            } else {
+                self.stats.peer_window_stalls += 1;
+            }
         }
         // Self-sizing send window: our own window is what holds data back.
         if self.snd.queued > 0
@@ -987,7 +1027,7 @@ impl Kcp {
             dead_link: self.p.dead_link,
             rtt: &self.rtt,
             out: &mut self.out,
-            rto_floor: self.model.as_ref().map_or(0, |_| {
+            rto_floor: self.model.as_ref().map_or(0, |model| {
                 // kcp-go's RTO (srtt + max(interval, 4 rttvar)) is tight: a
                 // paced sender that probes with a quarter of a BDP in the
                 // queue, or a receiver that acknowledges once per flush,
@@ -995,8 +1035,19 @@ impl Kcp {
                 // link capacity the model is accounting for. Half an srtt
                 // plus two intervals of headroom; true losses are mostly
                 // found by fast retransmit before that.
+                // Before the first RTT sample, RFC 6298's initial 1 s:
+                // kcp-go's 200 ms times out the whole first flight on any
+                // path longer than that, and the duplicates spoil the
+                // first round's rate samples.
+                // Nor below the round trip what is in flight takes if it
+                // all queues (the end of startup doubles the RTT faster
+                // than srtt follows).
                 let srtt = self.rtt.srtt().max(0) as u32;
-                srtt + srtt / 2 + 2 * self.p.interval
+                if srtt == 0 {
+                    INITIAL_MODEL_RTO
+                } else {
+                    (srtt + srtt / 2).max(model.queued_rtt()) + 2 * self.p.interval
+                }
             }),
             model: self.model.as_mut(),
             lost: 0,
@@ -1542,7 +1593,7 @@ impl Kcp {
             rcv_slots: self.rcv.capacity(),
             rcv_buffered: self.rcv.buffered as usize,
             rcv_queue: self.rcv.queue_len() as usize,
-            acklist: self.acklist.len(),
+            acklist: self.acklist.len() + self.ack_prev.len(),
             out_items: self.out.len(),
         }
     }
@@ -1556,7 +1607,7 @@ impl Kcp {
             self.snd.heap_fingerprint(),
             self.rcv.heap_fingerprint(),
             self.out.heap_fingerprint(),
-            self.acklist.capacity(),
+            self.acklist.capacity() + self.ack_prev.capacity(),
         ]
     }
 }

@@ -3,6 +3,7 @@
 
 mod util;
 
+mod ackrepeat;
 mod alloc;
 mod basic;
 mod kcpgo_trace;
