@@ -66,6 +66,7 @@ struct Flags {
     parallel: i64,
     stream: bool,
     write_delay: bool,
+    ack_repeat: bool,
     ack_nodelay: bool,
     rate_limit: u64,
     dscp: i64,
@@ -109,6 +110,7 @@ impl Flags {
             parallel: 1,
             stream: false,
             write_delay: false,
+            ack_repeat: false,
             ack_nodelay: false,
             rate_limit: 0,
             dscp: 0,
@@ -138,6 +140,11 @@ const FLAG_HELP: &[(&str, bool, &str)] = &[
         "acknodelay",
         false,
         "SetACKNoDelay(true): acknowledge at once",
+    ),
+    (
+        "ackrepeat",
+        false,
+        "kcpio only: send each ACK twice, in two flushes, so a lost ACK packet does not make the sender resend what arrived (default off here, as kcp-go)",
     ),
     (
         "addr",
@@ -473,6 +480,7 @@ fn parse_flags(mode: &str, args: &[String]) -> Result<Flags, ParseOutcome> {
             "parallel" => f.parallel = int()?,
             "stream" => f.stream = boolean()?,
             "writedelay" => f.write_delay = boolean()?,
+            "ackrepeat" => f.ack_repeat = boolean()?,
             "acknodelay" => f.ack_nodelay = boolean()?,
             "ratelimit" => f.rate_limit = uint()?,
             "dscp" => f.dscp = int()?,
@@ -605,6 +613,7 @@ fn build_config(f: &Flags, nd: NoDelay, conv: Option<u32>) -> Result<Config, Str
         .stream(f.stream)
         .crypto(method, key)
         .write_delay(f.write_delay)
+        .ack_repeat(f.ack_repeat)
         .rate_limit(f.rate_limit)
         .conv(conv);
     if f.max_window > 0 {
@@ -1008,6 +1017,10 @@ struct Report {
     hold_ms: f64,
     #[serde(serialize_with = "go_float")]
     mb_per_s: f64,
+    /// kcpio only, sink mode with one session: MB/s from the first sink
+    /// report after 5 s to the end (0 when the transfer ended sooner).
+    #[serde(serialize_with = "go_float")]
+    steady_mb_per_s: f64,
 
     size: i64,
     #[serde(serialize_with = "go_float")]
@@ -1081,6 +1094,9 @@ impl Held {
 /// One client session's outcome.
 struct Outcome {
     verified: i64,
+    /// Sink mode: bytes verified from the first report at or after
+    /// `STEADY_FROM` to the end, and the seconds that took.
+    steady: Option<(u64, f64)>,
     msg: MsgStats,
     stream: Option<Held>,
     error: Option<String>,
@@ -1105,12 +1121,59 @@ async fn dial(f: &Flags, nd: NoDelay, conv: Option<u32>) -> Result<KcpStream, St
 
 /// Byte-stream modes (echo and sink): send `--bytes` of the pattern and
 /// verify the echo or the sink's reports.
+/// With `KCPIO_PEER_TRACE_MS=N` in the environment: a task printing the
+/// session's counters and congestion state to stderr every N ms (for
+/// diagnosing a transfer; ends with the session). `None` without it.
+fn trace_stats(h: kcpio::StatsHandle) -> Option<tokio::task::JoinHandle<()>> {
+    let ms: u64 = std::env::var("KCPIO_PEER_TRACE_MS").ok()?.parse().ok()?;
+    let every = Duration::from_millis(ms.clamp(10, 60_000));
+    Some(tokio::spawn(async move {
+        let t0 = Instant::now();
+        // Bounded: one line per period for at most a day.
+        for _ in 0..(86_400_000 / every.as_millis() as u64) {
+            tokio::time::sleep(every).await;
+            let Some(s) = h.stats() else { return };
+            let a = &s.arq;
+            let mut line = format!(
+                "trace t={:.3} out={} in={} rto_rx={} fast_rx={} early_rx={} stalls={}/{} wait_snd={} srtt={}",
+                t0.elapsed().as_secs_f64(),
+                s.datagrams_out,
+                s.datagrams_in,
+                a.retransmit_rto,
+                a.retransmit_fast,
+                a.retransmit_early,
+                a.send_window_stalls,
+                a.peer_window_stalls,
+                s.wait_snd,
+                s.srtt.as_millis()
+            );
+            if let Some(m) = s.congestion {
+                line += &format!(
+                    " bw={:.0} pace={:.0} cwnd={} inflight={} min_rtt={} loss={:.3} rounds={} filled={} overflow={} standing={}",
+                    m.bandwidth,
+                    m.pacing_rate,
+                    m.cwnd,
+                    m.inflight,
+                    m.min_rtt,
+                    m.random_loss,
+                    m.rounds,
+                    m.filled,
+                    m.overflow_rounds,
+                    m.standing_cuts
+                );
+            }
+            eprintln!("{line}");
+        }
+    }))
+}
+
 async fn run_bytes(f: Arc<Flags>, nd: NoDelay, conv: Option<u32>) -> Outcome {
     let stream = match dial(&f, nd, conv).await {
         Ok(s) => s,
         Err(e) => {
             return Outcome {
                 verified: 0,
+                steady: None,
                 msg: MsgStats::default(),
                 stream: None,
                 error: Some(e),
@@ -1118,6 +1181,7 @@ async fn run_bytes(f: Arc<Flags>, nd: NoDelay, conv: Option<u32>) -> Outcome {
         }
     };
     let deadline = Instant::now() + f.timeout;
+    let _trace = trace_stats(stream.stats_handle());
     let (mut rd, mut wr) = stream.into_split();
     let total = f.nbytes.max(0) as u64;
     let chunk = f.chunk.max(1) as usize;
@@ -1136,6 +1200,8 @@ async fn run_bytes(f: Arc<Flags>, nd: NoDelay, conv: Option<u32>) -> Outcome {
     });
 
     let mut verified = 0u64;
+    let started = Instant::now();
+    let mut steady_from: Option<(Instant, u64)> = None;
     let read_result: Result<(), String> = async {
         if f.sink {
             let mut b = [0u8; 8];
@@ -1147,6 +1213,9 @@ async fn run_bytes(f: Arc<Flags>, nd: NoDelay, conv: Option<u32>) -> Outcome {
                     return Err("sink reported a pattern mismatch".into());
                 }
                 verified = v;
+                if steady_from.is_none() && started.elapsed() >= STEADY_FROM {
+                    steady_from = Some((Instant::now(), verified));
+                }
                 if verified >= total {
                     return Ok(());
                 }
@@ -1194,13 +1263,19 @@ async fn run_bytes(f: Arc<Flags>, nd: NoDelay, conv: Option<u32>) -> Outcome {
             }
         }
     };
+    let steady = steady_from.map(|(t, v)| (verified - v, t.elapsed().as_secs_f64()));
     Outcome {
         verified: verified as i64,
+        steady,
         msg: MsgStats::default(),
         stream,
         error,
     }
 }
+
+/// Sink mode's "steady" goodput starts here, after a startup of a few round
+/// trips on a long path.
+const STEADY_FROM: Duration = Duration::from_secs(5);
 
 /// Writes message `seq` into `buf`: sequence number, send time, pattern.
 fn build_msg(buf: &mut [u8], seq: u64, epoch: Instant) {
@@ -1237,6 +1312,7 @@ async fn run_msg(f: Arc<Flags>, nd: NoDelay, conv: Option<u32>, epoch: Instant) 
         Err(e) => {
             return Outcome {
                 verified: 0,
+                steady: None,
                 msg: st,
                 stream: None,
                 error: Some(e),
@@ -1274,6 +1350,7 @@ async fn run_msg(f: Arc<Flags>, nd: NoDelay, conv: Option<u32>, epoch: Instant) 
         }
         return Outcome {
             verified: st.received * f.size,
+            steady: None,
             msg: st,
             stream: Some(Held::Whole(stream)),
             error,
@@ -1375,6 +1452,7 @@ async fn run_msg(f: Arc<Flags>, nd: NoDelay, conv: Option<u32>, epoch: Instant) 
     st.sent = sent.load(Ordering::SeqCst) as i64;
     Outcome {
         verified: st.received * f.size,
+        steady: None,
         msg: st,
         stream,
         error,
@@ -1449,6 +1527,7 @@ async fn client(f: Flags, nd: NoDelay) -> ExitCode {
     for t in tasks {
         outs.push(t.await.unwrap_or_else(|e| Outcome {
             verified: 0,
+            steady: None,
             msg: MsgStats::default(),
             stream: None,
             error: Some(format!("session task: {e}")),
@@ -1478,6 +1557,11 @@ async fn client(f: Flags, nd: NoDelay) -> ExitCode {
     let mut counters = Counters::default();
     for o in &mut outs {
         res.bytes_verified += o.verified;
+        if let (1, Some((bytes, secs))) = (f.parallel, o.steady) {
+            if secs >= 1.0 {
+                res.steady_mb_per_s = bytes as f64 / secs / 1e6;
+            }
+        }
         if let Some(e) = &o.error {
             if res.error.is_empty() {
                 res.error = e.clone();
