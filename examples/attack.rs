@@ -8,7 +8,17 @@
 //! attack replay   ADDR CRYPT N             one captured opener replayed from N addresses
 //! attack takeover ADDR                     forged datagrams from a live session's address (null crypto)
 //! attack flood    ADDR CRYPT SECS          forged openers from fresh addresses; a real client connects meanwhile
+//! attack late     ADDR CRYPT IDLE AT,.. [LOG]  a conversation, silence, then its late datagrams
 //! ```
+//!
+//! `late`: a client echoes once, then falls silent while the server's
+//! application ends the session (after IDLE seconds without input, as both
+//! echo servers do). At the first `AT` seconds after that end, the client
+//! writes again, as one whose path went dark would, and runs for 2 s
+//! (retransmitting, answering what comes back); at each later `AT` the
+//! datagrams it sent then arrive again (captured). For each point: the
+//! datagrams sent, the bytes that came back, and, with the server's log
+//! file `LOG`, the sessions it opened (its `session open` lines).
 //!
 //! Each prints one JSON line. The key is the peers' default passphrase.
 //! Loopback only.
@@ -22,18 +32,23 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use kcpio::arq::segment::{Command, Header, Segments};
-use kcpio::{Config, Conn, KcpStream, Key, Method, Preset};
+use kcpio::crypto::PacketCrypto;
+use kcpio::{Config, ConfigBuilder, Conn, KcpStream, Key, Method, Preset};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UdpSocket;
 use tokio::time::{Instant, timeout, timeout_at};
 
 const KEY: &str = "it's a secrect";
 
-fn config(crypt: &str, preset: Preset) -> Config {
+fn builder(crypt: &str, preset: Preset) -> ConfigBuilder {
     let method = Method::from_name(crypt).expect("a kcptun cipher name");
     Config::builder()
         .crypto(method, Key::passphrase(KEY))
         .preset(preset)
+}
+
+fn config(crypt: &str, preset: Preset) -> Config {
+    builder(crypt, preset)
         .build()
         .expect("a valid configuration")
 }
@@ -48,15 +63,19 @@ fn opener(config: &Config, conv: u32, data: &[u8], nonce: u64) -> Vec<u8> {
     let t = c
         .poll_transmit(Duration::ZERO, &mut slot)
         .expect("a datagram");
-    let crypto = config.packet_crypto();
+    seal(config.packet_crypto(), &mut slot, t.len, nonce)
+}
+
+/// The datagram `Conn::poll_transmit` left in `slot` (`len` plaintext
+/// bytes), sealed with a nonce derived from `nonce`.
+fn seal(crypto: &PacketCrypto, slot: &mut [u8], len: usize, nonce: u64) -> Vec<u8> {
     let mut n16 = [0u8; 16];
     n16[..8].copy_from_slice(&nonce.to_le_bytes());
     n16[8..].copy_from_slice(&(!nonce).to_le_bytes());
     let n = crypto
-        .seal(&mut slot, t.len, &n16[..crypto.nonce_len()])
+        .seal(slot, len, &n16[..crypto.nonce_len()])
         .expect("sealed");
-    slot.truncate(n);
-    slot
+    slot[..n].to_vec()
 }
 
 /// Bytes received on `sock` until `end`.
@@ -177,9 +196,15 @@ async fn flood(addr: SocketAddr, crypt: &str, secs: u64) {
         })
     };
     tokio::time::sleep(Duration::from_secs(secs)).await;
+    // The real client waits as long as the measurement does (20 s), not
+    // the default connect timeout (5 s), so a slow admission is timed.
+    let client_cfg = builder(crypt, Preset::Default)
+        .connect_timeout(Duration::from_secs(20))
+        .build()
+        .expect("a valid configuration");
     let started = Instant::now();
     let client = timeout(Duration::from_secs(20), async {
-        let mut s = KcpStream::connect(addr, &cfg).await?;
+        let mut s = KcpStream::connect(addr, &client_cfg).await?;
         s.write_all(b"real client").await?;
         let mut back = [0u8; 11];
         s.read_exact(&mut back).await?;
@@ -197,6 +222,121 @@ async fn flood(addr: SocketAddr, crypt: &str, secs: u64) {
     );
 }
 
+/// A client `Conn` on a connected socket, run by wall time.
+struct Client {
+    conn: Conn,
+    config: Config,
+    sock: UdpSocket,
+    epoch: Instant,
+    nonce: u64,
+}
+
+impl Client {
+    /// Runs until `end` or until `done` says so; returns the bytes that
+    /// arrived, and keeps every datagram sent in `sent`.
+    async fn run(
+        &mut self,
+        end: Instant,
+        sent: &mut Vec<Vec<u8>>,
+        mut done: impl FnMut(&mut Conn) -> bool,
+    ) -> usize {
+        let mut slot = vec![0u8; self.conn.max_datagram()];
+        let mut buf = [0u8; 2048];
+        let mut got = 0;
+        // Bounded by `end` and by a count (each round waits or receives).
+        for _ in 0..100_000 {
+            let now = self.epoch.elapsed();
+            self.conn.handle_timeout(now);
+            while let Some(t) = self.conn.poll_transmit(now, &mut slot) {
+                self.nonce += 1;
+                let d = seal(self.config.packet_crypto(), &mut slot, t.len, self.nonce);
+                let _ = self.sock.send(&d).await;
+                sent.push(d);
+            }
+            if done(&mut self.conn) || Instant::now() >= end {
+                break;
+            }
+            let wake = self
+                .conn
+                .poll_timeout()
+                .map_or(end, |t| (self.epoch + t).min(end))
+                .max(Instant::now() + Duration::from_millis(1));
+            if let Ok(Ok(n)) = timeout_at(wake, self.sock.recv(&mut buf)).await {
+                got += n;
+                if let Ok(r) = self.config.packet_crypto().open(&mut buf[..n]) {
+                    let _ = self.conn.handle_packet(self.epoch.elapsed(), &buf[r]);
+                }
+            }
+        }
+        got
+    }
+}
+
+/// `session open` lines in the server's log so far.
+fn sessions_opened(log: Option<&str>) -> Option<usize> {
+    let text = std::fs::read_to_string(log?).ok()?;
+    Some(text.lines().filter(|l| l.contains("session open")).count())
+}
+
+async fn late(addr: SocketAddr, crypt: &str, idle: u64, at: &[u64], log: Option<&str>) {
+    let cfg = config(crypt, Preset::Default);
+    let sock = UdpSocket::bind("127.0.0.1:0").await.expect("bind");
+    sock.connect(addr).await.expect("connect");
+    let mut c = Client {
+        conn: Conn::new(0x5eed_0004, &cfg).expect("a session"),
+        config: cfg.clone(),
+        sock,
+        epoch: Instant::now(),
+        nonce: 4 << 32,
+    };
+    // The conversation: one echo, acknowledged (the run goes on for a
+    // second so the client's acknowledgement is flushed).
+    c.conn.write(b"hello").expect("room");
+    let mut back = Vec::new();
+    let mut sent = Vec::new();
+    c.run(Instant::now() + Duration::from_secs(1), &mut sent, |conn| {
+        let mut buf = [0u8; 64];
+        while let Ok(n @ 1..) = conn.read(&mut buf) {
+            back.extend_from_slice(&buf[..n]);
+        }
+        false
+    })
+    .await;
+    let echo_ok = back == b"hello";
+    // Silence: the server ends the session `idle` after its last input.
+    let ended = Instant::now() + Duration::from_secs(idle);
+    let mut captured = Vec::new();
+    let mut points = Vec::new();
+    for (i, &secs) in at.iter().enumerate() {
+        tokio::time::sleep_until(ended + Duration::from_secs(secs)).await;
+        let before = sessions_opened(log);
+        let end = Instant::now() + Duration::from_secs(2);
+        let (datagrams, bytes_back) = if i == 0 {
+            c.conn.write(b"late").expect("room");
+            let got = c.run(end, &mut captured, |_| false).await;
+            (captured.len(), got)
+        } else {
+            for d in &captured {
+                let _ = c.sock.send(d).await;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            (captured.len(), drain(&c.sock, end).await)
+        };
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let opened = match (before, sessions_opened(log)) {
+            (Some(a), Some(b)) => (b - a).to_string(),
+            _ => "null".into(),
+        };
+        points.push(format!(
+            "{{\"at_s\":{secs},\"datagrams\":{datagrams},\"bytes_back\":{bytes_back},\"sessions_opened\":{opened}}}"
+        ));
+    }
+    println!(
+        "{{\"attack\":\"late\",\"crypt\":\"{crypt}\",\"idle_s\":{idle},\"echo_ok\":{echo_ok},\"points\":[{}]}}",
+        points.join(",")
+    );
+}
+
 #[tokio::main]
 async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -208,6 +348,11 @@ async fn main() {
         "replay" => replay(addr, arg(2), arg(3).parse().unwrap_or(20)).await,
         "takeover" => takeover(addr).await,
         "flood" => flood(addr, arg(2), arg(3).parse().unwrap_or(3)).await,
+        "late" => {
+            let at: Vec<u64> = arg(4).split(',').filter_map(|s| s.parse().ok()).collect();
+            let log = args.get(5).map(String::as_str);
+            late(addr, arg(2), arg(3).parse().unwrap_or(2), &at, log).await;
+        }
         _ => eprintln!("usage: see the header of examples/attack.rs"),
     }
 }

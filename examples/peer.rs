@@ -80,6 +80,7 @@ struct Flags {
     json: bool,
     snmp: bool,
     quiet: bool,
+    default_cap: bool,
     rate: f64,
     messages: i64,
     size: i64,
@@ -124,6 +125,7 @@ impl Flags {
             json: false,
             snmp: false,
             quiet: false,
+            default_cap: false,
             rate: 0.0,
             messages: 0,
             size: 64,
@@ -180,6 +182,11 @@ const FLAG_HELP: &[(&str, bool, &str)] = &[
         "datashard",
         true,
         "Reed-Solomon data shards (0 disables FEC)",
+    ),
+    (
+        "default-cap",
+        false,
+        "servers: keep kcpio's default session cap (4096) instead of lifting it as kcp-go has none",
     ),
     (
         "drain",
@@ -494,6 +501,7 @@ fn parse_flags(mode: &str, args: &[String]) -> Result<Flags, ParseOutcome> {
             "json" => f.json = boolean()?,
             "snmp" => f.snmp = boolean()?,
             "quiet" => f.quiet = boolean()?,
+            "default-cap" => f.default_cap = boolean()?,
             "rate" => f.rate = value.parse().map_err(|_| bad())?,
             "messages" => f.messages = int()?,
             "size" => f.size = int()?,
@@ -647,8 +655,11 @@ fn build_config(f: &Flags, nd: NoDelay, conv: Option<u32>) -> Result<Config, Str
     // KCP has no FIN: this program ends sessions by its own --idle and
     // --timeout rules, so the library's idle timeout stays off (kcp-go's).
     // kcp-go's listener has no session cap: lift kcpio's default (4096) so a
-    // server accepts as many sessions as the Go peer would.
-    b = b.max_sessions(MAX_SERVER_SESSIONS);
+    // server accepts as many sessions as the Go peer would (unless
+    // --default-cap asks for the library's own).
+    if !f.default_cap {
+        b = b.max_sessions(MAX_SERVER_SESSIONS);
+    }
     b.build().map_err(|e| e.to_string())
 }
 

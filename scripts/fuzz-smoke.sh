@@ -8,6 +8,7 @@
 #
 #   scripts/fuzz-smoke.sh            # every target, FUZZ_SECS (default 8) each
 #   FUZZ_SECS=60 scripts/fuzz-smoke.sh fec_decoder pipeline
+#   FUZZ_TARGET_DIR=/elsewhere scripts/fuzz-smoke.sh   # build there (default fuzz/target)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 secs=${FUZZ_SECS:-8}
@@ -27,11 +28,12 @@ targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
     mapfile -t targets < <(cargo +nightly fuzz list)
 fi
-cargo +nightly fuzz build -O
+tdir=${FUZZ_TARGET_DIR:-$root/fuzz/target}
+cargo +nightly fuzz build -O --target-dir "$tdir"
 
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-bin="target/$(rustc +nightly -vV | sed -n 's/^host: //p')/release"
+bin="$tdir/$(rustc +nightly -vV | sed -n 's/^host: //p')/release"
 status=0
 for t in "${targets[@]}"; do
     mkdir -p "$out/$t"

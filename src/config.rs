@@ -18,7 +18,9 @@ use std::time::Duration;
 pub use crate::arq::Preset;
 use crate::arq::config::{MAX_INTERVAL, MIN_INTERVAL};
 use crate::arq::{self, ArqConfig, Congestion};
+use crate::conn::PROOF_TIMEOUT;
 use crate::crypto::{self, MAX_DATAGRAM, Method, PacketCrypto};
+use crate::driver::table;
 use crate::fec;
 
 /// Smallest KCP mtu accepted: one segment header plus at least one byte.
@@ -239,6 +241,10 @@ pub(crate) struct ConfigInner {
     pub(crate) send_buffer: Option<usize>,
     pub(crate) accept_backlog: usize,
     pub(crate) max_sessions: usize,
+    /// Sessions one source IP may open at once, then per second.
+    pub(crate) sessions_per_source: (u32, u32),
+    /// How long a listener's session may stay unproven.
+    pub(crate) proof_timeout: Duration,
     pub(crate) idle_timeout: Option<Duration>,
     pub(crate) keepalive: Option<Duration>,
     pub(crate) connect_probe: bool,
@@ -284,6 +290,8 @@ impl fmt::Debug for Config {
             .field("dscp", &c.dscp)
             .field("accept_backlog", &c.accept_backlog)
             .field("max_sessions", &c.max_sessions)
+            .field("sessions_per_source", &c.sessions_per_source)
+            .field("proof_timeout", &c.proof_timeout)
             .field("idle_timeout", &c.idle_timeout)
             .field("keepalive", &c.keepalive)
             .field("connect_probe", &c.connect_probe)
@@ -429,6 +437,8 @@ pub struct ConfigBuilder {
     send_buffer: Option<usize>,
     accept_backlog: usize,
     max_sessions: usize,
+    sessions_per_source: (u32, u32),
+    proof_timeout: Duration,
     idle_timeout: Option<Duration>,
     /// `None`: the default (derived from the idle timeout).
     keepalive: Option<Option<Duration>>,
@@ -470,6 +480,8 @@ impl Default for ConfigBuilder {
             send_buffer: None,
             accept_backlog: 128,
             max_sessions: 4096,
+            sessions_per_source: (table::RATE_BURST, table::RATE_PER_SEC),
+            proof_timeout: PROOF_TIMEOUT,
             idle_timeout: Some(DEFAULT_IDLE_TIMEOUT),
             keepalive: None,
             connect_probe: true,
@@ -870,6 +882,51 @@ impl ConfigBuilder {
         self
     }
 
+    /// Sessions one source IP address may open on a listener socket:
+    /// `burst` at once, then `per_second` (a token bucket per address, kept
+    /// for the 65,536 addresses that opened sessions last). A conversation
+    /// opener beyond it is dropped and counted
+    /// ([`ListenerStats::refused_rate`](crate::ListenerStats::refused_rate)),
+    /// so one host flooding openers from every port it has cannot fill
+    /// [`max_sessions`](Self::max_sessions) on its own. Default: 1,024 at
+    /// once, then 256 per second (one host running a thousand clients at
+    /// once, as a test or a NAT may, still gets in).
+    ///
+    /// Range: 1..=16,777,216 (2^24) each.
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Self::build) fails with [`ConfigError::OutOfRange`] outside
+    /// the range.
+    #[must_use]
+    pub fn sessions_per_source(mut self, burst: u32, per_second: u32) -> Self {
+        self.sessions_per_source = (burst, per_second);
+        self
+    }
+
+    /// How long a listener's new session has to prove that its peer
+    /// receives what this side sends (by acknowledging a segment, or
+    /// answering the window probe the session sends at once) before it
+    /// fails with `TimedOut` (source
+    /// [`SessionError::DeadLink`](crate::SessionError::DeadLink)). Until
+    /// then the session sends that address at most three times the bytes
+    /// it received from it, so replayed or spoofed datagrams cannot turn
+    /// the server into a reflector. A real peer proves itself within its
+    /// first round trip. Client sessions chose their peer and start proven.
+    /// Default: 10 s ([`PROOF_TIMEOUT`]).
+    ///
+    /// Range: 100 ms..=24 h. Keep it well above the path's round trip.
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Self::build) fails with [`ConfigError::OutOfRange`] outside
+    /// the range.
+    #[must_use]
+    pub fn proof_timeout(mut self, timeout: Duration) -> Self {
+        self.proof_timeout = timeout;
+        self
+    }
+
     /// A session that receives nothing valid for this long fails with
     /// `TimedOut` (source [`SessionError::IdleTimeout`](crate::SessionError::IdleTimeout)):
     /// pending and later reads and writes fail, and a listener frees the
@@ -1184,6 +1241,8 @@ impl ConfigBuilder {
                 send_buffer: self.send_buffer,
                 accept_backlog: self.accept_backlog,
                 max_sessions: self.max_sessions,
+                sessions_per_source: self.sessions_per_source,
+                proof_timeout: self.proof_timeout,
                 idle_timeout: self.idle_timeout,
                 keepalive: self.keepalive.unwrap_or_else(|| {
                     let third = self.idle_timeout.map_or(DEFAULT_KEEPALIVE, |i| i / 3);
@@ -1225,6 +1284,12 @@ impl ConfigBuilder {
         range("socket_buffers(send)", send, 0, MAX_SOCKET_BUFFER)?;
         range("accept_backlog", self.accept_backlog, 1, MAX_ACCEPT_BACKLOG)?;
         range("max_sessions", self.max_sessions, 1, MAX_SESSIONS)?;
+        let (burst, per_second) = self.sessions_per_source;
+        let max = MAX_SESSIONS as u32;
+        range("sessions_per_source(burst)", burst, 1, max)?;
+        range("sessions_per_source(per_second)", per_second, 1, max)?;
+        let (min, max) = (MIN_IDLE_TIMEOUT, MAX_DURATION);
+        time_range("proof_timeout (ms)", self.proof_timeout, min, max)?;
         if let Some(idle) = self.idle_timeout {
             time_range("idle_timeout (ms)", idle, MIN_IDLE_TIMEOUT, MAX_DURATION)?;
         }
@@ -1311,6 +1376,8 @@ mod tests {
         assert_eq!(c.inner.connect_timeout, Some(DEFAULT_CONNECT_TIMEOUT));
         assert!(c.inner.connect_probe);
         assert_eq!(c.write_capacity(), 3 * 1024 * 1376);
+        assert_eq!(c.inner.sessions_per_source, (1024, 256));
+        assert_eq!(c.inner.proof_timeout, Duration::from_secs(10));
 
         let k = Config::builder().kcp_go_defaults().build().unwrap();
         assert_eq!((k.inner.arq.snd_wnd, k.inner.arq.rcv_wnd), (32, 32));
@@ -1694,6 +1761,31 @@ mod tests {
                 "is outside 1..=16777216",
             ),
             (
+                b().sessions_per_source(0, 1),
+                "sessions_per_source(burst)",
+                "sessions_per_source(burst) = 0 is outside 1..=16777216",
+            ),
+            (
+                b().sessions_per_source(1, 0),
+                "sessions_per_source(per_second)",
+                "= 0 is outside 1..=16777216",
+            ),
+            (
+                b().sessions_per_source((1 << 24) + 1, 1),
+                "sessions_per_source(burst)",
+                "= 16777217 is outside 1..=16777216",
+            ),
+            (
+                b().proof_timeout(ms(99)),
+                "proof_timeout (ms)",
+                "proof_timeout (ms) = 99 is outside 100..=86400000",
+            ),
+            (
+                b().proof_timeout(s(86_401)),
+                "proof_timeout (ms)",
+                "= 86401000 is outside 100..=86400000",
+            ),
+            (
                 b().idle_timeout(Duration::from_nanos(1)),
                 "idle_timeout (ms)",
                 "idle_timeout (ms) = 0 is outside 100..=86400000",
@@ -1760,6 +1852,10 @@ mod tests {
             b().accept_backlog(65_536),
             b().max_sessions(1),
             b().max_sessions(1 << 24),
+            b().sessions_per_source(1, 1),
+            b().sessions_per_source(1 << 24, 1 << 24),
+            b().proof_timeout(ms(100)),
+            b().proof_timeout(s(86_400)),
             b().idle_timeout(Duration::ZERO),
             b().idle_timeout(ms(100)),
             b().idle_timeout(s(86_400)),

@@ -64,7 +64,8 @@ fn accepted(taken: Taken) -> Option<io::Result<(KcpStream, SocketAddr)>> {
 ///   nothing again, from any address (`replayed`).
 /// - **Per-source limit**: one source IP address creates at most 1,024
 ///   sessions in a burst and 256 per second after that (a token bucket per
-///   address, 65,536 addresses remembered; `refused_rate`).
+///   address, 65,536 addresses remembered; `refused_rate`); set with
+///   [`ConfigBuilder::sessions_per_source`](crate::ConfigBuilder::sessions_per_source).
 /// - **Anti-amplification**: until the peer proves it receives (it
 ///   acknowledges a segment the session sent, or answers the window probe
 ///   the session sends with its first reply), the session sends it at most
@@ -73,8 +74,9 @@ fn accepted(taken: Taken) -> Option<io::Result<(KcpStream, SocketAddr)>> {
 ///   kcp-go, C KCP and kcpio peers prove themselves within their first
 ///   round trip, so they are not held back.
 /// - **Unproven sessions end**: a session whose peer has not proved it
-///   receives within 10 s fails with
-///   [`SessionError::DeadLink`](crate::SessionError::DeadLink); at the
+///   receives within 10 s
+///   ([`ConfigBuilder::proof_timeout`](crate::ConfigBuilder::proof_timeout))
+///   fails with [`SessionError::DeadLink`](crate::SessionError::DeadLink); at the
 ///   session cap, the oldest such session is evicted for a newcomer
 ///   (`evicted_unproven`), so forged openers cannot lock real clients out.
 ///   A flood of them holds at most `max_sessions` unproven sessions, each

@@ -205,7 +205,8 @@ pub const AMPLIFICATION_FACTOR: u64 = 3;
 
 /// How long a peer has to prove it receives (see
 /// [`Conn::require_proof`]) before the session fails with
-/// [`SessionError::DeadLink`].
+/// [`SessionError::DeadLink`], unless configured otherwise: the default of
+/// [`ConfigBuilder::proof_timeout`](crate::ConfigBuilder::proof_timeout).
 pub const PROOF_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The anti-amplification account of a peer that has not yet proved it
@@ -484,7 +485,9 @@ impl Conn {
     ///   window answer (WINS) to the window probe (WASK) this side sends
     ///   with its first flush and after every datagram while unproven
     ///   (kcp-go and C KCP answer one at their next flush);
-    /// - without proof by `now +` [`PROOF_TIMEOUT`], the session fails with
+    /// - without proof by `now +` the configured
+    ///   [`proof_timeout`](crate::ConfigBuilder::proof_timeout) (default
+    ///   [`PROOF_TIMEOUT`]), the session fails with
     ///   [`SessionError::DeadLink`].
     ///
     /// The KCP wire has no secret for a peer to echo, so an attacker who
@@ -498,7 +501,7 @@ impl Conn {
             self.unproven = Some(Unproven {
                 received: 0,
                 sent: 0,
-                deadline: self.now.saturating_add(PROOF_TIMEOUT),
+                deadline: self.now.saturating_add(self.config.proof_timeout),
                 wins_seen: self.kcp.stats().wins_in,
             });
             self.kcp.request_window_probe();

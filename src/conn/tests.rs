@@ -792,6 +792,35 @@ fn an_unproven_peer_gets_at_most_three_times_its_bytes() {
     assert!(out > 10 * wire_in, "{out} vs {wire_in}");
 }
 
+/// A configured proof timeout replaces the default: the unproven session
+/// of a silent address ends at 2 s instead of 10 s (on the virtual clock).
+#[test]
+fn a_configured_proof_timeout_takes_effect() {
+    for (timeout, name) in [(Duration::from_secs(2), "2 s"), (PROOF_TIMEOUT, "default")] {
+        let c = config(Config::builder().proof_timeout(timeout));
+        let mut client = Conn::new(9, &c).unwrap();
+        let mut slot = vec![0u8; client.max_datagram()];
+        client.write(b"hello").unwrap();
+        client.handle_timeout(Duration::ZERO);
+        let t = client.poll_transmit(Duration::ZERO, &mut slot).unwrap();
+        let h = client.header_len();
+        let mut server = Conn::new(9, &c).unwrap();
+        server.require_proof(Duration::ZERO);
+        let _ = server.handle_packet(Duration::ZERO, &slot[h..h + t.len]);
+        let mut now = Duration::ZERO;
+        while server.error().is_none() && now < Duration::from_secs(60) {
+            now += Duration::from_millis(5);
+            server.handle_timeout(now);
+            while server.poll_transmit(now, &mut slot).is_some() {}
+        }
+        assert_eq!(server.error(), Some(SessionError::DeadLink), "{name}");
+        assert!(
+            now >= timeout && now <= timeout + Duration::from_millis(5),
+            "{name}: ended at {now:?}"
+        );
+    }
+}
+
 /// A real peer proves itself within its first round trip, by acknowledging
 /// data or answering the window probe, so legitimate traffic is not held.
 #[test]

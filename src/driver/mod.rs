@@ -30,7 +30,7 @@
 pub(crate) mod io;
 pub(crate) mod shared;
 pub(crate) mod stats;
-mod table;
+pub(crate) mod table;
 
 use std::collections::VecDeque;
 use std::collections::hash_map::RandomState;
@@ -126,7 +126,9 @@ impl Driver {
         let listener = role == Role::Listener;
         let io = Io::new(socket, &udp, &config, listener);
         let local_addr = io.local_addr()?;
-        let table = Table::new(listener, config.max_sessions, config.accept_backlog);
+        let mut table = Table::new(listener, config.max_sessions, config.accept_backlog);
+        let (burst, per_second) = config.sessions_per_source;
+        table.set_source_rate(burst, per_second);
         let slots_needed = 1 + config.fec.map_or(0, |(_, p)| p);
         let now = Instant::now();
         let shared = Arc::new(DriverShared {

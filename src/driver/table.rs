@@ -37,6 +37,7 @@ pub(crate) const REPLAY_HORIZON: Duration = Duration::from_secs(15 * 60);
 pub(crate) const MAX_REPLAY: usize = 65_536;
 /// Sessions one source IP address may open in a burst (a host running a
 /// thousand clients at once, as a test or a NAT may, still gets in)...
+/// (the default of `ConfigBuilder::sessions_per_source`)
 pub(crate) const RATE_BURST: u32 = 1024;
 /// ...and per second after that (a token bucket per source IP address): a
 /// single host flooding openers from every port it has creates no more.
@@ -230,6 +231,9 @@ pub(crate) struct Table<S> {
     /// Session creations per source address.
     rate: HashMap<IpAddr, Bucket>,
     rate_order: VecDeque<IpAddr>,
+    /// Sessions a source IP may open at once, and per second after that.
+    rate_burst: u32,
+    rate_per_sec: u32,
     /// Sessions that have not proved they receive, oldest first (ids of
     /// proven or removed sessions are skipped lazily).
     unproven: VecDeque<SessionId>,
@@ -255,12 +259,21 @@ impl<S> Table<S> {
             replay_order: VecDeque::new(),
             rate: HashMap::new(),
             rate_order: VecDeque::new(),
+            rate_burst: RATE_BURST,
+            rate_per_sec: RATE_PER_SEC,
             unproven: VecDeque::new(),
             unproven_live: 0,
             accepting,
             max_sessions,
             backlog_cap,
         }
+    }
+
+    /// Sessions one source IP address may open at once (`burst`), and per
+    /// second after that (default [`RATE_BURST`], [`RATE_PER_SEC`]).
+    pub(crate) fn set_source_rate(&mut self, burst: u32, per_sec: u32) {
+        self.rate_burst = burst;
+        self.rate_per_sec = per_sec;
     }
 
     /// Sessions in the table.
@@ -498,8 +511,9 @@ impl<S> Table<S> {
     ///    is evicted for the newcomer, so forged openers cannot hold the
     ///    table;
     /// 4. the accept backlog (`accept_backlog`);
-    /// 5. the source address's creation rate (`RATE_BURST`, then
-    ///    `RATE_PER_SEC`), charged last so refused openers cost nothing.
+    /// 5. the source address's creation rate (a burst, then a rate per
+    ///    second: `set_source_rate`), charged last so refused openers cost
+    ///    nothing.
     ///
     /// On success the fingerprint is remembered and the evicted session
     /// (if any) is returned for the driver to remove.
@@ -557,7 +571,7 @@ impl<S> Table<S> {
     /// One session creation from `ip`, if its bucket has a token.
     fn take_token(&mut self, ip: IpAddr, now: Duration) -> bool {
         const ONE: u64 = 1000;
-        let full = u64::from(RATE_BURST) * ONE;
+        let full = u64::from(self.rate_burst) * ONE;
         let b = match self.rate.get_mut(&ip) {
             Some(b) => b,
             None => {
@@ -574,7 +588,7 @@ impl<S> Table<S> {
             }
         };
         let elapsed = now.saturating_sub(b.at).as_millis() as u64;
-        b.milli = (b.milli + elapsed.saturating_mul(u64::from(RATE_PER_SEC))).min(full);
+        b.milli = (b.milli + elapsed.saturating_mul(u64::from(self.rate_per_sec))).min(full);
         b.at = now;
         if b.milli < ONE {
             return false;
@@ -1241,6 +1255,28 @@ mod tests {
             }
         }
         assert_eq!(got, RATE_PER_SEC);
+    }
+
+    /// The per-source limit is configurable (`ConfigBuilder::sessions_per_source`):
+    /// a burst of 3, then 2 per second, on the table's clock.
+    #[test]
+    fn a_configured_source_rate_takes_effect() {
+        let mut t = Table::new(true, 10_000, 10_000);
+        t.set_source_rate(3, 2);
+        let src = |port| SocketAddr::from(([127, 0, 0, 7], port));
+        let accepted = |t: &mut Table<u32>, now: Duration, port: u16| {
+            let r = feed_as(t, src(port), &push(u32::from(port), 0, false), now, true);
+            matches!(r, Route::Accept { .. })
+        };
+        let burst: Vec<bool> = (1..=5).map(|p| accepted(&mut t, secs(0), p)).collect();
+        assert_eq!(burst, [true, true, true, false, false]);
+        // Half a second refills one; a second two, never more than the burst.
+        assert!(accepted(&mut t, Duration::from_millis(500), 10));
+        assert!(!accepted(&mut t, Duration::from_millis(500), 11));
+        let later: usize = (20..30).filter(|&p| accepted(&mut t, secs(1), p)).count();
+        assert_eq!(later, 1);
+        let much_later: usize = (30..40).filter(|&p| accepted(&mut t, secs(100), p)).count();
+        assert_eq!(much_later, 3);
     }
 
     /// Finding 8: at the session cap, the oldest session that never proved

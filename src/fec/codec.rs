@@ -65,10 +65,25 @@ pub(crate) trait ErasureCodec: Send + Sync {
     }
 }
 
-/// Square matrix inverse over GF(2^8) by Gauss-Jordan elimination, row-major.
+/// Square matrix inverse over GF(2^8) by Gauss-Jordan elimination, row-major
+/// (the tests' oracle for the systematic matrix).
+#[cfg(test)]
 fn invert(m: &[u8], n: usize) -> Option<Vec<u8>> {
     let (mut work, mut inv) = (Vec::new(), Vec::new());
     invert_into(m, n, &mut work, &mut inv).then_some(inv)
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Work done by matrix arithmetic on this thread (GF(2^8) multiply-adds),
+    /// so tests can bound what a peer's choices cost without timing anything.
+    pub(crate) static MATRIX_WORK: core::cell::Cell<u64> = const { core::cell::Cell::new(0) };
+}
+
+#[inline]
+fn count_work(_n: usize) {
+    #[cfg(test)]
+    MATRIX_WORK.with(|w| w.set(w.get() + _n as u64));
 }
 
 /// [`invert`] into caller-owned buffers (`work` is scratch); `false` if `m`
@@ -107,6 +122,7 @@ fn invert_into(m: &[u8], n: usize, work: &mut Vec<u8>, inv: &mut Vec<u8>) -> boo
             if r == col || f == 0 {
                 continue;
             }
+            count_work(2 * n);
             for c in 0..n {
                 a[r * n + c] ^= gf256::mul(f, a[col * n + c]);
                 inv[r * n + c] ^= gf256::mul(f, inv[col * n + c]);
@@ -116,24 +132,41 @@ fn invert_into(m: &[u8], n: usize, work: &mut Vec<u8>, inv: &mut Vec<u8>) -> boo
     true
 }
 
-/// The `total x data` systematic encoding matrix (row-major).
+/// The `total x data` systematic encoding matrix (row-major): the
+/// Vandermonde matrix `V[r][c] = r^c` times the inverse of its top square.
+///
+/// Row `r` of that product holds the coefficients that give a polynomial's
+/// value at `r` from its values at `0..data` (for every monomial `x^c`,
+/// `sum_k M[r][k] * k^c = r^c`): the Lagrange basis polynomials of the nodes
+/// `0..data` evaluated at `r`, `M[r][k] = prod_{j != k} (r - j) / (k - j)`
+/// (subtraction is XOR in GF(2^8)). So no `data x data` inversion: building a
+/// shape costs `O(total * data)`, which matters because a peer picks the
+/// shape a decoder learns, as often as the decoder lets it.
 fn encoding_matrix(data: usize, total: usize) -> Option<Vec<u8>> {
-    let mut v = vec![0u8; total * data];
-    for r in 0..total {
-        for c in 0..data {
-            v[r * data + c] = gf256::pow(r as u8, c);
-        }
+    if data == 0 || total <= data || total > 256 {
+        return None;
     }
-    let top_inv = invert(&v[..data * data], data)?;
+    // 1 / prod_{j != k} (k - j) for each node k.
+    let mut inv_den = vec![0u8; data];
+    for (k, slot) in inv_den.iter_mut().enumerate() {
+        let den = (0..data)
+            .filter(|&j| j != k)
+            .fold(1u8, |acc, j| gf256::mul(acc, (k ^ j) as u8));
+        *slot = gf256::inv(den)?;
+    }
+    count_work(data * data);
     let mut m = vec![0u8; total * data];
-    for r in 0..total {
-        for c in 0..data {
-            let mut acc = 0u8;
-            for k in 0..data {
-                acc ^= gf256::mul(v[r * data + k], top_inv[k * data + c]);
-            }
-            m[r * data + c] = acc;
+    for r in 0..data {
+        m[r * data + r] = 1;
+    }
+    for r in data..total {
+        // r >= data differs from every node, so no factor is zero.
+        let num = (0..data).fold(1u8, |acc, j| gf256::mul(acc, (r ^ j) as u8));
+        for k in 0..data {
+            let without_k = gf256::mul(num, gf256::inv((r ^ k) as u8)?);
+            m[r * data + k] = gf256::mul(without_k, inv_den[k]);
         }
+        count_work(2 * data);
     }
     Some(m)
 }
@@ -334,21 +367,37 @@ impl VandermondeCodec {
         plan.sources.clear();
         plan.sources
             .extend((0..total).filter(|&i| present[i]).take(d));
+        // The sources are the present data shards, then the first `m`
+        // present parity rows `R`, one per missing data shard `K`. With
+        // `A = M[R][K]` (m x m) and `B = M[R][present data]`, the missing data
+        // are `A^-1 * parity + A^-1 * B * data` (XOR is both + and -): only
+        // `A` is inverted, so a plan costs `O(m * m * d)`, not the `O(d^3)` of
+        // inverting the chosen `d` rows whole (a peer picks the pattern).
+        let matrix = &self.shape.matrix;
+        let m = (0..d).filter(|&i| !present[i]).count();
+        let (known, rows) = plan.sources.split_at(d - m);
         self.sub.clear();
-        for &s in &plan.sources {
+        for &r in rows {
+            let row = &matrix[r * d..(r + 1) * d];
             self.sub
-                .extend_from_slice(&self.shape.matrix[s * d..(s + 1) * d]);
+                .extend((0..d).filter(|&k| !present[k]).map(|k| row[k]));
         }
-        if !invert_into(&self.sub, d, &mut self.work, &mut self.inverse) {
+        if !invert_into(&self.sub, m, &mut self.work, &mut self.inverse) {
             return Err(CodecError::Singular);
         }
         plan.tables.clear();
-        for i in (0..d).filter(|&i| !present[i]) {
-            plan.tables.extend(
-                self.inverse[i * d..(i + 1) * d]
+        for i in 0..m {
+            let inv_row = &self.inverse[i * m..(i + 1) * m];
+            for &s in known {
+                let c = rows
                     .iter()
-                    .map(|&c| NibbleTable::new(c)),
-            );
+                    .zip(inv_row)
+                    .fold(0u8, |acc, (&r, &a)| acc ^ gf256::mul(a, matrix[r * d + s]));
+                plan.tables.push(NibbleTable::new(c));
+            }
+            count_work(m * known.len());
+            plan.tables
+                .extend(inv_row.iter().map(|&a| NibbleTable::new(a)));
         }
         plan.pattern = pattern;
         Ok(idx)
@@ -643,6 +692,76 @@ mod tests {
                 .encode(&arena, len, len, &mut p2)
                 .unwrap();
             assert_eq!(p1, p2, "{d}+{m}");
+        }
+    }
+
+    /// The systematic matrix built from Lagrange coefficients is the
+    /// Vandermonde matrix times the inverse of its top square, as kcp-go's
+    /// codec builds it, for small, large and lopsided shapes.
+    #[test]
+    fn lagrange_matrix_is_the_inverted_vandermonde() {
+        for (d, p) in [
+            (1, 1),
+            (1, 255),
+            (2, 1),
+            (3, 2),
+            (10, 3),
+            (20, 10),
+            (64, 64),
+            (127, 1),
+            (187, 3),
+            (255, 1),
+        ] {
+            let total = d + p;
+            let mut v = vec![0u8; total * d];
+            for r in 0..total {
+                for c in 0..d {
+                    v[r * d + c] = gf256::pow(r as u8, c);
+                }
+            }
+            let top = invert(&v[..d * d], d).unwrap();
+            let mut want = vec![0u8; total * d];
+            for r in 0..total {
+                for c in 0..d {
+                    want[r * d + c] =
+                        (0..d).fold(0, |acc, k| acc ^ gf256::mul(v[r * d + k], top[k * d + c]));
+                }
+            }
+            assert_eq!(encoding_matrix(d, total).unwrap(), want, "{d} + {p}");
+        }
+    }
+
+    /// A shape's matrix costs `O(total * data)` and a decode plan for `m`
+    /// missing shards `O(m * m * data)`: both are picked by the peer (the
+    /// learned shape, the loss pattern), so neither may cost a `data x data`
+    /// inversion (about 4 million multiply-adds for 127 + 1).
+    #[test]
+    fn building_a_shape_and_a_plan_costs_no_full_inversion() {
+        let work = || MATRIX_WORK.with(core::cell::Cell::get);
+        let (d, p) = (127, 1);
+        let before = work();
+        let mut codec = VandermondeCodec::for_decoding(d, p).unwrap();
+        let built = work() - before;
+        assert!(built <= 3 * ((d + p) * d) as u64, "shape: {built}");
+        let len = 16;
+        let data = fill(7, d * len);
+        let mut parity = vec![0u8; p * len];
+        let mut enc = VandermondeCodec::new(d, p).unwrap();
+        enc.encode(&data, len, len, &mut parity).unwrap();
+        let mut shards = data.clone();
+        shards.extend_from_slice(&parity);
+        let at: Vec<usize> = (0..d + p).map(|i| i * len).collect();
+        for missing in [0, 63, 126] {
+            let mut present = vec![true; d + p];
+            present[missing] = false;
+            let before = work();
+            let mut out = vec![0u8; len];
+            codec
+                .reconstruct_data(&shards, &at, len, &present, &mut out, len)
+                .unwrap();
+            let plan = work() - before;
+            assert_eq!(out, data[missing * len..][..len]);
+            assert!(plan <= 2 * d as u64, "plan for shard {missing}: {plan}");
         }
     }
 

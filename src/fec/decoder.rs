@@ -75,6 +75,9 @@ pub struct FecDecoder {
     queue_next: usize,
     tuner: Tuner,
     retuning: bool,
+    /// Shards handled since the shape was last installed: a different shape
+    /// is adopted only after at least its own size of them (see `retune`).
+    since_install: usize,
     /// The shape last seen in the stream itself (a framed group).
     learned: Option<(usize, usize)>,
     /// For confirming the initial shape: the previous shard, and which
@@ -212,6 +215,7 @@ impl FecDecoder {
             queue_next: 0,
             tuner: Tuner::new(),
             retuning: false,
+            since_install: 0,
             learned: None,
             last_shard: None,
             edges: 0,
@@ -303,6 +307,7 @@ impl FecDecoder {
         self.recovered = Vec::new();
         self.queue = Vec::with_capacity(d.min(p));
         self.queue_next = 0;
+        self.since_install = 0;
     }
 
     /// The shard ratio currently assumed: `(data, parity)`.
@@ -363,6 +368,7 @@ impl FecDecoder {
             self.stats.parity_in += 1;
         }
         self.tuner.sample(seqid, is_data);
+        self.since_install = self.since_install.saturating_add(1);
 
         if seqid >= self.paws {
             self.stats.dropped_beyond_paws += 1;
@@ -579,12 +585,21 @@ impl FecDecoder {
     /// Tries to learn the sender's ratio from recent samples; adopts it (and
     /// leaves relearning mode) once one is found. A shape above the limit is
     /// refused: the decoder keeps its shape and goes on looking.
+    ///
+    /// A different shape is adopted only once at least `d + p` shards arrived
+    /// since the last change. A sender that changed its shape has sent that
+    /// many anyway (the framed group that shows it is longer), but a peer
+    /// alternating between shapes otherwise makes the decoder build a codec
+    /// (`O(total * data)` work and memory) every few tiny datagrams.
     fn retune(&mut self) {
         let Some((d, p)) = self.tuner.find_shape() else {
             return;
         };
         if d + p > self.max_shards {
             self.stats.refused_shapes += 1;
+            return;
+        }
+        if (d, p) != (self.data, self.parity) && self.since_install < d + p {
             return;
         }
         self.retuning = false;

@@ -1,7 +1,7 @@
 //! FEC tests: kcp-go's vectors, recovery under loss, the seqid wrap, ratio
 //! learning, the group deadline, and hostile input.
 
-use super::codec::ReferenceCodec;
+use super::codec::{self, ReferenceCodec};
 use super::*;
 use crate::arq::Timestamp;
 use proptest::prelude::*;
@@ -1113,4 +1113,70 @@ fn the_decoder_learns_or_confirms_the_senders_shape() {
     let mut data_only = FecDecoder::new(10, 3);
     feed(&mut data_only, 10, 3, 0, 10);
     assert_eq!(data_only.learned_shape(), None);
+}
+
+/// The matrix work a peer's shards make this thread's decoders do.
+fn matrix_work() -> u64 {
+    codec::MATRIX_WORK.with(std::cell::Cell::get)
+}
+
+/// A shard of the given kind, whatever shape the decoder assumes.
+fn shard_of_kind(seqid: u32, data: bool) -> Vec<u8> {
+    let mut pkt = vec![0u8; 12];
+    pkt[..4].copy_from_slice(&seqid.to_le_bytes());
+    pkt[4..6].copy_from_slice(&(if data { 0xF1u16 } else { 0xF2 }).to_le_bytes());
+    pkt[6..8].copy_from_slice(&2u16.to_le_bytes());
+    pkt
+}
+
+/// A framed group of shape `d + p` at `start` (a multiple of `d + p`): the
+/// parity shard before it, the group, the data shard after it.
+fn framed(start: u32, d: u32, p: u32) -> Vec<Vec<u8>> {
+    let mut v = vec![shard_of_kind(start - 1, false)];
+    v.extend((start..start + d).map(|s| shard_of_kind(s, true)));
+    v.extend((start + d..start + d + p).map(|s| shard_of_kind(s, false)));
+    v.push(shard_of_kind(start + d + p, true));
+    v
+}
+
+/// A peer alternating between two large shapes used to make the decoder
+/// build a codec (a 127 x 127 inversion: ~1 ms of CPU) every four 12-byte
+/// datagrams, about a thousand times the cost of ordinary shards: a CPU
+/// amplification found by a slow fuzz input. Now a different shape is
+/// adopted at most once per its own size of shards, and building one costs
+/// `O(total * data)`, so the matrix work per datagram stays below the
+/// largest shape's size.
+#[test]
+fn alternating_shapes_cost_bounded_matrix_work_per_datagram() {
+    let mut dec = FecDecoder::new(10, 3);
+    let (a, b) = (128 * 8, 128 * (1 << 24));
+    let before = matrix_work();
+    let mut sent = 0u64;
+    for round in 0..3u32 {
+        let mut pkts = framed(a, 127, 1);
+        pkts.extend(framed(b, 126, 2));
+        // Shards that contradict either shape, next to one frame then the
+        // other, so each search finds the shape not in use.
+        for k in 0..60u32 {
+            let near = if (round * 60 + k) % 2 == 0 { b } else { a };
+            pkts.extend((0..4).map(|j| shard_of_kind(near + 512 + 128 * (j + 4 * k), false)));
+        }
+        for p in &pkts {
+            let _ = dec.handle(p);
+            sent += 1;
+        }
+    }
+    let work = matrix_work() - before;
+    let retunes = dec.stats().retunes;
+    eprintln!("{sent} shards: {retunes} shape changes, matrix work {work}");
+    assert!(retunes >= 3, "the attack does change the shape");
+    assert!(
+        retunes <= sent / 128 + 1,
+        "{retunes} shape changes from {sent} shards"
+    );
+    assert!(
+        work <= 128 * sent,
+        "matrix work {work} for {sent} shards ({} each)",
+        work / sent
+    );
 }
