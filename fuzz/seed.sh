@@ -77,9 +77,12 @@ for e in kx["session_exchanges"]:
     grams = [(x["dir"], bytes.fromhex(x["hex"])) for x in e["datagrams"]]
     for side in ("c2s", "s2c"):
         mine = [gm for dr, gm in grams if dr == side]
-        # arq_input: config byte, conv, then "datagram, tick, flush, read".
+        # arq_input: two config bytes, conv, then "datagram, tick, flush,
+        # read"; the second byte picks the preset's controller, the model
+        # with ACK repetition, and the model with every kcpio-only option.
         ops = b"".join(bytes([0, 0]) + rec(gm) + bytes([8, 6, 4, 255]) for gm in mine)
-        put("arq_input", bytes([0x44]) + struct.pack("<I", e["conv"]) + ops)
+        for opts in (0x00, 0x07, 0x3F):
+            put("arq_input", bytes([0x44, opts]) + struct.pack("<I", e["conv"]) + ops)
         null = struct.pack("<I", e["conv"])
         put("pipeline", bytes([0]) + null + bytes([0, 0]) +
             b"".join(bytes([3]) + rec(gm) for gm in mine))
@@ -118,6 +121,7 @@ for cap in (1, 4, 0x3f):
         ops += bytes([5, i, 3, 200, 6, i, 4, 2])         # proof, time, removal, minutes
     put("session_table", bytes([cap]) + ops)
 # arq_pair: a few writes, flushes, deliveries, ticks and reads.
-put("arq_pair", bytes([0x44, 0, 0x10, 0x27, 32, 64, 0, 2, 0xC0, 0xC0, 0x80 | 40, 0xC1, 0, 1, 16, 8]))
+for opts in (0x00, 0x07, 0x3F):
+    put("arq_pair", bytes([0x44, opts, 0, 0x10, 0x27, 32, 64, 0, 2, 0xC0, 0xC0, 0x80 | 40, 0xC1, 0, 1, 16, 8]))
 PY
 for t in "$here"/corpus/*; do echo "$(basename "$t"): $(ls "$t" | wc -l) seeds"; done

@@ -1,7 +1,7 @@
 //! ARQ input: one endpoint fed arbitrary datagrams, interleaved with sends,
 //! reads, flushes and timer ticks on a virtual clock.
 //!
-//! Input: a config byte, a conv (u32), then operations. Checks: a readable
+//! Input: two config bytes, a conv (u32), then operations. Checks: a readable
 //! queue always yields bytes; emitted datagrams fit the MTU and parse; reads
 //! never exceed the buffer; queued data stays within the windows; the heap
 //! stays bounded.
@@ -17,7 +17,7 @@ static ALLOC: Counting = Counting;
 
 fuzz_target!(|data: &[u8]| {
     let mut r = Reader::new(data);
-    let cfg = config(r.u8());
+    let cfg = config(r.u8(), r.u8());
     let conv = r.u32();
     let Ok(mut k) = Kcp::new(conv, &cfg) else {
         return;

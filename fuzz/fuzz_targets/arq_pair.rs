@@ -46,7 +46,7 @@ impl End {
 
 fuzz_target!(|data: &[u8]| {
     let mut r = Reader::new(data);
-    let cfg = config(r.u8() | 0x80);
+    let cfg = config(r.u8() | 0x80, r.u8());
     let mtu = cfg.mtu;
     let mk = |side| End {
         kcp: Kcp::new(0x1234_5678, &cfg).unwrap(),

@@ -1,11 +1,16 @@
 //! Helpers for the ARQ targets: configurations and per-endpoint checks.
 
 use kcpio::arq::segment::Segments;
-use kcpio::arq::{ArqConfig, Kcp, Preset};
+use kcpio::arq::{ArqConfig, Congestion, Kcp, Preset};
 
-/// A configuration picked by one input byte: preset, stream mode, windows.
+/// A configuration picked by two input bytes. The first chooses the preset,
+/// stream mode, windows and MTU; the second the kcpio-only sender options a
+/// hostile peer's ACKs and timestamps reach: the congestion controller (the
+/// preset's, KCP's classic window or the model, which turns echoed `ts`
+/// values into RTT and delivery-rate samples), ACK repetition, the
+/// tail-loss probe, self-sizing windows and the RTO knobs.
 #[must_use]
-pub fn config(b: u8) -> ArqConfig {
+pub fn config(b: u8, c: u8) -> ArqConfig {
     let preset = [
         Preset::Default,
         Preset::Normal,
@@ -14,11 +19,25 @@ pub fn config(b: u8) -> ArqConfig {
         Preset::Fast3,
     ][usize::from(b % 5)];
     let wnd = [8u16, 32, 128][usize::from((b / 5) % 3)];
+    let congestion = match c & 3 {
+        0 => None,
+        1 => Some(Congestion::None),
+        2 => Some(Congestion::Kcp),
+        _ => Some(Congestion::Model),
+    };
+    let rto_knobs = c & 32 != 0;
     ArqConfig {
         stream: b & 0x80 != 0,
         snd_wnd: wnd,
         rcv_wnd: wnd,
         mtu: if b & 0x40 != 0 { 1400 } else { 576 },
+        congestion,
+        ack_repeat: c & 4 != 0,
+        tail_probe: c & 8 != 0,
+        max_window: (c & 16 != 0).then_some(512),
+        min_rto: rto_knobs.then_some(u32::from(c >> 6) * 40),
+        backoff_percent: rto_knobs.then_some(u32::from(c >> 6) * 50),
+        max_rto: rto_knobs.then_some(2_000),
         ..ArqConfig::preset(preset)
     }
 }
