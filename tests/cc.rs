@@ -363,7 +363,9 @@ fn windows_size_themselves() {
 /// 300 MiB transfer takes from the start (the field bench's figure: no
 /// allowance for headers) and the goodput from 5 s to 30 s.
 /// `cargo test --release --test cc field_point -- --ignored --nocapture`
-/// (`CC_NO_ACK_REPEAT=1`: the receiver sends each ACK once).
+/// (`CC_NO_ACK_REPEAT=1`: the receiver sends each ACK once; `CC_WND=N`:
+/// windows of N segments; `CC_SECS=1`: megabytes delivered in each of the
+/// first 36 seconds, to see what startup costs).
 #[test]
 #[ignore = "diagnostic, ~1.5M packets"]
 fn field_point() {
@@ -409,6 +411,15 @@ fn field_point() {
             "  receiver repeats {}",
             sim.conn(r).stats().arq.repeat_segments
         );
+        if std::env::var_os("CC_SECS").is_some() {
+            let per_s: Vec<String> = flows[0]
+                .buckets
+                .chunks(10)
+                .take(36)
+                .map(|c| format!("{:.1}", c.iter().sum::<u64>() as f64 / 1e6))
+                .collect();
+            println!("  MB per second: {}", per_s.join(" "));
+        }
         whole.push(w / ideal);
         steady.push(g / ideal);
     }

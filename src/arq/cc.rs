@@ -484,6 +484,13 @@ impl Model {
             self.next_round_delivered = self.delivered;
             self.round += 1;
             self.end_round(now);
+        } else if self.mode == Mode::Drain
+            && f64::from(self.inflight) <= self.bdp() * self.compensation()
+        {
+            // Drained: waiting for the round to end would pace at a third
+            // of the rate for up to another round trip (0.5 s on the field
+            // path, where what is in flight falls to a fifth of the BDP).
+            self.enter_probe_bw(now);
         }
         if !fresh {
             return;
@@ -642,5 +649,55 @@ impl Model {
             rounds: self.round,
             filled: self.mode != Mode::Startup,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Sends `n` segments at `now`, returning their stamps.
+    fn send(m: &mut Model, now: u32, n: usize) -> Vec<TxStamp> {
+        (0..n)
+            .map(|_| {
+                m.on_admit(now);
+                let mut stamp = TxStamp::default();
+                m.on_transmit(&mut stamp, true, false);
+                stamp
+            })
+            .collect()
+    }
+
+    #[test]
+    fn drain_ends_when_the_queue_is_gone_not_at_the_round_end() {
+        let mut m = Model::new(10);
+        // One round trip of 100 ms at 1 segment per ms: bandwidth 1/ms,
+        // BDP 100 segments.
+        for s in send(&mut m, 0, 100) {
+            m.on_delivered(&s, 100, Some(100), true);
+        }
+        assert!(m.bw.get() > 0.5, "{:?}", m.stats());
+        // Startup ended with three BDPs in flight; the round that drains
+        // them began with the first of these.
+        let flight = send(&mut m, 100, 300);
+        m.mode = Mode::Drain;
+        // The round that drains them began after they were sent: their
+        // deliveries do not end it, so only the mid-round check can end
+        // the drain.
+        m.next_round_delivered = m.delivered.wrapping_add(1_000);
+        let bdp = m.bdp() * m.compensation();
+        let mut exited_at = None;
+        for (i, s) in flight.iter().enumerate().skip(1).take(250) {
+            m.on_delivered(s, 150 + i as u32, Some(110), true);
+            if m.mode == Mode::ProbeBw {
+                exited_at = Some(m.inflight);
+                break;
+            }
+        }
+        let left = exited_at.expect("the drain never ended before the round did");
+        assert!(
+            f64::from(left) <= bdp && f64::from(left) > bdp - 2.0,
+            "{left} vs {bdp}"
+        );
     }
 }
