@@ -34,7 +34,7 @@
 //! three rounds, or, sooner, until the first eight RTT samples of a round
 //! stand above the minimum as a queue would: HyStart's delay test; startup
 //! never paces or caps in flight below where it began), *drain* (until in
-//! flight is back under one BDP), *probe bandwidth* (eight rounds of 1.25,
+//! flight is back under one BDP, checked on every ACK), *probe bandwidth* (eight rounds of 1.25,
 //! 0.75, then six of 1.0) and *probe RTT* (in flight capped at half a BDP
 //! for 200 ms when the minimum RTT was not seen again for 10 s).
 //!
