@@ -8,7 +8,7 @@
 #![no_main]
 
 use kcpio::arq::{Kcp, Origin, Timestamp};
-use kcpio_fuzz::arq::{config, drain, read_stream};
+use kcpio_fuzz::arq::{config, drain, max_windows, read_stream};
 use kcpio_fuzz::{Counting, Reader, live_bytes};
 use libfuzzer_sys::fuzz_target;
 
@@ -18,6 +18,7 @@ static ALLOC: Counting = Counting;
 fuzz_target!(|data: &[u8]| {
     let mut r = Reader::new(data);
     let cfg = config(r.u8(), r.u8());
+    let (snd_wnd, rcv_wnd) = max_windows(&cfg);
     let conv = r.u32();
     let Ok(mut k) = Kcp::new(conv, &cfg) else {
         return;
@@ -73,13 +74,13 @@ fuzz_target!(|data: &[u8]| {
         }
         if let Some(size) = k.peek_size() {
             // A message is at most the receive window's worth of segments.
-            assert!(size <= usize::from(cfg.rcv_wnd) * 65_536);
+            assert!(size <= rcv_wnd * 65_536);
         }
-        assert!(k.wait_snd() <= 4 * usize::from(cfg.snd_wnd) + 256);
+        assert!(k.wait_snd() <= 4 * snd_wnd + 256);
     }
     // Everything the endpoint holds is bounded by its windows and the
     // largest segment an input can carry (a record of 64 KiB).
     let grown = live_bytes().saturating_sub(base);
-    let slots = (2 * usize::from(cfg.rcv_wnd)).next_power_of_two() + 4 * usize::from(cfg.snd_wnd);
+    let slots = (2 * rcv_wnd).next_power_of_two() + 4 * snd_wnd;
     assert!(grown <= slots * 70_000 + (1 << 20), "heap grew by {grown}");
 });

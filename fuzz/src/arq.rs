@@ -42,6 +42,14 @@ pub fn config(b: u8, c: u8) -> ArqConfig {
     }
 }
 
+/// The largest send and receive windows `cfg` lets the endpoint reach:
+/// the configured ones, or `max_window` when windows size themselves.
+#[must_use]
+pub fn max_windows(cfg: &ArqConfig) -> (usize, usize) {
+    let cap = |w: u16| usize::from(cfg.max_window.map_or(w, |m| m.max(w)));
+    (cap(cfg.snd_wnd), cap(cfg.rcv_wnd))
+}
+
 /// Reads as a stream and checks that the ARQ never reports a readable queue
 /// that yields nothing (a 0-byte read is end of stream to tokio readers).
 pub fn read_stream(k: &mut Kcp, buf: &mut [u8]) -> usize {
