@@ -330,6 +330,11 @@ impl Model {
         self.bw.get() * f64::from(self.rtt_or_default())
     }
 
+    /// What is in flight fits the path: the queue startup built is gone.
+    fn drained(&self) -> bool {
+        f64::from(self.inflight) <= self.bdp() * self.compensation()
+    }
+
     /// Pacing rate, segments per ms.
     pub(crate) fn pacing_rate(&self) -> f64 {
         let initial = STARTUP_GAIN * INITIAL_CWND / f64::from(self.rtt_or_default());
@@ -484,9 +489,7 @@ impl Model {
             self.next_round_delivered = self.delivered;
             self.round += 1;
             self.end_round(now);
-        } else if self.mode == Mode::Drain
-            && f64::from(self.inflight) <= self.bdp() * self.compensation()
-        {
+        } else if self.mode == Mode::Drain && self.drained() {
             // Drained: waiting for the round to end would pace at a third
             // of the rate for up to another round trip (0.5 s on the field
             // path, where what is in flight falls to a fifth of the BDP).
@@ -601,7 +604,7 @@ impl Model {
                 }
             }
             Mode::Drain => {
-                if f64::from(self.inflight) <= self.bdp() * self.compensation() {
+                if self.drained() {
                     self.enter_probe_bw(now);
                 }
             }
