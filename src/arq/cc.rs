@@ -23,7 +23,8 @@
 //!   timestamp when the ACK names the transmission it answers: one RTT
 //!   sample per ACK and one delivery-rate sample per segment;
 //! * [`Model::refill`] with the clock on every call, which adds pacing
-//!   tokens at the pacing rate (capped at one burst);
+//!   tokens at the pacing rate (capped at two bursts, or at a sixteenth of
+//!   a round trip when a late wake-up finds data the pacer held back);
 //! * [`Model::may_admit`] before admitting each new segment into the window.
 //!
 //! From the samples it keeps a windowed maximum of the delivery rate (the
@@ -231,6 +232,9 @@ pub(crate) struct Model {
     /// Pacing tokens, segments (may go below zero after retransmissions).
     tokens: f64,
     last_refill: Option<u32>,
+    /// The last flush left data waiting for tokens alone (window room,
+    /// in-flight room): the pacer, not the path, was holding it back.
+    pub(crate) held: bool,
     /// A sender with nothing queued: the next transmissions are app-limited.
     pub(crate) app_limited: bool,
     interval: u32,
@@ -293,6 +297,7 @@ impl Model {
             queue_rounds: 0,
             tokens: INITIAL_CWND,
             last_refill: None,
+            held: false,
             app_limited: false,
             interval,
             stats: ModelStats::default(),
@@ -378,7 +383,8 @@ impl Model {
         (self.pacing_rate() * 2.0).clamp(2.0, 1024.0)
     }
 
-    /// Add the tokens earned since the last call (at most two bursts).
+    /// Add the tokens earned since the last call: at most two bursts, or a
+    /// sixteenth of a round trip at the rate after the pacer held data back.
     pub(crate) fn refill(&mut self, now: u32) {
         let Some(last) = self.last_refill else {
             self.last_refill = Some(now);
@@ -390,8 +396,19 @@ impl Model {
         }
         self.last_refill = Some(now);
         // Two bursts: wake-ups fall on whole ms, after the burst was due,
-        // and what accrued meanwhile must not be lost.
-        let cap = 2.0 * self.quantum();
+        // and what accrued meanwhile must not be lost. While the pacer alone
+        // held data back, a wake-up that came late (a busy host: tens of ms)
+        // is owed what it earned, up to a sixteenth of a round trip at the
+        // rate (a burst the bottleneck queue absorbs); else those tokens are
+        // lost and the sender runs below the rate it paces at (12.8% of them
+        // on the field's lossy path). An idle or window-limited sender
+        // banks no more than two bursts.
+        let burst = 2.0 * self.quantum();
+        let cap = if self.held {
+            burst.max(self.pacing_rate() * f64::from(self.rtt_or_default()) / 16.0)
+        } else {
+            burst
+        };
         if self.tokens < cap {
             self.tokens = (self.tokens + self.pacing_rate() * f64::from(dt as u32)).min(cap);
         }
@@ -410,6 +427,11 @@ impl Model {
         }
         let drain = (f64::from(self.inflight) / bw).min(60_000.0) as u32;
         self.rtt_or_default().saturating_add(drain)
+    }
+
+    /// What is in flight fills the in-flight cap.
+    pub(crate) fn cwnd_full(&self) -> bool {
+        f64::from(self.inflight) >= self.cwnd()
     }
 
     /// A new segment may be admitted now (in-flight cap and pacing).
@@ -669,6 +691,37 @@ mod tests {
                 stamp
             })
             .collect()
+    }
+
+    #[test]
+    fn a_late_wake_up_is_owed_its_tokens_only_while_the_pacer_held_data() {
+        let mut m = Model::new(10);
+        // One round trip of 320 ms at 1 segment per ms.
+        for s in send(&mut m, 0, 320) {
+            m.on_delivered(&s, 320, Some(320), true);
+        }
+        let rate = m.pacing_rate();
+        let burst = 2.0 * m.quantum();
+        let owed = rate * 320.0 / 16.0;
+        assert!(owed > 2.0 * burst, "{rate} {burst} {owed}");
+        for held in [false, true] {
+            m.held = held;
+            m.tokens = 0.0;
+            m.last_refill = Some(1_000);
+            // The wake-up due at 1,002 comes 38 ms late.
+            m.refill(1_040);
+            let want = if held { owed } else { burst };
+            assert!(
+                (m.tokens - want).abs() < 1e-9,
+                "held {held}: {} vs {want}",
+                m.tokens
+            );
+        }
+        // Late by less than the cap: exactly what accrued.
+        m.tokens = 0.0;
+        m.last_refill = Some(2_000);
+        m.refill(2_010);
+        assert!((m.tokens - 10.0 * rate).abs() < 1e-9, "{}", m.tokens);
     }
 
     #[test]

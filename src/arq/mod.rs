@@ -961,8 +961,10 @@ impl Kcp {
             self.snd.admit();
             admitted += 1;
         }
+        let room = (self.snd.nxt.wrapping_sub(self.snd.una.wrapping_add(win)) as i32) < 0;
         if let Some(model) = self.model.as_mut() {
             model.app_limited = self.snd.queued == 0;
+            model.held = self.snd.queued > 0 && room && !model.may_admit() && !model.cwnd_full();
         }
         if self.snd.queued > 0
             && win == self.p.snd_wnd.min(self.rmt_wnd)
