@@ -153,6 +153,10 @@ pub(crate) struct TxStamp {
     pub(crate) delivered: u32,
     /// When the latest of those was delivered (ms).
     pub(crate) delivered_ms: u32,
+    /// When it was sent, and when the segment whose delivery was the latest
+    /// then had been sent (ms): the send-side span of its rate sample.
+    pub(crate) sent_ms: u32,
+    pub(crate) first_sent_ms: u32,
     /// Nothing else was waiting to be sent: the rate it yields is a floor.
     pub(crate) app_limited: bool,
 }
@@ -232,6 +236,8 @@ pub(crate) struct Model {
     /// Pacing tokens, segments (may go below zero after retransmissions).
     tokens: f64,
     last_refill: Option<u32>,
+    /// When the segment delivered last was sent (ms).
+    first_sent_ms: u32,
     /// The last flush left data waiting for tokens alone (window room,
     /// in-flight room): the pacer, not the path, was holding it back.
     pub(crate) held: bool,
@@ -297,6 +303,7 @@ impl Model {
             queue_rounds: 0,
             tokens: INITIAL_CWND,
             last_refill: None,
+            first_sent_ms: 0,
             held: false,
             app_limited: false,
             interval,
@@ -463,6 +470,7 @@ impl Model {
         if self.inflight == 0 {
             // Nothing in flight: the rate clock restarts here.
             self.delivered_ms = now;
+            self.first_sent_ms = now;
         }
         self.tokens -= 1.0;
         self.inflight = self.inflight.saturating_add(1);
@@ -474,12 +482,20 @@ impl Model {
     /// arrived. A retransmission keeps the first stamp: KCP's timeouts are
     /// often spurious (the original arrives), and a fresh stamp would end
     /// round trips early.
-    pub(crate) fn on_transmit(&mut self, stamp: &mut TxStamp, first: bool, evidence: bool) {
+    pub(crate) fn on_transmit(
+        &mut self,
+        stamp: &mut TxStamp,
+        first: bool,
+        evidence: bool,
+        now: u32,
+    ) {
         self.round_sent = self.round_sent.saturating_add(1);
         if first {
             *stamp = TxStamp {
                 delivered: self.delivered,
                 delivered_ms: self.delivered_ms,
+                sent_ms: now,
+                first_sent_ms: self.first_sent_ms,
                 app_limited: self.app_limited,
             };
         } else {
@@ -502,6 +518,7 @@ impl Model {
     ) {
         self.delivered = self.delivered.wrapping_add(1);
         self.delivered_ms = now;
+        self.first_sent_ms = stamp.sent_ms;
         self.inflight = self.inflight.saturating_sub(1);
         if let Some(r) = rtt {
             self.rtt_sample(r, now);
@@ -520,7 +537,14 @@ impl Model {
         if !fresh {
             return;
         }
-        let interval = now.wrapping_sub(stamp.delivered_ms) as i32;
+        // The longer of the ACK-side and the send-side spans, as BBR does: a
+        // receiver or a host that wakes late hands over a batch of ACKs at
+        // once, and the ACK span alone then shrinks and overstates the rate
+        // (by up to 10% here for 20 ms late, and the maximum filter keeps
+        // the worst), while the send span is what the pacer spread out.
+        let acked = now.wrapping_sub(stamp.delivered_ms) as i32;
+        let sent = stamp.sent_ms.wrapping_sub(stamp.first_sent_ms) as i32;
+        let interval = acked.max(sent);
         let floor = self.min_rtt.unwrap_or(1).max(1) as i32;
         if interval < floor {
             return;
@@ -687,10 +711,35 @@ mod tests {
             .map(|_| {
                 m.on_admit(now);
                 let mut stamp = TxStamp::default();
-                m.on_transmit(&mut stamp, true, false);
+                m.on_transmit(&mut stamp, true, false, now);
                 stamp
             })
             .collect()
+    }
+
+    #[test]
+    fn a_batch_of_late_acks_does_not_overstate_the_rate() {
+        let mut m = Model::new(10);
+        // 100 ms round trip at 1 segment per ms.
+        for s in send(&mut m, 0, 100) {
+            m.on_delivered(&s, 100, Some(100), true);
+        }
+        let bw = m.bw.get();
+        assert!((bw - 1.0).abs() < 1e-9, "{bw}");
+        // 120 segments sent over 120 ms were delivered over 120 ms too, but
+        // the host handled the ACK that opened the span 10 ms late: the ACK
+        // side sees 110 ms. The send side still sees 120.
+        let stamp = TxStamp {
+            delivered: m.delivered,
+            delivered_ms: 310,
+            sent_ms: 420,
+            first_sent_ms: 300,
+            app_limited: false,
+        };
+        m.delivered = m.delivered.wrapping_add(119);
+        m.inflight = 200;
+        m.on_delivered(&stamp, 420, Some(100), true);
+        assert!(m.bw.get() <= 1.0 + 1e-9, "{}", m.bw.get());
     }
 
     #[test]

@@ -183,7 +183,7 @@ impl Scan<'_> {
                 // evidence of a loss. A timeout may be spurious (a lost ACK,
                 // a delay spike) and is not counted as one.
                 let evidence = self.fast + self.early != evidence_before;
-                model.on_transmit(&mut m.stamp, m.xmit == 0, evidence);
+                model.on_transmit(&mut m.stamp, m.xmit == 0, evidence, current);
             }
             m.xmit = m.xmit.wrapping_add(1);
             m.ts = current;

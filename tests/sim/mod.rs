@@ -230,6 +230,11 @@ pub(crate) struct Sim {
     pub(crate) log: String,
     /// Rate-limited queues the links may cross.
     pub(crate) bottlenecks: Vec<Bottleneck>,
+    /// A busy host: each step wakes late with probability `.0`, by 1 to
+    /// `.1` ms (drawn from `.2`, so the path's draws stay as they were).
+    late: Option<(f64, u64, ChaCha8Rng)>,
+    /// Late wake-ups so far, and their total lateness (ms).
+    pub(crate) late_wakeups: (u64, u64),
 }
 
 impl Sim {
@@ -248,7 +253,17 @@ impl Sim {
             fed: Vec::new(),
             log: String::new(),
             bottlenecks: Vec::new(),
+            late: None,
+            late_wakeups: (0, 0),
         }
+    }
+
+    /// From now on the host is busy: each wake-up comes late with
+    /// probability `p`, by a uniform 1 to `max_ms` ms (seeded by `seed`).
+    /// Everything due meanwhile (datagrams, timers) is handled together
+    /// when it wakes, as a driver task that was not scheduled in time.
+    pub(crate) fn late_host(&mut self, p: f64, max_ms: u64, seed: u64) {
+        self.late = Some((p, max_ms.max(1), ChaCha8Rng::seed_from_u64(seed)));
     }
 
     /// Two nodes of conversation `conv`, `config` on both, `link` both
@@ -414,9 +429,17 @@ impl Sim {
         for d in deadlines.chain(wake) {
             next = Some(next.map_or(d, |n| n.min(d)));
         }
-        let Some(next) = next else {
+        let Some(mut next) = next else {
             return false;
         };
+        if let Some((p, max, rng)) = &mut self.late {
+            if chance(rng, *p) {
+                let by = rng.random_range(1..=*max);
+                next += Duration::from_millis(by);
+                self.late_wakeups.0 += 1;
+                self.late_wakeups.1 += by;
+            }
+        }
         self.now = self.now.max(next);
         self.fed.clear();
         self.fed.resize(self.nodes.len(), false);
