@@ -961,7 +961,9 @@ impl Kcp {
             self.snd.admit();
             admitted += 1;
         }
-        let room = (self.snd.nxt.wrapping_sub(self.snd.una.wrapping_add(win)) as i32) < 0;
+        // The model runs without KCP's cwnd, so `win` is the sequence-space
+        // window `pacing_next` asks about.
+        let room = self.window_has_room();
         if let Some(model) = self.model.as_mut() {
             model.app_limited = self.snd.queued == 0;
             model.held = self.snd.queued > 0 && room && !model.may_admit() && !model.cwnd_full();
