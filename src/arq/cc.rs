@@ -32,12 +32,26 @@
 //! minimum of the RTT (10 s), and derives a pacing rate (gain × bandwidth)
 //! and an in-flight cap (gain × bandwidth × min RTT). The gains follow BBR's
 //! phases: *startup* (×2.89 until the bandwidth stops growing by 25% for
-//! three rounds, or, sooner, until the first eight RTT samples of a round
-//! stand above the minimum as a queue would: HyStart's delay test; startup
-//! never paces or caps in flight below where it began), *drain* (until in
-//! flight is back under one BDP, checked on every ACK), *probe bandwidth* (eight rounds of 1.25,
+//! three rounds, or, sooner, until a whole round's RTT samples stand above
+//! the minimum as a queue would), *drain* (until in flight is back under one
+//! BDP, checked on every ACK), *probe bandwidth* (eight rounds of 1.25,
 //! 0.75, then six of 1.0) and *probe RTT* (in flight capped at half a BDP
 //! for 200 ms when the minimum RTT was not seen again for 10 s).
+//!
+//! Startup also keeps a window of its own, as slow start does: 32 segments,
+//! plus one for each segment delivered and each loss found, so that it
+//! doubles per round trip whatever the random loss; it stops growing as soon
+//! as an RTT sample shows a queue (the pipe is full), and startup paces it
+//! out in half a round trip. In-flight cap and pacing rate in startup are
+//! the larger of the model's and this window's: samples of the delivery
+//! rate average over a round trip of a flight that doubles, and on their
+//! own grew what is in flight only ~1.65-fold per round at 9% loss.
+//!
+//! With the model the state machine also detects loss with a reordering
+//! window ([`Model::reorder_window`], as RACK does): an ACK is evidence that
+//! a segment was lost only if it names one sent at least that much later,
+//! and a segment resent by fast retransmit may be resent that way again
+//! (kcp-go waits for the resend's timeout).
 //!
 //! The state machine also keeps its first retransmission timeout above
 //! `Model::queued_rtt` (the round trip of everything in flight queued at
@@ -47,7 +61,7 @@
 //!
 //! **Random loss against a full queue.** Every retransmission is counted as
 //! a loss. A round trip whose losses come without a standing queue (its
-//! smallest RTT sample stays within a quarter, and at least 5 ms, of the
+//! smallest RTT sample stays within an eighth, and at least 5 ms, of the
 //! minimum) is random loss: the rate is not lowered, the loss rate is
 //! folded into a baseline, and the pacing rate is raised by `1 / (1 −
 //! 0.75 × baseline)` (at most for 15% loss) so that the bottleneck stays full
@@ -113,8 +127,9 @@ const MIN_RTT_WINDOW: u32 = 10_000;
 const PROBE_RTT_TIME: u32 = 200;
 /// Smallest in-flight cap, segments.
 const MIN_CWND: f64 = 4.0;
-/// In-flight cap before the first sample, segments.
-const INITIAL_CWND: f64 = 16.0;
+/// In-flight cap before the first sample, segments: where startup's
+/// window starts (kcp-go's `nc = 1` sends a whole window, 1024 for kcptun).
+const INITIAL_CWND: f64 = 32.0;
 /// RTT assumed before the first sample (ms).
 const INITIAL_RTT: u32 = 100;
 /// Largest loss rate compensated in the pacing rate.
@@ -129,8 +144,6 @@ const STANDING_ROUNDS: u32 = 3;
 const STANDING_BETA: f64 = 0.9;
 /// Fewest transmissions in a round for its loss rate to count.
 const MIN_ROUND_SENT: u32 = 16;
-/// Startup's delay test: RTT samples at the head of each round.
-const HEAD_SAMPLES: u32 = 8;
 
 /// How far above the minimum RTT a round's RTT must stay to show a
 /// standing queue: an eighth of it, at least 5 ms.
@@ -223,10 +236,11 @@ pub(crate) struct Model {
     round_sent: u32,
     round_lost: u32,
     round_min_rtt: Option<u32>,
-    /// Startup: the smallest of the round's first `HEAD_SAMPLES` RTT
-    /// samples, and how many were taken.
-    head_min_rtt: u32,
-    head_samples: u32,
+    /// Startup's window: `INITIAL_CWND`, plus one for every segment
+    /// delivered and every loss found while the RTT showed no queue.
+    startup_cwnd: f64,
+    /// The latest RTT sample showed no standing queue.
+    no_queue: bool,
     /// Loss rate of rounds without a standing queue (EWMA).
     loss_base: f64,
     /// The last counted round showed a standing queue.
@@ -296,8 +310,8 @@ impl Model {
             round_sent: 0,
             round_lost: 0,
             round_min_rtt: None,
-            head_min_rtt: u32::MAX,
-            head_samples: 0,
+            startup_cwnd: INITIAL_CWND,
+            no_queue: true,
             loss_base: 0.0,
             queue: false,
             queue_rounds: 0,
@@ -349,12 +363,12 @@ impl Model {
 
     /// Pacing rate, segments per ms.
     pub(crate) fn pacing_rate(&self) -> f64 {
-        let initial = STARTUP_GAIN * INITIAL_CWND / f64::from(self.rtt_or_default());
         let rate = self.pacing_gain() * self.bw.get() * self.compensation();
         if self.mode == Mode::Startup {
-            // The first samples of a round trip see a few segments each:
-            // startup never paces below its initial rate.
-            return rate.max(initial);
+            // Rate samples average over a round trip of a flight that
+            // doubles, so they lag it: startup paces its window out in
+            // no more than half a round trip.
+            return rate.max(2.0 * self.startup_cwnd / f64::from(self.rtt_or_default()));
         }
         rate
     }
@@ -362,11 +376,15 @@ impl Model {
     /// In-flight cap, segments.
     pub(crate) fn cwnd(&self) -> f64 {
         if self.bw.get() <= 0.0 {
-            return INITIAL_CWND;
+            return self.startup_cwnd;
         }
         if self.mode == Mode::Startup {
-            // As the pacing rate: no lower than where startup began.
-            return self.steady_cwnd().max(INITIAL_CWND);
+            // Two BDPs of a bandwidth estimate that lags the flight by a
+            // round trip grow it ~1.65-fold per round at 9% loss (the
+            // delivery rate is the sending rate less the loss); startup's
+            // own window doubles per round whatever the loss, and stops
+            // growing once the RTT shows a queue.
+            return self.steady_cwnd().max(self.startup_cwnd);
         }
         self.steady_cwnd()
     }
@@ -503,6 +521,9 @@ impl Model {
         }
         if evidence {
             self.round_lost = self.round_lost.saturating_add(1);
+            // A loss is a segment sent: startup's window doubles per round
+            // on what it sent, not only on what arrived.
+            self.grow_startup();
         }
     }
 
@@ -523,6 +544,7 @@ impl Model {
         if let Some(r) = rtt {
             self.rtt_sample(r, now);
         }
+        self.grow_startup();
         // Round trips: a round ends when a segment sent after its start is delivered.
         if (stamp.delivered.wrapping_sub(self.next_round_delivered) as i32) >= 0 {
             self.next_round_delivered = self.delivered;
@@ -556,26 +578,28 @@ impl Model {
         }
     }
 
+    /// One more segment in startup's window, unless the RTT shows a queue:
+    /// the pipe is full, and doubling again would overflow it before
+    /// startup's exit tests see the queue a round later.
+    fn grow_startup(&mut self) {
+        if self.mode == Mode::Startup && self.no_queue {
+            self.startup_cwnd += 1.0;
+        }
+    }
+
+    /// How much later than a segment another must have been sent for its
+    /// acknowledgement to count as evidence that the first was lost (ms):
+    /// longer than the receiver's second copy of an acknowledgement lags
+    /// the first (one flush), and than a round's jitter.
+    pub(crate) fn reorder_window(&self) -> u32 {
+        queue_slack(self.rtt_or_default()).max(2 * self.interval)
+    }
+
     fn rtt_sample(&mut self, rtt: u32, now: u32) {
         let rtt = rtt.max(1);
+        let min = self.min_rtt.map_or(rtt, |m| m.min(rtt));
+        self.no_queue = rtt <= min + queue_slack(min);
         self.round_min_rtt = Some(self.round_min_rtt.map_or(rtt, |m| m.min(rtt)));
-        if self.mode == Mode::Startup && self.head_samples < HEAD_SAMPLES {
-            // The queue a round begins with is the excess of the round
-            // before: seen in its first samples, a round earlier than in its
-            // smallest (HyStart's delay test). Startup grows what is in
-            // flight 2.89-fold per round, so a round later the queue is full
-            // and KCP's timers resend everything in flight.
-            self.head_samples += 1;
-            self.head_min_rtt = self.head_min_rtt.min(rtt);
-            if self.head_samples == HEAD_SAMPLES {
-                if let Some(min) = self.min_rtt {
-                    if self.head_min_rtt > min + queue_slack(min) {
-                        self.mode = Mode::Drain;
-                        self.stats.startup_queue_exits += 1;
-                    }
-                }
-            }
-        }
         let expired = now.wrapping_sub(self.min_rtt_stamp) > MIN_RTT_WINDOW;
         if self.min_rtt.is_none_or(|m| rtt <= m) || (expired && self.mode != Mode::ProbeRtt) {
             if expired && self.min_rtt.is_some_and(|m| rtt > m) && self.mode == Mode::ProbeBw {
@@ -593,8 +617,6 @@ impl Model {
 
     fn end_round(&mut self, now: u32) {
         let min_rtt = self.rtt_or_default();
-        self.head_min_rtt = u32::MAX;
-        self.head_samples = 0;
         // Loss against the queue.
         if self.round_sent >= MIN_ROUND_SENT {
             let loss = f64::from(self.round_lost) / f64::from(self.round_sent);
@@ -715,6 +737,40 @@ mod tests {
                 stamp
             })
             .collect()
+    }
+
+    #[test]
+    fn startup_doubles_its_window_per_round_through_loss_until_a_queue_shows() {
+        let mut m = Model::new(10);
+        assert_eq!(m.cwnd(), INITIAL_CWND);
+        // One round trip of 100 ms: 29 of the 32 delivered, 3 found lost
+        // (9%) and resent. Every segment sent counts, so the window doubles.
+        let stamps = send(&mut m, 0, 32);
+        for s in &stamps[..29] {
+            m.on_delivered(s, 100, Some(100), true);
+        }
+        for _ in 0..3 {
+            let mut stamp = TxStamp::default();
+            m.on_transmit(&mut stamp, false, true, 100);
+        }
+        assert_eq!(m.mode, Mode::Startup);
+        assert_eq!(m.startup_cwnd, 2.0 * INITIAL_CWND);
+        // The rate samples alone would allow 61: two BDPs of 29 per 100 ms.
+        let from_samples = m.steady_cwnd();
+        assert!(from_samples < 62.0, "{from_samples}");
+        assert_eq!(m.cwnd(), 64.0);
+        // Paced out in half a round trip.
+        assert!((m.pacing_rate() - 1.28).abs() < 1e-9, "{}", m.pacing_rate());
+        // An RTT sample 30 ms above the minimum: a queue. Neither deliveries
+        // nor losses grow the window any more.
+        let stamps = send(&mut m, 100, 2);
+        m.on_delivered(&stamps[0], 230, Some(130), true);
+        let mut stamp = TxStamp::default();
+        m.on_transmit(&mut stamp, false, true, 230);
+        assert_eq!(m.startup_cwnd, 64.0);
+        // One without: it grows again.
+        m.on_delivered(&stamps[1], 231, Some(101), true);
+        assert_eq!(m.startup_cwnd, 65.0);
     }
 
     #[test]

@@ -142,10 +142,15 @@ impl Scan<'_> {
             }
             true
         } else if m.fastack >= self.resent && m.fastack != FASTACK_OFF {
-            // Fast retransmit; disabled until this segment's next RTO.
-            // C resets fastack to 0 instead and only allows it while
-            // xmit <= fastlimit (5).
-            m.fastack = FASTACK_OFF;
+            // Fast retransmit; kcp-go disables it until this segment's next
+            // RTO (C resets fastack to 0 instead and only allows it while
+            // xmit <= fastlimit, 5). kcpio-only, with the model: armed
+            // again at once, and `parse_fastack` counts only ACKs of
+            // segments sent a reorder window after this resend, so a lost
+            // resend is found a round trip later, not after a timeout
+            // (on a path losing 9% that is one resend in eleven, and its
+            // timeout holds up delivery of everything after it).
+            m.fastack = if self.model.is_some() { 0 } else { FASTACK_OFF };
             m.rto = rx_rto;
             m.resendts = current.wrapping_add(m.rto);
             m.probe = false;
@@ -809,10 +814,19 @@ impl Kcp {
             return false;
         }
         let threshold = self.p.fastack_threshold;
+        // With the model, RACK's reordering window: an ACK counts as evidence
+        // that a segment was lost only if it names one sent at least
+        // `reorder_window` later. Without it, every segment named in a lost
+        // ACK datagram is resent when a later datagram of the same flush
+        // arrives, before the receiver's copy of the lost ACKs can (2.5% of
+        // the wire on the field path), and a resend is found lost by the
+        // ACKs of what was sent with it. kcp-go: sent no later (0).
+        let window = self.model.as_ref().map_or(0, |m| m.reorder_window() as i32);
         let mut hit = false;
         let mut bumped = false;
         self.snd.for_each_before(sn, |m| {
-            if (m.ts.wrapping_sub(ts) as i32) <= 0 && m.fastack != FASTACK_OFF {
+            let counts = (ts.wrapping_sub(m.ts) as i32) >= window;
+            if counts && m.fastack != FASTACK_OFF {
                 m.fastack += 1;
                 bumped = true;
                 if m.fastack >= threshold {

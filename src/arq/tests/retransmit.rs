@@ -1,7 +1,7 @@
 //! Fast retransmit, early retransmit and RTO back-off.
 
 use super::util::*;
-use crate::arq::{ArqConfig, Kcp, Origin, Preset};
+use crate::arq::{ArqConfig, Congestion, Kcp, Origin, Preset};
 
 fn nc_config(fast_resend: u32) -> ArqConfig {
     ArqConfig {
@@ -55,6 +55,54 @@ fn fast_retransmit_fires_at_the_threshold_once_per_rto_cycle() {
     let out = run_until(&mut a, 7, 150);
     assert_eq!(push_times(&out, 0), vec![36, 81, 141]);
     assert_eq!(a.rto(), 30);
+}
+
+#[test]
+fn with_the_model_acks_count_after_a_reorder_window_and_a_lost_resend_goes_again() {
+    let cfg = ArqConfig {
+        congestion: Some(Congestion::Model),
+        ..nc_config(2)
+    };
+    // sn 0..4 at t=0, sn 5 and 6 at t=20. The reorder window is two
+    // flushes here (20 ms; an eighth of the 50 ms RTT is less).
+    let mut a = five_in_flight(&cfg);
+    for _ in 0..2 {
+        a.send(&[2; 100]);
+    }
+    assert_eq!(cmd_sn(&drain(&mut a, 20)), vec![(PUSH, 5), (PUSH, 6)]);
+    // ACKs of segments sent with sn 0 are no evidence that it was lost
+    // (its own ACK may be in a datagram that was lost, with a copy to come);
+    // kcp-go would fast-resend it here.
+    for sn in 1..5 {
+        a.handle_datagram(t(50), &ack(sn, 0, 0, 32), Origin::Regular)
+            .unwrap();
+    }
+    assert!(drain(&mut a, 50).is_empty());
+    // ACKs of two segments sent 20 ms after it are: fast resend, ts 60.
+    let both = [ack(5, 20, 0, 32), ack(6, 20, 0, 32)].concat();
+    a.handle_datagram(t(60), &both, Origin::Regular).unwrap();
+    assert_eq!(cmd_sn(&drain(&mut a, 60)), vec![(PUSH, 0)]);
+    // New data right after the resend (ts 62), and later (ts 100).
+    for (now, sns) in [(62, [7, 8]), (100, [9, 10])] {
+        for _ in 0..2 {
+            a.send(&[3; 100]);
+        }
+        let want: Vec<_> = sns.iter().map(|&sn| (PUSH, sn)).collect();
+        assert_eq!(cmd_sn(&drain(&mut a, now)), want);
+    }
+    // The ACKs of what left with the resend say nothing of it either.
+    for sn in [7, 8] {
+        a.handle_datagram(t(112), &ack(sn, 62, 0, 32), Origin::Regular)
+            .unwrap();
+    }
+    assert!(drain(&mut a, 112).is_empty());
+    // Two sent 40 ms after it: the resend was lost too, and sn 0 goes again
+    // at once, where kcp-go would wait for its timeout.
+    let both = [ack(9, 100, 0, 32), ack(10, 100, 0, 32)].concat();
+    a.handle_datagram(t(125), &both, Origin::Regular).unwrap();
+    assert_eq!(cmd_sn(&drain(&mut a, 125)), vec![(PUSH, 0)]);
+    assert_eq!(a.stats().retransmit_fast, 2);
+    assert_eq!(a.stats().retransmit_rto, 0);
 }
 
 #[test]
