@@ -589,10 +589,13 @@ impl Model {
 
     /// How much later than a segment another must have been sent for its
     /// acknowledgement to count as evidence that the first was lost (ms):
-    /// longer than the receiver's second copy of an acknowledgement lags
-    /// the first (one flush), and than a round's jitter.
+    /// an eighth of the minimum RTT. On a long path that outlasts the lag of
+    /// the receiver's second copy of an acknowledgement (one flush); on a
+    /// path of a few ms it is nothing, as a floor of even a few ms would be
+    /// many round trips there, with the losses it hides holding the
+    /// in-flight cap.
     pub(crate) fn reorder_window(&self) -> u32 {
-        queue_slack(self.rtt_or_default()).max(2 * self.interval)
+        self.rtt_or_default() / 8
     }
 
     fn rtt_sample(&mut self, rtt: u32, now: u32) {

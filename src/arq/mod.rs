@@ -186,8 +186,12 @@ impl Scan<'_> {
             if let Some(model) = self.model.as_deref_mut() {
                 // Fast and early retransmits answer ACKs of later segments:
                 // evidence of a loss. A timeout may be spurious (a lost ACK,
-                // a delay spike) and is not counted as one.
-                let evidence = self.fast + self.early != evidence_before;
+                // a delay spike) and is not counted as one, nor is the loss
+                // of a resend: the loss rate is that of first transmissions
+                // (a resend lost again, now resent fast too, would count a
+                // segment twice and cut the rate on a queue a competing flow
+                // keeps full).
+                let evidence = self.fast + self.early != evidence_before && m.xmit == 1;
                 model.on_transmit(&mut m.stamp, m.xmit == 0, evidence, current);
             }
             m.xmit = m.xmit.wrapping_add(1);
@@ -821,11 +825,17 @@ impl Kcp {
         // arrives, before the receiver's copy of the lost ACKs can (2.5% of
         // the wire on the field path), and a resend is found lost by the
         // ACKs of what was sent with it. kcp-go: sent no later (0).
-        let window = self.model.as_ref().map_or(0, |m| m.reorder_window() as i32);
+        let window = self.model.as_ref().map(|m| m.reorder_window() as i32);
         let mut hit = false;
         let mut bumped = false;
         self.snd.for_each_before(sn, |m| {
-            let counts = (ts.wrapping_sub(m.ts) as i32) >= window;
+            // A resend: at least a ms later, not the ACKs of what left with it.
+            let need = match window {
+                Some(w) if m.xmit >= 2 => w.max(1),
+                Some(w) => w,
+                None => 0,
+            };
+            let counts = (ts.wrapping_sub(m.ts) as i32) >= need;
             if counts && m.fastack != FASTACK_OFF {
                 m.fastack += 1;
                 bumped = true;

@@ -63,8 +63,8 @@ fn with_the_model_acks_count_after_a_reorder_window_and_a_lost_resend_goes_again
         congestion: Some(Congestion::Model),
         ..nc_config(2)
     };
-    // sn 0..4 at t=0, sn 5 and 6 at t=20. The reorder window is two
-    // flushes here (20 ms; an eighth of the 50 ms RTT is less).
+    // sn 0..4 at t=0, sn 5 and 6 at t=20. The reorder window is an eighth
+    // of the 50 ms RTT: 6 ms.
     let mut a = five_in_flight(&cfg);
     for _ in 0..2 {
         a.send(&[2; 100]);
