@@ -37,6 +37,19 @@ fn config(c: Congestion) -> Config {
         .expect("config")
 }
 
+/// The field runs' model peer (`--nodelay fast3 --mtu 1350 --congestion
+/// model --stream`) with `wnd`-segment windows.
+fn field_config(wnd: u16) -> Config {
+    Config::builder()
+        .preset(Preset::Fast3)
+        .stream(true)
+        .window(wnd, wnd)
+        .mtu(1350)
+        .congestion(Congestion::Model)
+        .build()
+        .expect("config")
+}
+
 /// Payload bytes per byte through the bottleneck for full segments.
 fn efficiency(cfg: &Config) -> f64 {
     let mss = cfg.kcp_mtu() - 24;
@@ -375,14 +388,7 @@ fn a_late_host_still_sends_at_the_rate() {
     // The field's rate and round trip (100 Mbit/s, 200 ms, a queue of one
     // BDP), no loss.
     let rate = 12_500_000u64;
-    let cfg = Config::builder()
-        .preset(Preset::Fast3)
-        .stream(true)
-        .window(8192, 8192)
-        .mtu(1350)
-        .congestion(Congestion::Model)
-        .build()
-        .expect("config");
+    let cfg = field_config(8192);
     let ideal = rate as f64 * efficiency(&cfg);
     let (from, until) = (4_000, 12_000);
     let mut sim = path(&cfg, rate, 100, rate / 5, 0.0, 1);
@@ -417,14 +423,7 @@ fn startup_fills_a_long_lossy_path_fast_and_resends_without_timeouts() {
     // random loss each way, windows of 16384.
     let rate = 12_500_000u64;
     let loss = 0.09;
-    let cfg = Config::builder()
-        .preset(Preset::Fast3)
-        .stream(true)
-        .window(16384, 16384)
-        .mtu(1350)
-        .congestion(Congestion::Model)
-        .build()
-        .expect("config");
+    let cfg = field_config(16384);
     let ideal = rate as f64 * efficiency(&cfg) * (1.0 - loss);
     let until = 12_000;
     let mut sim = path(&cfg, rate, 100, rate / 5, loss, 5);
