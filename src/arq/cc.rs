@@ -151,6 +151,11 @@ fn queue_slack(min_rtt: u32) -> u32 {
     (min_rtt / 8).max(5)
 }
 
+/// An RTT sample of `rtt` shows a standing queue above the minimum `min`.
+fn shows_queue(rtt: u32, min: u32) -> bool {
+    rtt > min + queue_slack(min)
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Mode {
     Startup,
@@ -601,7 +606,7 @@ impl Model {
     fn rtt_sample(&mut self, rtt: u32, now: u32) {
         let rtt = rtt.max(1);
         let min = self.min_rtt.map_or(rtt, |m| m.min(rtt));
-        self.no_queue = rtt <= min + queue_slack(min);
+        self.no_queue = !shows_queue(rtt, min);
         self.round_min_rtt = Some(self.round_min_rtt.map_or(rtt, |m| m.min(rtt)));
         let expired = now.wrapping_sub(self.min_rtt_stamp) > MIN_RTT_WINDOW;
         if self.min_rtt.is_none_or(|m| rtt <= m) || (expired && self.mode != Mode::ProbeRtt) {
@@ -623,9 +628,7 @@ impl Model {
         // Loss against the queue.
         if self.round_sent >= MIN_ROUND_SENT {
             let loss = f64::from(self.round_lost) / f64::from(self.round_sent);
-            let queue = self
-                .round_min_rtt
-                .is_some_and(|r| r > min_rtt + queue_slack(min_rtt));
+            let queue = self.round_min_rtt.is_some_and(|r| shows_queue(r, min_rtt));
             if queue && self.mode == Mode::Startup {
                 // A queue that stands for a whole round trip: the pipe is
                 // full. Leave startup now rather than when the bandwidth
