@@ -1,0 +1,254 @@
+//! # kcpio
+//!
+//! Fast, secure, reliable streams over UDP for tokio: the KCP ARQ protocol,
+//! optional Reed-Solomon FEC and optional per-packet encryption, byte-compatible
+//! with Go's kcp-go v5.
+//!
+//! A [`KcpStream`] is `AsyncRead + AsyncWrite` like a `TcpStream` (with
+//! `split`, `into_split` and `reunite`, and a message API in message mode),
+//! and a [`KcpListener`] accepts them like a `TcpListener`; one [`Config`] (kcpio's
+//! defaults or kcp-go's, with kcptun's [`Preset`]s) describes both. KCP
+//! retransmits early and, with FEC, rebuilds lost datagrams from parity, so
+//! latency stays low on long, lossy links where TCP waits out a timeout.
+//!
+//! # Example
+//!
+//! An echo over loopback, encrypted with AES-128:
+//!
+//! ```
+//! use kcpio::{Config, KcpListener, KcpStream, Key, Method};
+//! use tokio::io::{AsyncReadExt, AsyncWriteExt};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // Both ends must agree on the cipher and key; the rest is local, and the
+//! // defaults suit a TcpStream user (see `ConfigBuilder`).
+//! let config = Config::builder()
+//!     .crypto(Method::Aes128, Key::passphrase("it's a secret"))
+//!     .build()?;
+//!
+//! let listener = KcpListener::bind("127.0.0.1:0", &config).await?;
+//! let addr = listener.local_addr()?;
+//! tokio::spawn(async move {
+//!     let (mut stream, _peer) = listener.accept().await?;
+//!     let mut buf = [0; 5];
+//!     stream.read_exact(&mut buf).await?;
+//!     stream.write_all(&buf).await?;
+//!     stream.shutdown().await // waits for the acknowledgement
+//! });
+//!
+//! // Returns once the listener answered (its `accept` has returned too).
+//! let mut stream = KcpStream::connect(addr, &config).await?;
+//! stream.write_all(b"hello").await?;
+//! let mut buf = [0; 5];
+//! stream.read_exact(&mut buf).await?;
+//! assert_eq!(&buf, b"hello");
+//! # Ok(()) }
+//! ```
+//!
+//! Beside the stream, a session with FEC on carries unreliable datagrams,
+//! byte-compatible with kcp-go's out-of-band packets:
+//! [`KcpStream::send_datagram`] and [`KcpStream::recv_datagram`] (each
+//! payload one UDP datagram, sent once, at most
+//! [`max_datagram_payload`](KcpStream::max_datagram_payload) bytes, e.g.
+//! 1368 with the default mtu; queues bounded at
+//! [`conn::DATAGRAM_QUEUE_LEN`] datagrams and [`conn::DATAGRAM_QUEUE_BYTES`]
+//! bytes each way, overflow counted).
+//!
+//! The repository's `examples/` hold an echo pair, a TCP port forwarder
+//! (`tunnel.rs`) and the lossy-link demo
+//! (`cargo run --release --example demo`).
+//!
+//! # KcpStream and TcpStream: the differences
+//!
+//! A [`KcpStream`] has `TcpStream`'s shape (`connect`; `split`, and
+//! `into_split` with `reunite`; `peer_addr` and `local_addr`;
+//! `AsyncRead + AsyncWrite`) and a [`KcpListener`] has `TcpListener`'s (`bind`,
+//! `accept`, `poll_accept`). What differs comes from running over UDP, with the
+//! connection state in this process instead of the kernel. The defaults named
+//! below are marked in **bold** beside the builder method that sets them.
+//!
+//! - **Handshake.** There is no SYN. [`KcpStream::connect`] sends a KCP window
+//!   probe (a WASK segment; kcp-go, C KCP and kcpio answer it at their next
+//!   flush), resends it with back-off, and returns once any valid datagram of
+//!   the conversation arrives. After `connect_timeout` (**5 s**,
+//!   [`ConfigBuilder::connect_timeout`](ConfigBuilder::connect_timeout)) it fails with `TimedOut`: a missing
+//!   server, a different key or cipher and a blocked path look alike from the
+//!   client, and the error says so. A kcpio or kcp-go listener creates the
+//!   session when the probe arrives, so `accept` returns at connect time and
+//!   protocols where the server speaks first work. `connect_probe(false)`
+//!   (**on** by default, [`ConfigBuilder::connect_probe`](ConfigBuilder::connect_probe)) gives KCP's bare
+//!   behaviour for a peer that must see data first: `connect` returns at once
+//!   and nothing is sent before the first write.
+//! - **End of stream.** KCP has no FIN, and neither has kcp-go. `shutdown`
+//!   stops this side's writes and completes once the peer acknowledged
+//!   everything written, or fails with `TimedOut` after
+//!   [`linger`](ConfigBuilder::linger) (**5 s**); reading goes on. The peer is
+//!   not told: its reads never return `Ok(0)` (a read returns `Ok(0)` only into
+//!   an empty buffer), so `tokio::io::copy` from a `KcpStream` ends only with an
+//!   error. Dropping a stream (both halves) sends nothing either: the driver
+//!   keeps delivering what was written for up to `linger`, then frees the
+//!   session silently. The side left behind learns of it from the idle timeout
+//!   below; from the dead-link limit ([`dead_link`](ConfigBuilder::dead_link))
+//!   when it has unacknowledged data; or, on a listener, when the same address
+//!   opens a new conversation (the old session fails with `ConnectionReset`).
+//!   Bytes received before a failure are still read out first, then every read
+//!   and write fails, with a [`SessionError`] source naming the cause. For an
+//!   end marker, frame your own, or run [`mux`] (smux) over the session as
+//!   kcptun does: its streams have EOF and half-close.
+//! - **Liveness.** An idle TCP connection lives for ever, and its keepalive is
+//!   off by default. A `KcpStream` sends a window probe whenever it sent nothing
+//!   for `keepalive` (**10 s**, [`ConfigBuilder::keepalive`](ConfigBuilder::keepalive)); the peer answers
+//!   it. A session that received nothing valid for
+//!   [`idle_timeout`](ConfigBuilder::idle_timeout) (**30 s**) fails with
+//!   `TimedOut` ([`SessionError::IdleTimeout`]). `None` turns either off. An
+//!   idle session costs one small datagram each way per keepalive interval.
+//!   kcp-go answers probes but sends none, so a kcpio end keeps a pair with
+//!   kcp-go alive and notices when kcp-go goes away. The dead-link limit
+//!   ([`dead_link`](ConfigBuilder::dead_link), **0**: never) fails a session
+//!   once one segment was sent that many times unacknowledged.
+//! - **Capacity.** TCP buffers in the kernel and sizes its windows itself. A
+//!   KCP session's windows are fixed, in segments
+//!   ([`window`](ConfigBuilder::window), **1024 / 1024**). A side can write
+//!   `2 × its send window + the peer's receive window` segments of up to mss
+//!   bytes (mss = [`Config::kcp_mtu`] − 24: 1376 with the **1400**-byte
+//!   [`mtu`](ConfigBuilder::mtu) and no cipher) before its writes wait for the
+//!   peer to read: about 4.2 MB with 1024 / 1024, 132 KB with kcp-go's 32 / 32.
+//!   Two ends that both write more than that before reading deadlock, as over
+//!   TCP with full buffers. At most `min(send window, peer's receive window)`
+//!   segments are in flight, so a session moves at most that many per round
+//!   trip (1024 × 1376 bytes per 100 ms is about 110 Mbit/s).
+//! - **Which preset.** The default, [`Preset::Fast`] (**kcptun's `fast`**,
+//!   [`preset`](ConfigBuilder::preset)), suits most paths. [`Preset::Fast3`]
+//!   (10 ms flush interval, 30 ms minimum RTO) recovers sooner from loss for
+//!   more retransmissions; [`Preset::LowLatency`] is for small messages at a
+//!   steady rate (games, voice) and sends several times the payload. kcp-go's
+//!   own defaults ([`ConfigBuilder::kcp_go_defaults`](ConfigBuilder::kcp_go_defaults): [`Preset::Default`],
+//!   windows 32, no liveness) are slow (a 100 ms flush interval, no fast
+//!   retransmit) and there to behave exactly like a kcp-go peer. None of these
+//!   changes the wire format: each end picks its own. On lossy paths add FEC
+//!   ([`fec`](ConfigBuilder::fec)`(10, 3)`, kcptun's).
+//! - **Security.** Where TCP leaves encryption to TLS above it, a `KcpStream`
+//!   seals each datagram itself ([`crypto`](ConfigBuilder::crypto)); only
+//!   `aes-128-gcm` also authenticates. What each cipher protects is in
+//!   [Security](#security) below.
+//!
+//! # Security
+//!
+//! Only [`Method::Aes128Gcm`] authenticates datagrams. The CFB block ciphers
+//! (`aes`, `blowfish`, `sm4`, ...) encrypt but check integrity with a CRC-32
+//! only, which is not a MAC; under `salsa20`, `xor` and `none` the CRC sits
+//! under a stream cipher (or none), so bits of a captured datagram can be
+//! flipped and the CRC patched without the key; `null` protects nothing.
+//! This is kcp-go's wire format. Use `aes-128-gcm` where integrity matters.
+//! No method detects a replayed datagram by itself; inside a session KCP's
+//! sequence numbers drop replays, and a listener refuses a replayed
+//! session-opening datagram (below).
+//!
+//! Every datagram is untrusted and dropped and counted when it does not fit.
+//! Memory a peer can make a session hold is bounded: the ARQ by its windows,
+//! the FEC decoder by the shards actually received and a cap on the shard
+//! ratio it learns ([`fec::DEFAULT_MAX_SHARDS`], set with
+//! [`fec_max_shards`](ConfigBuilder::fec_max_shards);
+//! [`fec::FecDecoder::memory_bound`]), received datagrams by
+//! [`conn::DATAGRAM_QUEUE_BYTES`]; sessions per listener by
+//! [`max_sessions`](ConfigBuilder::max_sessions). A listener (see
+//! [`KcpListener`]) opens a session only on a datagram that begins a
+//! conversation, refuses replays of such datagrams, limits how fast one
+//! source address creates sessions, sends an address that has not proved it
+//! receives at most 3× the bytes it sent ([`Conn::require_proof`]), and
+//! evicts sessions that never proved it. See the README's Security section.
+//!
+//! # Layers
+//!
+//! Data walks one way through layers that each live in one module:
+//!
+//! ```text
+//!  write ─► KcpStream ─► Conn ─► arq (segments) ─► fec (shards) ─► driver: crypto (seal) ─► sys (batch send) ─► UDP
+//!  read  ◄─ KcpStream ◄─ Conn ◄─ arq (reassembly) ◄─ fec (recover) ◄─ driver: table ◄─ crypto (open) ◄─ sys (batch recv) ◄─ UDP
+//! ```
+//!
+//! - [`mux`] (optional, above everything) multiplexes streams over one
+//!   session, wire-compatible with Go's smux;
+//! - [`KcpStream`] and [`KcpListener`] are the tokio surface: thin adapters
+//!   that lock a session and call its [`Conn`];
+//! - one driver task per UDP socket, whatever the number of sessions on it,
+//!   opens and seals datagrams, routes them to sessions through its session
+//!   table, runs their timers and batches their output;
+//! - [`Conn`] is one session: ARQ, FEC, lifecycle (idle timeout, dead link,
+//!   shutdown and linger) and its next deadline;
+//! - [`arq`] is the KCP state machine (segments, acknowledgements,
+//!   retransmission, windows);
+//! - [`fec`] adds Reed-Solomon parity shards and rebuilds lost data shards;
+//! - [`crypto`] seals and opens each datagram (kcptun's ciphers);
+//! - `sys` sends and receives datagrams in batches (`sendmmsg`/`recvmmsg`,
+//!   GSO/GRO on Linux).
+//!
+//! [`Conn`], [`arq`], [`fec`] and [`crypto`] are sans-IO: bytes and `now`
+//! in, datagrams and deadlines out. A [`Conn`] with a [`crypto`] cipher is a
+//! whole kcp-go-compatible session that any runtime or a game loop can drive:
+//! `examples/gameloop.rs` runs one (cipher, FEC, ARQ) over a
+//! `std::net::UdpSocket` with a plain loop and no tokio, and
+//! `tests/gameloop.rs` runs it against kcp-go.
+//!
+//! # Errors
+//!
+//! A failed session's `io::Error` carries a [`SessionError`] as its source
+//! (`err.get_ref().and_then(|e| e.downcast_ref::<SessionError>())`:
+//! dead link, idle timeout, reset by the peer, aborted); other refusals
+//! carry a [`ConnError`].
+
+#[forbid(unsafe_code)]
+pub mod arq;
+#[forbid(unsafe_code)]
+mod config;
+#[forbid(unsafe_code)]
+pub mod conn;
+#[forbid(unsafe_code)]
+pub mod crypto;
+#[forbid(unsafe_code)]
+mod driver;
+#[forbid(unsafe_code)]
+pub mod fec;
+#[forbid(unsafe_code)]
+mod listener;
+#[forbid(unsafe_code)]
+pub mod mux;
+#[forbid(unsafe_code)]
+mod session;
+
+#[allow(unsafe_code)]
+mod simd; // runtime-dispatched SIMD kernels (GF(2^8), Salsa20, GCM): unsafe allowed
+#[forbid(unsafe_code)]
+mod socket;
+#[allow(unsafe_code)]
+mod sys; // batched datagram syscalls: the only other place unsafe is allowed
+
+pub use arq::Congestion;
+pub use config::{
+    Config, ConfigBuilder, ConfigError, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_TIMEOUT,
+    DEFAULT_KEEPALIVE, Key, MIN_WRITE_CAPACITY, Preset,
+};
+
+/// The session table's routing and admission fed an arbitrary sequence of
+/// datagrams, clock jumps, proofs and removals: the `session_table` fuzz
+/// target's body. The table is internal; this is not part of the stable
+/// API.
+///
+/// # Panics
+///
+/// Only when one of the table's invariants breaks (a bug): its books
+/// balance, sessions stay under the cap, and every memory (tombstones,
+/// replay fingerprints, per-source buckets, the unproven queue) within its
+/// bound.
+#[doc(hidden)]
+pub fn fuzz_session_table(data: &[u8]) {
+    driver::fuzz_table(data);
+}
+pub use conn::{Conn, ConnError, SessionError, SessionStats};
+pub use crypto::Method;
+pub use listener::{KcpListener, ListenerStats};
+pub use session::{
+    KcpStream, OwnedReadHalf, OwnedWriteHalf, ReadHalf, ReuniteError, StatsHandle, WriteHalf,
+};
+pub use socket::KcpSocket;

@@ -1,0 +1,357 @@
+//! The hostile-peer attacks of the Security section, as a tool to run
+//! against any KCP server on loopback (a kcpio or a kcp-go echo server,
+//! `examples/peer.rs` or `interop/kcpgo-peer`), so both are measured the
+//! same way (`scripts/hostile-vs-kcpgo.sh` runs them side by side).
+//!
+//! ```text
+//! attack reflect  ADDR CRYPT PRESET SECS   one 1,400-byte request from a silent address
+//! attack replay   ADDR CRYPT N             one captured opener replayed from N addresses
+//! attack takeover ADDR                     forged datagrams from a live session's address (null crypto)
+//! attack flood    ADDR CRYPT SECS          forged openers from fresh addresses; a real client connects meanwhile
+//! attack late     ADDR CRYPT IDLE AT,.. [LOG]  a conversation, silence, then its late datagrams
+//! ```
+//!
+//! `late`: a client echoes once, then falls silent while the server's
+//! application ends the session (after IDLE seconds without input, as both
+//! echo servers do). At the first `AT` seconds after that end, the client
+//! writes again, as one whose path went dark would, and runs for 2 s
+//! (retransmitting, answering what comes back); at each later `AT` the
+//! datagrams it sent then arrive again (captured). For each point: the
+//! datagrams sent, the bytes that came back, and, with the server's log
+//! file `LOG`, the sessions it opened (its `session open` lines).
+//!
+//! Each prints one JSON line. The key is the peers' default passphrase.
+//! Loopback only.
+
+use kcpio_testkit::spoof;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use kcpio::arq::segment::{Command, Header, Segments};
+use kcpio::crypto::PacketCrypto;
+use kcpio::{Config, ConfigBuilder, Conn, KcpStream, Key, Method, Preset};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::UdpSocket;
+use tokio::time::{Instant, timeout, timeout_at};
+
+const KEY: &str = "it's a secrect";
+
+fn builder(crypt: &str, preset: Preset) -> ConfigBuilder {
+    let method = Method::from_name(crypt).expect("a kcptun cipher name");
+    Config::builder()
+        .crypto(method, Key::passphrase(KEY))
+        .preset(preset)
+}
+
+fn config(crypt: &str, preset: Preset) -> Config {
+    builder(crypt, preset)
+        .build()
+        .expect("a valid configuration")
+}
+
+/// The first datagram a client with `config` sends after writing `data`,
+/// sealed with a fresh nonce.
+fn opener(config: &Config, conv: u32, data: &[u8], nonce: u64) -> Vec<u8> {
+    let mut c = Conn::new(conv, config).expect("a session");
+    c.write(data).expect("room for the request");
+    c.handle_timeout(Duration::ZERO);
+    let mut slot = vec![0u8; c.max_datagram()];
+    let t = c
+        .poll_transmit(Duration::ZERO, &mut slot)
+        .expect("a datagram");
+    seal(config.packet_crypto(), &mut slot, t.len, nonce)
+}
+
+/// The datagram `Conn::poll_transmit` left in `slot` (`len` plaintext
+/// bytes), sealed with a nonce derived from `nonce`.
+fn seal(crypto: &PacketCrypto, slot: &mut [u8], len: usize, nonce: u64) -> Vec<u8> {
+    let mut n16 = [0u8; 16];
+    n16[..8].copy_from_slice(&nonce.to_le_bytes());
+    n16[8..].copy_from_slice(&(!nonce).to_le_bytes());
+    let n = crypto
+        .seal(slot, len, &n16[..crypto.nonce_len()])
+        .expect("sealed");
+    slot[..n].to_vec()
+}
+
+/// Bytes received on `sock` until `end`.
+async fn drain(sock: &UdpSocket, end: Instant) -> usize {
+    let mut buf = [0u8; 2048];
+    let mut got = 0;
+    while let Ok(Ok(n)) = timeout_at(end, sock.recv(&mut buf)).await {
+        got += n;
+    }
+    got
+}
+
+async fn reflect(addr: SocketAddr, crypt: &str, preset: &str, secs: u64) {
+    let p = Preset::from_name(preset).expect("a preset name");
+    let request = opener(&config(crypt, p), 0x5eed_0001, &[0x5a; 1400], 1);
+    let sock = UdpSocket::bind("127.0.0.1:0").await.expect("bind");
+    sock.send_to(&request, addr).await.expect("send");
+    let got = drain(&sock, Instant::now() + Duration::from_secs(secs)).await;
+    println!(
+        "{{\"attack\":\"reflect\",\"preset\":\"{preset}\",\"crypt\":\"{crypt}\",\"sent\":{},\"received\":{got},\"ratio\":{:.2}}}",
+        request.len(),
+        got as f64 / request.len() as f64
+    );
+}
+
+async fn replay(addr: SocketAddr, crypt: &str, n: usize) {
+    let captured = opener(&config(crypt, Preset::Default), 0x5eed_0002, b"hello", 2);
+    let first = UdpSocket::bind("127.0.0.1:0").await.expect("bind");
+    first.send_to(&captured, addr).await.expect("send");
+    let mut socks = Vec::new();
+    for _ in 0..n {
+        let s = UdpSocket::bind("127.0.0.1:0").await.expect("bind");
+        s.send_to(&captured, addr).await.expect("send");
+        socks.push(s);
+    }
+    let end = Instant::now() + Duration::from_secs(1);
+    let (mut answered, mut bytes) = (0, 0);
+    for s in &socks {
+        let got = drain(s, end).await;
+        if got > 0 {
+            answered += 1;
+            bytes += got;
+        }
+    }
+    println!(
+        "{{\"attack\":\"replay\",\"crypt\":\"{crypt}\",\"replays\":{n},\"answered\":{answered},\"bytes_to_replayers\":{bytes}}}"
+    );
+}
+
+fn push(conv: u32, sn: u32, una: u32, payload: &[u8]) -> Vec<u8> {
+    let h = Header {
+        conv,
+        cmd: Command::Push as u8,
+        wnd: 128,
+        sn,
+        una,
+        len: payload.len() as u32,
+        ..Header::default()
+    };
+    let mut out = vec![0u8; 24 + payload.len()];
+    h.encode_at(&mut out, 0, payload).expect("fits");
+    out
+}
+
+/// Echoed payload bytes of `conv` within `wait`, each segment acknowledged.
+async fn echoed(sock: &UdpSocket, conv: u32, wait: Duration) -> Vec<u8> {
+    let mut buf = [0u8; 2048];
+    let mut got = std::collections::BTreeMap::new();
+    let end = Instant::now() + wait;
+    while let Ok(Ok(n)) = timeout_at(end, sock.recv(&mut buf)).await {
+        for seg in Segments::new(&buf[..n]).flatten() {
+            if seg.conv() != conv || seg.command() != Some(Command::Push) {
+                continue;
+            }
+            got.insert(seg.sn(), seg.payload().to_vec());
+            let una = (0u32..).take_while(|k| got.contains_key(k)).count() as u32;
+            let ack = spoof::raw_ack(conv, seg.ts(), seg.sn(), una);
+            let _ = sock.send(&ack).await;
+        }
+    }
+    got.values().flatten().copied().collect()
+}
+
+async fn takeover(addr: SocketAddr) {
+    const CONV: u32 = 0x5eed_0003;
+    let sock = UdpSocket::bind("127.0.0.1:0").await.expect("bind");
+    sock.connect(addr).await.expect("connect");
+    sock.send(&push(CONV, 0, 0, b"live")).await.expect("send");
+    let before = echoed(&sock, CONV, Duration::from_millis(500)).await;
+    // The forgeries: a 24-byte non-KCP datagram of another conv at sn 0,
+    // and a PUSH of another conv at sn 0 from inside a conversation.
+    let mut junk = push(0x7777, 0, 0, b"");
+    junk[4] = 0xee;
+    sock.send(&junk).await.expect("send");
+    sock.send(&push(0x7778, 0, 3, b"x")).await.expect("send");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    sock.send(&push(CONV, 1, 0, b" still here"))
+        .await
+        .expect("send");
+    let after = echoed(&sock, CONV, Duration::from_millis(1000)).await;
+    println!(
+        "{{\"attack\":\"takeover\",\"echo_before\":{},\"survived\":{}}}",
+        before == b"live",
+        after.ends_with(b" still here")
+    );
+}
+
+async fn flood(addr: SocketAddr, crypt: &str, secs: u64) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let sent = Arc::new(AtomicU64::new(0));
+    let cfg = config(crypt, Preset::Default);
+    let thread = {
+        let (stop, sent, cfg) = (stop.clone(), sent.clone(), cfg.clone());
+        std::thread::spawn(move || {
+            spoof::flood_from_many(addr, &stop, &sent, Duration::from_secs(120), |i| {
+                opener(&cfg, 0x4000_0000 | i, b"flood", u64::from(i))
+            })
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(secs)).await;
+    // The real client waits as long as the measurement does (20 s), not
+    // the default connect timeout (5 s), so a slow admission is timed.
+    let client_cfg = builder(crypt, Preset::Default)
+        .connect_timeout(Duration::from_secs(20))
+        .build()
+        .expect("a valid configuration");
+    let started = Instant::now();
+    let client = timeout(Duration::from_secs(20), async {
+        let mut s = KcpStream::connect(addr, &client_cfg).await?;
+        s.write_all(b"real client").await?;
+        let mut back = [0u8; 11];
+        s.read_exact(&mut back).await?;
+        Ok::<_, std::io::Error>(back == *b"real client")
+    })
+    .await;
+    let took = started.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    let _ = thread.join();
+    let ok = matches!(client, Ok(Ok(true)));
+    println!(
+        "{{\"attack\":\"flood\",\"crypt\":\"{crypt}\",\"openers\":{},\"client_ok\":{ok},\"client_ms\":{:.1}}}",
+        sent.load(Ordering::Relaxed),
+        took.as_secs_f64() * 1000.0
+    );
+}
+
+/// A client `Conn` on a connected socket, run by wall time.
+struct Client {
+    conn: Conn,
+    config: Config,
+    sock: UdpSocket,
+    epoch: Instant,
+    nonce: u64,
+}
+
+impl Client {
+    /// Runs until `end` or until `done` says so; returns the bytes that
+    /// arrived, and keeps every datagram sent in `sent`.
+    async fn run(
+        &mut self,
+        end: Instant,
+        sent: &mut Vec<Vec<u8>>,
+        mut done: impl FnMut(&mut Conn) -> bool,
+    ) -> usize {
+        let mut slot = vec![0u8; self.conn.max_datagram()];
+        let mut buf = [0u8; 2048];
+        let mut got = 0;
+        // Bounded by `end` and by a count (each round waits or receives).
+        for _ in 0..100_000 {
+            let now = self.epoch.elapsed();
+            self.conn.handle_timeout(now);
+            while let Some(t) = self.conn.poll_transmit(now, &mut slot) {
+                self.nonce += 1;
+                let d = seal(self.config.packet_crypto(), &mut slot, t.len, self.nonce);
+                let _ = self.sock.send(&d).await;
+                sent.push(d);
+            }
+            if done(&mut self.conn) || Instant::now() >= end {
+                break;
+            }
+            let wake = self
+                .conn
+                .poll_timeout()
+                .map_or(end, |t| (self.epoch + t).min(end))
+                .max(Instant::now() + Duration::from_millis(1));
+            if let Ok(Ok(n)) = timeout_at(wake, self.sock.recv(&mut buf)).await {
+                got += n;
+                if let Ok(r) = self.config.packet_crypto().open(&mut buf[..n]) {
+                    let _ = self.conn.handle_packet(self.epoch.elapsed(), &buf[r]);
+                }
+            }
+        }
+        got
+    }
+}
+
+/// `session open` lines in the server's log so far.
+fn sessions_opened(log: Option<&str>) -> Option<usize> {
+    let text = std::fs::read_to_string(log?).ok()?;
+    Some(text.lines().filter(|l| l.contains("session open")).count())
+}
+
+async fn late(addr: SocketAddr, crypt: &str, idle: u64, at: &[u64], log: Option<&str>) {
+    let cfg = config(crypt, Preset::Default);
+    let sock = UdpSocket::bind("127.0.0.1:0").await.expect("bind");
+    sock.connect(addr).await.expect("connect");
+    let mut c = Client {
+        conn: Conn::new(0x5eed_0004, &cfg).expect("a session"),
+        config: cfg.clone(),
+        sock,
+        epoch: Instant::now(),
+        nonce: 4 << 32,
+    };
+    // The conversation: one echo, acknowledged (the run goes on for a
+    // second so the client's acknowledgement is flushed).
+    c.conn.write(b"hello").expect("room");
+    let mut back = Vec::new();
+    let mut sent = Vec::new();
+    c.run(Instant::now() + Duration::from_secs(1), &mut sent, |conn| {
+        let mut buf = [0u8; 64];
+        while let Ok(n @ 1..) = conn.read(&mut buf) {
+            back.extend_from_slice(&buf[..n]);
+        }
+        false
+    })
+    .await;
+    let echo_ok = back == b"hello";
+    // Silence: the server ends the session `idle` after its last input.
+    let ended = Instant::now() + Duration::from_secs(idle);
+    let mut captured = Vec::new();
+    let mut points = Vec::new();
+    for (i, &secs) in at.iter().enumerate() {
+        tokio::time::sleep_until(ended + Duration::from_secs(secs)).await;
+        let before = sessions_opened(log);
+        let end = Instant::now() + Duration::from_secs(2);
+        let (datagrams, bytes_back) = if i == 0 {
+            c.conn.write(b"late").expect("room");
+            let got = c.run(end, &mut captured, |_| false).await;
+            (captured.len(), got)
+        } else {
+            for d in &captured {
+                let _ = c.sock.send(d).await;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            (captured.len(), drain(&c.sock, end).await)
+        };
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let opened = match (before, sessions_opened(log)) {
+            (Some(a), Some(b)) => (b - a).to_string(),
+            _ => "null".into(),
+        };
+        points.push(format!(
+            "{{\"at_s\":{secs},\"datagrams\":{datagrams},\"bytes_back\":{bytes_back},\"sessions_opened\":{opened}}}"
+        ));
+    }
+    println!(
+        "{{\"attack\":\"late\",\"crypt\":\"{crypt}\",\"idle_s\":{idle},\"echo_ok\":{echo_ok},\"points\":[{}]}}",
+        points.join(",")
+    );
+}
+
+#[tokio::main]
+async fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let arg = |i: usize| args.get(i).map(String::as_str).unwrap_or("");
+    let addr: SocketAddr = arg(1).parse().expect("ADDR as IP:PORT");
+    assert!(addr.ip().is_loopback(), "loopback only");
+    match arg(0) {
+        "reflect" => reflect(addr, arg(2), arg(3), arg(4).parse().unwrap_or(11)).await,
+        "replay" => replay(addr, arg(2), arg(3).parse().unwrap_or(20)).await,
+        "takeover" => takeover(addr).await,
+        "flood" => flood(addr, arg(2), arg(3).parse().unwrap_or(3)).await,
+        "late" => {
+            let at: Vec<u64> = arg(4).split(',').filter_map(|s| s.parse().ok()).collect();
+            let log = args.get(5).map(String::as_str);
+            late(addr, arg(2), arg(3).parse().unwrap_or(2), &at, log).await;
+        }
+        _ => eprintln!("usage: see the header of examples/attack.rs"),
+    }
+}
