@@ -430,8 +430,9 @@ fn dot_portable(
 #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
 mod x86 {
     // Since Rust 1.87 the register-only intrinsics are safe inside a
-    // `#[target_feature]` function; the crate's MSRV (1.85) still needs them in
-    // `unsafe` blocks, which newer compilers call unused.
+    // `#[target_feature]` function; an MSRV of 1.85 needed them in `unsafe`
+    // blocks, which newer compilers call unused. The MSRV is 1.89 now, so the
+    // blocks (and this allow) could go.
     #![allow(unused_unsafe, reason = "MSRV 1.85: intrinsics are unsafe fns there")]
 
     #[cfg(target_arch = "x86")]
