@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates ../../tests/vectors/arq_kcpgo_trace.json: runs kcp-go v5.6.72's
+# Regenerates ../../../kcpio/tests/vectors/arq_kcpgo_trace.json: runs kcp-go v5.6.72's
 # KCP state machine (a temporary copy whose clock is made settable, see
 # hook.go.txt) through the scenarios in main.go on a virtual clock, emulating
 # how a kcp-go UDPSession drives it. tests arq::tests::kcpgo_trace replays the
@@ -28,5 +28,5 @@ replace github.com/xtaci/kcp-go/v5 => ./kcp-go
 MOD
 cp "$src/go.sum" "$work/go.sum"
 (cd "$work" && GOFLAGS=-mod=mod go run . ) > "$work/out.json"
-mv "$work/out.json" ../../tests/vectors/arq_kcpgo_trace.json
-echo "wrote tests/vectors/arq_kcpgo_trace.json"
+mv "$work/out.json" ../../../kcpio/tests/vectors/arq_kcpgo_trace.json
+echo "wrote kcpio/tests/vectors/arq_kcpgo_trace.json"
