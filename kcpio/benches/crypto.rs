@@ -15,7 +15,7 @@
 //! With `KCPIO_BENCH_CPU_MS=M` set, criterion is skipped: every case (or those
 //! whose name contains `KCPIO_BENCH_FILTER`) runs for `M` ms of CPU time and
 //! prints the CPU time per iteration of the benchmark thread, which a loaded
-//! machine disturbs far less than wall-clock time. `scripts/crypto_vs_kcpgo.sh` uses that mode against
+//! machine disturbs far less than wall-clock time. `lab/scripts/crypto_vs_kcpgo.sh` uses that mode against
 //! kcp-go's own benchmarks and prints the per-packet ratios.
 
 use std::hint::black_box;

@@ -2,7 +2,7 @@
 //! between two ends in memory, the snappy chunk codec, and a whole `Mux`
 //! pair over `tokio::io::duplex` (one stream and 100 streams).
 //!
-//! The side-by-side against Go smux over kcp-go is `scripts/vs-smux.sh`.
+//! The side-by-side against Go smux over kcp-go is `lab/scripts/vs-smux.sh`.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,4 +1,4 @@
-//! Loopback throughput of the datagram paths in `src/sys`, 1400-byte
+//! Loopback throughput of the datagram paths in `kcpio/src/sys`, 1400-byte
 //! datagrams, 32 per iteration, sender and receiver on one thread:
 //!
 //! - `one_per_syscall`: the portable path (`sendto`/`recvmsg` per datagram);

@@ -6,7 +6,7 @@
 //! echoes and prints each round trip.
 //!
 //! ```text
-//! # a kcp-go echo server (interop/kcpgo-peer), or `cargo run --example echo_server`
+//! # a kcp-go echo server (testkit/interop/kcpgo-peer), or `cargo run --example echo_server`
 //! kcpgo-peer echo-server --addr 127.0.0.1:29900 --crypt aes-128 \
 //!     --datashard 10 --parityshard 3 --nodelay fast3 --stream
 //! cargo run --example gameloop -- --addr 127.0.0.1:29900 --crypt aes-128 \

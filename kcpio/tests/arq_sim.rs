@@ -1,6 +1,6 @@
 //! The simulation grid, on the shipped session pipeline: two
 //! [`kcpio::Conn`]s (ARQ, FEC, flush merging, aes-128 sealing) over the
-//! seeded lossy link of `tests/sim` (loss, duplication, reordering, jitter,
+//! seeded lossy link of `kcpio/tests/sim` (loss, duplication, reordering, jitter,
 //! an MTU cap), on a virtual clock that jumps to the next event.
 //!
 //! The grid sends 4 MiB of seeded random bytes through every preset x loss
@@ -9,7 +9,7 @@
 //! within a bounded number of steps. Every run starts just below the 2^32
 //! wrap of both the clock and the sequence numbers, so both wrap
 //! mid-transfer. The per-run figures (steps, virtual time, datagrams,
-//! retransmissions, FEC recoveries) are snapshotted in `tests/snapshots/`,
+//! retransmissions, FEC recoveries) are snapshotted in `kcpio/tests/snapshots/`,
 //! so a behaviour change is a diff.
 //!
 //! With 0-10 ms of jitter per packet, packets of one flush are often

@@ -9,7 +9,7 @@
 //! (`Congestion::None`) floods the queue, its `nc = 0` window
 //! (`Congestion::Kcp`) collapses under random loss. That `None` and `Kcp`
 //! are unchanged is proven elsewhere: the kcp-go differential trace
-//! (`src/arq/tests/kcpgo_trace.rs`) and the `arq_sim` snapshots.
+//! (`kcpio/src/arq/tests/kcpgo_trace.rs`) and the `arq_sim` snapshots.
 
 mod sim;
 

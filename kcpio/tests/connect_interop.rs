@@ -1,5 +1,5 @@
 //! Connect and liveness against kcp-go v5.6.72 (the repository's Go peer,
-//! `interop/kcpgo-peer`): kcp-go answers the connect probe (a WASK with
+//! `testkit/interop/kcpgo-peer`): kcp-go answers the connect probe (a WASK with
 //! `sn` and `una` 0) with a WINS, its listener creates the session on it (so
 //! its `Accept` returns before any data), and it answers every keepalive
 //! probe while it sends none of its own; a kcp-go peer that is killed is

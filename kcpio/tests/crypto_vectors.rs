@@ -1,4 +1,4 @@
-//! Every method against kcp-go v5.6.72's own output (`tests/vectors/crypto.json`):
+//! Every method against kcp-go v5.6.72's own output (`kcpio/tests/vectors/crypto.json`):
 //! sealing with the recorded nonce reproduces the recorded datagram byte for
 //! byte, opening every recorded datagram (including a real session's first
 //! datagram) gives back the plaintext, and the KCP segments inside parse.
@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use kcpio::crypto::{Method, OpenError, PacketCrypto, derive_key};
 use serde_json::Value;
 
-/// The vectors shipped in the repository (`tests/vectors`, copied from
+/// The vectors shipped in the repository (`kcpio/tests/vectors`, copied from
 /// kcp-go's generator output), or a directory named by `KCPIO_VECTORS`.
 fn vectors_dir() -> PathBuf {
     match std::env::var_os("KCPIO_VECTORS") {

@@ -1,6 +1,6 @@
 //! Unreliable datagrams beside the stream (kcp-go's out-of-band packets):
 //! kcpio ↔ kcpio on loopback sockets, and against kcp-go v5.6.72 both ways
-//! through the repository's Go peer (`interop/kcpgo-peer`, `--oob-echo` and
+//! through the repository's Go peer (`testkit/interop/kcpgo-peer`, `--oob-echo` and
 //! `--oob N`).
 //!
 //! Without Go the interop tests print `SKIPPED: ...` and pass;

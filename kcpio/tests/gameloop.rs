@@ -1,6 +1,6 @@
-//! `examples/gameloop.rs` (a `Conn` driven by a plain loop over a
+//! `kcpio/examples/gameloop.rs` (a `Conn` driven by a plain loop over a
 //! `std::net::UdpSocket`, no tokio) against the kcp-go echo server of
-//! `interop/kcpgo-peer`: aes-128 with FEC 10/3, and plain.
+//! `testkit/interop/kcpgo-peer`: aes-128 with FEC 10/3, and plain.
 //!
 //! Without Go the test prints `SKIPPED: ...` and passes;
 //! `KCPIO_REQUIRE_GO=1` makes that a failure.

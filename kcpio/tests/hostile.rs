@@ -1,8 +1,8 @@
 //! Hostile peers on loopback: hand-made datagrams against a real listener,
 //! one test per attack (reflection, replay, forged takeover, empty segment,
 //! flood). The table's time-based rules (+62 s, +10 min) are tested on its
-//! own clock in `src/driver/table.rs`, the per-preset byte budget on
-//! `Conn`'s in `src/conn/tests.rs`.
+//! own clock in `kcpio/src/driver/table.rs`, the per-preset byte budget on
+//! `Conn`'s in `kcpio/src/conn/tests.rs`.
 
 use kcpio_testkit::spoof;
 
@@ -71,9 +71,9 @@ async fn echoed(
     got.values().flatten().copied().collect()
 }
 
-/// Finding 6: a zero-length PUSH (legal: C KCP's `ikcp_send(kcp, buf, 0)`)
-/// used to make `poll_read` return `Ok(0)`, which `tokio::io::copy` takes as
-/// end of stream, so an echo server closed. It is now skipped.
+/// A zero-length PUSH (legal: C KCP's `ikcp_send(kcp, buf, 0)`) is skipped:
+/// `poll_read` never returns `Ok(0)` for it, which `tokio::io::copy` would
+/// take as end of stream (an echo server would close).
 #[tokio::test]
 async fn an_empty_push_does_not_end_the_stream() {
     let config = Config::builder().build().unwrap();
@@ -144,7 +144,7 @@ fn first_datagram(config: &Config, conv: u32, data: &[u8], nonce: u8) -> Vec<u8>
     slot
 }
 
-/// Finding 2: an address that never answers gets at most 3x the bytes it
+/// Anti-amplification: an address that never answers gets at most 3x the bytes it
 /// sent (one 1,400-byte request to an echo server), for every preset, FEC
 /// parity and fillers included, and its session ends.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -191,7 +191,7 @@ async fn a_silent_address_gets_at_most_three_times_its_bytes() {
     }
 }
 
-/// Finding 3: under `aes-128`, one captured opening datagram replayed from
+/// Replayed openers: under `aes-128`, one captured opening datagram replayed from
 /// 20 fresh source addresses opens no session beyond the first.
 #[tokio::test]
 async fn a_replayed_opener_opens_nothing() {
@@ -220,7 +220,7 @@ async fn a_replayed_opener_opens_nothing() {
     }
 }
 
-/// Finding 4: forged datagrams from a live session's address (another
+/// No takeover by forgery: datagrams from a live session's address (another
 /// conv at sn 0 but no opener; the replayed opener of an earlier
 /// conversation) do not reset it; the real client carries on.
 #[tokio::test]
@@ -260,7 +260,7 @@ async fn forged_takeovers_leave_a_live_session_alone() {
     assert_eq!((st.conv_mismatch, st.replayed), (2, 1), "{st:?}");
 }
 
-/// Finding 8: under a flood of forged openers from many source addresses at
+/// Eviction of unproven sessions: under a flood of forged openers from many source addresses at
 /// full loopback speed, a real client with the default configuration still
 /// connects and gets its echo within a few seconds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

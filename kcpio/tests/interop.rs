@@ -1,5 +1,5 @@
 //! Interop with kcp-go v5.6.72 through the repository's Go peer
-//! (`interop/kcpgo-peer`).
+//! (`testkit/interop/kcpgo-peer`).
 //!
 //! Without Go these tests print `SKIPPED: ...` and pass; `KCPIO_REQUIRE_GO=1`
 //! (set by `.ci/run`) makes a missing Go a failure.

@@ -8,8 +8,8 @@
 //! of a group of full-size pushes carries their common conv, cmd, len and
 //! una: it passes for a push with a blend of their sequence numbers and
 //! garbage payload, which KCP delivers in place of the real segment. kcp-go
-//! v5.6.1's own sender trips it the same way (`tests/vectors/kcpgo561_infer.json`,
-//! written by `interop/kcpgo561`). kcpio's encoder puts a guard shard in each
+//! v5.6.1's own sender trips it the same way (`kcpio/tests/vectors/kcpgo561_infer.json`,
+//! written by `testkit/interop/kcpgo561`). kcpio's encoder puts a guard shard in each
 //! group until the peer is seen sending its shape (`FecEncoder::set_guard`).
 //!
 //! The vector tests need nothing; the replay test runs the real v5.6.1 on a

@@ -1,11 +1,11 @@
-//! Tail latency under loss (issue 7), in simulated time, on the shipped
+//! Tail latency under loss, in simulated time, on the shipped
 //! session pipeline.
 //!
 //! Two [`kcpio::Conn`]s (ARQ, FEC encoder and decoder, flush merging,
-//! aes-128 sealing) talk over the seeded link of `tests/sim`: 20 ms each
+//! aes-128 sealing) talk over the seeded link of `kcpio/tests/sim`: 20 ms each
 //! way, 0–2 ms of per-packet jitter (so packets can be reordered), and
 //! independent loss of every datagram, both directions, parity and acks
-//! included, as the NFQUEUE impairer of `scripts/latency.sh` does. The
+//! included, as the NFQUEUE impairer of `lab/scripts/latency.sh` does. The
 //! client writes one 64-byte message every 1/60 s for a simulated minute,
 //! the server echoes every byte as soon as it reads it (its reply rides
 //! with the ACKs: the harness services a session after its application, as
@@ -15,7 +15,7 @@
 //!
 //! The test asserts a loose bound on the low-latency preset's p99 and max at
 //! 5% loss, and that it beats kcp-go's fast3 settings on the same seeded link
-//! (the scripted run on real sockets is `scripts/latency.sh`).
+//! (the scripted run on real sockets is `lab/scripts/latency.sh`).
 //!
 //! `cargo test --release --test latency -- --ignored --nocapture sweep` prints
 //! the figures of several settings over several seeds (used to choose the

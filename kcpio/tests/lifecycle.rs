@@ -1,13 +1,13 @@
 //! Session lifecycle rules as deterministic transcripts: two
-//! [`kcpio::Conn`]s on the `tests/sim` harness (fast3, aes-128, FEC 3/1),
+//! [`kcpio::Conn`]s on the `kcpio/tests/sim` harness (fast3, aes-128, FEC 3/1),
 //! each scenario logged with virtual timestamps and compared with
-//! `tests/snapshots/lifecycle_*.txt` (`UPDATE_SNAPSHOTS=1` rewrites them),
+//! `kcpio/tests/snapshots/lifecycle_*.txt` (`UPDATE_SNAPSHOTS=1` rewrites them),
 //! plus explicit checks of the rule it shows.
 //!
 //! Idle timeout, dead link, shutdown (flush, linger expiry), release (what
 //! dropping every handle does: linger, then finished) and a zero receive
 //! window. The table rules (takeover, tombstones, their expiry) are the
-//! driver's session table and unit-tested in `src/driver/table.rs`.
+//! driver's session table and unit-tested in `kcpio/src/driver/table.rs`.
 
 mod sim;
 

@@ -1,10 +1,10 @@
-//! kcpio's mux against the real Go smux (`interop/smux-peer`, built on
+//! kcpio's mux against the real Go smux (`testkit/interop/smux-peer`, built on
 //! xtaci/smux v1.5.16 and v1.5.58): kcpio client against Go server and Go
 //! client against kcpio server, smux v1 and v2, over TCP and over kcp-go,
 //! with and without kcptun's snappy framing.
 //!
 //! Without Go these tests print `SKIPPED` and pass (`KCPIO_REQUIRE_GO=1`
-//! makes that a failure), as `tests/interop.rs` does.
+//! makes that a failure), as `kcpio/tests/interop.rs` does.
 
 use kcpio_testkit as support;
 

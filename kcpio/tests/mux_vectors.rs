@@ -1,4 +1,4 @@
-//! The kcptun captures in `tests/vectors/kcptun/` (Debian kcptun 20210922:
+//! The kcptun captures in `kcpio/tests/vectors/kcptun/` (Debian kcptun 20210922:
 //! smux 1.5.16, golang/snappy 0.0.2) decode and re-encode byte for byte:
 //! smux frames, snappy chunks, and what a kcpio session emits for the same
 //! application steps.

@@ -1,4 +1,4 @@
-//! The in-process lossy relay (`tests/support/relay.rs`), first on its own with
+//! The in-process lossy relay (`testkit/src/relay.rs`), first on its own with
 //! plain UDP, then carrying kcpio sessions over heavy loss.
 
 use kcpio_testkit as support;

@@ -345,7 +345,7 @@ async fn black_hole() -> (SocketAddr, UdpSocket) {
 #[tokio::test]
 async fn dead_peer_fails_pending_read_and_later_writes() {
     // The data path against a dead peer: without the connect probe, which
-    // would fail first (tests/connect.rs).
+    // would fail first (kcpio/tests/connect.rs).
     let config = fast().dead_link(5).connect_probe(false).build().unwrap();
     let (addr, _hole) = black_hole().await;
     let mut stream = KcpStream::connect(addr, &config).await.unwrap();

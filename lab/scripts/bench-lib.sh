@@ -1,5 +1,5 @@
-# Shared helpers for scripts/latency.sh, scripts/vs-kcpgo.sh and scripts/vs-smux.sh (sourced, not run).
-# Builds the Go peer and tools into scripts/out/bin, the Rust peer with cargo,
+# Shared helpers for lab/scripts/latency.sh, lab/scripts/vs-kcpgo.sh and lab/scripts/vs-smux.sh (sourced, not run).
+# Builds the Go peer and tools into lab/scripts/out/bin, the Rust peer with cargo,
 # tracks child processes and namespaces, and cleans them up on exit.
 
 # ROOT is the workspace; LAB the lab crate (scripts, tools, results).
@@ -124,7 +124,7 @@ build_example() {
 }
 
 # build_impairer: installs iptables, libnetfilter-queue-dev and a C compiler
-# with apt-get when missing and compiles tools/impairer into $BIN/impairer.
+# with apt-get when missing and compiles lab/tools/impairer into $BIN/impairer.
 build_impairer() {
 	local need=()
 	command -v iptables >/dev/null || need+=(iptables)
@@ -137,7 +137,7 @@ build_impairer() {
 	cc -O2 -Wall -o "$BIN/impairer" "$LAB/tools/impairer/impairer.c" -lnetfilter_queue -lnfnetlink
 }
 
-# start_impairer LOGFILE NS ARGS...: runs tools/impairer inside namespace NS
+# start_impairer LOGFILE NS ARGS...: runs lab/tools/impairer inside namespace NS
 # (its NFQUEUE rule must already be there), waits for its ready line and
 # leaves its PID in IMPAIRER_PID; returns 1 if it did not come up. It prints
 # its counters to LOGFILE when stopped.
@@ -161,7 +161,7 @@ peer_bin() {
 }
 
 # --- side-by-side runs (vs-kcpgo.sh, vs-smux.sh) -----------------------------
-# start_run NAME: RUN=scripts/out/NAME-<timestamp>, RES=$RUN/results.tsv (empty);
+# start_run NAME: RUN=lab/scripts/out/NAME-<timestamp>, RES=$RUN/results.tsv (empty);
 # installs GNU time for the clients' CPU figures.
 start_run() {
 	RUN="$OUT/$1-$(date +%Y%m%d-%H%M%S)"

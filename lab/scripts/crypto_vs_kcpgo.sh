@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Compares kcp-go v5.6.72's crypt benchmarks (crypt_test.go) with ours
-# (benches/crypto.rs, same names and sizes) in one sitting, per packet.
+# (kcpio/benches/crypto.rs, same names and sizes) in one sitting, per packet.
 #
-#   scripts/crypto_vs_kcpgo.sh [ROUNDS] [FILTER]
+#   lab/scripts/crypto_vs_kcpgo.sh [ROUNDS] [FILTER]
 #
 # Both sides are measured in CPU time, which the other jobs of a shared
 # machine disturb far less than wall-clock time:

@@ -2,11 +2,11 @@
 # The field test, recreated (issues 15 and 16): a 100 MiB HTTP download over an
 # emulated long, lossy path, through bare TCP, Debian's kcptun, kcp-go, kcpio.
 #
-#   sudo scripts/field.sh                        # the lossy and the clean path, every row, 3 reps
-#   sudo scripts/field.sh --path lossy --reps 1 --only 'TCP|kcptun'
-#   sudo scripts/field.sh --rate 20 --rtt 50 --loss 0.01 --queue 0.5   # one custom path
-#   sudo scripts/field.sh --grid [--grid-rates "20 100"] [--grid-rtts "50 200"]
-#                         [--grid-losses "0 1 5 9"] [--grid-queues "0.5 2"]   # issue 16's grid
+#   sudo lab/scripts/field.sh                        # the lossy and the clean path, every row, 3 reps
+#   sudo lab/scripts/field.sh --path lossy --reps 1 --only 'TCP|kcptun'
+#   sudo lab/scripts/field.sh --rate 20 --rtt 50 --loss 0.01 --queue 0.5   # one custom path
+#   sudo lab/scripts/field.sh --grid [--grid-rates "20 100"] [--grid-rtts "50 200"]
+#                         [--grid-losses "0 1 5 9"] [--grid-queues "0.5 2"]   # the congestion grid
 #
 # options: --path lossy|lossy9|clean|both (default both = lossy then clean)
 #          --rate MBIT --rtt MS --loss P (each way) | --loss-down P --loss-up P
@@ -313,7 +313,7 @@ KCP_NC0="--nodelay 1,10,2,0 --sndwnd 1024 --rcvwnd 1024"
 # kcpio's model-based controller (--congestion model, kcpio only): fast3's
 # timing, windows of 16384: two BDPs of the 100 Mbit/s x 200 ms path in
 # flight plus the out-of-order data a segment lost several times in a row
-# holds back at 9% loss (on the simulator, tests/cc.rs field_point, 8192
+# holds back at 9% loss (on the simulator, kcpio/tests/cc.rs field_point, 8192
 # held it to 76% of rate x (1 - loss) from 5 s on, 16384 to 93%).
 # The receiving peer sends every ACK twice (--ackrepeat, kcpio's default,
 # kcpio only): a lost ACK packet otherwise makes the sender resend about a

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# The hostile-peer attacks (examples/attack.rs) against a kcpio and a kcp-go
-# v5.6.72 echo server (examples/peer.rs, interop/kcpgo-peer), side by side,
+# The hostile-peer attacks (lab/src/bin/attack.rs) against a kcpio and a kcp-go
+# v5.6.72 echo server (lab/src/bin/peer.rs, testkit/interop/kcpgo-peer), side by side,
 # on loopback. Prints one JSON line per attack and server, and the server's
 # peak resident memory (VmHWM) after the flood.
 #
-#   scripts/hostile-vs-kcpgo.sh [--only reflect,replay,takeover,flood,late,capflood]
+#   lab/scripts/hostile-vs-kcpgo.sh [--only reflect,replay,takeover,flood,late,capflood]
 #                               [--flood-secs N] [--runs N] [--late-at S,S]
 #
 #   reflect   one 1,400-byte request from an address that never answers, per

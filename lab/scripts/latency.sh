@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
-# Tail latency under loss (issue 7): kcp-go, kcpio and TCP through one impaired link.
+# Tail latency under loss: kcp-go, kcpio and TCP through one impaired link.
 #
-#   sudo scripts/latency.sh [--quick] [--duration 30s] [--losses "0.01 0.05"] [--delay 20ms]
+#   sudo lab/scripts/latency.sh [--quick] [--duration 30s] [--losses "0.01 0.05"] [--delay 20ms]
 #                           [--jitter 0ms] [--rate 60] [--size 64] [--seed 1] [--impair auto|nfqueue|relay]
 #                           [--only REGEX]   (only the contenders whose name matches, for iterating)
 #
 # Every contender runs its echo server and client inside one private network
 # namespace (kcpio-lat-PID) whose loopback OUTPUT chain goes through an
-# NFQUEUE impairer (tools/impairer): each packet, of any protocol, is dropped
+# NFQUEUE impairer (lab/tools/impairer): each packet, of any protocol, is dropped
 # with probability LOSS or delayed by DELAY, so one RTT is 2*DELAY and TCP
 # sees exactly the impairment KCP sees. Without NFQUEUE (--impair relay, or
 # auto when the namespace cannot be set up) KCP rows go through the user-space
-# UDP relay (tools/relay) instead and the TCP row is skipped: a TCP proxy
+# UDP relay (lab/tools/relay) instead and the TCP row is skipped: a TCP proxy
 # cannot drop segments the way a link does.
 #
 # The low-latency preset of kcpio is passed as KCPIO_LOWLAT_FLAGS (default

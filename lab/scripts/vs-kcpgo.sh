@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# kcpio against kcp-go on this machine, side by side (issue 5).
+# kcpio against kcp-go on this machine, side by side.
 #
-#   scripts/vs-kcpgo.sh [--quick] [--reps N] [--only sink,sink-aes,idle,idle-ka,echo1k]
+#   lab/scripts/vs-kcpgo.sh [--quick] [--reps N] [--only sink,sink-aes,idle,idle-ka,echo1k]
 #
-# Builds the repository's Go peer (interop/kcpgo-peer) and
+# Builds the repository's Go peer (testkit/interop/kcpgo-peer) and
 # `cargo build --release --example peer`, runs both with identical flags,
 # N repetitions each (default 3, interleaved), and prints medians and
 # kcpio/kcp-go ratios for:

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# kcpio's mux against Go smux, side by side (issue 14).
+# kcpio's mux against Go smux, side by side.
 #
-#   scripts/vs-smux.sh [--quick] [--reps N] [--only sink1,sink100,aes1,aes100,bare,idle]
+#   lab/scripts/vs-smux.sh [--quick] [--reps N] [--only sink1,sink100,aes1,aes100,bare,idle]
 #
-# Builds interop/smux-peer (Go smux v1.5.58 over kcp-go v5.6.72; --smux-v1516
-# uses v1.5.16), interop/kcpgo-peer, `cargo build --release --example
-# mux_peer` and `--example peer`, runs each row N times (default 3,
+# Builds testkit/interop/smux-peer (Go smux v1.5.58 over kcp-go v5.6.72; --smux-v1516
+# uses v1.5.16), testkit/interop/kcpgo-peer, `cargo build --release -p kcpio-lab --bin
+# mux_peer` and `--bin peer`, runs each row N times (default 3,
 # interleaved) and prints medians and kcpio/Go ratios:
 #   sink1    one stream, sink of 256 MiB, over one session: fast3, windows
 #            1024, mtu 1350, no crypto, 4 MiB socket buffers; smux v2,
@@ -14,13 +14,13 @@
 #   sink100  100 concurrent streams on one session, 256 MiB in total
 #   aes1, aes100   the same with aes-128 + FEC 10/3
 #   bare     the mux overhead: the bare sink of the same KCP settings
-#            (kcpgo-peer / examples/peer.rs, stream mode) against the mux
+#            (kcpgo-peer / lab/src/bin/peer.rs, stream mode) against the mux
 #            with one stream, as mux/bare throughput per implementation
 #   idle     10,000 streams opened on one session (one 64 B echo each) and
 #            held idle: server RSS delta per stream (KiB)
 # Client CPU from /usr/bin/time, server CPU and RSS from /proc/PID.
 # --quick: 32 MiB sinks, 1,000 idle streams, one repetition.
-# Until examples/mux_peer.rs exists the kcpio rows print n/a.
+# Until lab/src/bin/mux_peer.rs exists the kcpio rows print n/a.
 # Loopback only; every child is stopped on exit.
 set -euo pipefail
 source "$(dirname "$0")/bench-lib.sh"

@@ -769,7 +769,7 @@ fn reflect(config: &Config, proof: bool) -> (u64, u64, Option<SessionError>) {
     (wire_in, out, server.error())
 }
 
-/// Finding 2: until the peer proves it receives, every preset sends at
+/// Anti-amplification: until the peer proves it receives, every preset sends at
 /// most 3x what it received (retransmissions, parity and fillers counted),
 /// and the session ends after `PROOF_TIMEOUT`.
 #[test]

@@ -631,7 +631,7 @@ fn encoder_and_decoder_can_move_between_threads_and_sit_behind_a_mutex() {
 }
 
 /// Writes a deadline-closed group (two real KCP packets, 8 fillers, 3 parity)
-/// as hex lines to `$KCPIO_FILLER_DUMP`, for `scripts/kcpgo_filler_check.sh`,
+/// as hex lines to `$KCPIO_FILLER_DUMP`, for `lab/scripts/kcpgo_filler_check.sh`,
 /// which feeds them to a real kcp-go session.
 #[test]
 #[ignore = "run by scripts/kcpgo_filler_check.sh"]
@@ -872,12 +872,11 @@ fn teach(dec: &mut FecDecoder, d: usize, p: usize, first: u32) -> u32 {
     first + 3
 }
 
-/// Issue 13, finding 1: tiny shards at high positions, over many groups and
-/// shape changes, used to zero-fill a whole group's arena per shard (one
-/// 12-byte parity shard at position 255 cost ~385 KiB, ~1.6 MiB per
-/// session). Storage now follows the shards received: the attack costs a
-/// few tens of KiB, within the documented bound, and a learned shape above
-/// the limit is refused.
+/// Decoder memory follows the shards received, not their positions: tiny
+/// shards at high positions, over many groups and shape changes, cost a few
+/// tens of KiB, within the documented bound (an arena zero-filled per group
+/// would cost ~385 KiB for one 12-byte parity shard at position 255), and a
+/// learned shape above the limit is refused.
 #[test]
 fn tiny_shards_at_high_positions_cannot_inflate_decoder_memory() {
     for max in [DEFAULT_MAX_SHARDS, MAX_SHARDS] {

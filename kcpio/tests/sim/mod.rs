@@ -528,7 +528,7 @@ pub(crate) fn payload(seed: u64, len: usize) -> Vec<u8> {
     v
 }
 
-/// Compares `text` with the committed snapshot `tests/snapshots/<name>`
+/// Compares `text` with the committed snapshot `kcpio/tests/snapshots/<name>`
 /// (runs are deterministic, so a behaviour change shows up as a reviewable
 /// diff); `UPDATE_SNAPSHOTS=1` rewrites it instead.
 pub(crate) fn snapshot(name: &str, text: &str) {

@@ -1,7 +1,7 @@
 //! The hostile-peer attacks of the Security section, as a tool to run
 //! against any KCP server on loopback (a kcpio or a kcp-go echo server,
-//! `examples/peer.rs` or `interop/kcpgo-peer`), so both are measured the
-//! same way (`scripts/hostile-vs-kcpgo.sh` runs them side by side).
+//! `lab/src/bin/peer.rs` or `testkit/interop/kcpgo-peer`), so both are measured the
+//! same way (`lab/scripts/hostile-vs-kcpgo.sh` runs them side by side).
 //!
 //! ```text
 //! attack reflect  ADDR CRYPT PRESET SECS   one 1,400-byte request from a silent address
@@ -352,6 +352,6 @@ async fn main() {
             let log = args.get(5).map(String::as_str);
             late(addr, arg(2), arg(3).parse().unwrap_or(2), &at, log).await;
         }
-        _ => eprintln!("usage: see the header of examples/attack.rs"),
+        _ => eprintln!("usage: see the header of lab/src/bin/attack.rs"),
     }
 }

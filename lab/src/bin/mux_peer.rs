@@ -1,5 +1,5 @@
 //! A kcpio mux peer with the command line and JSON report of the
-//! repository's Go smux peer (`interop/smux-peer`), so `scripts/vs-smux.sh`
+//! repository's Go smux peer (`testkit/interop/smux-peer`), so `lab/scripts/vs-smux.sh`
 //! can run either one with the same arguments.
 //!
 //! ```text
@@ -9,7 +9,7 @@
 //!
 //! Both roles end with one JSON line (`ok`, `impl`, `streams`, `bytes`,
 //! `seconds`, `mbps`, `cpu_s`, `max_rss_kb`, `errors`, ...). The flags, apps
-//! and payload pattern are those of `interop/smux-peer/README.md`:
+//! and payload pattern are those of `testkit/interop/smux-peer/README.md`:
 //! `--app echo|sink|source|halfclose|halfclose-rev|sizes|idle`, `--transport
 //! tcp|kcp`, kcptun's KCP flags (`--crypt --key --datashard --parityshard
 //! --mode --sndwnd --rcvwnd --mtu`), `--snappy`, the smux knobs (`--smuxver
@@ -70,7 +70,7 @@ struct Flags {
 }
 
 fn usage() -> String {
-    "usage: mux_peer server --listen ADDR | client --connect ADDR [flags] (see interop/smux-peer/README.md)".into()
+    "usage: mux_peer server --listen ADDR | client --connect ADDR [flags] (see testkit/interop/smux-peer/README.md)".into()
 }
 
 fn default_sizes() -> Vec<usize> {

@@ -1,5 +1,5 @@
 //! A kcpio peer with the command line and output of the repository's Go peer
-//! (`interop/kcpgo-peer`, built on kcp-go v5.6.72), so any pairing of the two
+//! (`testkit/interop/kcpgo-peer`, built on kcp-go v5.6.72), so any pairing of the two
 //! runs with the same arguments and scripts read either one's output.
 //!
 //! ```text
@@ -10,7 +10,7 @@
 //!
 //! The flags, the payload pattern, the sink reports, the message modes
 //! (`--rate`, `--messages`, `--hold`) and the `--json` fields are described in
-//! `interop/kcpgo-peer/README.md`. Exit status: 0 pass, 1 fail, 2 usage error.
+//! `testkit/interop/kcpgo-peer/README.md`. Exit status: 0 pass, 1 fail, 2 usage error.
 //!
 //! Beyond the Go peer: `--nodelay` also takes any other preset name kcpio's
 //! `Preset::from_name` knows, and `--json` reports `"impl": "kcpio"`. Unlike

@@ -5,7 +5,7 @@
 //! refilled within their capacity. So: after a warm-up transfer, a second
 //! lossy transfer through the same pair must leave every capacity unchanged.
 //! (A counting global allocator would say the same more directly, but needs
-//! `unsafe`, which this crate allows only in `src/sys` and `src/simd`.)
+//! `unsafe`, which this crate allows only in `kcpio/src/sys` and `kcpio/src/simd`.)
 
 use super::util::t;
 use crate::arq::{ArqConfig, Kcp, Origin, Preset};

@@ -1,7 +1,7 @@
 //! Differential replay against kcp-go itself.
 //!
-//! `tests/vectors/arq_kcpgo_trace.json` was produced by
-//! `interop/kcpgo-arq-trace` (regenerate with its `gen.sh`): kcp-go v5.6.72's
+//! `kcpio/tests/vectors/arq_kcpgo_trace.json` was produced by
+//! `testkit/interop/kcpgo-arq-trace` (regenerate with its `gen.sh`): kcp-go v5.6.72's
 //! KCP, driven like a UDPSession drives it, on a virtual clock, through lossy,
 //! jittery, window-limited scenarios (two in raw message mode, where KCP
 //! fragments messages itself; two where lost packets come back as

@@ -1,4 +1,4 @@
-//! kcpio-only retransmission options (issue 7): RTO floor, back-off step
+//! kcpio-only retransmission options (for tail latency): RTO floor, back-off step
 //! and cap, tail-loss probe. Off by default; the kcp-go trace tests cover
 //! the defaults.
 
