@@ -55,9 +55,10 @@
 //! [`conn::DATAGRAM_QUEUE_LEN`] datagrams and [`conn::DATAGRAM_QUEUE_BYTES`]
 //! bytes each way, overflow counted).
 //!
-//! The repository's `examples/` hold an echo pair, a TCP port forwarder
-//! (`tunnel.rs`) and the lossy-link demo
-//! (`cargo run --release --example demo`).
+//! The repository's `kcpio/examples/` hold an echo pair, a game loop
+//! without tokio and the lossy-link demo
+//! (`cargo run --release --example demo`); the `kcpio-tunnel` crate is a
+//! kcptun-compatible TCP tunnel built on this one.
 //!
 //! # KcpStream and TcpStream: the differences
 //!
@@ -133,14 +134,62 @@
 //!   `aes-128-gcm` also authenticates. What each cipher protects is in
 //!   [Security](#security) below.
 //!
+//! # Defaults
+//!
+//! [`Config::builder`] starts from kcpio's defaults, chosen for a user who
+//! replaces a `TcpStream`; [`ConfigBuilder::kcp_go_defaults`] gives kcp-go's
+//! exact ones. kcptun's are beside them for comparison. None of them changes
+//! the wire format.
+//!
+//! | setting | builder method | kcpio / kcp-go default | kcptun |
+//! | --- | --- | --- | --- |
+//! | preset | [`preset`](ConfigBuilder::preset) | `Fast` (0, 30, 2, 1); kcp-go: `Default` (0, 100, 0, 0) | `fast` |
+//! | datagram MTU (headers included, max 1500) | [`mtu`](ConfigBuilder::mtu) | 1400 | 1350 |
+//! | send / receive window (segments) | [`window`](ConfigBuilder::window) | 1024 / 1024; kcp-go: 32 / 32 | 128 / 512 client, 1024 / 1024 server |
+//! | stream mode (merge small writes) | [`stream`](ConfigBuilder::stream) | off | on |
+//! | cipher and key | [`crypto`](ConfigBuilder::crypto) | `Method::Null` (no crypto header) | `aes`, PBKDF2 of `--key` |
+//! | FEC data / parity shards (send side) | [`fec`](ConfigBuilder::fec) | off (0 / 0) | 10 / 3 |
+//! | write delay | [`write_delay`](ConfigBuilder::write_delay) | off | off |
+//! | ACK without delay | [`ack_nodelay`](ConfigBuilder::ack_nodelay) | off | off |
+//! | each ACK sent twice, in two flushes | [`ack_repeat`](ConfigBuilder::ack_repeat) | on; kcp-go: off | off |
+//! | congestion controller | [`congestion`](ConfigBuilder::congestion) | the preset's (`Fast`: none, kcp-go's `nc = 1`) | none (`nc = 1`) |
+//! | rate limit (bytes/s per UDP socket) | [`rate_limit`](ConfigBuilder::rate_limit) | 0 (unlimited) | — |
+//! | DSCP | [`dscp`](ConfigBuilder::dscp) | 0 (OS default) | 0 |
+//! | socket receive / send buffers | [`socket_buffers`](ConfigBuilder::socket_buffers) | OS default | 4 MiB / 4 MiB |
+//! | accept backlog | [`accept_backlog`](ConfigBuilder::accept_backlog) | 128 | 128 |
+//! | sessions per listener | [`max_sessions`](ConfigBuilder::max_sessions) | 4096 | unbounded (kcp-go) |
+//! | connect probe (WASK, answered by a WINS) | [`connect_probe`](ConfigBuilder::connect_probe), [`connect_timeout`](ConfigBuilder::connect_timeout) | on, 5 s; kcp-go: none | none |
+//! | keepalive (a WASK when nothing was sent) | [`keepalive`](ConfigBuilder::keepalive) | 10 s; kcp-go: none | smux keepalive (10 s) above KCP |
+//! | idle timeout | [`idle_timeout`](ConfigBuilder::idle_timeout) | 30 s; kcp-go: off | smux timeout (30 s) above KCP |
+//! | dead link (transmissions of one segment) | [`dead_link`](ConfigBuilder::dead_link) | 0 = never (kcp-go's behaviour) | never |
+//! | linger on shutdown / drop | [`linger`](ConfigBuilder::linger) | 5 s | — |
+//! | conversation id (client) | [`conv`](ConfigBuilder::conv) | random | random |
+//! | batched syscalls (`recvmmsg`/`sendmmsg`, GRO/GSO) | [`batching`](ConfigBuilder::batching) | on | on (Linux) |
+//!
+//! The KCP MTU ([`Config::kcp_mtu`]) is the datagram MTU minus the crypto
+//! header (20 bytes, 12 for `aes-128-gcm`, 0 for `null`), the FEC header
+//! (8 bytes when sending FEC) and the AEAD tag (16 bytes for
+//! `aes-128-gcm`), as in kcp-go. Each builder method documents its range as
+//! well as its default, and [`ConfigBuilder::build`] refuses any value
+//! outside it with a [`ConfigError`] naming the option, the value and the
+//! range; nothing is clamped silently.
+//!
 //! # Security
 //!
-//! Only [`Method::Aes128Gcm`] authenticates datagrams. The CFB block ciphers
-//! (`aes`, `blowfish`, `sm4`, ...) encrypt but check integrity with a CRC-32
-//! only, which is not a MAC; under `salsa20`, `xor` and `none` the CRC sits
-//! under a stream cipher (or none), so bits of a captured datagram can be
-//! flipped and the CRC patched without the key; `null` protects nothing.
-//! This is kcp-go's wire format. Use `aes-128-gcm` where integrity matters.
+//! What the packet crypto protects depends on the method, exactly as in
+//! kcp-go, because it is the wire format:
+//!
+//! | [`Method`] | confidentiality | integrity |
+//! | --- | --- | --- |
+//! | `aes-128-gcm` | yes | yes: a 16-byte GCM tag; a forged or altered datagram is dropped |
+//! | `aes`, `aes-128`, `aes-192`, `blowfish`, `twofish`, `cast5`, `3des`, `tea`, `xtea`, `sm4` (CFB) | yes | only a CRC-32 under the cipher: it catches accidents, it is not a MAC |
+//! | `salsa20` | yes | none against an attacker: bits of a captured datagram can be flipped and the encrypted CRC-32 patched to match without the key (the CRC is linear) |
+//! | `xor` | weak: one fixed pad derived from the key, reused for every datagram | none, as `salsa20` |
+//! | `none` | no (a nonce and a CRC-32 in clear) | none |
+//! | `null` | no | none: anyone who can reach the port speaks KCP to it |
+//!
+//! Use `aes-128-gcm` ([`Method::Aes128Gcm`]) where integrity matters; with
+//! every other method an attacker on the path can alter or forge datagrams.
 //! No method detects a replayed datagram by itself; inside a session KCP's
 //! sequence numbers drop replays, and a listener refuses a replayed
 //! session-opening datagram (below).
@@ -157,7 +206,24 @@
 //! conversation, refuses replays of such datagrams, limits how fast one
 //! source address creates sessions, sends an address that has not proved it
 //! receives at most 3× the bytes it sent ([`Conn::require_proof`]), and
-//! evicts sessions that never proved it. See the README's Security section.
+//! evicts sessions that never proved it ([hostile peers](KcpListener#hostile-peers)).
+//!
+//! In all, a peer can make one session hold at most its receive window of
+//! segments (1024 × up to 1,376 bytes, about 1.4 MiB, at the defaults), the
+//! FEC decoder's bound and the datagram queue; what the application writes
+//! is bounded by the send window (writes wait). A listener holds at most
+//! `max_sessions` of those: about 9 GiB at the defaults, reached only by
+//! 4,096 proven peers each filling its window while the application does
+//! not read. Lower [`window`](ConfigBuilder::window) or `max_sessions` where
+//! that is too much (with kcp-go's windows of 32 a session holds about
+//! 44 KB).
+//!
+//! The proof is what the KCP wire allows: there is no secret for a peer to
+//! echo, so an attacker who holds the key (or anyone under `null`, `none`,
+//! and the stream ciphers given a captured datagram) can forge an
+//! acknowledgement blindly. These rules stop reflection and session creation
+//! by replayed or spoofed datagrams of others, not an attacker who can speak
+//! the protocol.
 //!
 //! # Layers
 //!
@@ -187,9 +253,9 @@
 //! [`Conn`], [`arq`], [`fec`] and [`crypto`] are sans-IO: bytes and `now`
 //! in, datagrams and deadlines out. A [`Conn`] with a [`crypto`] cipher is a
 //! whole kcp-go-compatible session that any runtime or a game loop can drive:
-//! `examples/gameloop.rs` runs one (cipher, FEC, ARQ) over a
-//! `std::net::UdpSocket` with a plain loop and no tokio, and
-//! `tests/gameloop.rs` runs it against kcp-go.
+//! the repository's `kcpio/examples/gameloop.rs` runs one (cipher, FEC, ARQ)
+//! over a `std::net::UdpSocket` with a plain loop and no tokio, and
+//! `kcpio/tests/gameloop.rs` runs it against kcp-go.
 //!
 //! # Errors
 //!

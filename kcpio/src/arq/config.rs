@@ -191,15 +191,12 @@ pub enum Preset {
     ///   fillers as `KCPInErrors`).
     ///
     /// The cost is bandwidth: two parity shards per two packets, fillers,
-    /// and an ACK datagram per message. At 60 messages of 64 bytes per
-    /// second with 20 ms each way and 5% loss, `scripts/latency.sh` measured
-    /// about 7× the payload in IP bytes on the wire against fast3's 2.5×
-    /// (2.7× fast3's bytes), for a median p99 of 52 ms and max 91 ms instead
-    /// of fast3's 136 and 202 ms (five runs; README.md). Most of that gain
-    /// comes from the small FEC groups: kcp-go with the same wire-compatible
-    /// settings (`1,10,1,1`, ACK without delay, FEC 2/2) measured p99 57 ms;
-    /// the group deadline keeps parity prompt when packets are sparser than
-    /// in that test.
+    /// and an ACK datagram per message, several times the payload in bytes
+    /// on the wire. Most of the gain in tail latency comes from the small
+    /// FEC groups, which kcp-go can be configured for too (`1,10,1,1`, ACK
+    /// without delay, FEC 2/2); the group deadline keeps parity prompt when
+    /// packets are sparse. The repository's `lab/results/LATENCY.md` has the
+    /// measurements, dated, with the machine.
     LowLatency,
 }
 
