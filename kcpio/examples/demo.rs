@@ -689,7 +689,9 @@ async fn run(args: Args) -> DynResult<()> {
     println!("               resends count too (jitter reorders datagrams, ACKs get lost)");
     println!("FEC recovered: data shards rebuilt from parity instead of resent");
     println!("link drops:    datagrams the link dropped, both directions, both workloads");
-    println!("TCP on an impaired link: lab/scripts/latency.sh (kernel packet impairer, needs root)");
+    println!(
+        "TCP on an impaired link: lab/scripts/latency.sh (kernel packet impairer, needs root)"
+    );
 
     if let Some(path) = &args.plot {
         let title = format!(
