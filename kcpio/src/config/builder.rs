@@ -10,12 +10,9 @@ use crate::arq::Congestion;
 use crate::crypto::Method;
 // What the setters' documentation links to.
 #[cfg(doc)]
-use {
-    super::{
-        Config, ConfigError, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_KEEPALIVE,
-        MIN_WRITE_CAPACITY,
-    },
-    crate::conn::PROOF_TIMEOUT,
+use super::{
+    Config, ConfigError, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_KEEPALIVE,
+    MIN_WRITE_CAPACITY, PROOF_TIMEOUT,
 };
 
 /// Builds a [`Config`]; every setter documents its default.

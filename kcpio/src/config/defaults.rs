@@ -15,9 +15,7 @@
 use std::time::Duration;
 
 use super::{ConfigBuilder, Key, Preset};
-use crate::conn::PROOF_TIMEOUT;
 use crate::crypto::Method;
-use crate::driver::table;
 
 // The leaves' own defaults and limits that options here take or check
 // against, defined (and enforced) in the leaf that needs them.
@@ -47,6 +45,20 @@ pub(super) const DEFAULT_ACCEPT_BACKLOG: usize = 128;
 pub(super) const DEFAULT_MAX_SESSIONS: usize = 4096;
 /// [`ConfigBuilder::linger`]'s default.
 pub(super) const DEFAULT_LINGER: Duration = Duration::from_secs(5);
+/// How long a peer has to prove it receives (see
+/// [`Conn::require_proof`](crate::Conn::require_proof)) before the session
+/// fails with [`SessionError::DeadLink`](crate::SessionError::DeadLink),
+/// unless configured otherwise: the default of
+/// [`ConfigBuilder::proof_timeout`].
+pub const PROOF_TIMEOUT: Duration = Duration::from_secs(10);
+/// Sessions one source IP address may open in a burst (a host running a
+/// thousand clients at once, as a test or a NAT may, still gets in)...
+/// (the default of [`ConfigBuilder::sessions_per_source`], and of the
+/// driver's session table)
+pub(crate) const DEFAULT_SOURCE_BURST: u32 = 1024;
+/// ...and per second after that (a token bucket per source IP address): a
+/// single host flooding openers from every port it has creates no more.
+pub(crate) const DEFAULT_SOURCE_RATE: u32 = 256;
 
 impl Default for ConfigBuilder {
     /// kcpio's defaults, as each setter documents them (see
@@ -79,7 +91,7 @@ impl Default for ConfigBuilder {
             send_buffer: None,
             accept_backlog: DEFAULT_ACCEPT_BACKLOG,
             max_sessions: DEFAULT_MAX_SESSIONS,
-            sessions_per_source: (table::RATE_BURST, table::RATE_PER_SEC),
+            sessions_per_source: (DEFAULT_SOURCE_BURST, DEFAULT_SOURCE_RATE),
             proof_timeout: PROOF_TIMEOUT,
             idle_timeout: Some(DEFAULT_IDLE_TIMEOUT),
             keepalive: None,

@@ -37,7 +37,9 @@ mod validate;
 pub use builder::ConfigBuilder;
 pub use defaults::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_KEEPALIVE, MIN_WRITE_CAPACITY,
+    PROOF_TIMEOUT,
 };
+pub(crate) use defaults::{DEFAULT_SOURCE_BURST, DEFAULT_SOURCE_RATE};
 pub use error::ConfigError;
 pub use key::Key;
 
