@@ -24,7 +24,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::arq::ArqConfig;
-pub use crate::arq::Preset;
 use crate::crypto::{Method, PacketCrypto};
 use crate::fec;
 
@@ -32,6 +31,7 @@ mod builder;
 mod defaults;
 mod error;
 mod key;
+mod preset;
 mod validate;
 
 pub use builder::ConfigBuilder;
@@ -42,6 +42,7 @@ pub use defaults::{
 pub(crate) use defaults::{DEFAULT_SOURCE_BURST, DEFAULT_SOURCE_RATE};
 pub use error::ConfigError;
 pub use key::Key;
+pub use preset::Preset;
 
 /// A validated configuration for [`KcpStream`](crate::KcpStream) and
 /// [`KcpListener`](crate::KcpListener). Cheap to clone.
