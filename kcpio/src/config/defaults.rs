@@ -9,8 +9,10 @@
 //! them too, and are imported here under their own names.
 //!
 //! An option's default and range live here even when a lower layer
-//! consumes them, so that layer imports them from `config` and `config`
-//! imports nothing from it.
+//! consumes them (the proof timeout in `conn`, the per-source rate in the
+//! driver's session table), so that layer imports them from `config` and
+//! `config` imports nothing from it. What a [`Preset`] sets is the preset's
+//! definition, in `preset.rs`.
 
 use std::time::Duration;
 

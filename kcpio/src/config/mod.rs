@@ -13,11 +13,15 @@
 //!
 //! One file per concern: [`Config`] and its validated values here, the
 //! options in `builder.rs`, every default and range in `defaults.rs`, the
-//! checks and derivation in `validate.rs`, [`Key`] in `key.rs`,
-//! [`ConfigError`] in `error.rs`. An option is added with its default and
-//! range in `defaults.rs`, its setter in `builder.rs`, its check in
-//! `validate.rs` and, when the session needs it, a field in
-//! [`ConfigInner`] here.
+//! checks and derivation in `validate.rs`, [`Preset`] in `preset.rs`,
+//! [`Key`] in `key.rs`, [`ConfigError`] in `error.rs`. An option is added
+//! with its default and range in `defaults.rs`, its setter in `builder.rs`,
+//! its check in `validate.rs` and, when the session needs it, a field of
+//! [`ConfigInner`] (and its line in `Config`'s `Debug`) here.
+//!
+//! This module depends only on the leaves' own configuration (`arq`,
+//! `fec`, `crypto`); the layers above (`conn`, the driver) take their
+//! defaults from here.
 
 use std::fmt;
 use std::sync::Arc;
