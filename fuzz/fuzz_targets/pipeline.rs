@@ -21,7 +21,7 @@ use std::sync::LazyLock;
 
 use std::time::Duration;
 
-use kcpio::arq::{ArqConfig, Kcp, Origin, Preset, Timestamp};
+use kcpio::arq::{ArqConfig, Kcp, Origin, Timestamp, Timing};
 use kcpio::conn::DATAGRAM_QUEUE_LEN;
 use kcpio::{Config, Conn, ConnError};
 use kcpio::crypto::PacketCrypto;
@@ -42,7 +42,7 @@ fuzz_target!(|data: &[u8]| {
     let (d, p) = (usize::from(r.u8()), usize::from(r.u8()));
     let cfg = ArqConfig {
         stream: true,
-        ..ArqConfig::preset(Preset::Fast3)
+        ..ArqConfig::with_timing(Timing::FAST3)
     };
     let mut kcp = Kcp::new(conv, &cfg).unwrap();
     let mut dec: Option<FecDecoder> = None;

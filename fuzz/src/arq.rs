@@ -1,22 +1,22 @@
 //! Helpers for the ARQ targets: configurations and per-endpoint checks.
 
 use kcpio::arq::segment::Segments;
-use kcpio::arq::{ArqConfig, Congestion, Kcp, Preset};
+use kcpio::arq::{ArqConfig, Congestion, Kcp, Timing};
 
-/// A configuration picked by two input bytes. The first chooses the preset,
-/// stream mode, windows and MTU; the second the kcpio-only sender options a
-/// hostile peer's ACKs and timestamps reach: the congestion controller (the
-/// preset's, KCP's classic window or the model, which turns echoed `ts`
-/// values into RTT and delivery-rate samples), ACK repetition, the
-/// tail-loss probe, self-sizing windows and the RTO knobs.
+/// A configuration picked by two input bytes. The first chooses the ARQ
+/// timing, stream mode, windows and MTU; the second the kcpio-only sender
+/// options a hostile peer's ACKs and timestamps reach: the congestion
+/// controller (the timing's, KCP's classic window or the model, which
+/// turns echoed `ts` values into RTT and delivery-rate samples), ACK
+/// repetition, the tail-loss probe, self-sizing windows and the RTO knobs.
 #[must_use]
 pub fn config(b: u8, c: u8) -> ArqConfig {
-    let preset = [
-        Preset::Default,
-        Preset::Normal,
-        Preset::Fast,
-        Preset::Fast2,
-        Preset::Fast3,
+    let timing = [
+        Timing::KCP_GO,
+        Timing::NORMAL,
+        Timing::FAST,
+        Timing::FAST2,
+        Timing::FAST3,
     ][usize::from(b % 5)];
     let wnd = [8u16, 32, 128][usize::from((b / 5) % 3)];
     let congestion = match c & 3 {
@@ -38,7 +38,7 @@ pub fn config(b: u8, c: u8) -> ArqConfig {
         min_rto: rto_knobs.then_some(u32::from(c >> 6) * 40),
         backoff_percent: rto_knobs.then_some(u32::from(c >> 6) * 50),
         max_rto: rto_knobs.then_some(2_000),
-        ..ArqConfig::preset(preset)
+        ..ArqConfig::with_timing(timing)
     }
 }
 

@@ -7,7 +7,7 @@
 //!   link, ACKs flowing back; reported as throughput.
 
 use criterion::{Criterion, Throughput, criterion_main};
-use kcpio::arq::{ArqConfig, Kcp, Origin, Preset, Timestamp};
+use kcpio::arq::{ArqConfig, Kcp, Origin, Timestamp, Timing};
 use std::hint::black_box;
 
 /// A sender with 1024 segments in flight, sent once at `now`, none acknowledged.
@@ -17,7 +17,7 @@ fn loaded_sender(interval: u32, now: Timestamp) -> Kcp {
         rcv_wnd: 1024,
         mtu: 1400,
         interval,
-        ..ArqConfig::preset(Preset::Fast3)
+        ..ArqConfig::with_timing(Timing::FAST3)
     };
     let mut k = Kcp::new(1, &cfg).unwrap();
     // The peer's window must admit all 1024: a WINS announcing 1024 first.
@@ -107,7 +107,7 @@ fn throughput(c: &mut Criterion) {
         rcv_wnd: 1024,
         stream: true,
         ack_nodelay: true,
-        ..ArqConfig::preset(Preset::Fast3)
+        ..ArqConfig::with_timing(Timing::FAST3)
     };
     let mut a = Kcp::new(1, &cfg).unwrap();
     let mut b = Kcp::new(1, &cfg).unwrap();

@@ -1,4 +1,4 @@
-//! ARQ parameters: kcp-go's defaults and the kcptun presets.
+//! ARQ parameters: kcp-go's defaults and kcptun's timing modes.
 
 use core::fmt;
 
@@ -9,16 +9,6 @@ use super::segment::HEADER_LEN;
 pub const MIN_INTERVAL: u32 = 10;
 /// Largest accepted flush interval in ms (kcp-go `NoDelay` clamps to it).
 pub const MAX_INTERVAL: u32 = 5000;
-/// [`Preset::LowLatency`]: RTO floor in ms (kcpio-only).
-const LOWLAT_MIN_RTO_MS: u32 = 20;
-/// [`Preset::LowLatency`]: RTO growth per timeout, percent of the RTO (kcpio-only).
-const LOWLAT_BACKOFF_PERCENT: u32 = 25;
-/// [`Preset::LowLatency`]: cap of a segment's backed-off RTO in ms (kcpio-only).
-const LOWLAT_MAX_RTO_MS: u32 = 200;
-/// [`Preset::LowLatency`]: FEC data and parity shards.
-const LOWLAT_FEC: (usize, usize) = (2, 2);
-/// [`Preset::LowLatency`]: FEC group deadline in ms (kcpio-only).
-const LOWLAT_FEC_DEADLINE_MS: u64 = 10;
 /// Largest KCP mtu accepted: the largest UDP payload over IPv4.
 pub const MAX_MTU: usize = 65_507;
 
@@ -133,173 +123,70 @@ impl Default for ArqConfig {
     }
 }
 
-/// The presets, kcp-go's default and kcptun's `mode`s plus kcpio's
-/// `lowlat`: `nodelay`, `interval`, fast `resend` and `nc`.
-/// One type for the ARQ ([`ArqConfig::preset`]) and the public surface
-/// ([`ConfigBuilder::preset`](crate::ConfigBuilder::preset), re-exported as
-/// `kcpio::Preset`).
+/// kcp-go's `SetNoDelay(nodelay, interval, resend, nc)`: the four ARQ
+/// timing parameters kcptun's `mode`s choose. Plain data; the constants
+/// are kcp-go's default and kcptun's modes.
 ///
-/// | preset | nodelay | interval | resend | nc |
+/// | constant | nodelay | interval | resend | nc |
 /// | --- | --- | --- | --- | --- |
-/// | [`Default`](Preset::Default) (kcp-go's `NewKCP`) | off | 100 ms | 0 | off |
-/// | [`Normal`](Preset::Normal) (kcptun `normal`) | off | 40 ms | 2 | on |
-/// | [`Fast`](Preset::Fast) (kcptun `fast`, kcptun's default) | off | 30 ms | 2 | on |
-/// | [`Fast2`](Preset::Fast2) (kcptun `fast2`) | on | 20 ms | 2 | on |
-/// | [`Fast3`](Preset::Fast3) (kcptun `fast3`) | on | 10 ms | 2 | on |
-/// | [`LowLatency`](Preset::LowLatency) (kcpio only, `lowlat`) | on | 10 ms | 1 | on |
-///
-/// [`LowLatency`](Preset::LowLatency) sets more than these four: see its
-/// documentation.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Preset {
-    /// kcp-go's defaults: no nodelay, 100 ms interval, no fast resend,
-    /// congestion control on.
-    #[default]
-    Default,
-    /// kcptun `normal`: 40 ms interval, fast resend after 2 skips, no congestion window.
-    Normal,
-    /// kcptun `fast`: 30 ms interval, fast resend after 2 skips, no congestion window.
-    Fast,
-    /// kcptun `fast2`: nodelay, 20 ms interval, fast resend 2, no congestion window.
-    Fast2,
-    /// kcptun `fast3`: nodelay, 10 ms interval, fast resend 2, no congestion window.
-    Fast3,
-    /// **kcpio's low-latency preset** (name `lowlat`): for small
-    /// messages at a steady rate (game state, voice, interactive tunnels) on
-    /// lossy links, where the worst case matters more than bandwidth.
-    ///
-    /// On the wire it is kcp-go-compatible: a kcp-go peer with any settings
-    /// talks to it unchanged. It sets
-    ///
-    /// * fast3's ARQ timing with fast resend after **1** skipping ACK
-    ///   (nodelay, 10 ms interval, resend 1, no congestion window);
-    /// * ACK without delay ([`ack_nodelay`](crate::ConfigBuilder::ack_nodelay));
-    /// * **kcpio-only**, changing only when this side retransmits: a 20 ms
-    ///   RTO floor ([`min_rto`](crate::ConfigBuilder::min_rto)), a back-off of
-    ///   +25% of the RTO per timeout capped at 200 ms
-    ///   ([`rto_backoff_percent`](crate::ConfigBuilder::rto_backoff_percent),
-    ///   [`max_rto`](crate::ConfigBuilder::max_rto)), and the tail-loss probe
-    ///   ([`tail_probe`](crate::ConfigBuilder::tail_probe));
-    /// * unless [`fec`](crate::ConfigBuilder::fec) is set, FEC **2 data + 2 parity**
-    ///   shards with the **kcpio-only** 10 ms group deadline
-    ///   ([`fec_group_deadline`](crate::ConfigBuilder::fec_group_deadline)): a group
-    ///   that has not filled 10 ms after its first packet is closed with
-    ///   12-byte filler shards and its parity leaves at once, so a lost
-    ///   packet is rebuilt about 10 ms late instead of a round trip or more.
-    ///   A kcp-go receiver decodes these groups like any other (it counts the
-    ///   fillers as `KCPInErrors`).
-    ///
-    /// The cost is bandwidth: two parity shards per two packets, fillers,
-    /// and an ACK datagram per message, several times the payload in bytes
-    /// on the wire. Most of the gain in tail latency comes from the small
-    /// FEC groups, which kcp-go can be configured for too (`1,10,1,1`, ACK
-    /// without delay, FEC 2/2); the group deadline keeps parity prompt when
-    /// packets are sparse. The repository's `lab/results/LATENCY.md` has the
-    /// measurements, dated, with the machine.
-    LowLatency,
+/// | [`KCP_GO`](Self::KCP_GO) (kcp-go's `NewKCP`) | off | 100 ms | 0 | off |
+/// | [`NORMAL`](Self::NORMAL) (kcptun `normal`) | off | 40 ms | 2 | on |
+/// | [`FAST`](Self::FAST) (kcptun `fast`) | off | 30 ms | 2 | on |
+/// | [`FAST2`](Self::FAST2) (kcptun `fast2`) | on | 20 ms | 2 | on |
+/// | [`FAST3`](Self::FAST3) (kcptun `fast3`) | on | 10 ms | 2 | on |
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Timing {
+    /// [`ArqConfig::nodelay`].
+    pub nodelay: bool,
+    /// [`ArqConfig::interval`], in ms.
+    pub interval: u32,
+    /// [`ArqConfig::fast_resend`]: skipping ACKs before a fast
+    /// retransmission, 0 = off.
+    pub resend: u32,
+    /// [`ArqConfig::no_congestion`].
+    pub nc: bool,
 }
 
-impl Preset {
-    /// Every preset, kcp-go's and kcpio's, in the order above.
-    pub const ALL: [Preset; 6] = [
-        Preset::Default,
-        Preset::Normal,
-        Preset::Fast,
-        Preset::Fast2,
-        Preset::Fast3,
-        Preset::LowLatency,
-    ];
+impl Timing {
+    /// kcp-go's defaults (`NewKCP`): `0, 100, 0, 0`.
+    pub const KCP_GO: Self = Self::new(false, 100, 0, false);
+    /// kcptun `normal`: `0, 40, 2, 1`.
+    pub const NORMAL: Self = Self::new(false, 40, 2, true);
+    /// kcptun `fast` (kcptun's default): `0, 30, 2, 1`.
+    pub const FAST: Self = Self::new(false, 30, 2, true);
+    /// kcptun `fast2`: `1, 20, 2, 1`.
+    pub const FAST2: Self = Self::new(true, 20, 2, true);
+    /// kcptun `fast3`: `1, 10, 2, 1`.
+    pub const FAST3: Self = Self::new(true, 10, 2, true);
 
-    /// `(nodelay, interval, resend, nc)` of this preset.
+    /// The four numbers in kcp-go's `SetNoDelay` order.
     #[must_use]
-    pub const fn params(self) -> (bool, u32, u32, bool) {
-        match self {
-            Preset::Default => (false, 100, 0, false),
-            Preset::Normal => (false, 40, 2, true),
-            Preset::Fast => (false, 30, 2, true),
-            Preset::Fast2 => (true, 20, 2, true),
-            Preset::Fast3 => (true, 10, 2, true),
-            Preset::LowLatency => (true, 10, 1, true),
+    pub const fn new(nodelay: bool, interval: u32, resend: u32, nc: bool) -> Self {
+        Self {
+            nodelay,
+            interval,
+            resend,
+            nc,
         }
-    }
-
-    /// The preset called `name` by kcptun's `--mode` flag (`normal`, `fast`,
-    /// `fast2`, `fast3`), `default` for kcp-go's own defaults, `lowlat` for
-    /// [`LowLatency`](Self::LowLatency).
-    #[must_use]
-    pub fn from_name(name: &str) -> Option<Self> {
-        match name {
-            "default" => Some(Self::Default),
-            "normal" => Some(Self::Normal),
-            "fast" => Some(Self::Fast),
-            "fast2" => Some(Self::Fast2),
-            "fast3" => Some(Self::Fast3),
-            "lowlat" => Some(Self::LowLatency),
-            _ => None,
-        }
-    }
-
-    /// The name [`from_name`](Self::from_name) takes.
-    #[must_use]
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Default => "default",
-            Self::Normal => "normal",
-            Self::Fast => "fast",
-            Self::Fast2 => "fast2",
-            Self::Fast3 => "fast3",
-            Self::LowLatency => "lowlat",
-        }
-    }
-
-    /// The FEC shape (data, parity) and group deadline this preset turns on
-    /// when [`ConfigBuilder::fec`](crate::ConfigBuilder::fec) is not set;
-    /// `None` for the kcp-go presets. Plain data: the ARQ runs no FEC.
-    #[must_use]
-    pub fn fec(self) -> Option<((usize, usize), core::time::Duration)> {
-        match self {
-            Self::LowLatency => Some((
-                LOWLAT_FEC,
-                core::time::Duration::from_millis(LOWLAT_FEC_DEADLINE_MS),
-            )),
-            _ => None,
-        }
-    }
-
-    /// The ARQ parameters of this preset on top of kcp-go's defaults
-    /// (same as [`ArqConfig::preset`]).
-    #[must_use]
-    pub fn arq_config(self) -> ArqConfig {
-        ArqConfig::preset(self)
     }
 }
 
 impl ArqConfig {
-    /// kcp-go defaults with the preset's `(nodelay, interval, resend, nc)`.
+    /// kcp-go's defaults with `timing`'s `(nodelay, interval, resend, nc)`.
     #[must_use]
-    pub fn preset(p: Preset) -> Self {
+    pub fn with_timing(timing: Timing) -> Self {
         let mut c = Self::default();
-        c.apply_preset(p);
+        c.set_timing(timing);
         c
     }
 
-    /// Overwrite `nodelay`, `interval`, `fast_resend` and `no_congestion` from
-    /// `p`; [`Preset::LowLatency`] also sets `ack_nodelay` and the kcpio-only
-    /// `min_rto`, `backoff_percent`, `max_rto` and `tail_probe`.
-    pub fn apply_preset(&mut self, p: Preset) {
-        let (nodelay, interval, resend, nc) = p.params();
-        self.nodelay = nodelay;
-        self.interval = interval;
-        self.fast_resend = resend;
-        self.no_congestion = nc;
-        if p == Preset::LowLatency {
-            self.ack_nodelay = true;
-            self.min_rto = Some(LOWLAT_MIN_RTO_MS);
-            self.backoff_percent = Some(LOWLAT_BACKOFF_PERCENT);
-            self.max_rto = Some(LOWLAT_MAX_RTO_MS);
-            self.tail_probe = true;
-        }
+    /// Overwrite `nodelay`, `interval`, `fast_resend` and `no_congestion`
+    /// from `timing`, as kcp-go's `SetNoDelay`.
+    pub fn set_timing(&mut self, timing: Timing) {
+        self.nodelay = timing.nodelay;
+        self.interval = timing.interval;
+        self.fast_resend = timing.resend;
+        self.no_congestion = timing.nc;
     }
 
     /// The controller in effect: [`congestion`](Self::congestion) if set,

@@ -21,7 +21,7 @@ pub mod time;
 mod tests;
 
 pub use cc::{Congestion, ModelStats};
-pub use config::{ArqConfig, ArqConfigError, Preset};
+pub use config::{ArqConfig, ArqConfigError, Timing};
 pub use error::{InputError, RecvError, SendError};
 pub use stats::ArqStats;
 pub use time::Timestamp;
@@ -292,9 +292,9 @@ struct Params {
 /// Two endpoints wired back to back, the driver's loop in miniature:
 ///
 /// ```
-/// use kcpio::arq::{ArqConfig, Kcp, Origin, Preset, Timestamp};
+/// use kcpio::arq::{ArqConfig, Kcp, Origin, Timestamp, Timing};
 ///
-/// let cfg = ArqConfig { stream: true, ..ArqConfig::preset(Preset::Fast3) };
+/// let cfg = ArqConfig { stream: true, ..ArqConfig::with_timing(Timing::FAST3) };
 /// let (mut a, mut b) = (Kcp::new(1, &cfg)?, Kcp::new(1, &cfg)?);
 /// let mut packet = [0u8; 1500];
 /// let mut got = Vec::new();

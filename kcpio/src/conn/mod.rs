@@ -203,11 +203,7 @@ struct Probe {
 /// times the bytes it sent us (QUIC's anti-amplification factor).
 pub const AMPLIFICATION_FACTOR: u64 = 3;
 
-/// How long a peer has to prove it receives (see
-/// [`Conn::require_proof`]) before the session fails with
-/// [`SessionError::DeadLink`], unless configured otherwise: the default of
-/// [`ConfigBuilder::proof_timeout`](crate::ConfigBuilder::proof_timeout).
-pub const PROOF_TIMEOUT: Duration = Duration::from_secs(10);
+pub use crate::config::PROOF_TIMEOUT;
 
 /// The anti-amplification account of a peer that has not yet proved it
 /// receives what we send.

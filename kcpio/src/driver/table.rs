@@ -19,6 +19,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use crate::arq::segment::{self, Command, Segments};
+use crate::config::{DEFAULT_SOURCE_BURST as RATE_BURST, DEFAULT_SOURCE_RATE as RATE_PER_SEC};
 use crate::fec::{self, PacketKind};
 
 /// How long a closed (peer address, conv) keeps late datagrams from
@@ -35,13 +36,6 @@ pub(crate) const REPLAY_HORIZON: Duration = Duration::from_secs(15 * 60);
 /// when full); the oldest go first, so under a sustained flood of openers
 /// the horizon shrinks to the time 65,536 openers take.
 pub(crate) const MAX_REPLAY: usize = 65_536;
-/// Sessions one source IP address may open in a burst (a host running a
-/// thousand clients at once, as a test or a NAT may, still gets in)...
-/// (the default of `ConfigBuilder::sessions_per_source`)
-pub(crate) const RATE_BURST: u32 = 1024;
-/// ...and per second after that (a token bucket per source IP address): a
-/// single host flooding openers from every port it has creates no more.
-pub(crate) const RATE_PER_SEC: u32 = 256;
 /// Source addresses whose buckets are remembered (about 4 MiB when full);
 /// the least recently created go first (a forgotten address has a full
 /// bucket again).

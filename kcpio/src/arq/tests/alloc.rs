@@ -8,7 +8,7 @@
 //! `unsafe`, which this crate allows only in `kcpio/src/sys` and `kcpio/src/simd`.)
 
 use super::util::t;
-use crate::arq::{ArqConfig, Kcp, Origin, Preset};
+use crate::arq::{ArqConfig, Kcp, Origin, Timing};
 
 /// Move `data` from a to b, dropping every `drop_every`-th data packet.
 fn transfer(a: &mut Kcp, b: &mut Kcp, data: &[u8], clock: &mut u32, drop_every: u32) -> usize {
@@ -56,7 +56,7 @@ fn a_second_lossy_transfer_grows_nothing() {
         snd_wnd: 256,
         rcv_wnd: 256,
         stream: true,
-        ..ArqConfig::preset(Preset::Fast3)
+        ..ArqConfig::with_timing(Timing::FAST3)
     };
     let mut a = Kcp::new(1, &cfg).unwrap();
     let mut b = Kcp::new(1, &cfg).unwrap();

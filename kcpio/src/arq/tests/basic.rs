@@ -1,13 +1,13 @@
 //! Send, acknowledge, deliver: the happy path.
 
 use super::util::*;
-use crate::arq::{ArqConfig, Preset};
+use crate::arq::{ArqConfig, Timing};
 
 #[test]
 fn stream_bytes_arrive_and_acks_release_the_sender() {
     let cfg = ArqConfig {
         stream: true,
-        ..ArqConfig::preset(Preset::Fast3)
+        ..ArqConfig::with_timing(Timing::FAST3)
     };
     let (mut a, mut b) = pair(&cfg);
     assert_eq!(a.poll_timeout(), None);
@@ -37,7 +37,7 @@ fn rings_start_small_and_stay_within_twice_the_window() {
     let cfg = ArqConfig {
         snd_wnd: 64,
         rcv_wnd: 64,
-        ..ArqConfig::preset(Preset::Fast3)
+        ..ArqConfig::with_timing(Timing::FAST3)
     };
     let (mut a, mut b) = pair(&cfg);
     assert!(a.footprint().snd_slots <= 16);
@@ -71,7 +71,7 @@ fn kcp_can_move_between_threads_and_sit_behind_a_mutex() {
 fn echo_round_then_write(merge: bool) -> Vec<Vec<u8>> {
     let cfg = ArqConfig {
         stream: true,
-        ..ArqConfig::preset(Preset::Fast3)
+        ..ArqConfig::with_timing(Timing::FAST3)
     };
     let (mut a, mut b) = pair(&cfg);
     a.set_merge_flushes(merge);

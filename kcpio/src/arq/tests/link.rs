@@ -1,13 +1,13 @@
 //! Dead link, input validation, immediate ACKs and the idle timer.
 
 use super::util::*;
-use crate::arq::{ArqConfig, InputError, Kcp, Origin, Preset};
+use crate::arq::{ArqConfig, InputError, Kcp, Origin, Timing};
 
 #[test]
 fn a_silent_peer_trips_dead_link_after_that_many_transmissions() {
     let cfg = ArqConfig {
         dead_link: 3,
-        ..ArqConfig::preset(Preset::Fast3)
+        ..ArqConfig::with_timing(Timing::FAST3)
     };
     let mut a = Kcp::new(7, &cfg).unwrap();
     a.send(b"anyone?");
@@ -23,7 +23,7 @@ fn a_silent_peer_trips_dead_link_after_that_many_transmissions() {
 
 #[test]
 fn malformed_input_is_typed_counted_and_cut_at_the_bad_segment() {
-    let mut r = Kcp::new(7, &ArqConfig::preset(Preset::Fast3)).unwrap();
+    let mut r = Kcp::new(7, &ArqConfig::with_timing(Timing::FAST3)).unwrap();
     let ok = push(0, 0, 0, b"kept");
     assert_eq!(
         r.handle_datagram(t(0), &ok[..10], Origin::Regular),
@@ -75,7 +75,7 @@ fn malformed_input_is_typed_counted_and_cut_at_the_bad_segment() {
 fn acks_wait_for_the_tick_unless_ack_nodelay_or_a_packet_of_them_is_pending() {
     let base = ArqConfig {
         mtu: 100,
-        ..ArqConfig::preset(Preset::Fast3)
+        ..ArqConfig::with_timing(Timing::FAST3)
     };
     let mut r = Kcp::new(7, &base).unwrap();
     r.handle_timeout(t(0));
@@ -128,7 +128,7 @@ fn poll_timeout_is_none_when_idle_and_keeps_kcp_go_tick_phase() {
 
 #[test]
 fn ts_and_timers_work_across_the_clock_wrap() {
-    let mut a = Kcp::new(7, &ArqConfig::preset(Preset::Fast3)).unwrap();
+    let mut a = Kcp::new(7, &ArqConfig::with_timing(Timing::FAST3)).unwrap();
     let start = u32::MAX - 100;
     a.send(b"wrap");
     drain(&mut a, start);

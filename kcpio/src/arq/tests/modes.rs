@@ -1,14 +1,14 @@
 //! Stream and message modes, and the send-side limits.
 
 use super::util::*;
-use crate::arq::{ArqConfig, Kcp, Preset, SendError};
+use crate::arq::{ArqConfig, Kcp, SendError, Timing};
 
 #[test]
 fn stream_mode_merges_writes_into_the_unsent_tail() {
     let cfg = ArqConfig {
         stream: true,
         write_delay: true,
-        ..ArqConfig::preset(Preset::Fast3)
+        ..ArqConfig::with_timing(Timing::FAST3)
     };
     let mut a = Kcp::new(7, &cfg).unwrap();
     let full = a.send_capacity();
@@ -33,7 +33,7 @@ fn stream_mode_cuts_large_writes_at_mss_after_topping_up_the_tail() {
         stream: true,
         write_delay: true,
         mtu: 124,
-        ..ArqConfig::preset(Preset::Fast3)
+        ..ArqConfig::with_timing(Timing::FAST3)
     };
     let mut a = Kcp::new(7, &cfg).unwrap();
     assert_eq!(a.mss(), 100);
@@ -52,7 +52,7 @@ fn stream_mode_cuts_large_writes_at_mss_after_topping_up_the_tail() {
 fn message_mode_send_keeps_each_write_in_its_own_segments() {
     let cfg = ArqConfig {
         write_delay: true,
-        ..ArqConfig::preset(Preset::Fast3)
+        ..ArqConfig::with_timing(Timing::FAST3)
     };
     let mut a = Kcp::new(7, &cfg).unwrap();
     for w in [b"ab", b"cd"] {
@@ -74,7 +74,7 @@ fn send_message_limits() {
         mtu: 124,
         rcv_wnd: 4,
         snd_wnd: 3,
-        ..ArqConfig::preset(Preset::Fast3)
+        ..ArqConfig::with_timing(Timing::FAST3)
     };
     let mut a = Kcp::new(7, &cfg).unwrap();
     assert_eq!(a.send_message(&[]), Err(SendError::Empty));
@@ -103,7 +103,7 @@ fn write_delay_still_flushes_once_the_send_window_is_full() {
     let cfg = ArqConfig {
         write_delay: true,
         snd_wnd: 4,
-        ..ArqConfig::preset(Preset::Fast3)
+        ..ArqConfig::with_timing(Timing::FAST3)
     };
     let mut a = Kcp::new(7, &cfg).unwrap();
     for _ in 0..3 {

@@ -1,7 +1,7 @@
 //! Window probing (WASK/WINS) on both sides.
 
 use super::util::*;
-use crate::arq::{ArqConfig, Kcp, Origin, Preset};
+use crate::arq::{ArqConfig, Kcp, Origin, Timing};
 
 fn wins(wnd: u16) -> Vec<u8> {
     seg(WINS, 0, wnd, 0, 0, 0, &[])
@@ -9,7 +9,7 @@ fn wins(wnd: u16) -> Vec<u8> {
 
 #[test]
 fn a_closed_peer_window_is_probed_at_500ms_then_x1_5_capped_at_120s() {
-    let mut a = Kcp::new(7, &ArqConfig::preset(Preset::Fast3)).unwrap();
+    let mut a = Kcp::new(7, &ArqConfig::with_timing(Timing::FAST3)).unwrap();
     a.handle_datagram(t(0), &wins(0), Origin::Regular).unwrap();
     a.send(&[1; 10]);
     // Nothing may be admitted into a zero window.
@@ -47,7 +47,7 @@ fn a_closed_peer_window_is_probed_at_500ms_then_x1_5_capped_at_120s() {
 
 #[test]
 fn a_recovered_packet_does_not_reopen_or_close_the_window() {
-    let mut a = Kcp::new(7, &ArqConfig::preset(Preset::Fast3)).unwrap();
+    let mut a = Kcp::new(7, &ArqConfig::with_timing(Timing::FAST3)).unwrap();
     a.handle_datagram(t(0), &wins(0), Origin::Recovered)
         .unwrap();
     assert_eq!(a.rmt_wnd, 32);
@@ -62,7 +62,7 @@ fn a_recovered_packet_does_not_reopen_or_close_the_window() {
 fn a_full_receiver_answers_wask_and_volunteers_wins_when_it_drains() {
     let cfg = ArqConfig {
         rcv_wnd: 2,
-        ..ArqConfig::preset(Preset::Fast3)
+        ..ArqConfig::with_timing(Timing::FAST3)
     };
     let mut r = Kcp::new(7, &cfg).unwrap();
     for sn in 0..3 {

@@ -1,7 +1,7 @@
 //! Fragments, una and the receive window.
 
 use super::util::*;
-use crate::arq::{ArqConfig, Kcp, Origin, Preset, RecvError};
+use crate::arq::{ArqConfig, Kcp, Origin, RecvError, Timing};
 
 fn frag(sn: u32, frg: u8, data: &[u8]) -> Vec<u8> {
     seg(PUSH, frg, 32, 0, sn, 0, data)
@@ -9,7 +9,7 @@ fn frag(sn: u32, frg: u8, data: &[u8]) -> Vec<u8> {
 
 #[test]
 fn fragments_arriving_out_of_order_form_one_message() {
-    let mut r = Kcp::new(7, &ArqConfig::preset(Preset::Fast3)).unwrap();
+    let mut r = Kcp::new(7, &ArqConfig::with_timing(Timing::FAST3)).unwrap();
     let parts: [&[u8]; 4] = [b"abc", b"defg", b"hi", b"j"];
     for (i, sn) in [2u32, 0, 3].into_iter().enumerate() {
         r.handle_datagram(
@@ -37,7 +37,7 @@ fn fragments_arriving_out_of_order_form_one_message() {
 
 #[test]
 fn a_message_can_be_read_as_a_stream_in_small_pieces() {
-    let mut r = Kcp::new(7, &ArqConfig::preset(Preset::Fast3)).unwrap();
+    let mut r = Kcp::new(7, &ArqConfig::with_timing(Timing::FAST3)).unwrap();
     r.handle_datagram(
         t(0),
         &[
@@ -67,7 +67,7 @@ fn a_message_can_be_read_as_a_stream_in_small_pieces() {
 
 #[test]
 fn an_incomplete_message_is_not_handed_out_by_the_stream_reader() {
-    let mut r = Kcp::new(7, &ArqConfig::preset(Preset::Fast3)).unwrap();
+    let mut r = Kcp::new(7, &ArqConfig::with_timing(Timing::FAST3)).unwrap();
     r.handle_datagram(t(0), &frag(0, 1, b"half"), Origin::Regular)
         .unwrap();
     let mut buf = [0u8; 16];
@@ -81,7 +81,7 @@ fn an_incomplete_message_is_not_handed_out_by_the_stream_reader() {
 fn pushes_beyond_the_window_are_neither_stored_nor_acknowledged() {
     let cfg = ArqConfig {
         rcv_wnd: 4,
-        ..ArqConfig::preset(Preset::Fast3)
+        ..ArqConfig::with_timing(Timing::FAST3)
     };
     let mut r = Kcp::new(7, &cfg).unwrap();
     r.handle_datagram(t(0), &push(4, 0, 0, b"x"), Origin::Regular)
@@ -111,7 +111,7 @@ fn pushes_beyond_the_window_are_neither_stored_nor_acknowledged() {
 fn una_releases_segments_and_acked_ones_wait_for_it() {
     let cfg = ArqConfig {
         no_congestion: true,
-        ..ArqConfig::preset(Preset::Fast3)
+        ..ArqConfig::with_timing(Timing::FAST3)
     };
     let mut a = Kcp::new(7, &cfg).unwrap();
     for _ in 0..5 {
@@ -143,7 +143,7 @@ fn una_releases_segments_and_acked_ones_wait_for_it() {
 /// "readable" for it, so an async reader cannot see end of stream.
 #[test]
 fn empty_segments_are_skipped_by_the_stream_reader() {
-    let mut r = Kcp::new(7, &ArqConfig::preset(Preset::Fast3)).unwrap();
+    let mut r = Kcp::new(7, &ArqConfig::with_timing(Timing::FAST3)).unwrap();
     let mut buf = [0u8; 32];
     r.handle_datagram(t(0), &frag(0, 0, b"ab"), Origin::Regular)
         .unwrap();
@@ -176,7 +176,7 @@ fn empty_segments_are_skipped_by_the_stream_reader() {
 
 #[test]
 fn a_partly_read_message_ending_in_an_empty_fragment_is_not_readable() {
-    let mut r = Kcp::new(7, &ArqConfig::preset(Preset::Fast3)).unwrap();
+    let mut r = Kcp::new(7, &ArqConfig::with_timing(Timing::FAST3)).unwrap();
     r.handle_datagram(t(0), &frag(0, 1, b"xy"), Origin::Regular)
         .unwrap();
     r.handle_datagram(t(0), &frag(1, 0, b""), Origin::Regular)
@@ -192,7 +192,7 @@ fn a_partly_read_message_ending_in_an_empty_fragment_is_not_readable() {
 
 #[test]
 fn the_message_reader_still_gets_empty_messages() {
-    let mut r = Kcp::new(7, &ArqConfig::preset(Preset::Fast3)).unwrap();
+    let mut r = Kcp::new(7, &ArqConfig::with_timing(Timing::FAST3)).unwrap();
     r.handle_datagram(t(0), &frag(0, 0, b""), Origin::Regular)
         .unwrap();
     r.handle_datagram(t(0), &frag(1, 0, b"z"), Origin::Regular)
@@ -209,7 +209,7 @@ fn the_message_reader_still_gets_empty_messages() {
 fn a_window_full_of_empty_segments_does_not_stall_the_stream() {
     let cfg = ArqConfig {
         rcv_wnd: 16,
-        ..ArqConfig::preset(Preset::Fast3)
+        ..ArqConfig::with_timing(Timing::FAST3)
     };
     let mut r = Kcp::new(7, &cfg).unwrap();
     for sn in 0..40 {

@@ -1,7 +1,7 @@
 //! Fast retransmit, early retransmit and RTO back-off.
 
 use super::util::*;
-use crate::arq::{ArqConfig, Congestion, Kcp, Origin, Preset};
+use crate::arq::{ArqConfig, Congestion, Kcp, Origin, Timing};
 
 fn nc_config(fast_resend: u32) -> ArqConfig {
     ArqConfig {
@@ -192,7 +192,7 @@ fn rto_backoff_is_additive_full_rto_without_nodelay() {
 
 #[test]
 fn rto_backoff_adds_half_an_rto_with_nodelay() {
-    let mut a = Kcp::new(7, &ArqConfig::preset(Preset::Fast2)).unwrap();
+    let mut a = Kcp::new(7, &ArqConfig::with_timing(Timing::FAST2)).unwrap();
     a.send(&[9; 10]);
     drain(&mut a, 0);
     let out = run_until(&mut a, 0, 2000);
@@ -201,14 +201,14 @@ fn rto_backoff_adds_half_an_rto_with_nodelay() {
 
 #[test]
 fn rtt_samples_set_srtt_and_respect_the_minimum_rto() {
-    for (preset, floor) in [(Preset::Default, 100), (Preset::Fast3, 30)] {
-        let mut a = Kcp::new(7, &ArqConfig::preset(preset)).unwrap();
+    for (timing, floor) in [(Timing::KCP_GO, 100), (Timing::FAST3, 30)] {
+        let mut a = Kcp::new(7, &ArqConfig::with_timing(timing)).unwrap();
         a.send(&[1; 10]);
         drain(&mut a, 1000);
         a.handle_datagram(t(1004), &ack(0, 1000, 1, 32), Origin::Regular)
             .unwrap();
         assert_eq!(a.srtt(), 4);
-        let interval = ArqConfig::preset(preset).interval;
+        let interval = ArqConfig::with_timing(timing).interval;
         assert_eq!(a.rto(), (4 + interval.max(8)).max(floor));
     }
 }

@@ -1,0 +1,683 @@
+//! [`ConfigBuilder`]: the options, each setter with its default, range and
+//! kcp-go or kcptun name. The defaults themselves are in `defaults.rs`;
+//! [`build`](ConfigBuilder::build) is in `validate.rs`.
+
+use std::time::Duration;
+
+use super::defaults::KCP_GO_WINDOW;
+use super::{Key, Preset};
+use crate::arq::Congestion;
+use crate::crypto::Method;
+// What the setters' documentation links to.
+#[cfg(doc)]
+use super::{
+    Config, ConfigError, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_KEEPALIVE,
+    MIN_WRITE_CAPACITY, PROOF_TIMEOUT,
+};
+
+/// Builds a [`Config`]; every setter documents its default.
+///
+/// # The defaults, and why
+///
+/// kcpio's defaults are chosen for a user who replaces a `TcpStream`, from
+/// measurements beside kcp-go's defaults (the repository's lossy-link demo,
+/// `cargo run --release --example demo`, aes-128, a 60 Hz echo of 64-byte
+/// messages and a bulk transfer; one run each on a shared 2-core machine):
+///
+/// | path | kcp-go's defaults | these defaults | `Fast3`, same windows |
+/// | --- | --- | --- | --- |
+/// | loopback relay: echo p50 / p99, bulk | 1.5 / 10.1 ms, 77 kB/s | 1.3 / 12.8 ms, 65 MB/s | 1.3 / 8.9 ms, 47 MB/s |
+/// | 100 ms RTT, 5% loss each way: echo p50 / p99, bulk | 3.2 / 6.3 s, 17 kB/s | 156 / 377 ms, 3.1 MB/s | 125 / 305 ms, 4.0 MB/s |
+///
+/// - ARQ timing [`Preset::Fast`] (kcptun's `fast`, kcptun's own default:
+///   30 ms flush interval, fast retransmit after 2 skipping ACKs, no
+///   congestion window). kcp-go's [`Preset::Default`] (100 ms, no fast
+///   retransmit, a congestion window that restarts at one segment after
+///   every loss) collapses on loss. [`Preset::Fast3`] is about 20% better
+///   on the lossy path but its 30 ms RTO floor resent 10,831 segments
+///   spuriously on the loaded loopback (29% less goodput), and it wakes
+///   three times as often per busy session: pick it for latency on a path
+///   you know.
+/// - Windows 1024/1024 segments: 1.4 MB in flight, a 100 Mbit/s × 100 ms
+///   path's bandwidth-delay product (kcp-go's 32/32 caps a session at 32
+///   segments per round trip: 4.4 Mbit/s at 100 ms). The rings grow on
+///   demand, so an idle session does not pay for them; a busy one holds up
+///   to `2 × (send + receive)` segments.
+/// - Liveness on: [`connect_probe`](Self::connect_probe), a 10 s
+///   [`keepalive`](Self::keepalive), a 30 s
+///   [`idle_timeout`](Self::idle_timeout), no
+///   [`dead_link`](Self::dead_link) limit.
+///
+/// Nothing of this changes the wire format: a kcp-go peer with any settings
+/// talks to it. [`kcp_go_defaults`](Self::kcp_go_defaults) gives kcp-go's
+/// exact behaviour.
+#[derive(Clone, Debug)]
+pub struct ConfigBuilder {
+    pub(super) preset: Preset,
+    pub(super) mtu: usize,
+    pub(super) snd_wnd: u16,
+    pub(super) rcv_wnd: u16,
+    pub(super) stream: bool,
+    pub(super) method: Method,
+    pub(super) key: Key,
+    pub(super) fec: Option<(usize, usize)>,
+    pub(super) fec_group_deadline: Option<Duration>,
+    pub(super) fec_max_shards: usize,
+    pub(super) nodelay: Option<(bool, u32, u32, bool)>,
+    pub(super) write_delay: bool,
+    pub(super) ack_nodelay: Option<bool>,
+    pub(super) min_rto: Option<Duration>,
+    pub(super) rto_backoff_percent: Option<u32>,
+    pub(super) max_rto: Option<Duration>,
+    pub(super) tail_probe: Option<bool>,
+    pub(super) ack_repeat: bool,
+    pub(super) congestion: Option<Congestion>,
+    pub(super) max_window: Option<u16>,
+    pub(super) rate_limit: u64,
+    pub(super) dscp: u8,
+    pub(super) recv_buffer: Option<usize>,
+    pub(super) send_buffer: Option<usize>,
+    pub(super) accept_backlog: usize,
+    pub(super) max_sessions: usize,
+    pub(super) sessions_per_source: (u32, u32),
+    pub(super) proof_timeout: Duration,
+    pub(super) idle_timeout: Option<Duration>,
+    /// `None`: the default (derived from the idle timeout).
+    pub(super) keepalive: Option<Option<Duration>>,
+    pub(super) connect_probe: bool,
+    pub(super) connect_timeout: Option<Duration>,
+    pub(super) dead_link: u32,
+    pub(super) linger: Duration,
+    pub(super) conv: Option<u32>,
+    pub(super) batching: bool,
+    pub(super) reuse_port: usize,
+}
+impl ConfigBuilder {
+    /// kcp-go's exact defaults (a `kcp.DialWithOptions` session): the
+    /// [`Preset::Default`] timing (`0, 100, 0, 0`), windows 32/32, and none
+    /// of kcpio's liveness: no connect probe, no keepalive, no idle timeout,
+    /// no dead-link limit; each ACK sent once ([`ack_repeat`](Self::ack_repeat)
+    /// off). Settings made before this call are overwritten, later ones win.
+    #[must_use]
+    pub fn kcp_go_defaults(mut self) -> Self {
+        self.preset = Preset::Default;
+        self.snd_wnd = KCP_GO_WINDOW;
+        self.rcv_wnd = KCP_GO_WINDOW;
+        self.connect_probe = false;
+        self.keepalive = Some(None);
+        self.idle_timeout = None;
+        self.dead_link = 0;
+        self.ack_repeat = false;
+        self
+    }
+
+    /// The ARQ preset: nodelay, flush interval, fast resend, congestion window.
+    /// Default: [`Preset::Fast`] (kcptun's `fast`, `0, 30, 2, 1`; kcp-go's
+    /// own default is [`Preset::Default`], see
+    /// [`kcp_go_defaults`](Self::kcp_go_defaults)).
+    #[must_use]
+    pub fn preset(mut self, preset: Preset) -> Self {
+        self.preset = preset;
+        self
+    }
+
+    /// The largest datagram sent, headers included (kcp-go `SetMtu`).
+    /// Default: 1400. kcptun uses 1350.
+    ///
+    /// Range: up to 1500 (kcp-go's limit), and at least the crypto and FEC
+    /// headers plus 25 bytes (one KCP segment header and one byte of data).
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Self::build) fails with [`ConfigError::OutOfRange`] above
+    /// 1500 and [`ConfigError::MtuTooSmall`] below the headers' needs.
+    #[must_use]
+    pub fn mtu(mut self, mtu: usize) -> Self {
+        self.mtu = mtu;
+        self
+    }
+
+    /// Send and receive windows in segments (kcp-go `SetWindowSize`).
+    /// Default: 1024 and 1024 (kcp-go: 32 and 32). kcptun uses 128/512
+    /// (client) and 1024/1024 (server).
+    ///
+    /// Range: 1..=65535 each.
+    ///
+    /// Capacity ([`Config::write_capacity`]): a side can write `2 × its send
+    /// window + the peer's receive window` segments of up to mss bytes (mss =
+    /// [`Config::kcp_mtu`] − 24) before its writes wait for the peer to read:
+    /// 96 × 1376 = 132,096 bytes with both at 32 and the 1400-byte mtu. In
+    /// flight at once are at most `min(send window, the peer's receive
+    /// window)` segments.
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Self::build) fails with [`ConfigError::OutOfRange`] for a
+    /// window of 0, and when the windows let a side write less than
+    /// [`MIN_WRITE_CAPACITY`] (16 KiB) before the peer reads: an echo of one
+    /// such request would deadlock.
+    #[must_use]
+    pub fn window(mut self, send: u16, recv: u16) -> Self {
+        self.snd_wnd = send;
+        self.rcv_wnd = recv;
+        self
+    }
+
+    /// Stream mode (true: small writes are merged into full segments) or
+    /// message mode (false: each write is one message of up to one segment,
+    /// and [`KcpStream::send_message`](crate::KcpStream::send_message) sends
+    /// whole messages). Default: false, as kcp-go; kcptun uses true.
+    #[must_use]
+    pub fn stream(mut self, stream: bool) -> Self {
+        self.stream = stream;
+        self
+    }
+
+    /// Per-packet encryption: `method` with `key`. Default: [`Method::Null`]
+    /// (no crypto header at all). Both ends must agree.
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Self::build) fails with [`ConfigError::InvalidKey`] when the
+    /// key does not suit the method (a raw key shorter than
+    /// [`Method::key_len`]).
+    #[must_use]
+    pub fn crypto(mut self, method: Method, key: Key) -> Self {
+        self.method = method;
+        self.key = key;
+        self
+    }
+
+    /// Reed-Solomon FEC on the send side: `parity` parity shards after every
+    /// `data` data shards. `(0, 0)` turns it off. Default: off. kcptun uses
+    /// 10 and 3. Receiving FEC works whatever this is set to.
+    ///
+    /// Range: `(0, 0)`, or both at least 1 with `data + parity` at most 255.
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Self::build) fails with [`ConfigError::InvalidFec`] outside
+    /// that range.
+    #[must_use]
+    pub fn fec(mut self, data: usize, parity: usize) -> Self {
+        self.fec = Some((data, parity));
+        self
+    }
+
+    /// **kcpio-only** (off by default): an FEC group that has not filled
+    /// `deadline` after its first data shard is closed with filler shards so
+    /// its parity goes out at once; a lost packet at a low packet rate is then
+    /// rebuilt within about one round trip instead of waiting for a
+    /// retransmission. kcp-go receivers decode such groups as usual (they
+    /// count the fillers as `KCPInErrors`).
+    ///
+    /// Range: 1 ms..=5 s, counted in whole milliseconds (a fraction is cut
+    /// off); only with FEC on ([`fec`](Self::fec), or a preset with FEC).
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Self::build) fails with
+    /// [`ConfigError::OutOfRange`] outside the range and with
+    /// [`ConfigError::Requires`] when FEC is off.
+    #[must_use]
+    pub fn fec_group_deadline(mut self, deadline: Duration) -> Self {
+        self.fec_group_deadline = Some(deadline);
+        self
+    }
+
+    /// The largest FEC group (data + parity shards) this side's decoder will
+    /// learn from a peer and hold. Default
+    /// [`fec::DEFAULT_MAX_SHARDS`](crate::fec::DEFAULT_MAX_SHARDS) (128;
+    /// kcptun's default is 10 + 3). A peer sending larger groups is not
+    /// decoded (its packets still reach the ARQ, so nothing is lost but the
+    /// FEC recovery); the per-session decoder memory is bounded by
+    /// [`FecDecoder::memory_bound`](crate::fec::FecDecoder::memory_bound) of
+    /// this limit whatever the peer sends.
+    ///
+    /// Range: 2..=256.
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Self::build) fails with [`ConfigError::OutOfRange`] outside
+    /// 2..=256.
+    #[must_use]
+    pub fn fec_max_shards(mut self, shards: usize) -> Self {
+        self.fec_max_shards = shards;
+        self
+    }
+
+    /// Custom ARQ timing instead of a [`preset`](Self::preset), as kcp-go's
+    /// `SetNoDelay(nodelay, interval, resend, nc)`: `nodelay` lowers the
+    /// minimum RTO to 30 ms, `interval` is the flush period in ms, `resend`
+    /// the fast-retransmit threshold (0 = off), `nc` turns the congestion
+    /// window off. Default: the preset's values.
+    ///
+    /// Range: `interval` 10..=5000 (kcp-go clamps to these bounds; kcpio
+    /// refuses instead); any `resend`.
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Self::build) fails with [`ConfigError::OutOfRange`] for an
+    /// `interval` outside 10..=5000.
+    #[must_use]
+    pub fn nodelay(mut self, nodelay: bool, interval: u32, resend: u32, nc: bool) -> Self {
+        self.nodelay = Some((nodelay, interval, resend, nc));
+        self
+    }
+
+    /// The congestion controller: how this side limits and paces what it
+    /// sends. Sender side only: the peer sees no difference on the wire, so
+    /// any choice works with kcp-go and kcptun peers. Default: what the
+    /// preset's (or [`nodelay`](Self::nodelay)'s) `nc` says, as in kcp-go:
+    /// [`Congestion::Kcp`] for [`Preset::Default`], [`Congestion::None`] for
+    /// kcptun's modes and [`Preset::LowLatency`]; setting it overrides `nc`.
+    ///
+    /// [`Congestion::Model`] is kcpio's model-based controller, for long or
+    /// lossy paths and shared bottlenecks: it paces at the bandwidth it
+    /// measures and does not slow down on random loss. Give it windows of
+    /// at least twice the path's bandwidth-delay product in segments
+    /// ([`window`](Self::window)).
+    #[must_use]
+    pub fn congestion(mut self, controller: Congestion) -> Self {
+        self.congestion = Some(controller);
+        self
+    }
+
+    /// **kcpio-only**: windows that size themselves. The send and receive
+    /// windows start at [`window`](Self::window)'s values and each doubles,
+    /// up to `max` segments, when the path needs more: the receive window
+    /// when the peer's data in flight reaches three quarters of it, the send
+    /// window when it (not the peer's window or the congestion controller)
+    /// holds data back. kcp-go peers honour the larger window advertised.
+    /// Memory is taken only as the windows grow and is bounded as for
+    /// windows of `max` segments (about `2 × max × mtu` bytes per direction).
+    /// Meant for [`Congestion::Model`], which bounds what is in flight by
+    /// itself; with [`Congestion::None`] the window is the only limit, so a
+    /// sender grows it to `max`. Default: off (fixed windows, as kcp-go).
+    #[must_use]
+    pub fn max_window(mut self, max: u16) -> Self {
+        self.max_window = Some(max);
+        self
+    }
+
+    /// Write delay (kcp-go `SetWriteDelay`): when true a write does not flush
+    /// at once; data leaves at the next interval tick. Default: false.
+    #[must_use]
+    pub fn write_delay(mut self, on: bool) -> Self {
+        self.write_delay = on;
+        self
+    }
+
+    /// ACK without delay (kcp-go `SetACKNoDelay`): every input that queues an
+    /// ACK flushes at once. Default: false ([`Preset::LowLatency`]: true).
+    #[must_use]
+    pub fn ack_nodelay(mut self, on: bool) -> Self {
+        self.ack_nodelay = Some(on);
+        self
+    }
+
+    /// **kcpio-only**: the floor of the retransmission timeout, instead of
+    /// kcp-go's 30 ms (nodelay) or 100 ms. A lower floor lets a lost packet
+    /// be resent about one smoothed RTT plus four deviations after it left
+    /// on a short, steady path. Only this side's retransmissions change, so
+    /// it works with kcp-go peers. Default: kcp-go's ([`Preset::LowLatency`]:
+    /// 20 ms).
+    ///
+    /// Range: 1 ms..=60 s, in whole milliseconds (a fraction is cut off),
+    /// and not above the [`max_rto`](Self::max_rto) cap in force (the
+    /// lowlat preset caps at 200 ms: raise `max_rto` with it).
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Self::build) fails with
+    /// [`ConfigError::OutOfRange`] outside the range.
+    #[must_use]
+    pub fn min_rto(mut self, floor: Duration) -> Self {
+        self.min_rto = Some(floor);
+        self
+    }
+
+    /// **kcpio-only**: how much a segment's retransmission timeout grows
+    /// each time it expires, in percent of the current RTO estimate (kcp-go:
+    /// 100 without nodelay, 50 with it; 0 keeps it constant). Default:
+    /// kcp-go's ([`Preset::LowLatency`]: 25).
+    ///
+    /// Range: 0..=1000.
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Self::build) fails with [`ConfigError::OutOfRange`] above
+    /// 1000.
+    #[must_use]
+    pub fn rto_backoff_percent(mut self, percent: u32) -> Self {
+        self.rto_backoff_percent = Some(percent);
+        self
+    }
+
+    /// **kcpio-only**: cap of a segment's backed-off retransmission timeout
+    /// (kcp-go: none). Default: none ([`Preset::LowLatency`]: 200 ms).
+    ///
+    /// Range: from the RTO floor in force ([`min_rto`](Self::min_rto), else
+    /// kcp-go's 30 ms with nodelay and 100 ms without) to 60 s, in whole
+    /// milliseconds.
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Self::build) fails with
+    /// [`ConfigError::OutOfRange`] outside the range.
+    #[must_use]
+    pub fn max_rto(mut self, cap: Duration) -> Self {
+        self.max_rto = Some(cap);
+        self
+    }
+
+    /// **kcpio-only**: tail-loss probe. The newest segment, which no later
+    /// ACK can report as skipped, is resent once after `max(1.5 × srtt,
+    /// srtt + interval)` when that comes before its RTO, without backing the
+    /// RTO off (like TCP's TLP). Retransmissions only: kcp-go peers are
+    /// unaffected. Default: false ([`Preset::LowLatency`]: true).
+    #[must_use]
+    pub fn tail_probe(mut self, on: bool) -> Self {
+        self.tail_probe = Some(on);
+        self
+    }
+
+    /// **kcpio-only**: send every acknowledgement twice, in two flushes,
+    /// so that a lost ACK packet does not make the peer resend the
+    /// segments it named although they arrived (KCP has no selective
+    /// acknowledgement ranges: on a path losing 9% of the packets towards
+    /// the sender, about 9% of what the sender puts on the wire is such
+    /// needless resends). A copy is skipped once the cumulative
+    /// acknowledgement covers its segment. Receiver side; kcp-go senders
+    /// benefit as kcpio's do (a copy for a segment already acknowledged
+    /// changes nothing on either). Costs up to twice the ACK bytes on the
+    /// return path: 24 bytes per segment received. Default: true (false
+    /// with [`kcp_go_defaults`](Self::kcp_go_defaults)).
+    #[must_use]
+    pub fn ack_repeat(mut self, on: bool) -> Self {
+        self.ack_repeat = on;
+        self
+    }
+
+    /// Pacing of everything a socket sends, in bytes per second (kcp-go
+    /// `SetRateLimit`), with a burst of 96,000 bytes. Applies per UDP
+    /// socket: per client stream, and to the listener's sessions together.
+    /// Default: 0 (unlimited). Range: any.
+    #[must_use]
+    pub fn rate_limit(mut self, bytes_per_sec: u64) -> Self {
+        self.rate_limit = bytes_per_sec;
+        self
+    }
+
+    /// DSCP code point for outgoing datagrams (IPv4 TOS = `dscp << 2`, IPv6
+    /// traffic class = `dscp << 2`). Default: 0 (the OS default is left
+    /// untouched).
+    ///
+    /// Range: 0..=63 (six bits).
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Self::build) fails with [`ConfigError::OutOfRange`] above
+    /// 63.
+    #[must_use]
+    pub fn dscp(mut self, dscp: u8) -> Self {
+        self.dscp = dscp;
+        self
+    }
+
+    /// Socket receive and send buffer sizes in bytes (`SO_RCVBUF`,
+    /// `SO_SNDBUF`); 0 means the default. Default: the send buffer is the
+    /// OS default; the receive buffer is raised to 4 MiB when the OS default
+    /// is smaller (the kernel caps it at `net.core.rmem_max`), because a
+    /// listener's many peers, or one peer's full window, overflow Linux's
+    /// 208 KiB default in a burst and every drop costs a retransmission
+    /// timeout. kcptun uses 4 MiB each.
+    ///
+    /// Range: 0..=1 GiB each (the kernel caps what it grants at
+    /// `net.core.rmem_max` and `wmem_max`).
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Self::build) fails with [`ConfigError::OutOfRange`] above
+    /// 1 GiB.
+    #[must_use]
+    pub fn socket_buffers(mut self, recv: usize, send: usize) -> Self {
+        self.recv_buffer = (recv > 0).then_some(recv);
+        self.send_buffer = (send > 0).then_some(send);
+        self
+    }
+
+    /// Sessions a listener holds that were not yet accepted; a new peer
+    /// beyond this is refused (counted, its datagram dropped). Default: 128
+    /// (kcp-go's `acceptBacklog`).
+    ///
+    /// Range: 1..=65536.
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Self::build) fails with [`ConfigError::OutOfRange`] outside
+    /// the range.
+    #[must_use]
+    pub fn accept_backlog(mut self, backlog: usize) -> Self {
+        self.accept_backlog = backlog;
+        self
+    }
+
+    /// Sessions a listener socket holds at once (accepted, pending or
+    /// closing); a new peer beyond this is refused and counted. Default:
+    /// 4096.
+    ///
+    /// Range: 1..=16,777,216 (2^24).
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Self::build) fails with [`ConfigError::OutOfRange`] outside
+    /// the range.
+    #[must_use]
+    pub fn max_sessions(mut self, max: usize) -> Self {
+        self.max_sessions = max;
+        self
+    }
+
+    /// Sessions one source IP address may open on a listener socket:
+    /// `burst` at once, then `per_second` (a token bucket per address, kept
+    /// for the 65,536 addresses that opened sessions last). A conversation
+    /// opener beyond it is dropped and counted
+    /// ([`ListenerStats::refused_rate`](crate::ListenerStats::refused_rate)),
+    /// so one host flooding openers from every port it has cannot fill
+    /// [`max_sessions`](Self::max_sessions) on its own. Default: 1,024 at
+    /// once, then 256 per second (one host running a thousand clients at
+    /// once, as a test or a NAT may, still gets in).
+    ///
+    /// Range: 1..=16,777,216 (2^24) each.
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Self::build) fails with [`ConfigError::OutOfRange`] outside
+    /// the range.
+    #[must_use]
+    pub fn sessions_per_source(mut self, burst: u32, per_second: u32) -> Self {
+        self.sessions_per_source = (burst, per_second);
+        self
+    }
+
+    /// How long a listener's new session has to prove that its peer
+    /// receives what this side sends (by acknowledging a segment, or
+    /// answering the window probe the session sends at once) before it
+    /// fails with `TimedOut` (source
+    /// [`SessionError::DeadLink`](crate::SessionError::DeadLink)). Until
+    /// then the session sends that address at most three times the bytes
+    /// it received from it, so replayed or spoofed datagrams cannot turn
+    /// the server into a reflector. A real peer proves itself within its
+    /// first round trip. Client sessions chose their peer and start proven.
+    /// Default: 10 s ([`PROOF_TIMEOUT`]).
+    ///
+    /// Range: 100 ms..=24 h. Keep it well above the path's round trip.
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Self::build) fails with [`ConfigError::OutOfRange`] outside
+    /// the range.
+    #[must_use]
+    pub fn proof_timeout(mut self, timeout: Duration) -> Self {
+        self.proof_timeout = timeout;
+        self
+    }
+
+    /// A session that receives nothing valid for this long fails with
+    /// `TimedOut` (source [`SessionError::IdleTimeout`](crate::SessionError::IdleTimeout)):
+    /// pending and later reads and writes fail, and a listener frees the
+    /// session, so departed clients never fill
+    /// [`max_sessions`](Self::max_sessions). `None` (or
+    /// [`Duration::ZERO`]) turns it off. Default: 30 s
+    /// ([`DEFAULT_IDLE_TIMEOUT`], smux's pairing with a 10 s keepalive).
+    ///
+    /// With the [`keepalive`](Self::keepalive) on, a quiet but alive peer
+    /// answers our probes, so only a vanished peer (or path) times out. A
+    /// peer with neither keepalive nor traffic for this long is taken as
+    /// gone; kcp-go sends no keepalives of its own but answers ours.
+    ///
+    /// Range: off, or 100 ms..=24 h. 100 ms is KCP's default flush interval
+    /// and minimum RTO: a shorter timeout ends live sessions between two
+    /// ordinary packets. Keep it well above the path's round trip and the
+    /// peer's sending gaps.
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Self::build) fails with [`ConfigError::OutOfRange`] outside
+    /// the range.
+    #[must_use]
+    pub fn idle_timeout(mut self, timeout: impl Into<Option<Duration>>) -> Self {
+        self.idle_timeout = timeout.into().filter(|d| !d.is_zero());
+        self
+    }
+
+    /// **kcpio's keepalive**: when this side sent nothing for this long, it
+    /// sends a KCP window probe (WASK, 24 bytes plus the cipher's and UDP's
+    /// headers), which kcp-go, C KCP and kcpio answer with a window report
+    /// (WINS) at their next flush. Both the probe and the answer restart the
+    /// idle timers, so an idle session costs one small datagram each way per
+    /// interval (the peer's answer doubles as its own keepalive) and one
+    /// timer deadline per interval. `None` turns it off. Default: 10 s
+    /// ([`DEFAULT_KEEPALIVE`]), or a third of the idle timeout when that is
+    /// shorter than 30 s; also 10 s with the idle timeout off, so a peer
+    /// with an idle timeout of its own keeps hearing from us.
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Self::build) fails with [`ConfigError::OutOfRange`] outside
+    /// 100 ms..=24 h, or when not shorter than the idle timeout (the peer's
+    /// answer would come too late).
+    #[must_use]
+    pub fn keepalive(mut self, interval: impl Into<Option<Duration>>) -> Self {
+        self.keepalive = Some(interval.into());
+        self
+    }
+
+    /// Whether [`KcpStream::connect`](crate::KcpStream::connect) proves the
+    /// peer is there before it returns: it sends a KCP window probe (WASK
+    /// with `sn` and `una` 0, which kcp-go's and kcpio's listeners take as
+    /// a new conversation, so their `accept` returns at once), resends it
+    /// after 250 ms, 500 ms, 1 s, then every 2 s, and returns once any valid
+    /// datagram of the conversation arrived. Off: `connect` returns at once
+    /// and sends nothing until the first write (for a peer that must see
+    /// data first). Default: on.
+    #[must_use]
+    pub fn connect_probe(mut self, on: bool) -> Self {
+        self.connect_probe = on;
+        self
+    }
+
+    /// How long [`KcpStream::connect`](crate::KcpStream::connect) waits for
+    /// the answer to its probe before failing with `TimedOut` (source
+    /// [`SessionError::ConnectTimeout`](crate::SessionError::ConnectTimeout),
+    /// naming the likely causes: no server, a different key or cipher, a
+    /// blocked path). `None` waits for ever (wrap the call in
+    /// `tokio::time::timeout` to bound it yourself). Default: 5 s
+    /// ([`DEFAULT_CONNECT_TIMEOUT`]).
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Self::build) fails with [`ConfigError::OutOfRange`] outside
+    /// 100 ms..=24 h.
+    #[must_use]
+    pub fn connect_timeout(mut self, timeout: impl Into<Option<Duration>>) -> Self {
+        self.connect_timeout = timeout.into();
+        self
+    }
+
+    /// Transmissions of one segment after which the peer is declared dead
+    /// and the session fails with `TimedOut` (source
+    /// [`SessionError::DeadLink`](crate::SessionError::DeadLink)). 0 never
+    /// gives up, kcp-go's behaviour. Default: 0.
+    ///
+    /// Why off: with the keepalive and idle timeout on by default, a peer
+    /// that vanished is noticed within the idle timeout whatever was in
+    /// flight, while a retransmission count also kills live sessions on a
+    /// flooded or briefly dark path (20 transmissions of fast3 take about
+    /// 2 to 20 s of back-off), where kcp-go carries on. Set it (KCP's
+    /// classic value is 20) to fail sooner while data is unacknowledged.
+    /// Range: any.
+    #[must_use]
+    pub fn dead_link(mut self, transmissions: u32) -> Self {
+        self.dead_link = transmissions;
+        self
+    }
+
+    /// How long `shutdown` waits for everything written to be acknowledged,
+    /// and how long a dropped stream keeps delivering its unsent data in the
+    /// background. Default: 5 s.
+    ///
+    /// Range: 0..=24 h (0: `shutdown` fails at once unless everything was
+    /// acknowledged, and a dropped stream is freed at once).
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Self::build) fails with
+    /// [`ConfigError::OutOfRange`] above 24 h.
+    #[must_use]
+    pub fn linger(mut self, linger: Duration) -> Self {
+        self.linger = linger;
+        self
+    }
+
+    /// The conversation id a client uses; `None` draws a random one from the
+    /// driver's CSPRNG (kcp-go's `DialWithOptions`). Ignored by listeners,
+    /// which take the peer's. Default: `None`.
+    #[must_use]
+    pub fn conv(mut self, conv: Option<u32>) -> Self {
+        self.conv = conv;
+        self
+    }
+
+    /// Batched system calls (`recvmmsg`/`sendmmsg` with GRO/GSO on Linux).
+    /// `false` forces the portable one-datagram-per-call path. Default: true.
+    #[must_use]
+    pub fn batching(mut self, on: bool) -> Self {
+        self.batching = on;
+        self
+    }
+
+    /// Listener sockets: with `n > 1`, [`KcpListener::bind`] binds `n` UDP
+    /// sockets to the same address with `SO_REUSEPORT`, each run by its own
+    /// driver task, all feeding one accept backlog. The kernel spreads peers
+    /// over the sockets by a hash of their address (one peer always reaches
+    /// the same socket), so a busy server uses up to `n` cores; give the
+    /// runtime that many worker threads. `max_sessions` applies per socket.
+    /// Ignored by clients and where `SO_REUSEPORT` does not exist
+    /// (non-Unix). Default: 1 (one socket, no `SO_REUSEPORT`).
+    ///
+    /// Range: 1..=256.
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Self::build) fails with [`ConfigError::OutOfRange`] outside
+    /// the range.
+    ///
+    /// [`KcpListener::bind`]: crate::KcpListener::bind
+    #[must_use]
+    pub fn reuse_port(mut self, n: usize) -> Self {
+        self.reuse_port = n;
+        self
+    }
+}

@@ -1,0 +1,299 @@
+//! [`ConfigBuilder::build`]: every range check, every check of options
+//! that depend on each other, and the derivation of the validated
+//! [`ConfigInner`] (key schedule, KCP mtu, ARQ parameters). The ranges
+//! themselves are in `defaults.rs`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::defaults::{
+    DEFAULT_KEEPALIVE, LIFECYCLE_RANGE_MS, MAX_ACCEPT_BACKLOG, MAX_BACKOFF_PERCENT, MAX_DATAGRAM,
+    MAX_DSCP, MAX_DURATION, MAX_FEC_GROUP, MAX_FEC_GROUP_DEADLINE, MAX_INTERVAL, MAX_REUSE_PORT,
+    MAX_RTO, MAX_SESSIONS, MAX_SHARDS, MAX_SOCKET_BUFFER, MIN_FEC_GROUP_DEADLINE,
+    MIN_FEC_MAX_SHARDS, MIN_IDLE_TIMEOUT, MIN_INTERVAL, MIN_KCP_MTU, MIN_RTO, MIN_WRITE_CAPACITY,
+};
+use super::{Config, ConfigBuilder, ConfigError, ConfigInner};
+use crate::arq::{self, ArqConfig};
+use crate::crypto::PacketCrypto;
+use crate::fec;
+
+impl ConfigBuilder {
+    /// The keepalive and connect timeout are in range, and the keepalive
+    /// comes before the idle timeout.
+    fn check_lifecycle(&self) -> Result<(), ConfigError> {
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        let (min, max) = LIFECYCLE_RANGE_MS;
+        for (name, value) in [
+            ("keepalive (ms)", self.keepalive.flatten()),
+            ("connect_timeout (ms)", self.connect_timeout),
+        ] {
+            if let Some(v) = value.map(ms).filter(|v| !(min..=max).contains(v)) {
+                return Err(ConfigError::OutOfRange {
+                    name,
+                    value: v,
+                    min,
+                    max,
+                });
+            }
+        }
+        if let (Some(Some(k)), Some(idle)) = (self.keepalive, self.idle_timeout) {
+            if k >= idle {
+                return Err(ConfigError::OutOfRange {
+                    name: "keepalive (ms, below idle_timeout)",
+                    value: ms(k),
+                    min,
+                    max: ms(idle).saturating_sub(1),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Validates the settings and derives the key.
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] naming the first setting outside its documented
+    /// range, or the first combination that cannot work.
+    pub fn build(self) -> Result<Config, ConfigError> {
+        self.check_limits()?;
+        self.check_lifecycle()?;
+        let preset_fec = self.preset.fec();
+        let fec_shape = self
+            .fec
+            .or_else(|| preset_fec.map(|(shape, _)| shape))
+            .unwrap_or((0, 0));
+        let fec = match fec_shape {
+            (0, 0) => None,
+            (data, parity) => {
+                if data == 0 || parity == 0 || data + parity > MAX_FEC_GROUP {
+                    return Err(ConfigError::InvalidFec { data, parity });
+                }
+                fec::FecEncoder::new(data, parity)
+                    .map_err(|_| ConfigError::InvalidFec { data, parity })?;
+                Some((data, parity))
+            }
+        };
+        // The preset's deadline rides with FEC (the preset's own shape or an
+        // explicit one); an explicit `fec_group_deadline` needs FEC on.
+        let fec_group_deadline = match (self.fec_group_deadline, fec) {
+            (Some(_), None) => {
+                return Err(ConfigError::Requires {
+                    name: "fec_group_deadline",
+                    needs: "FEC on: fec(data, parity) with both at least 1",
+                });
+            }
+            (Some(d), Some(_)) => Some(d),
+            (None, Some(_)) => preset_fec.map(|(_, d)| d),
+            (None, None) => None,
+        };
+        let need = self.method.key_len();
+        // No PBKDF2 run (4096 rounds) for a method that takes no key.
+        let mut key = if need == 0 {
+            Vec::new()
+        } else {
+            self.key.bytes()
+        };
+        if key.len() > need {
+            key.truncate(need);
+        }
+        let crypto = PacketCrypto::new(self.method, &key).map_err(ConfigError::InvalidKey)?;
+        let fec_header = if fec.is_some() { fec::DATA_HEADER } else { 0 };
+        let overhead = crypto.header_len() + fec_header + crypto.trailer_len();
+        let min_mtu = overhead + MIN_KCP_MTU;
+        if self.mtu < min_mtu {
+            return Err(ConfigError::MtuTooSmall {
+                mtu: self.mtu,
+                overhead,
+            });
+        }
+        range("mtu", self.mtu, min_mtu, MAX_DATAGRAM)?;
+        let kcp_mtu = self.mtu - overhead;
+        let mut arq = self.preset.arq_config();
+        if let Some((nodelay, interval, resend, nc)) = self.nodelay {
+            arq.nodelay = nodelay;
+            arq.interval = interval;
+            arq.fast_resend = resend;
+            arq.no_congestion = nc;
+        }
+        arq.mtu = kcp_mtu;
+        arq.snd_wnd = self.snd_wnd;
+        arq.rcv_wnd = self.rcv_wnd;
+        arq.stream = self.stream;
+        arq.write_delay = self.write_delay;
+        if let Some(on) = self.ack_nodelay {
+            arq.ack_nodelay = on;
+        }
+        if let Some(d) = self.min_rto {
+            arq.min_rto = Some(ms(d));
+        }
+        if let Some(p) = self.rto_backoff_percent {
+            arq.backoff_percent = Some(p);
+        }
+        if let Some(d) = self.max_rto {
+            arq.max_rto = Some(ms(d));
+        }
+        if self.min_rto.is_some() || self.max_rto.is_some() {
+            check_rto_cap(&arq)?;
+        }
+        if let Some(on) = self.tail_probe {
+            arq.tail_probe = on;
+        }
+        arq.ack_repeat = self.ack_repeat;
+        if let Some(c) = self.congestion {
+            arq.congestion = Some(c);
+        }
+        arq.max_window = self.max_window;
+        // 0 = never give up: a transmission count no segment reaches.
+        arq.dead_link = if self.dead_link == 0 {
+            u32::MAX
+        } else {
+            self.dead_link
+        };
+        arq.validate().map_err(ConfigError::Arq)?;
+        let capacity = write_capacity(&arq);
+        if capacity < MIN_WRITE_CAPACITY {
+            return Err(ConfigError::OutOfRange {
+                name: "window: bytes writable before the peer reads, (2 x send + receive) x mss",
+                value: capacity as u64,
+                min: MIN_WRITE_CAPACITY as u64,
+                max: u64::MAX,
+            });
+        }
+        Ok(Config {
+            inner: Arc::new(ConfigInner {
+                arq,
+                mtu: self.mtu,
+                method: self.method,
+                crypto: Arc::new(crypto),
+                fec,
+                fec_group_deadline: fec_group_deadline.map(ms),
+                fec_max_shards: self.fec_max_shards,
+                rate_limit: self.rate_limit,
+                dscp: self.dscp,
+                recv_buffer: self.recv_buffer,
+                send_buffer: self.send_buffer,
+                accept_backlog: self.accept_backlog,
+                max_sessions: self.max_sessions,
+                sessions_per_source: self.sessions_per_source,
+                proof_timeout: self.proof_timeout,
+                idle_timeout: self.idle_timeout,
+                keepalive: self.keepalive.unwrap_or_else(|| {
+                    let third = self.idle_timeout.map_or(DEFAULT_KEEPALIVE, |i| i / 3);
+                    Some(DEFAULT_KEEPALIVE.min(third)).filter(|k| !k.is_zero())
+                }),
+                connect_probe: self.connect_probe,
+                connect_timeout: self.connect_timeout,
+                linger: self.linger,
+                conv: self.conv,
+                batching: self.batching,
+                reuse_port: self.reuse_port,
+            }),
+        })
+    }
+
+    /// The range of every option that stands on its own (the ones that
+    /// depend on others are checked where they are combined).
+    fn check_limits(&self) -> Result<(), ConfigError> {
+        range("window(send)", self.snd_wnd, 1, u16::MAX)?;
+        range("window(recv)", self.rcv_wnd, 1, u16::MAX)?;
+        if let Some((_, interval, _, _)) = self.nodelay {
+            range("nodelay(interval)", interval, MIN_INTERVAL, MAX_INTERVAL)?;
+        }
+        let (min, max) = (MIN_FEC_MAX_SHARDS, MAX_SHARDS);
+        range("fec_max_shards", self.fec_max_shards, min, max)?;
+        if let Some(d) = self.fec_group_deadline {
+            let (min, max) = (MIN_FEC_GROUP_DEADLINE, MAX_FEC_GROUP_DEADLINE);
+            time_range("fec_group_deadline (ms)", d, min, max)?;
+        }
+        if let Some(d) = self.min_rto {
+            time_range("min_rto (ms)", d, MIN_RTO, MAX_RTO)?;
+        }
+        if let Some(p) = self.rto_backoff_percent {
+            range("rto_backoff_percent", p, 0, MAX_BACKOFF_PERCENT)?;
+        }
+        range("dscp", self.dscp, 0, MAX_DSCP)?;
+        let recv = self.recv_buffer.unwrap_or(0);
+        range("socket_buffers(recv)", recv, 0, MAX_SOCKET_BUFFER)?;
+        let send = self.send_buffer.unwrap_or(0);
+        range("socket_buffers(send)", send, 0, MAX_SOCKET_BUFFER)?;
+        range("accept_backlog", self.accept_backlog, 1, MAX_ACCEPT_BACKLOG)?;
+        range("max_sessions", self.max_sessions, 1, MAX_SESSIONS)?;
+        let (burst, per_second) = self.sessions_per_source;
+        let max = MAX_SESSIONS as u32;
+        range("sessions_per_source(burst)", burst, 1, max)?;
+        range("sessions_per_source(per_second)", per_second, 1, max)?;
+        let (min, max) = (MIN_IDLE_TIMEOUT, MAX_DURATION);
+        time_range("proof_timeout (ms)", self.proof_timeout, min, max)?;
+        if let Some(idle) = self.idle_timeout {
+            time_range("idle_timeout (ms)", idle, MIN_IDLE_TIMEOUT, MAX_DURATION)?;
+        }
+        time_range("linger (ms)", self.linger, Duration::ZERO, MAX_DURATION)?;
+        range("reuse_port", self.reuse_port, 1, MAX_REUSE_PORT)?;
+        Ok(())
+    }
+}
+
+/// [`Config::write_capacity`] of an ARQ configuration.
+pub(super) fn write_capacity(a: &ArqConfig) -> usize {
+    (2 * usize::from(a.snd_wnd) + usize::from(a.rcv_wnd))
+        * a.mtu.saturating_sub(arq::segment::HEADER_LEN)
+}
+
+/// Whole milliseconds of a duration already checked against its range.
+fn ms(d: Duration) -> u32 {
+    u32::try_from(d.as_millis()).unwrap_or(u32::MAX)
+}
+
+/// `Ok` when `min <= value <= max`, else [`ConfigError::OutOfRange`].
+fn range<T>(name: &'static str, value: T, min: T, max: T) -> Result<(), ConfigError>
+where
+    T: PartialOrd + TryInto<u64>,
+{
+    if min <= value && value <= max {
+        return Ok(());
+    }
+    let wide = |v: T| v.try_into().unwrap_or(u64::MAX);
+    Err(ConfigError::OutOfRange {
+        name,
+        value: wide(value),
+        min: wide(min),
+        max: wide(max),
+    })
+}
+
+/// `Ok` when `min <= value <= max`, else [`ConfigError::OutOfRange`] in
+/// whole milliseconds (`name` says "(ms)").
+fn time_range(
+    name: &'static str,
+    value: Duration,
+    min: Duration,
+    max: Duration,
+) -> Result<(), ConfigError> {
+    if (min..=max).contains(&value) {
+        return Ok(());
+    }
+    let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    Err(ConfigError::OutOfRange {
+        name,
+        value: ms(value),
+        min: ms(min),
+        max: ms(max),
+    })
+}
+
+/// The backed-off RTO cap in force must not be below the RTO floor in force
+/// (explicit, the preset's, or kcp-go's).
+fn check_rto_cap(arq: &ArqConfig) -> Result<(), ConfigError> {
+    let kcp_go_floor = if arq.nodelay { 30 } else { 100 };
+    let floor = arq.min_rto.unwrap_or(kcp_go_floor);
+    match arq.max_rto {
+        Some(cap) => time_range(
+            "max_rto (ms)",
+            Duration::from_millis(cap.into()),
+            Duration::from_millis(floor.into()),
+            MAX_RTO,
+        ),
+        None => Ok(()),
+    }
+}
