@@ -27,7 +27,7 @@ pub use stats::ArqStats;
 pub use time::Timestamp;
 
 use buffers::{OutItem, OutKind, OutQueue, RecvRing, SendMeta, SendRing};
-use cc::Model;
+use cc::Bbr;
 use rtt::Rtt;
 use segment::{Command, HEADER_LEN, Header, ParseError, Segments};
 
@@ -84,7 +84,7 @@ struct Scan<'a> {
     rtt: &'a Rtt,
     out: &'a mut OutQueue,
     /// The model-based controller, when on: stamps every transmission.
-    model: Option<&'a mut Model>,
+    model: Option<&'a mut Bbr>,
     /// Lowest first RTO (0 but with the model controller).
     rto_floor: u32,
     lost: u64,
@@ -365,7 +365,7 @@ pub struct Kcp {
 
     /// The model-based controller ([`Congestion::Model`]); `None` for
     /// kcp-go's two modes, which live in the flush's phases 4 and 6.
-    model: Option<Model>,
+    model: Option<Bbr>,
 
     /// Scan skipping (kcp-go always walks all of `snd_buf` in a full flush).
     /// A flush can only send a segment that is new (admitted since the last
@@ -467,7 +467,7 @@ impl Kcp {
             ts_probe: 0,
             probe_wait: 0,
             dead: false,
-            model: (controller == Congestion::Model).then(|| Model::new(interval)),
+            model: (controller == Congestion::Model).then(|| Bbr::new(interval)),
             peer_acked: false,
             scan_dirty: false,
             resend_floor: None,
@@ -1572,7 +1572,7 @@ impl Kcp {
     /// estimates; `None` with the other controllers.
     #[must_use]
     pub fn congestion_state(&self) -> Option<ModelStats> {
-        self.model.as_ref().map(Model::stats)
+        self.model.as_ref().map(Bbr::stats)
     }
 
     /// Current retransmission timeout in ms (kcp-go `rx_rto`).

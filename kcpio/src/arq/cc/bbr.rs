@@ -1,31 +1,20 @@
-//! Congestion control: which segments this side may send, and when.
-//!
-//! Sender side only: a controller changes when this end admits new data and
-//! how fast it lets segments leave, never the wire format or what the peer
-//! sees (ACKs, windows, `una` are produced exactly as before). Three
-//! controllers exist ([`Congestion`]):
-//!
-//! * `None` and `Kcp` are kcp-go's two modes (`nc = 1` and `nc = 0`); their
-//!   code lives in the state machine itself (phases 4 and 6 of the flush)
-//!   and is byte-identical to kcp-go, as the differential trace checks.
-//! * `Model` is [`Model`] below: a model of the path in the spirit of BBR.
-//!
-//! # The model-based controller
+//! [`Bbr`]: a model of the path in the spirit of BBR
+//! ([`Congestion::Model`](super::Congestion::Model)).
 //!
 //! Units are segments and milliseconds (the ARQ's clock). The state machine
 //! calls it at four points:
 //!
-//! * [`Model::on_transmit`] for every segment it puts on the wire (first
+//! * [`Bbr::on_transmit`] for every segment it puts on the wire (first
 //!   transmissions and retransmissions), which stamps the segment with the
 //!   delivery state of that moment and spends one pacing token;
-//! * [`Model::on_delivered`] the first time a segment is known to have
+//! * [`Bbr::on_delivered`] the first time a segment is known to have
 //!   arrived (an ACK naming it, or `una` moving past it), with the echoed
 //!   timestamp when the ACK names the transmission it answers: one RTT
 //!   sample per ACK and one delivery-rate sample per segment;
-//! * [`Model::refill`] with the clock on every call, which adds pacing
+//! * [`Bbr::refill`] with the clock on every call, which adds pacing
 //!   tokens at the pacing rate (capped at two bursts, or at a sixteenth of
 //!   a round trip when a late wake-up finds data the pacer held back);
-//! * [`Model::may_admit`] before admitting each new segment into the window.
+//! * [`Bbr::may_admit`] before admitting each new segment into the window.
 //!
 //! From the samples it keeps a windowed maximum of the delivery rate (the
 //! bottleneck bandwidth, over the last 10 round trips) and a windowed
@@ -48,13 +37,13 @@
 //! own grew what is in flight only ~1.65-fold per round at 9% loss.
 //!
 //! With the model the state machine also detects loss with a reordering
-//! window ([`Model::reorder_window`], as RACK does): an ACK is evidence that
+//! window ([`Bbr::reorder_window`], as RACK does): an ACK is evidence that
 //! a segment was lost only if it names one sent at least that much later,
 //! and a segment resent by fast retransmit may be resent that way again
 //! (kcp-go waits for the resend's timeout).
 //!
 //! The state machine also keeps its first retransmission timeout above
-//! `Model::queued_rtt` (the round trip of everything in flight queued at
+//! `Bbr::queued_rtt` (the round trip of everything in flight queued at
 //! the bottleneck) and at 1 s before the first RTT sample: KCP's own RTO
 //! (srtt plus a few ms) resends the whole flight when a queue the model
 //! built, or a path longer than 200 ms, delays the ACKs.
@@ -74,46 +63,6 @@
 //! to 90%: flows that share a bottleneck this way converge on equal shares.
 //!
 //! Memory: a fixed-size struct, no allocation.
-
-/// How this side paces and limits what it sends.
-///
-/// Sender side only: the peer needs no support and sees no difference on
-/// the wire, so every choice works against kcp-go.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Congestion {
-    /// No congestion control (kcp-go `nc = 1`): as much in flight as the send
-    /// window and the peer's receive window allow, sent as soon as it can
-    /// go. Fills any bottleneck queue whose path holds less than the window.
-    None,
-    /// KCP's classic congestion window (kcp-go `nc = 0`): slow start from a
-    /// threshold of 2 segments, halving on fast retransmit, restart from 1
-    /// segment on timeout. Byte-identical to kcp-go. Collapses on lossy or
-    /// long paths, since every loss is read as congestion.
-    Kcp,
-    /// **kcpio-only**: a model of the path in the spirit of BBR. Measures the
-    /// delivery rate and RTT from every acknowledgement, paces segments at
-    /// the bottleneck rate it found and keeps about two bandwidth-delay
-    /// products in flight, probing periodically for more bandwidth and a
-    /// lower RTT. Random loss (up to about 15%) does not lower its rate;
-    /// loss together with a standing queue does. Send and receive windows
-    /// still cap what is in flight, so size them to at least twice the
-    /// path's bandwidth-delay product in segments.
-    Model,
-}
-
-impl Congestion {
-    /// The controller called `name`: `none`, `kcp` or `model`.
-    #[must_use]
-    pub fn from_name(name: &str) -> Option<Self> {
-        match name {
-            "none" => Some(Self::None),
-            "kcp" => Some(Self::Kcp),
-            "model" => Some(Self::Model),
-            _ => None,
-        }
-    }
-}
 
 const STARTUP_GAIN: f64 = 2.885;
 const DRAIN_GAIN: f64 = 1.0 / STARTUP_GAIN;
@@ -219,7 +168,7 @@ impl MaxFilter {
 
 /// The model-based controller's state (see the module docs).
 #[derive(Clone, Debug)]
-pub(crate) struct Model {
+pub(crate) struct Bbr {
     mode: Mode,
     /// Segments delivered so far (wrapping).
     delivered: u32,
@@ -267,7 +216,7 @@ pub(crate) struct Model {
 }
 
 /// What the model-based controller currently believes; see
-/// [`Kcp::congestion_state`](super::Kcp::congestion_state).
+/// [`Kcp::congestion_state`](crate::arq::Kcp::congestion_state).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 #[non_exhaustive]
 pub struct ModelStats {
@@ -295,7 +244,7 @@ pub struct ModelStats {
     pub filled: bool,
 }
 
-impl Model {
+impl Bbr {
     pub(crate) fn new(interval: u32) -> Self {
         Self {
             mode: Mode::Startup,
@@ -734,7 +683,7 @@ mod tests {
     use super::*;
 
     /// Sends `n` segments at `now`, returning their stamps.
-    fn send(m: &mut Model, now: u32, n: usize) -> Vec<TxStamp> {
+    fn send(m: &mut Bbr, now: u32, n: usize) -> Vec<TxStamp> {
         (0..n)
             .map(|_| {
                 m.on_admit(now);
@@ -747,7 +696,7 @@ mod tests {
 
     #[test]
     fn startup_doubles_its_window_per_round_through_loss_until_a_queue_shows() {
-        let mut m = Model::new(10);
+        let mut m = Bbr::new(10);
         assert_eq!(m.cwnd(), INITIAL_CWND);
         // One round trip of 100 ms: 29 of the 32 delivered, 3 found lost
         // (9%) and resent. Every segment sent counts, so the window doubles.
@@ -781,7 +730,7 @@ mod tests {
 
     #[test]
     fn a_batch_of_late_acks_does_not_overstate_the_rate() {
-        let mut m = Model::new(10);
+        let mut m = Bbr::new(10);
         // 100 ms round trip at 1 segment per ms.
         for s in send(&mut m, 0, 100) {
             m.on_delivered(&s, 100, Some(100), true);
@@ -806,7 +755,7 @@ mod tests {
 
     #[test]
     fn a_late_wake_up_is_owed_its_tokens_only_while_the_pacer_held_data() {
-        let mut m = Model::new(10);
+        let mut m = Bbr::new(10);
         // One round trip of 320 ms at 1 segment per ms.
         for s in send(&mut m, 0, 320) {
             m.on_delivered(&s, 320, Some(320), true);
@@ -837,7 +786,7 @@ mod tests {
 
     #[test]
     fn drain_ends_when_the_queue_is_gone_not_at_the_round_end() {
-        let mut m = Model::new(10);
+        let mut m = Bbr::new(10);
         // One round trip of 100 ms at 1 segment per ms: bandwidth 1/ms,
         // BDP 100 segments.
         for s in send(&mut m, 0, 100) {
