@@ -20,7 +20,7 @@ pub mod time;
 #[cfg(test)]
 mod tests;
 
-pub use cc::{Congestion, ModelStats};
+pub use cc::{BbrStats, Congestion};
 pub use config::{ArqConfig, ArqConfigError, Preset};
 pub use error::{InputError, RecvError, SendError};
 pub use stats::ArqStats;
@@ -363,7 +363,7 @@ pub struct Kcp {
     /// flight, or `una` moving past one): it receives what we send.
     peer_acked: bool,
 
-    /// The model-based controller ([`Congestion::Model`]); `None` for
+    /// The model-based controller ([`Congestion::Bbr`]); `None` for
     /// kcp-go's two modes, which live in the flush's phases 4 and 6.
     model: Option<Bbr>,
 
@@ -467,7 +467,7 @@ impl Kcp {
             ts_probe: 0,
             probe_wait: 0,
             dead: false,
-            model: (controller == Congestion::Model).then(|| Bbr::new(interval)),
+            model: (controller == Congestion::Bbr).then(|| Bbr::new(interval)),
             peer_acked: false,
             scan_dirty: false,
             resend_floor: None,
@@ -1568,10 +1568,10 @@ impl Kcp {
         self.rtt.srtt().max(0) as u32
     }
 
-    /// What the model-based controller ([`Congestion::Model`]) currently
+    /// What the model-based controller ([`Congestion::Bbr`]) currently
     /// estimates; `None` with the other controllers.
     #[must_use]
-    pub fn congestion_state(&self) -> Option<ModelStats> {
+    pub fn congestion_state(&self) -> Option<BbrStats> {
         self.model.as_ref().map(Bbr::stats)
     }
 

@@ -1,5 +1,5 @@
 //! [`Bbr`]: a model of the path in the spirit of BBR
-//! ([`Congestion::Model`](super::Congestion::Model)).
+//! ([`Congestion::Bbr`](super::Congestion::Bbr)).
 //!
 //! Units are segments and milliseconds (the ARQ's clock). The state machine
 //! calls it at four points:
@@ -212,14 +212,14 @@ pub(crate) struct Bbr {
     /// A sender with nothing queued: the next transmissions are app-limited.
     pub(crate) app_limited: bool,
     interval: u32,
-    stats: ModelStats,
+    stats: BbrStats,
 }
 
 /// What the model-based controller currently believes; see
 /// [`Kcp::congestion_state`](crate::arq::Kcp::congestion_state).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 #[non_exhaustive]
-pub struct ModelStats {
+pub struct BbrStats {
     /// Bottleneck bandwidth estimate, segments per second.
     pub bandwidth: f64,
     /// Minimum RTT seen in the window, ms (0 before the first sample).
@@ -275,7 +275,7 @@ impl Bbr {
             held: false,
             app_limited: false,
             interval,
-            stats: ModelStats::default(),
+            stats: BbrStats::default(),
         }
     }
 
@@ -661,8 +661,8 @@ impl Bbr {
         self.probe_rtt_until = None;
     }
 
-    pub(crate) fn stats(&self) -> ModelStats {
-        ModelStats {
+    pub(crate) fn stats(&self) -> BbrStats {
+        BbrStats {
             bandwidth: self.bw.get() * 1000.0,
             min_rtt: self.min_rtt.unwrap_or(0),
             pacing_rate: self.pacing_rate() * 1000.0,

@@ -8,12 +8,13 @@
 //! * `None` and `Kcp` are kcp-go's two modes (`nc = 1` and `nc = 0`); their
 //!   code lives in the state machine itself (phases 4 and 6 of the flush)
 //!   and is byte-identical to kcp-go, as the differential trace checks.
-//! * `Model` is [`Bbr`] (`bbr.rs`): a model of the path in the spirit
-//!   of BBR.
+//! * `Bbr` is [`Bbr`] (`bbr.rs`): a model of the path in the spirit of
+//!   BBR (startup, drain, a windowed maximum of the delivery rate, the
+//!   minimum RTT, pacing).
 
 mod bbr;
 
-pub use bbr::ModelStats;
+pub use bbr::BbrStats;
 pub(crate) use bbr::{Bbr, TxStamp};
 
 /// How this side paces and limits what it sends.
@@ -40,18 +41,33 @@ pub enum Congestion {
     /// loss together with a standing queue does. Send and receive windows
     /// still cap what is in flight, so size them to at least twice the
     /// path's bandwidth-delay product in segments.
-    Model,
+    Bbr,
 }
 
 impl Congestion {
-    /// The controller called `name`: `none`, `kcp` or `model`.
+    /// The controller called `name`: `none`, `kcp` or `bbr`; `model`, its
+    /// earlier name, is accepted for [`Bbr`](Self::Bbr) too.
     #[must_use]
     pub fn from_name(name: &str) -> Option<Self> {
         match name {
             "none" => Some(Self::None),
             "kcp" => Some(Self::Kcp),
-            "model" => Some(Self::Model),
+            "bbr" | "model" => Some(Self::Bbr),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Congestion;
+
+    #[test]
+    fn names_include_the_models_earlier_one() {
+        assert_eq!(Congestion::from_name("none"), Some(Congestion::None));
+        assert_eq!(Congestion::from_name("kcp"), Some(Congestion::Kcp));
+        assert_eq!(Congestion::from_name("bbr"), Some(Congestion::Bbr));
+        assert_eq!(Congestion::from_name("model"), Some(Congestion::Bbr));
+        assert_eq!(Congestion::from_name("cubic"), None);
     }
 }
