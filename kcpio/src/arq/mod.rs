@@ -27,7 +27,7 @@ pub use stats::ArqStats;
 pub use time::Timestamp;
 
 use buffers::{OutItem, OutKind, OutQueue, RecvRing, SendMeta, SendRing};
-use cc::Bbr;
+use cc::{Bbr, KcpCwnd};
 use rtt::Rtt;
 use segment::{Command, HEADER_LEN, Header, ParseError, Segments};
 
@@ -42,8 +42,6 @@ pub enum Origin {
     Recovered,
 }
 
-/// `IKCP_THRESH_INIT` / `IKCP_THRESH_MIN`.
-const THRESH_MIN: u32 = 2;
 /// `IKCP_PROBE_INIT`: first window-probe wait in kcp-go (C: 7000 ms).
 const PROBE_INIT: u32 = 500;
 /// `IKCP_PROBE_LIMIT`.
@@ -232,7 +230,6 @@ struct Params {
     fastack_threshold: u32,
     /// kcp-go's `resent` in flush: the threshold, or "never" when off.
     resent: u32,
-    no_congestion: bool,
     stream: bool,
     write_delay: bool,
     ack_nodelay: bool,
@@ -350,9 +347,9 @@ pub struct Kcp {
 
     pub(crate) rtt: Rtt,
     pub(crate) rmt_wnd: u32,
-    pub(crate) cwnd: u32,
-    incr: u32,
-    pub(crate) ssthresh: u32,
+    /// KCP's classic congestion window ([`Congestion::Kcp`]); `None`
+    /// with the other controllers.
+    kcp_cwnd: Option<KcpCwnd>,
 
     probe: u8,
     ts_probe: u32,
@@ -411,8 +408,6 @@ impl Kcp {
         let (snd_wnd_max, rcv_wnd_max) = (cap(snd_wnd), cap(rcv_wnd));
         let mss = config.mtu - HEADER_LEN;
         let controller = config.controller();
-        // The model replaces the window of phases 4 and 6: they run as with nc.
-        let no_congestion = controller != Congestion::Kcp;
         // kcp-go keeps `fastresend` as int32: values above i32::MAX would be
         // negative there, which disables fast retransmit in flush.
         let fast = config.fast_resend;
@@ -433,7 +428,6 @@ impl Kcp {
                 rcv_wnd_max,
                 fastack_threshold: fast,
                 resent,
-                no_congestion,
                 stream: config.stream,
                 write_delay: config.write_delay,
                 ack_nodelay: config.ack_nodelay,
@@ -453,16 +447,7 @@ impl Kcp {
             ),
             // kcp-go guesses the peer's window as its own default (C: 128).
             rmt_wnd: 32,
-            // A kcp-go session runs one flush when it is created; on an empty
-            // connection its only effect is raising cwnd from 0 to 1 (a raw
-            // kcp-go or C KCP starts at 0 and admits nothing on its first flush).
-            cwnd: if no_congestion { 0 } else { 1 },
-            incr: if no_congestion {
-                0
-            } else {
-                (config.mtu - HEADER_LEN) as u32
-            },
-            ssthresh: THRESH_MIN,
+            kcp_cwnd: (controller == Congestion::Kcp).then(|| KcpCwnd::new(mss as u32)),
             probe: 0,
             ts_probe: 0,
             probe_wait: 0,
@@ -774,11 +759,10 @@ impl Kcp {
             }
         }
 
-        if !self.p.no_congestion
-            && (self.snd.una.wrapping_sub(una_before) as i32) > 0
-            && self.cwnd < self.rmt_wnd
-        {
-            self.grow_cwnd();
+        if (self.snd.una.wrapping_sub(una_before) as i32) > 0 {
+            if let Some(k) = self.kcp_cwnd.as_mut() {
+                k.on_una_advanced(self.rmt_wnd);
+            }
         }
 
         // kcp-go flushes from Input; C leaves that to the next update.
@@ -846,29 +830,6 @@ impl Kcp {
         });
         self.scan_dirty |= bumped;
         hit
-    }
-
-    /// Reno-like growth on una advance (same as C).
-    fn grow_cwnd(&mut self) {
-        let mss = self.mss as u32;
-        if self.cwnd < self.ssthresh {
-            self.cwnd += 1;
-            self.incr = self.incr.wrapping_add(mss);
-        } else {
-            if self.incr < mss {
-                self.incr = mss;
-            }
-            self.incr = self
-                .incr
-                .wrapping_add((mss.wrapping_mul(mss)) / self.incr + mss / 16);
-            if (self.cwnd.wrapping_add(1)).wrapping_mul(mss) <= self.incr {
-                self.cwnd = self.incr.div_ceil(mss.max(1));
-            }
-        }
-        if self.cwnd > self.rmt_wnd {
-            self.cwnd = self.rmt_wnd;
-            self.incr = self.rmt_wnd.wrapping_mul(mss);
-        }
     }
 
     // ---------------------------------------------------------------- flush
@@ -969,8 +930,8 @@ impl Kcp {
 
         // Phase 4: admit queued segments into the window.
         let mut win = self.p.snd_wnd.min(self.rmt_wnd);
-        if !self.p.no_congestion {
-            win = win.min(self.cwnd);
+        if let Some(k) = &self.kcp_cwnd {
+            win = k.window(win);
         }
         let mut admitted = 0u32;
         while (self.snd.nxt.wrapping_sub(self.snd.una.wrapping_add(win)) as i32) < 0
@@ -1125,29 +1086,9 @@ impl Kcp {
         self.stats.retransmit_early += early;
         self.stats.retransmit_probe += probes;
 
-        // Phase 6: congestion response. kcp-go counts early retransmits as
-        // a "change" too; C only fast ones.
-        if !self.p.no_congestion {
-            let mss = self.mss as u32;
-            let resent = self.p.resent;
-            if fast + early > 0 {
-                let inflight = self.snd.nxt.wrapping_sub(self.snd.una);
-                self.ssthresh = (inflight / 2).max(THRESH_MIN);
-                // u32 arithmetic as in kcp-go: with fast resend off this wraps
-                // to ssthresh - 1.
-                self.cwnd = self.ssthresh.wrapping_add(resent);
-                self.incr = self.cwnd.wrapping_mul(mss);
-            }
-            if lost > 0 {
-                // `win` is phase 4's window, as in C 1.7 (C 2.0 halves cwnd).
-                self.ssthresh = (win / 2).max(THRESH_MIN);
-                self.cwnd = 1;
-                self.incr = mss;
-            }
-            if self.cwnd < 1 {
-                self.cwnd = 1;
-                self.incr = mss;
-            }
+        // Phase 6: congestion response.
+        if let Some(k) = self.kcp_cwnd.as_mut() {
+            k.on_flush(fast + early, lost, self.snd.in_flight(), win, self.p.resent);
         }
     }
 }
@@ -1611,6 +1552,12 @@ impl Kcp {
         let next = self.flush(now, Flush::Full);
         self.leave();
         next
+    }
+
+    /// KCP's `(cwnd, ssthresh)` with [`Congestion::Kcp`], for tests.
+    #[cfg(test)]
+    pub(crate) fn kcp_cwnd(&self) -> Option<(u32, u32)> {
+        self.kcp_cwnd.as_ref().map(KcpCwnd::state)
     }
 
     /// Sizes of every growable structure, for bound checks in tests.

@@ -5,17 +5,19 @@
 //! sees (ACKs, windows, `una` are produced exactly as before). Three
 //! controllers exist ([`Congestion`]), one file each:
 //!
-//! * `None` and `Kcp` are kcp-go's two modes (`nc = 1` and `nc = 0`); their
-//!   code lives in the state machine itself (phases 4 and 6 of the flush)
-//!   and is byte-identical to kcp-go, as the differential trace checks.
+//! * `None` and `Kcp` are kcp-go's two modes (`nc = 1` and `nc = 0`),
+//!   byte-identical to kcp-go, as the differential trace checks. `None` is
+//!   the windows alone; `Kcp` is [`KcpCwnd`] (`kcp.rs`).
 //! * `Bbr` is [`Bbr`] (`bbr.rs`): a model of the path in the spirit of
 //!   BBR (startup, drain, a windowed maximum of the delivery rate, the
 //!   minimum RTT, pacing).
 
 mod bbr;
+mod kcp;
 
 pub use bbr::BbrStats;
 pub(crate) use bbr::{Bbr, TxStamp};
+pub(crate) use kcp::KcpCwnd;
 
 /// How this side paces and limits what it sends.
 ///

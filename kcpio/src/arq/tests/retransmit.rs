@@ -186,8 +186,7 @@ fn rto_backoff_is_additive_full_rto_without_nodelay() {
     assert_eq!(push_times(&out, 0), vec![200, 600, 1200, 2000, 3000]);
     assert_eq!(a.stats().retransmit_rto, 5);
     // Loss collapses the window.
-    assert_eq!(a.cwnd, 1);
-    assert_eq!(a.ssthresh, 2);
+    assert_eq!(a.kcp_cwnd(), Some((1, 2)));
 }
 
 #[test]
