@@ -27,7 +27,7 @@ pub use stats::ArqStats;
 pub use time::Timestamp;
 
 use buffers::{OutItem, OutKind, OutQueue, RecvRing, SendMeta, SendRing};
-use cc::{Bbr, KcpCwnd};
+use cc::Controller;
 use rtt::Rtt;
 use segment::{Command, HEADER_LEN, Header, ParseError, Segments};
 
@@ -53,10 +53,6 @@ const ASK_TELL: u8 = 2;
 /// kcp-go's "fast retransmit disabled until the next RTO" marker.
 const FASTACK_OFF: u32 = u32::MAX;
 
-/// First RTO of the model-based controller before any RTT sample, ms
-/// (RFC 6298's initial 1 s).
-const INITIAL_MODEL_RTO: u32 = 1000;
-
 /// Bound on ACK/WASK/WINS/End items waiting for `poll_transmit`: generous for
 /// a caller that drains after every call (one flush queues at most a packet's
 /// worth of ACKs plus two probes), tight enough to bound memory if it does not.
@@ -81,9 +77,9 @@ struct Scan<'a> {
     dead_link: u32,
     rtt: &'a Rtt,
     out: &'a mut OutQueue,
-    /// The model-based controller, when on: stamps every transmission.
-    model: Option<&'a mut Bbr>,
-    /// Lowest first RTO (0 but with the model controller).
+    /// The congestion controller: sees every transmission.
+    cc: &'a mut Controller,
+    /// Lowest first RTO ([`Controller::rto_floor`]; 0 but with BBR).
     rto_floor: u32,
     lost: u64,
     fast: u64,
@@ -142,13 +138,17 @@ impl Scan<'_> {
         } else if m.fastack >= self.resent && m.fastack != FASTACK_OFF {
             // Fast retransmit; kcp-go disables it until this segment's next
             // RTO (C resets fastack to 0 instead and only allows it while
-            // xmit <= fastlimit, 5). kcpio-only, with the model: armed
+            // xmit <= fastlimit, 5). kcpio-only, with BBR: armed
             // again at once, and `parse_fastack` counts only ACKs of
             // segments sent a reorder window after this resend, so a lost
             // resend is found a round trip later, not after a timeout
             // (on a path losing 9% that is one resend in eleven, and its
             // timeout holds up delivery of everything after it).
-            m.fastack = if self.model.is_some() { 0 } else { FASTACK_OFF };
+            m.fastack = if self.cc.rearms_fast_resend() {
+                0
+            } else {
+                FASTACK_OFF
+            };
             m.rto = rx_rto;
             m.resendts = current.wrapping_add(m.rto);
             m.probe = false;
@@ -181,17 +181,10 @@ impl Scan<'_> {
             false
         };
         if send {
-            if let Some(model) = self.model.as_deref_mut() {
-                // Fast and early retransmits answer ACKs of later segments:
-                // evidence of a loss. A timeout may be spurious (a lost ACK,
-                // a delay spike) and is not counted as one, nor is the loss
-                // of a resend: the loss rate is that of first transmissions
-                // (a resend lost again, now resent fast too, would count a
-                // segment twice and cut the rate on a queue a competing flow
-                // keeps full).
-                let evidence = self.fast + self.early != evidence_before && m.xmit == 1;
-                model.on_transmit(&mut m.stamp, m.xmit == 0, evidence, current);
-            }
+            // Fast and early retransmits answer ACKs of later segments:
+            // evidence of a loss.
+            let evidence = self.fast + self.early != evidence_before;
+            self.cc.on_transmit(&mut m.stamp, m.xmit, evidence, current);
             m.xmit = m.xmit.wrapping_add(1);
             m.ts = current;
             m.wnd = self.wnd;
@@ -347,9 +340,6 @@ pub struct Kcp {
 
     pub(crate) rtt: Rtt,
     pub(crate) rmt_wnd: u32,
-    /// KCP's classic congestion window ([`Congestion::Kcp`]); `None`
-    /// with the other controllers.
-    kcp_cwnd: Option<KcpCwnd>,
 
     probe: u8,
     ts_probe: u32,
@@ -360,9 +350,9 @@ pub struct Kcp {
     /// flight, or `una` moving past one): it receives what we send.
     peer_acked: bool,
 
-    /// The model-based controller ([`Congestion::Bbr`]); `None` for
-    /// kcp-go's two modes, which live in the flush's phases 4 and 6.
-    model: Option<Bbr>,
+    /// The congestion controller ([`Congestion`]): phase 4's window and
+    /// admission, pacing, the response to retransmissions.
+    cc: Controller,
 
     /// Scan skipping (kcp-go always walks all of `snd_buf` in a full flush).
     /// A flush can only send a segment that is new (admitted since the last
@@ -447,12 +437,11 @@ impl Kcp {
             ),
             // kcp-go guesses the peer's window as its own default (C: 128).
             rmt_wnd: 32,
-            kcp_cwnd: (controller == Congestion::Kcp).then(|| KcpCwnd::new(mss as u32)),
             probe: 0,
             ts_probe: 0,
             probe_wait: 0,
             dead: false,
-            model: (controller == Congestion::Bbr).then(|| Bbr::new(interval)),
+            cc: Controller::new(controller, mss as u32, interval),
             peer_acked: false,
             scan_dirty: false,
             resend_floor: None,
@@ -511,9 +500,7 @@ impl Kcp {
             self.parked = false;
         }
         self.last_now = now;
-        if let Some(model) = self.model.as_mut() {
-            model.refill(now.as_millis());
-        }
+        self.cc.on_clock(now.as_millis());
         if let Some(kind) = self.pending.take() {
             self.flush(now, kind);
         }
@@ -573,14 +560,13 @@ impl Kcp {
         }
     }
 
-    /// Model controller: the window has room for queued data, so the pacer
-    /// decides when the next burst leaves (`None`: nothing paced waits).
+    /// A pacing controller: the window has room for queued data, so the
+    /// pacer decides when the next burst leaves (`None`: nothing paced waits).
     fn pacing_next(&self) -> Option<Timestamp> {
-        let model = self.model.as_ref()?;
         if self.snd.queued == 0 || !self.window_has_room() {
             return None;
         }
-        model
+        self.cc
             .next_send(self.last_now.as_millis())
             .map(Timestamp::from_millis)
     }
@@ -681,7 +667,8 @@ impl Kcp {
                 self.rmt_wnd = u32::from(seg.wnd());
             }
             let (sn, ts) = (seg.sn(), seg.ts());
-            if let Some(model) = self.model.as_mut() {
+            if self.cc.samples_deliveries() {
+                let cc = &mut self.cc;
                 if cmd == Command::Ack {
                     // Before `una` releases it: the ACK names the
                     // transmission it answers (its echoed ts), one RTT sample.
@@ -690,7 +677,7 @@ impl Kcp {
                             m.acked = true;
                             let rtt = now.diff(Timestamp::from_millis(ts));
                             let rtt = (rtt >= 0 && regular).then_some(rtt as u32);
-                            model.on_delivered(
+                            cc.on_delivered(
                                 &m.stamp,
                                 now.as_millis(),
                                 rtt,
@@ -702,7 +689,7 @@ impl Kcp {
                 let at = now.as_millis();
                 if self.snd.remove_before_with(seg.una(), |m| {
                     if !m.acked {
-                        model.on_delivered(&m.stamp, at, None, m.xmit == 1);
+                        cc.on_delivered(&m.stamp, at, None, m.xmit == 1);
                     }
                 }) > 0
                 {
@@ -760,9 +747,7 @@ impl Kcp {
         }
 
         if (self.snd.una.wrapping_sub(una_before) as i32) > 0 {
-            if let Some(k) = self.kcp_cwnd.as_mut() {
-                k.on_una_advanced(self.rmt_wnd);
-            }
+            self.cc.on_una_advanced(self.rmt_wnd);
         }
 
         // kcp-go flushes from Input; C leaves that to the next update.
@@ -802,14 +787,14 @@ impl Kcp {
             return false;
         }
         let threshold = self.p.fastack_threshold;
-        // With the model, RACK's reordering window: an ACK counts as evidence
+        // With BBR, RACK's reordering window: an ACK counts as evidence
         // that a segment was lost only if it names one sent at least
         // `reorder_window` later. Without it, every segment named in a lost
         // ACK datagram is resent when a later datagram of the same flush
         // arrives, before the receiver's copy of the lost ACKs can (2.5% of
         // the wire on the field path), and a resend is found lost by the
         // ACKs of what was sent with it. kcp-go: sent no later (0).
-        let window = self.model.as_ref().map(|m| m.reorder_window() as i32);
+        let window = self.cc.reorder_window().map(|w| w as i32);
         let mut hit = false;
         let mut bumped = false;
         self.snd.for_each_before(sn, |m| {
@@ -929,30 +914,22 @@ impl Kcp {
         self.probe = 0;
 
         // Phase 4: admit queued segments into the window.
-        let mut win = self.p.snd_wnd.min(self.rmt_wnd);
-        if let Some(k) = &self.kcp_cwnd {
-            win = k.window(win);
-        }
+        let win = self.cc.window(self.p.snd_wnd.min(self.rmt_wnd));
         let mut admitted = 0u32;
         while (self.snd.nxt.wrapping_sub(self.snd.una.wrapping_add(win)) as i32) < 0
             && self.snd.queued > 0
         {
-            if let Some(model) = self.model.as_mut() {
-                if !model.may_admit() {
-                    break;
-                }
-                model.on_admit(current);
+            if !self.cc.may_admit() {
+                break;
             }
+            self.cc.on_admit(current);
             self.snd.admit();
             admitted += 1;
         }
-        // The model runs without KCP's cwnd, so `win` is the sequence-space
-        // window `pacing_next` asks about.
+        // `room` is the sequence-space window's, which `pacing_next` asks
+        // about (a pacing controller keeps no window of KCP's).
         let room = self.window_has_room();
-        if let Some(model) = self.model.as_mut() {
-            model.app_limited = self.snd.queued == 0;
-            model.held = self.snd.queued > 0 && room && !model.may_admit() && !model.cwnd_full();
-        }
+        self.cc.after_admission(self.snd.queued > 0, room);
         if self.snd.queued > 0
             && win == self.p.snd_wnd.min(self.rmt_wnd)
             && (self.snd.nxt.wrapping_sub(self.snd.una.wrapping_add(win)) as i32) >= 0
@@ -1016,29 +993,10 @@ impl Kcp {
             dead_link: self.p.dead_link,
             rtt: &self.rtt,
             out: &mut self.out,
-            rto_floor: self.model.as_ref().map_or(0, |model| {
-                // kcp-go's RTO (srtt + max(interval, 4 rttvar)) is tight: a
-                // paced sender that probes with a quarter of a BDP in the
-                // queue, or a receiver that acknowledges once per flush,
-                // sets it off spuriously, and every spurious resend costs
-                // link capacity the model is accounting for. Half an srtt
-                // plus two intervals of headroom; true losses are mostly
-                // found by fast retransmit before that.
-                // Before the first RTT sample, RFC 6298's initial 1 s:
-                // kcp-go's 200 ms times out the whole first flight on any
-                // path longer than that, and the duplicates spoil the
-                // first round's rate samples.
-                // Nor below the round trip what is in flight takes if it
-                // all queues (the end of startup doubles the RTT faster
-                // than srtt follows).
-                let srtt = self.rtt.srtt().max(0) as u32;
-                if srtt == 0 {
-                    INITIAL_MODEL_RTO
-                } else {
-                    (srtt + srtt / 2).max(model.queued_rtt()) + 2 * self.p.interval
-                }
-            }),
-            model: self.model.as_mut(),
+            rto_floor: self
+                .cc
+                .rto_floor(self.rtt.srtt().max(0) as u32, self.p.interval),
+            cc: &mut self.cc,
             lost: 0,
             fast: 0,
             early: 0,
@@ -1087,9 +1045,8 @@ impl Kcp {
         self.stats.retransmit_probe += probes;
 
         // Phase 6: congestion response.
-        if let Some(k) = self.kcp_cwnd.as_mut() {
-            k.on_flush(fast + early, lost, self.snd.in_flight(), win, self.p.resent);
-        }
+        self.cc
+            .on_flush(fast + early, lost, self.snd.in_flight(), win, self.p.resent);
     }
 }
 
@@ -1509,11 +1466,11 @@ impl Kcp {
         self.rtt.srtt().max(0) as u32
     }
 
-    /// What the model-based controller ([`Congestion::Bbr`]) currently
+    /// What the BBR-style controller ([`Congestion::Bbr`]) currently
     /// estimates; `None` with the other controllers.
     #[must_use]
     pub fn congestion_state(&self) -> Option<BbrStats> {
-        self.model.as_ref().map(Bbr::stats)
+        self.cc.bbr_stats()
     }
 
     /// Current retransmission timeout in ms (kcp-go `rx_rto`).
@@ -1557,7 +1514,7 @@ impl Kcp {
     /// KCP's `(cwnd, ssthresh)` with [`Congestion::Kcp`], for tests.
     #[cfg(test)]
     pub(crate) fn kcp_cwnd(&self) -> Option<(u32, u32)> {
-        self.kcp_cwnd.as_ref().map(KcpCwnd::state)
+        self.cc.kcp_state()
     }
 
     /// Sizes of every growable structure, for bound checks in tests.

@@ -2,7 +2,7 @@
 //! ([`Congestion::Bbr`](super::Congestion::Bbr)).
 //!
 //! Units are segments and milliseconds (the ARQ's clock). The state machine
-//! calls it at four points:
+//! calls it through [`Controller`](super::Controller), at four points:
 //!
 //! * [`Bbr::on_transmit`] for every segment it puts on the wire (first
 //!   transmissions and retransmissions), which stamps the segment with the
@@ -42,11 +42,11 @@
 //! and a segment resent by fast retransmit may be resent that way again
 //! (kcp-go waits for the resend's timeout).
 //!
-//! The state machine also keeps its first retransmission timeout above
-//! `Bbr::queued_rtt` (the round trip of everything in flight queued at
-//! the bottleneck) and at 1 s before the first RTT sample: KCP's own RTO
-//! (srtt plus a few ms) resends the whole flight when a queue the model
-//! built, or a path longer than 200 ms, delays the ACKs.
+//! [`Bbr::rto_floor`] keeps the state machine's first retransmission
+//! timeout above `Bbr::queued_rtt` (the round trip of everything in flight
+//! queued at the bottleneck) and at 1 s before the first RTT sample: KCP's
+//! own RTO (srtt plus a few ms) resends the whole flight when a queue the
+//! model built, or a path longer than 200 ms, delays the ACKs.
 //!
 //! **Random loss against a full queue.** Every retransmission is counted as
 //! a loss. A round trip whose losses come without a standing queue (its
@@ -81,6 +81,8 @@ const MIN_CWND: f64 = 4.0;
 const INITIAL_CWND: f64 = 32.0;
 /// RTT assumed before the first sample (ms).
 const INITIAL_RTT: u32 = 100;
+/// A segment's first RTO before any RTT sample, ms (RFC 6298's initial 1 s).
+const INITIAL_RTO: u32 = 1000;
 /// Largest loss rate compensated in the pacing rate.
 const MAX_COMPENSATED_LOSS: f64 = 0.15;
 /// Loss-rate excess over the baseline that, with a standing queue, means overflow.
@@ -174,7 +176,7 @@ pub(crate) struct Bbr {
     delivered: u32,
     delivered_ms: u32,
     /// Segments sent and not yet delivered (first transmissions only).
-    pub(crate) inflight: u32,
+    inflight: u32,
     round: u64,
     next_round_delivered: u32,
     bw: MaxFilter,
@@ -208,9 +210,9 @@ pub(crate) struct Bbr {
     first_sent_ms: u32,
     /// The last flush left data waiting for tokens alone (window room,
     /// in-flight room): the pacer, not the path, was holding it back.
-    pub(crate) held: bool,
+    held: bool,
     /// A sender with nothing queued: the next transmissions are app-limited.
-    pub(crate) app_limited: bool,
+    app_limited: bool,
     interval: u32,
     stats: BbrStats,
 }
@@ -316,7 +318,7 @@ impl Bbr {
     }
 
     /// Pacing rate, segments per ms.
-    pub(crate) fn pacing_rate(&self) -> f64 {
+    fn pacing_rate(&self) -> f64 {
         let rate = self.pacing_gain() * self.bw.get() * self.compensation();
         if self.mode == Mode::Startup {
             // Rate samples average over a round trip of a flight that
@@ -328,7 +330,7 @@ impl Bbr {
     }
 
     /// In-flight cap, segments.
-    pub(crate) fn cwnd(&self) -> f64 {
+    fn cwnd(&self) -> f64 {
         if self.bw.get() <= 0.0 {
             return self.startup_cwnd;
         }
@@ -399,7 +401,7 @@ impl Bbr {
     /// than this resends segments still queued: the end of startup, with
     /// two BDPs in flight, doubles the RTT within one round trip, faster
     /// than the smoothed RTT follows.
-    pub(crate) fn queued_rtt(&self) -> u32 {
+    fn queued_rtt(&self) -> u32 {
         let bw = self.bw.get();
         if bw <= 0.0 {
             return 0;
@@ -409,7 +411,7 @@ impl Bbr {
     }
 
     /// What is in flight fills the in-flight cap.
-    pub(crate) fn cwnd_full(&self) -> bool {
+    fn cwnd_full(&self) -> bool {
         f64::from(self.inflight) >= self.cwnd()
     }
 
@@ -435,6 +437,38 @@ impl Bbr {
             - self.tokens;
         let wait = (need / rate).ceil().clamp(1.0, 1000.0) as u32;
         Some(self.last_refill.unwrap_or(now).wrapping_add(wait))
+    }
+
+    /// Admission is over for this flush: data is still `queued` or not, and
+    /// the sequence-space windows have `room` or not. Nothing queued makes
+    /// the next transmissions app-limited; data that only tokens held back
+    /// (not a window, not the in-flight cap) is owed a late wake-up's tokens.
+    pub(crate) fn after_admission(&mut self, queued: bool, room: bool) {
+        self.app_limited = !queued;
+        self.held = queued && room && !self.may_admit() && !self.cwnd_full();
+    }
+
+    /// The lowest RTO of a segment's first transmission (ms), given the
+    /// smoothed RTT `srtt` (0 before a sample) and the flush `interval`.
+    ///
+    /// kcp-go's RTO (srtt + max(interval, 4 rttvar)) is tight: a paced
+    /// sender that probes with a quarter of a BDP in the queue, or a
+    /// receiver that acknowledges once per flush, sets it off spuriously,
+    /// and every spurious resend costs link capacity the model is
+    /// accounting for. Half an srtt plus two intervals of headroom; true
+    /// losses are mostly found by fast retransmit before that. Before the
+    /// first RTT sample, RFC 6298's initial 1 s: kcp-go's 200 ms times out
+    /// the whole first flight on any path longer than that, and the
+    /// duplicates spoil the first round's rate samples. Nor below the round
+    /// trip what is in flight takes if it all queues
+    /// ([`queued_rtt`](Self::queued_rtt): the end of startup doubles the RTT
+    /// faster than srtt follows).
+    pub(crate) fn rto_floor(&self, srtt: u32, interval: u32) -> u32 {
+        if srtt == 0 {
+            INITIAL_RTO
+        } else {
+            (srtt + srtt / 2).max(self.queued_rtt()) + 2 * interval
+        }
     }
 
     /// A new segment enters the window at `now`: one pacing token, one more in flight.
