@@ -69,20 +69,6 @@ impl Congestion {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::Congestion;
-
-    #[test]
-    fn names_include_the_models_earlier_one() {
-        assert_eq!(Congestion::from_name("none"), Some(Congestion::None));
-        assert_eq!(Congestion::from_name("kcp"), Some(Congestion::Kcp));
-        assert_eq!(Congestion::from_name("bbr"), Some(Congestion::Bbr));
-        assert_eq!(Congestion::from_name("model"), Some(Congestion::Bbr));
-        assert_eq!(Congestion::from_name("cubic"), None);
-    }
-}
-
 /// The controller one [`Kcp`](crate::arq::Kcp) runs, with its state: the
 /// interface the state machine calls.
 ///
@@ -292,5 +278,19 @@ impl Controller {
             Self::Kcp(k) => Some(k.state()),
             Self::None | Self::Bbr(_) => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Congestion;
+
+    #[test]
+    fn names_include_the_models_earlier_one() {
+        assert_eq!(Congestion::from_name("none"), Some(Congestion::None));
+        assert_eq!(Congestion::from_name("kcp"), Some(Congestion::Kcp));
+        assert_eq!(Congestion::from_name("bbr"), Some(Congestion::Bbr));
+        assert_eq!(Congestion::from_name("model"), Some(Congestion::Bbr));
+        assert_eq!(Congestion::from_name("cubic"), None);
     }
 }
