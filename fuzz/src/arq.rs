@@ -23,7 +23,7 @@ pub fn config(b: u8, c: u8) -> ArqConfig {
         0 => None,
         1 => Some(Congestion::None),
         2 => Some(Congestion::Kcp),
-        _ => Some(Congestion::Model),
+        _ => Some(Congestion::Bbr),
     };
     let rto_knobs = c & 32 != 0;
     ArqConfig {

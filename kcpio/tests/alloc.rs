@@ -213,6 +213,6 @@ fn datagrams_do_not_allocate_per_packet() {
 fn paced_transfer_does_not_allocate_per_packet() {
     // The model-based controller: pacing deadlines between the flush ticks
     // go through the driver's deadline heap, not a timer per packet.
-    let config = base().congestion(Congestion::Model).build().unwrap();
+    let config = base().congestion(Congestion::Bbr).build().unwrap();
     check("congestion model", config);
 }

@@ -45,7 +45,7 @@ fn field_config(wnd: u16) -> Config {
         .stream(true)
         .window(wnd, wnd)
         .mtu(1350)
-        .congestion(Congestion::Model)
+        .congestion(Congestion::Bbr)
         .build()
         .expect("config")
 }
@@ -222,7 +222,7 @@ fn show(what: &str, f: &Figures) -> String {
 
 #[test]
 fn model_converges_fast_and_keeps_the_queue_short() {
-    let f = measure(Congestion::Model, 0.0, 1, 20_000, 5_000);
+    let f = measure(Congestion::Bbr, 0.0, 1, 20_000, 5_000);
     let text = show("model, clean", &f);
     println!("{text}");
     assert!(f.fraction >= 0.9, "{text}");
@@ -248,7 +248,7 @@ fn random_loss_does_not_lower_the_rate() {
         (0.09, 0.85),
         (0.15, 0.75),
     ] {
-        let f = measure(Congestion::Model, loss, 2, 20_000, 5_000);
+        let f = measure(Congestion::Bbr, loss, 2, 20_000, 5_000);
         let text = show(&format!("model, {}% loss each way", loss * 100.0), &f);
         println!("{text}");
         assert!(f.fraction >= want, "{text}");
@@ -264,7 +264,7 @@ fn random_loss_does_not_lower_the_rate() {
 
 #[test]
 fn a_bottleneck_that_halves_is_followed() {
-    let (mut sim, cfg) = pair(Congestion::Model, RATE, BDP, 0.01, 3);
+    let (mut sim, cfg) = pair(Congestion::Bbr, RATE, BDP, 0.01, 3);
     let mut flows = [Bulk::new(0, 1, 0)];
     let halve: Box<dyn FnMut(&mut Sim)> = Box::new(|sim: &mut Sim| {
         sim.bottlenecks[0].rate = RATE / 2;
@@ -295,7 +295,7 @@ fn a_bottleneck_that_halves_is_followed() {
 
 #[test]
 fn two_flows_share_a_bottleneck() {
-    let cfg = config(Congestion::Model);
+    let cfg = config(Congestion::Bbr);
     let mut sim = Sim::new(4, 0);
     let b = sim.add_bottleneck(RATE, BDP);
     let mut ids = Vec::new();
@@ -348,7 +348,7 @@ fn windows_size_themselves() {
             .stream(true)
             .window(64, 64)
             .mtu(MTU)
-            .congestion(Congestion::Model);
+            .congestion(Congestion::Bbr);
         if let Some(m) = max {
             b = b.max_window(m);
         }
@@ -478,7 +478,7 @@ fn field_point() {
             .stream(true)
             .window(wnd, wnd)
             .mtu(1350)
-            .congestion(Congestion::Model)
+            .congestion(Congestion::Bbr)
             .ack_repeat(std::env::var_os("CC_NO_ACK_REPEAT").is_none())
             .build()
             .expect("config");

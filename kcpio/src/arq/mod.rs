@@ -20,14 +20,14 @@ pub mod time;
 #[cfg(test)]
 mod tests;
 
-pub use cc::{Congestion, ModelStats};
+pub use cc::{BbrStats, Congestion};
 pub use config::{ArqConfig, ArqConfigError, Timing};
 pub use error::{InputError, RecvError, SendError};
 pub use stats::ArqStats;
 pub use time::Timestamp;
 
 use buffers::{OutItem, OutKind, OutQueue, RecvRing, SendMeta, SendRing};
-use cc::Model;
+use cc::Controller;
 use rtt::Rtt;
 use segment::{Command, HEADER_LEN, Header, ParseError, Segments};
 
@@ -42,8 +42,6 @@ pub enum Origin {
     Recovered,
 }
 
-/// `IKCP_THRESH_INIT` / `IKCP_THRESH_MIN`.
-const THRESH_MIN: u32 = 2;
 /// `IKCP_PROBE_INIT`: first window-probe wait in kcp-go (C: 7000 ms).
 const PROBE_INIT: u32 = 500;
 /// `IKCP_PROBE_LIMIT`.
@@ -54,10 +52,6 @@ const ASK_SEND: u8 = 1;
 const ASK_TELL: u8 = 2;
 /// kcp-go's "fast retransmit disabled until the next RTO" marker.
 const FASTACK_OFF: u32 = u32::MAX;
-
-/// First RTO of the model-based controller before any RTT sample, ms
-/// (RFC 6298's initial 1 s).
-const INITIAL_MODEL_RTO: u32 = 1000;
 
 /// Bound on ACK/WASK/WINS/End items waiting for `poll_transmit`: generous for
 /// a caller that drains after every call (one flush queues at most a packet's
@@ -83,9 +77,9 @@ struct Scan<'a> {
     dead_link: u32,
     rtt: &'a Rtt,
     out: &'a mut OutQueue,
-    /// The model-based controller, when on: stamps every transmission.
-    model: Option<&'a mut Model>,
-    /// Lowest first RTO (0 but with the model controller).
+    /// The congestion controller: sees every transmission.
+    cc: &'a mut Controller,
+    /// Lowest first RTO ([`Controller::rto_floor`]; 0 but with BBR).
     rto_floor: u32,
     lost: u64,
     fast: u64,
@@ -144,13 +138,17 @@ impl Scan<'_> {
         } else if m.fastack >= self.resent && m.fastack != FASTACK_OFF {
             // Fast retransmit; kcp-go disables it until this segment's next
             // RTO (C resets fastack to 0 instead and only allows it while
-            // xmit <= fastlimit, 5). kcpio-only, with the model: armed
+            // xmit <= fastlimit, 5). kcpio-only, with BBR: armed
             // again at once, and `parse_fastack` counts only ACKs of
             // segments sent a reorder window after this resend, so a lost
             // resend is found a round trip later, not after a timeout
             // (on a path losing 9% that is one resend in eleven, and its
             // timeout holds up delivery of everything after it).
-            m.fastack = if self.model.is_some() { 0 } else { FASTACK_OFF };
+            m.fastack = if self.cc.rearms_fast_resend() {
+                0
+            } else {
+                FASTACK_OFF
+            };
             m.rto = rx_rto;
             m.resendts = current.wrapping_add(m.rto);
             m.probe = false;
@@ -183,17 +181,10 @@ impl Scan<'_> {
             false
         };
         if send {
-            if let Some(model) = self.model.as_deref_mut() {
-                // Fast and early retransmits answer ACKs of later segments:
-                // evidence of a loss. A timeout may be spurious (a lost ACK,
-                // a delay spike) and is not counted as one, nor is the loss
-                // of a resend: the loss rate is that of first transmissions
-                // (a resend lost again, now resent fast too, would count a
-                // segment twice and cut the rate on a queue a competing flow
-                // keeps full).
-                let evidence = self.fast + self.early != evidence_before && m.xmit == 1;
-                model.on_transmit(&mut m.stamp, m.xmit == 0, evidence, current);
-            }
+            // Fast and early retransmits answer ACKs of later segments:
+            // evidence of a loss.
+            let evidence = self.fast + self.early != evidence_before;
+            self.cc.on_transmit(&mut m.stamp, m.xmit, evidence, current);
             m.xmit = m.xmit.wrapping_add(1);
             m.ts = current;
             m.wnd = self.wnd;
@@ -232,7 +223,6 @@ struct Params {
     fastack_threshold: u32,
     /// kcp-go's `resent` in flush: the threshold, or "never" when off.
     resent: u32,
-    no_congestion: bool,
     stream: bool,
     write_delay: bool,
     ack_nodelay: bool,
@@ -350,9 +340,6 @@ pub struct Kcp {
 
     pub(crate) rtt: Rtt,
     pub(crate) rmt_wnd: u32,
-    pub(crate) cwnd: u32,
-    incr: u32,
-    pub(crate) ssthresh: u32,
 
     probe: u8,
     ts_probe: u32,
@@ -363,9 +350,9 @@ pub struct Kcp {
     /// flight, or `una` moving past one): it receives what we send.
     peer_acked: bool,
 
-    /// The model-based controller ([`Congestion::Model`]); `None` for
-    /// kcp-go's two modes, which live in the flush's phases 4 and 6.
-    model: Option<Model>,
+    /// The congestion controller ([`Congestion`]): phase 4's window and
+    /// admission, pacing, the response to retransmissions.
+    cc: Controller,
 
     /// Scan skipping (kcp-go always walks all of `snd_buf` in a full flush).
     /// A flush can only send a segment that is new (admitted since the last
@@ -411,8 +398,6 @@ impl Kcp {
         let (snd_wnd_max, rcv_wnd_max) = (cap(snd_wnd), cap(rcv_wnd));
         let mss = config.mtu - HEADER_LEN;
         let controller = config.controller();
-        // The model replaces the window of phases 4 and 6: they run as with nc.
-        let no_congestion = controller != Congestion::Kcp;
         // kcp-go keeps `fastresend` as int32: values above i32::MAX would be
         // negative there, which disables fast retransmit in flush.
         let fast = config.fast_resend;
@@ -433,7 +418,6 @@ impl Kcp {
                 rcv_wnd_max,
                 fastack_threshold: fast,
                 resent,
-                no_congestion,
                 stream: config.stream,
                 write_delay: config.write_delay,
                 ack_nodelay: config.ack_nodelay,
@@ -453,21 +437,11 @@ impl Kcp {
             ),
             // kcp-go guesses the peer's window as its own default (C: 128).
             rmt_wnd: 32,
-            // A kcp-go session runs one flush when it is created; on an empty
-            // connection its only effect is raising cwnd from 0 to 1 (a raw
-            // kcp-go or C KCP starts at 0 and admits nothing on its first flush).
-            cwnd: if no_congestion { 0 } else { 1 },
-            incr: if no_congestion {
-                0
-            } else {
-                (config.mtu - HEADER_LEN) as u32
-            },
-            ssthresh: THRESH_MIN,
             probe: 0,
             ts_probe: 0,
             probe_wait: 0,
             dead: false,
-            model: (controller == Congestion::Model).then(|| Model::new(interval)),
+            cc: Controller::new(controller, mss as u32, interval),
             peer_acked: false,
             scan_dirty: false,
             resend_floor: None,
@@ -526,9 +500,7 @@ impl Kcp {
             self.parked = false;
         }
         self.last_now = now;
-        if let Some(model) = self.model.as_mut() {
-            model.refill(now.as_millis());
-        }
+        self.cc.on_clock(now.as_millis());
         if let Some(kind) = self.pending.take() {
             self.flush(now, kind);
         }
@@ -588,14 +560,13 @@ impl Kcp {
         }
     }
 
-    /// Model controller: the window has room for queued data, so the pacer
-    /// decides when the next burst leaves (`None`: nothing paced waits).
+    /// A pacing controller: the window has room for queued data, so the
+    /// pacer decides when the next burst leaves (`None`: nothing paced waits).
     fn pacing_next(&self) -> Option<Timestamp> {
-        let model = self.model.as_ref()?;
         if self.snd.queued == 0 || !self.window_has_room() {
             return None;
         }
-        model
+        self.cc
             .next_send(self.last_now.as_millis())
             .map(Timestamp::from_millis)
     }
@@ -696,7 +667,8 @@ impl Kcp {
                 self.rmt_wnd = u32::from(seg.wnd());
             }
             let (sn, ts) = (seg.sn(), seg.ts());
-            if let Some(model) = self.model.as_mut() {
+            if self.cc.samples_deliveries() {
+                let cc = &mut self.cc;
                 if cmd == Command::Ack {
                     // Before `una` releases it: the ACK names the
                     // transmission it answers (its echoed ts), one RTT sample.
@@ -705,7 +677,7 @@ impl Kcp {
                             m.acked = true;
                             let rtt = now.diff(Timestamp::from_millis(ts));
                             let rtt = (rtt >= 0 && regular).then_some(rtt as u32);
-                            model.on_delivered(
+                            cc.on_delivered(
                                 &m.stamp,
                                 now.as_millis(),
                                 rtt,
@@ -717,7 +689,7 @@ impl Kcp {
                 let at = now.as_millis();
                 if self.snd.remove_before_with(seg.una(), |m| {
                     if !m.acked {
-                        model.on_delivered(&m.stamp, at, None, m.xmit == 1);
+                        cc.on_delivered(&m.stamp, at, None, m.xmit == 1);
                     }
                 }) > 0
                 {
@@ -774,11 +746,8 @@ impl Kcp {
             }
         }
 
-        if !self.p.no_congestion
-            && (self.snd.una.wrapping_sub(una_before) as i32) > 0
-            && self.cwnd < self.rmt_wnd
-        {
-            self.grow_cwnd();
+        if (self.snd.una.wrapping_sub(una_before) as i32) > 0 {
+            self.cc.on_una_advanced(self.rmt_wnd);
         }
 
         // kcp-go flushes from Input; C leaves that to the next update.
@@ -818,14 +787,14 @@ impl Kcp {
             return false;
         }
         let threshold = self.p.fastack_threshold;
-        // With the model, RACK's reordering window: an ACK counts as evidence
+        // With BBR, RACK's reordering window: an ACK counts as evidence
         // that a segment was lost only if it names one sent at least
         // `reorder_window` later. Without it, every segment named in a lost
         // ACK datagram is resent when a later datagram of the same flush
         // arrives, before the receiver's copy of the lost ACKs can (2.5% of
         // the wire on the field path), and a resend is found lost by the
         // ACKs of what was sent with it. kcp-go: sent no later (0).
-        let window = self.model.as_ref().map(|m| m.reorder_window() as i32);
+        let window = self.cc.reorder_window().map(|w| w as i32);
         let mut hit = false;
         let mut bumped = false;
         self.snd.for_each_before(sn, |m| {
@@ -846,29 +815,6 @@ impl Kcp {
         });
         self.scan_dirty |= bumped;
         hit
-    }
-
-    /// Reno-like growth on una advance (same as C).
-    fn grow_cwnd(&mut self) {
-        let mss = self.mss as u32;
-        if self.cwnd < self.ssthresh {
-            self.cwnd += 1;
-            self.incr = self.incr.wrapping_add(mss);
-        } else {
-            if self.incr < mss {
-                self.incr = mss;
-            }
-            self.incr = self
-                .incr
-                .wrapping_add((mss.wrapping_mul(mss)) / self.incr + mss / 16);
-            if (self.cwnd.wrapping_add(1)).wrapping_mul(mss) <= self.incr {
-                self.cwnd = self.incr.div_ceil(mss.max(1));
-            }
-        }
-        if self.cwnd > self.rmt_wnd {
-            self.cwnd = self.rmt_wnd;
-            self.incr = self.rmt_wnd.wrapping_mul(mss);
-        }
     }
 
     // ---------------------------------------------------------------- flush
@@ -968,30 +914,22 @@ impl Kcp {
         self.probe = 0;
 
         // Phase 4: admit queued segments into the window.
-        let mut win = self.p.snd_wnd.min(self.rmt_wnd);
-        if !self.p.no_congestion {
-            win = win.min(self.cwnd);
-        }
+        let win = self.cc.window(self.p.snd_wnd.min(self.rmt_wnd));
         let mut admitted = 0u32;
         while (self.snd.nxt.wrapping_sub(self.snd.una.wrapping_add(win)) as i32) < 0
             && self.snd.queued > 0
         {
-            if let Some(model) = self.model.as_mut() {
-                if !model.may_admit() {
-                    break;
-                }
-                model.on_admit(current);
+            if !self.cc.may_admit() {
+                break;
             }
+            self.cc.on_admit(current);
             self.snd.admit();
             admitted += 1;
         }
-        // The model runs without KCP's cwnd, so `win` is the sequence-space
-        // window `pacing_next` asks about.
+        // `room` is the sequence-space window's, which `pacing_next` asks
+        // about (a pacing controller keeps no window of KCP's).
         let room = self.window_has_room();
-        if let Some(model) = self.model.as_mut() {
-            model.app_limited = self.snd.queued == 0;
-            model.held = self.snd.queued > 0 && room && !model.may_admit() && !model.cwnd_full();
-        }
+        self.cc.after_admission(self.snd.queued > 0, room);
         if self.snd.queued > 0
             && win == self.p.snd_wnd.min(self.rmt_wnd)
             && (self.snd.nxt.wrapping_sub(self.snd.una.wrapping_add(win)) as i32) >= 0
@@ -1055,29 +993,10 @@ impl Kcp {
             dead_link: self.p.dead_link,
             rtt: &self.rtt,
             out: &mut self.out,
-            rto_floor: self.model.as_ref().map_or(0, |model| {
-                // kcp-go's RTO (srtt + max(interval, 4 rttvar)) is tight: a
-                // paced sender that probes with a quarter of a BDP in the
-                // queue, or a receiver that acknowledges once per flush,
-                // sets it off spuriously, and every spurious resend costs
-                // link capacity the model is accounting for. Half an srtt
-                // plus two intervals of headroom; true losses are mostly
-                // found by fast retransmit before that.
-                // Before the first RTT sample, RFC 6298's initial 1 s:
-                // kcp-go's 200 ms times out the whole first flight on any
-                // path longer than that, and the duplicates spoil the
-                // first round's rate samples.
-                // Nor below the round trip what is in flight takes if it
-                // all queues (the end of startup doubles the RTT faster
-                // than srtt follows).
-                let srtt = self.rtt.srtt().max(0) as u32;
-                if srtt == 0 {
-                    INITIAL_MODEL_RTO
-                } else {
-                    (srtt + srtt / 2).max(model.queued_rtt()) + 2 * self.p.interval
-                }
-            }),
-            model: self.model.as_mut(),
+            rto_floor: self
+                .cc
+                .rto_floor(self.rtt.srtt().max(0) as u32, self.p.interval),
+            cc: &mut self.cc,
             lost: 0,
             fast: 0,
             early: 0,
@@ -1125,30 +1044,9 @@ impl Kcp {
         self.stats.retransmit_early += early;
         self.stats.retransmit_probe += probes;
 
-        // Phase 6: congestion response. kcp-go counts early retransmits as
-        // a "change" too; C only fast ones.
-        if !self.p.no_congestion {
-            let mss = self.mss as u32;
-            let resent = self.p.resent;
-            if fast + early > 0 {
-                let inflight = self.snd.nxt.wrapping_sub(self.snd.una);
-                self.ssthresh = (inflight / 2).max(THRESH_MIN);
-                // u32 arithmetic as in kcp-go: with fast resend off this wraps
-                // to ssthresh - 1.
-                self.cwnd = self.ssthresh.wrapping_add(resent);
-                self.incr = self.cwnd.wrapping_mul(mss);
-            }
-            if lost > 0 {
-                // `win` is phase 4's window, as in C 1.7 (C 2.0 halves cwnd).
-                self.ssthresh = (win / 2).max(THRESH_MIN);
-                self.cwnd = 1;
-                self.incr = mss;
-            }
-            if self.cwnd < 1 {
-                self.cwnd = 1;
-                self.incr = mss;
-            }
-        }
+        // Phase 6: congestion response.
+        self.cc
+            .on_flush(fast + early, lost, self.snd.in_flight(), win, self.p.resent);
     }
 }
 
@@ -1568,11 +1466,11 @@ impl Kcp {
         self.rtt.srtt().max(0) as u32
     }
 
-    /// What the model-based controller ([`Congestion::Model`]) currently
+    /// What the BBR-style controller ([`Congestion::Bbr`]) currently
     /// estimates; `None` with the other controllers.
     #[must_use]
-    pub fn congestion_state(&self) -> Option<ModelStats> {
-        self.model.as_ref().map(Model::stats)
+    pub fn congestion_state(&self) -> Option<BbrStats> {
+        self.cc.bbr_stats()
     }
 
     /// Current retransmission timeout in ms (kcp-go `rx_rto`).
@@ -1611,6 +1509,12 @@ impl Kcp {
         let next = self.flush(now, Flush::Full);
         self.leave();
         next
+    }
+
+    /// KCP's `(cwnd, ssthresh)` with [`Congestion::Kcp`], for tests.
+    #[cfg(test)]
+    pub(crate) fn kcp_cwnd(&self) -> Option<(u32, u32)> {
+        self.cc.kcp_state()
     }
 
     /// Sizes of every growable structure, for bound checks in tests.

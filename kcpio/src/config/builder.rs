@@ -272,7 +272,7 @@ impl ConfigBuilder {
     /// [`Congestion::Kcp`] for [`Preset::Default`], [`Congestion::None`] for
     /// kcptun's modes and [`Preset::LowLatency`]; setting it overrides `nc`.
     ///
-    /// [`Congestion::Model`] is kcpio's model-based controller, for long or
+    /// [`Congestion::Bbr`] is kcpio's model-based controller, for long or
     /// lossy paths and shared bottlenecks: it paces at the bandwidth it
     /// measures and does not slow down on random loss. Give it windows of
     /// at least twice the path's bandwidth-delay product in segments
@@ -291,7 +291,7 @@ impl ConfigBuilder {
     /// holds data back. kcp-go peers honour the larger window advertised.
     /// Memory is taken only as the windows grow and is bounded as for
     /// windows of `max` segments (about `2 × max × mtu` bytes per direction).
-    /// Meant for [`Congestion::Model`], which bounds what is in flight by
+    /// Meant for [`Congestion::Bbr`], which bounds what is in flight by
     /// itself; with [`Congestion::None`] the window is the only limit, so a
     /// sender grows it to `max`. Default: off (fixed windows, as kcp-go).
     #[must_use]

@@ -121,10 +121,10 @@ pub struct SessionStats {
     /// this side (datagrams unsupported, as in kcp-go).
     pub oob_dropped: u64,
     /// What the model-based congestion controller
-    /// ([`Congestion::Model`](crate::Congestion::Model)) estimates:
+    /// ([`Congestion::Bbr`](crate::Congestion::Bbr)) estimates:
     /// bandwidth, minimum RTT, pacing rate, in-flight cap; `None` with the
     /// other controllers.
-    pub congestion: Option<crate::arq::ModelStats>,
+    pub congestion: Option<crate::arq::BbrStats>,
 }
 
 /// What [`Conn::handle_packet`] made of one packet, for the caller's
@@ -1173,11 +1173,11 @@ impl Conn {
     }
 
     /// What the model-based congestion controller
-    /// ([`Congestion::Model`](crate::Congestion::Model)) estimates now:
+    /// ([`Congestion::Bbr`](crate::Congestion::Bbr)) estimates now:
     /// bandwidth, minimum RTT, pacing rate, in-flight cap. `None` with
     /// the other controllers.
     #[must_use]
-    pub fn congestion_state(&self) -> Option<crate::arq::ModelStats> {
+    pub fn congestion_state(&self) -> Option<crate::arq::BbrStats> {
         self.kcp.congestion_state()
     }
 

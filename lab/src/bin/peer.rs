@@ -163,7 +163,7 @@ const FLAG_HELP: &[(&str, bool, &str)] = &[
     (
         "congestion",
         true,
-        "kcpio only: the congestion controller, none (nc=1), kcp (nc=0) or model; default: the profile's nc",
+        "kcpio only: the congestion controller, none (nc=1), kcp (nc=0) or bbr (alias: model); default: the profile's nc",
     ),
     (
         "conv",
@@ -627,7 +627,7 @@ fn build_config(f: &Flags, nd: NoDelay, conv: Option<u32>) -> Result<Config, Str
     if !f.congestion.is_empty() {
         let c = kcpio::Congestion::from_name(&f.congestion).ok_or_else(|| {
             format!(
-                "--congestion: want none, kcp or model; got {:?}",
+                "--congestion: want none, kcp or bbr (or model); got {:?}",
                 f.congestion
             )
         })?;

@@ -1,31 +1,20 @@
-//! Congestion control: which segments this side may send, and when.
-//!
-//! Sender side only: a controller changes when this end admits new data and
-//! how fast it lets segments leave, never the wire format or what the peer
-//! sees (ACKs, windows, `una` are produced exactly as before). Three
-//! controllers exist ([`Congestion`]):
-//!
-//! * `None` and `Kcp` are kcp-go's two modes (`nc = 1` and `nc = 0`); their
-//!   code lives in the state machine itself (phases 4 and 6 of the flush)
-//!   and is byte-identical to kcp-go, as the differential trace checks.
-//! * `Model` is [`Model`] below: a model of the path in the spirit of BBR.
-//!
-//! # The model-based controller
+//! [`Bbr`]: a model of the path in the spirit of BBR
+//! ([`Congestion::Bbr`](super::Congestion::Bbr)).
 //!
 //! Units are segments and milliseconds (the ARQ's clock). The state machine
-//! calls it at four points:
+//! calls it through [`Controller`](super::Controller), at four points:
 //!
-//! * [`Model::on_transmit`] for every segment it puts on the wire (first
+//! * [`Bbr::on_transmit`] for every segment it puts on the wire (first
 //!   transmissions and retransmissions), which stamps the segment with the
 //!   delivery state of that moment and spends one pacing token;
-//! * [`Model::on_delivered`] the first time a segment is known to have
+//! * [`Bbr::on_delivered`] the first time a segment is known to have
 //!   arrived (an ACK naming it, or `una` moving past it), with the echoed
 //!   timestamp when the ACK names the transmission it answers: one RTT
 //!   sample per ACK and one delivery-rate sample per segment;
-//! * [`Model::refill`] with the clock on every call, which adds pacing
+//! * [`Bbr::refill`] with the clock on every call, which adds pacing
 //!   tokens at the pacing rate (capped at two bursts, or at a sixteenth of
 //!   a round trip when a late wake-up finds data the pacer held back);
-//! * [`Model::may_admit`] before admitting each new segment into the window.
+//! * [`Bbr::may_admit`] before admitting each new segment into the window.
 //!
 //! From the samples it keeps a windowed maximum of the delivery rate (the
 //! bottleneck bandwidth, over the last 10 round trips) and a windowed
@@ -48,16 +37,16 @@
 //! own grew what is in flight only ~1.65-fold per round at 9% loss.
 //!
 //! With the model the state machine also detects loss with a reordering
-//! window ([`Model::reorder_window`], as RACK does): an ACK is evidence that
+//! window ([`Bbr::reorder_window`], as RACK does): an ACK is evidence that
 //! a segment was lost only if it names one sent at least that much later,
 //! and a segment resent by fast retransmit may be resent that way again
 //! (kcp-go waits for the resend's timeout).
 //!
-//! The state machine also keeps its first retransmission timeout above
-//! `Model::queued_rtt` (the round trip of everything in flight queued at
-//! the bottleneck) and at 1 s before the first RTT sample: KCP's own RTO
-//! (srtt plus a few ms) resends the whole flight when a queue the model
-//! built, or a path longer than 200 ms, delays the ACKs.
+//! [`Bbr::rto_floor`] keeps the state machine's first retransmission
+//! timeout above `Bbr::queued_rtt` (the round trip of everything in flight
+//! queued at the bottleneck) and at 1 s before the first RTT sample: KCP's
+//! own RTO (srtt plus a few ms) resends the whole flight when a queue the
+//! model built, or a path longer than 200 ms, delays the ACKs.
 //!
 //! **Random loss against a full queue.** Every retransmission is counted as
 //! a loss. A round trip whose losses come without a standing queue (its
@@ -74,46 +63,6 @@
 //! to 90%: flows that share a bottleneck this way converge on equal shares.
 //!
 //! Memory: a fixed-size struct, no allocation.
-
-/// How this side paces and limits what it sends.
-///
-/// Sender side only: the peer needs no support and sees no difference on
-/// the wire, so every choice works against kcp-go.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Congestion {
-    /// No congestion control (kcp-go `nc = 1`): as much in flight as the send
-    /// window and the peer's receive window allow, sent as soon as it can
-    /// go. Fills any bottleneck queue whose path holds less than the window.
-    None,
-    /// KCP's classic congestion window (kcp-go `nc = 0`): slow start from a
-    /// threshold of 2 segments, halving on fast retransmit, restart from 1
-    /// segment on timeout. Byte-identical to kcp-go. Collapses on lossy or
-    /// long paths, since every loss is read as congestion.
-    Kcp,
-    /// **kcpio-only**: a model of the path in the spirit of BBR. Measures the
-    /// delivery rate and RTT from every acknowledgement, paces segments at
-    /// the bottleneck rate it found and keeps about two bandwidth-delay
-    /// products in flight, probing periodically for more bandwidth and a
-    /// lower RTT. Random loss (up to about 15%) does not lower its rate;
-    /// loss together with a standing queue does. Send and receive windows
-    /// still cap what is in flight, so size them to at least twice the
-    /// path's bandwidth-delay product in segments.
-    Model,
-}
-
-impl Congestion {
-    /// The controller called `name`: `none`, `kcp` or `model`.
-    #[must_use]
-    pub fn from_name(name: &str) -> Option<Self> {
-        match name {
-            "none" => Some(Self::None),
-            "kcp" => Some(Self::Kcp),
-            "model" => Some(Self::Model),
-            _ => None,
-        }
-    }
-}
 
 const STARTUP_GAIN: f64 = 2.885;
 const DRAIN_GAIN: f64 = 1.0 / STARTUP_GAIN;
@@ -132,6 +81,8 @@ const MIN_CWND: f64 = 4.0;
 const INITIAL_CWND: f64 = 32.0;
 /// RTT assumed before the first sample (ms).
 const INITIAL_RTT: u32 = 100;
+/// A segment's first RTO before any RTT sample, ms (RFC 6298's initial 1 s).
+const INITIAL_RTO: u32 = 1000;
 /// Largest loss rate compensated in the pacing rate.
 const MAX_COMPENSATED_LOSS: f64 = 0.15;
 /// Loss-rate excess over the baseline that, with a standing queue, means overflow.
@@ -219,13 +170,13 @@ impl MaxFilter {
 
 /// The model-based controller's state (see the module docs).
 #[derive(Clone, Debug)]
-pub(crate) struct Model {
+pub(crate) struct Bbr {
     mode: Mode,
     /// Segments delivered so far (wrapping).
     delivered: u32,
     delivered_ms: u32,
     /// Segments sent and not yet delivered (first transmissions only).
-    pub(crate) inflight: u32,
+    inflight: u32,
     round: u64,
     next_round_delivered: u32,
     bw: MaxFilter,
@@ -259,18 +210,18 @@ pub(crate) struct Model {
     first_sent_ms: u32,
     /// The last flush left data waiting for tokens alone (window room,
     /// in-flight room): the pacer, not the path, was holding it back.
-    pub(crate) held: bool,
+    held: bool,
     /// A sender with nothing queued: the next transmissions are app-limited.
-    pub(crate) app_limited: bool,
+    app_limited: bool,
     interval: u32,
-    stats: ModelStats,
+    stats: BbrStats,
 }
 
 /// What the model-based controller currently believes; see
-/// [`Kcp::congestion_state`](super::Kcp::congestion_state).
+/// [`Kcp::congestion_state`](crate::arq::Kcp::congestion_state).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 #[non_exhaustive]
-pub struct ModelStats {
+pub struct BbrStats {
     /// Bottleneck bandwidth estimate, segments per second.
     pub bandwidth: f64,
     /// Minimum RTT seen in the window, ms (0 before the first sample).
@@ -295,7 +246,7 @@ pub struct ModelStats {
     pub filled: bool,
 }
 
-impl Model {
+impl Bbr {
     pub(crate) fn new(interval: u32) -> Self {
         Self {
             mode: Mode::Startup,
@@ -326,7 +277,7 @@ impl Model {
             held: false,
             app_limited: false,
             interval,
-            stats: ModelStats::default(),
+            stats: BbrStats::default(),
         }
     }
 
@@ -367,7 +318,7 @@ impl Model {
     }
 
     /// Pacing rate, segments per ms.
-    pub(crate) fn pacing_rate(&self) -> f64 {
+    fn pacing_rate(&self) -> f64 {
         let rate = self.pacing_gain() * self.bw.get() * self.compensation();
         if self.mode == Mode::Startup {
             // Rate samples average over a round trip of a flight that
@@ -379,7 +330,7 @@ impl Model {
     }
 
     /// In-flight cap, segments.
-    pub(crate) fn cwnd(&self) -> f64 {
+    fn cwnd(&self) -> f64 {
         if self.bw.get() <= 0.0 {
             return self.startup_cwnd;
         }
@@ -450,7 +401,7 @@ impl Model {
     /// than this resends segments still queued: the end of startup, with
     /// two BDPs in flight, doubles the RTT within one round trip, faster
     /// than the smoothed RTT follows.
-    pub(crate) fn queued_rtt(&self) -> u32 {
+    fn queued_rtt(&self) -> u32 {
         let bw = self.bw.get();
         if bw <= 0.0 {
             return 0;
@@ -460,7 +411,7 @@ impl Model {
     }
 
     /// What is in flight fills the in-flight cap.
-    pub(crate) fn cwnd_full(&self) -> bool {
+    fn cwnd_full(&self) -> bool {
         f64::from(self.inflight) >= self.cwnd()
     }
 
@@ -486,6 +437,38 @@ impl Model {
             - self.tokens;
         let wait = (need / rate).ceil().clamp(1.0, 1000.0) as u32;
         Some(self.last_refill.unwrap_or(now).wrapping_add(wait))
+    }
+
+    /// Admission is over for this flush: data is still `queued` or not, and
+    /// the sequence-space windows have `room` or not. Nothing queued makes
+    /// the next transmissions app-limited; data that only tokens held back
+    /// (not a window, not the in-flight cap) is owed a late wake-up's tokens.
+    pub(crate) fn after_admission(&mut self, queued: bool, room: bool) {
+        self.app_limited = !queued;
+        self.held = queued && room && !self.may_admit() && !self.cwnd_full();
+    }
+
+    /// The lowest RTO of a segment's first transmission (ms), given the
+    /// smoothed RTT `srtt` (0 before a sample) and the flush `interval`.
+    ///
+    /// kcp-go's RTO (srtt + max(interval, 4 rttvar)) is tight: a paced
+    /// sender that probes with a quarter of a BDP in the queue, or a
+    /// receiver that acknowledges once per flush, sets it off spuriously,
+    /// and every spurious resend costs link capacity the model is
+    /// accounting for. Half an srtt plus two intervals of headroom; true
+    /// losses are mostly found by fast retransmit before that. Before the
+    /// first RTT sample, RFC 6298's initial 1 s: kcp-go's 200 ms times out
+    /// the whole first flight on any path longer than that, and the
+    /// duplicates spoil the first round's rate samples. Nor below the round
+    /// trip what is in flight takes if it all queues
+    /// ([`queued_rtt`](Self::queued_rtt): the end of startup doubles the RTT
+    /// faster than srtt follows).
+    pub(crate) fn rto_floor(&self, srtt: u32, interval: u32) -> u32 {
+        if srtt == 0 {
+            INITIAL_RTO
+        } else {
+            (srtt + srtt / 2).max(self.queued_rtt()) + 2 * interval
+        }
     }
 
     /// A new segment enters the window at `now`: one pacing token, one more in flight.
@@ -712,8 +695,8 @@ impl Model {
         self.probe_rtt_until = None;
     }
 
-    pub(crate) fn stats(&self) -> ModelStats {
-        ModelStats {
+    pub(crate) fn stats(&self) -> BbrStats {
+        BbrStats {
             bandwidth: self.bw.get() * 1000.0,
             min_rtt: self.min_rtt.unwrap_or(0),
             pacing_rate: self.pacing_rate() * 1000.0,
@@ -734,7 +717,7 @@ mod tests {
     use super::*;
 
     /// Sends `n` segments at `now`, returning their stamps.
-    fn send(m: &mut Model, now: u32, n: usize) -> Vec<TxStamp> {
+    fn send(m: &mut Bbr, now: u32, n: usize) -> Vec<TxStamp> {
         (0..n)
             .map(|_| {
                 m.on_admit(now);
@@ -747,7 +730,7 @@ mod tests {
 
     #[test]
     fn startup_doubles_its_window_per_round_through_loss_until_a_queue_shows() {
-        let mut m = Model::new(10);
+        let mut m = Bbr::new(10);
         assert_eq!(m.cwnd(), INITIAL_CWND);
         // One round trip of 100 ms: 29 of the 32 delivered, 3 found lost
         // (9%) and resent. Every segment sent counts, so the window doubles.
@@ -781,7 +764,7 @@ mod tests {
 
     #[test]
     fn a_batch_of_late_acks_does_not_overstate_the_rate() {
-        let mut m = Model::new(10);
+        let mut m = Bbr::new(10);
         // 100 ms round trip at 1 segment per ms.
         for s in send(&mut m, 0, 100) {
             m.on_delivered(&s, 100, Some(100), true);
@@ -806,7 +789,7 @@ mod tests {
 
     #[test]
     fn a_late_wake_up_is_owed_its_tokens_only_while_the_pacer_held_data() {
-        let mut m = Model::new(10);
+        let mut m = Bbr::new(10);
         // One round trip of 320 ms at 1 segment per ms.
         for s in send(&mut m, 0, 320) {
             m.on_delivered(&s, 320, Some(320), true);
@@ -837,7 +820,7 @@ mod tests {
 
     #[test]
     fn drain_ends_when_the_queue_is_gone_not_at_the_round_end() {
-        let mut m = Model::new(10);
+        let mut m = Bbr::new(10);
         // One round trip of 100 ms at 1 segment per ms: bandwidth 1/ms,
         // BDP 100 segments.
         for s in send(&mut m, 0, 100) {
