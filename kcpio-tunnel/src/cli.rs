@@ -1,15 +1,72 @@
 //! The command line: clap's definitions of kcptun's flags, and Go's
 //! single-dash long flags turned into clap's.
 
-use clap::{Args, Parser, Subcommand};
+use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 
 /// kcptun-compatible tunnel over kcpio.
 #[derive(Parser, Debug)]
-#[command(name = "tunnel", version, about)]
+#[command(
+    name = "kcpio-tunnel",
+    bin_name = "kcpio-tunnel",
+    version,
+    about,
+    disable_version_flag = true,
+    propagate_version = true
+)]
 pub(crate) struct Cli {
+    /// Print the version (kcptun's -v; -V too)
+    #[arg(short = 'v', short_alias = 'V', long, action = ArgAction::Version, global = true)]
+    version: Option<bool>,
     /// Which end of the tunnel to run.
     #[command(subcommand)]
     pub(crate) cmd: Cmd,
+}
+
+/// kcptun's `--mode` profiles.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Mode {
+    /// nodelay 0, interval 40, resend 2, nc 1
+    Normal,
+    /// nodelay 0, interval 30, resend 2, nc 1
+    Fast,
+    /// nodelay 1, interval 20, resend 2, nc 1
+    Fast2,
+    /// nodelay 1, interval 10, resend 2, nc 1
+    Fast3,
+    /// --nodelay, --interval, --resend and --nc as given
+    Manual,
+}
+
+impl std::fmt::Display for Mode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let name = self.to_possible_value().map(|v| v.get_name().to_owned());
+        f.write_str(name.as_deref().unwrap_or("?"))
+    }
+}
+
+impl Mode {
+    /// kcptun's (nodelay, interval, resend, nc) for the mode; `None` for manual.
+    pub(crate) fn nodelay(self) -> Option<(u32, u32, u32, u32)> {
+        match self {
+            Self::Normal => Some((0, 40, 2, 1)),
+            Self::Fast => Some((0, 30, 2, 1)),
+            Self::Fast2 => Some((1, 20, 2, 1)),
+            Self::Fast3 => Some((1, 10, 2, 1)),
+            Self::Manual => None,
+        }
+    }
+}
+
+/// `--congestion` (kcpio only).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum CongestionArg {
+    /// the model-based controller: paces at the measured rate, ignores random loss
+    #[value(alias = "model")]
+    Bbr,
+    /// kcptun's: the window only (nc=1)
+    None,
+    /// KCP's loss-based window (nc=0)
+    Kcp,
 }
 
 /// Which end of the tunnel.
@@ -19,9 +76,12 @@ pub(crate) enum Cmd {
     Client(ClientArgs),
     /// Accept KCP sessions, dial the target for each stream.
     Server(ServerArgs),
+    /// Print the manual page (roff) to stdout.
+    #[command(hide = true)]
+    Man,
 }
 
-/// `tunnel client` flags (kcptun-client's).
+/// `kcpio-tunnel client` flags (kcptun-client's).
 #[derive(Args, Debug)]
 pub(crate) struct ClientArgs {
     /// local listen address
@@ -43,7 +103,7 @@ pub(crate) struct ClientArgs {
     pub(crate) common: Common,
 }
 
-/// `tunnel server` flags (kcptun-server's).
+/// `kcpio-tunnel server` flags (kcptun-server's).
 #[derive(Args, Debug)]
 pub(crate) struct ServerArgs {
     /// kcp server listen address
@@ -69,8 +129,8 @@ pub(crate) struct Common {
     #[arg(long, default_value = "aes")]
     pub(crate) crypt: String,
     /// profiles: fast3, fast2, fast, normal, manual
-    #[arg(long, default_value = "fast")]
-    pub(crate) mode: String,
+    #[arg(long, value_enum, default_value = "fast")]
+    pub(crate) mode: Mode,
     /// set maximum transmission unit for UDP packets
     #[arg(long, default_value_t = 1350)]
     pub(crate) mtu: usize,
@@ -145,9 +205,9 @@ pub(crate) struct Common {
     /// config from json file, which will override the command from shell
     #[arg(short = 'c', default_value = "")]
     pub(crate) c: String,
-    /// kcpio only: congestion controller: model (paces at the measured rate, ignores random loss), none (kcptun's: the window only, nc=1) or kcp (nc=0) [default: model; with --mode manual, --nc decides]
-    #[arg(long)]
-    pub(crate) congestion: Option<String>,
+    /// kcpio only: congestion controller (model is an alias of bbr) [default: bbr; with --mode manual, --nc decides]
+    #[arg(long, value_enum)]
+    pub(crate) congestion: Option<CongestionArg>,
     /// kcpio only: windows grow from --sndwnd/--rcvwnd up to this many segments as the path needs, at most about 2 x maxwnd x mtu bytes each way per session; 0 keeps them fixed, as kcptun [default: 16384 with the model controller, else 0]
     #[arg(long)]
     pub(crate) maxwnd: Option<u16>,
@@ -167,4 +227,14 @@ pub(crate) fn go_style(args: impl IntoIterator<Item = String>) -> Vec<String> {
             a
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory as _;
+
+    #[test]
+    fn clap_definition_is_consistent() {
+        super::Cli::command().debug_assert();
+    }
 }

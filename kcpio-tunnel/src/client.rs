@@ -2,7 +2,6 @@
 //! `--conn` pooled sessions.
 
 use std::io;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -11,11 +10,11 @@ use kcpio::KcpStream;
 use kcpio::mux::Mux;
 use tokio::net::TcpListener;
 
-use crate::config::Settings;
 use kcpio::mux::Snappy;
 
+use crate::config::{HostPorts, Settings};
 use crate::detect::{Io, SNAPPY_MAGIC, Tap};
-use crate::forward::forward;
+use crate::forward::{Conn, forward};
 use crate::log::{Log, log_close};
 use crate::pool::MuxPool;
 use crate::stats::{Metered, Stats};
@@ -29,14 +28,14 @@ const SILENCE_WARNING: Duration = Duration::from_secs(15);
 /// `--scavengettl` later), and how to make one.
 pub(crate) struct Pool {
     settings: Settings,
-    remote: SocketAddr,
+    remote: HostPorts,
     pool: MuxPool,
     stats: Arc<Stats>,
     log: Log,
 }
 
 impl Pool {
-    fn new(settings: Settings, remote: SocketAddr, stats: Arc<Stats>, log: Log) -> Arc<Self> {
+    fn new(settings: Settings, remote: HostPorts, stats: Arc<Stats>, log: Log) -> Arc<Self> {
         let pool = MuxPool::new(
             settings.conn,
             Some(settings.autoexpire),
@@ -65,16 +64,28 @@ impl Pool {
         }
     }
 
-    /// A new KCP session and its mux, with the mismatch watchers.
+    /// A new KCP session and its mux, with the mismatch watchers. The
+    /// remote name is resolved on every connect (a changed DNS record is
+    /// followed; a failure is retried by [`session`](Self::session)), and
+    /// a port range gives a random port per session.
     async fn connect(&self) -> io::Result<Mux> {
-        let kcp = KcpStream::connect(self.remote, &self.settings.kcp).await?;
+        let name = self.remote.pick();
+        let remote = tokio::net::lookup_host(&name)
+            .await
+            .map_err(|e| io::Error::new(e.kind(), format!("--remoteaddr {name}: {e}")))?
+            .next()
+            .ok_or_else(|| io::Error::other(format!("--remoteaddr {name}: no address")))?;
+        let kcp = KcpStream::connect(remote, &self.settings.kcp).await?;
+        let local = kcp.local_addr()?;
         self.log.line(format!(
-            "smux version: {}, on connection: {} -> {}",
+            "smux version: {}, on connection: {local} -> {remote}",
             self.settings.version.as_u8(),
-            kcp.local_addr()?,
-            self.remote
         ));
-        let metered = Metered::new(kcp, Arc::clone(&self.stats));
+        let mut metered = Metered::new(kcp, Arc::clone(&self.stats));
+        // One line when the session ends (the server went away, expiry),
+        // not one per stream it carried.
+        let log = self.log.clone();
+        metered.on_drop(move || log.line(format!("session {local} -> {remote} ended")));
         let heard = Arc::clone(&metered.heard);
         let ours = self.settings.version.as_u8();
         let log = self.log.clone();
@@ -136,14 +147,17 @@ impl Pool {
     }
 }
 
+/// Accepts TCP connections, each carried as a stream of a pooled session.
 pub(crate) async fn run_client(
     tcp: TcpListener,
     settings: Settings,
-    remote: SocketAddr,
     stats: Arc<Stats>,
     log: Log,
 ) -> io::Result<()> {
     let closewait = settings.closewait;
+    let remote = HostPorts::parse(&settings.peer)
+        .map_err(|e| io::Error::other(format!("--remoteaddr {}: {e}", settings.peer)))?;
+    let peer = settings.peer.clone();
     let pool = Pool::new(settings, remote, Arc::clone(&stats), log.clone());
     tokio::spawn(Arc::clone(&pool).scavenge());
     loop {
@@ -151,6 +165,7 @@ pub(crate) async fn run_client(
         let pool = Arc::clone(&pool);
         let stats = Arc::clone(&stats);
         let log = log.clone();
+        let remote = peer.clone();
         tokio::spawn(async move {
             // A session that died since it was handed out: one more try.
             let mut stream = None;
@@ -160,7 +175,7 @@ pub(crate) async fn run_client(
                         stream = Some(s);
                         break;
                     }
-                    Err(e) => log.line(format!("open stream: {e}")),
+                    Err(e) => log.stream(format!("open stream: {e}")),
                 }
             }
             let Some(stream) = stream else { return };
@@ -168,9 +183,9 @@ pub(crate) async fn run_client(
             stats.streams_opened.fetch_add(1, Ordering::Relaxed);
             stats.streams_open.fetch_add(1, Ordering::Relaxed);
             log.stream(format!("stream opened in: {from} out: {remote}({sid})"));
-            let r = forward(conn, stream, closewait, &stats).await;
+            let r = forward(Conn::Tcp(conn), stream, closewait, &stats).await;
             stats.streams_open.fetch_sub(1, Ordering::Relaxed);
-            log_close(&log, from, remote.to_string(), sid, r);
+            log_close(&log, from, remote, sid, r);
         });
     }
 }

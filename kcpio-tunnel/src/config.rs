@@ -3,12 +3,12 @@
 
 use std::time::Duration;
 
-use clap::Parser;
+use clap::{Parser, ValueEnum};
 use kcpio::mux::{MuxConfig, Version};
 use kcpio::{Config, Congestion, Key, Method, Preset};
 use serde::Deserialize;
 
-use crate::cli::{Cli, Cmd, go_style};
+use crate::cli::{Cli, Cmd, CongestionArg, Mode, go_style};
 
 /// `--maxwnd` with the model-based controller: windows that start at kcptun's
 /// and grow to 16384 segments hold two bandwidth-delay products of a
@@ -19,8 +19,12 @@ use crate::cli::{Cli, Cmd, go_style};
 const DEFAULT_MAXWND: u16 = 16384;
 
 /// The `-c` file: kcptun's keys, each overriding its flag.
+///
+/// A key it does not know (a newer kcptun's `QPP`, a typo) is refused with
+/// its name, as an unknown flag is: silently ignoring it would run a tunnel
+/// the operator did not configure.
 #[derive(Deserialize, Default, Debug)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 struct JsonConfig {
     localaddr: Option<String>,
     remoteaddr: Option<String>,
@@ -94,7 +98,8 @@ pub struct Settings {
     pub quiet: bool,
     /// The log file (`--log`; empty: stderr).
     pub log: String,
-    /// How often the stats line is logged (`--snmpperiod`).
+    /// How often the stats line is logged when something changed
+    /// (`--snmpperiod`; zero: never, `SIGUSR1` still does).
     pub stats_period: Duration,
     /// The KCP session configuration the flags resolve to.
     pub kcp: Config,
@@ -115,8 +120,18 @@ macro_rules! over {
 }
 
 /// Parses a command line (program name first) into [`Settings`].
+///
+/// # Errors
+///
+/// A usage error, naming the flag (or the `-c` file's key) at fault; also
+/// `--help` and `--version`, whose text is the error's.
 pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Settings, String> {
     let cli = Cli::try_parse_from(go_style(args)).map_err(|e| e.to_string())?;
+    resolve(cli)
+}
+
+/// Resolves parsed flags, the `-c` file and the mode into [`Settings`].
+pub(crate) fn resolve(cli: Cli) -> Result<Settings, String> {
     let mut pprof = false;
     let (role, mut listen, mut peer, mut conn, mut autoexpire, mut scavengettl, mut c) =
         match cli.cmd {
@@ -133,6 +148,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Settings, String>
                 pprof = a.pprof.unwrap_or(false);
                 (Role::Server, a.listen, a.target, 1, 0, 600, a.common)
             }
+            Cmd::Man => return Err("man: not a tunnel end".to_owned()),
         };
     let (mut sndwnd, mut rcvwnd) = match role {
         Role::Client => (c.sndwnd.unwrap_or(128), c.rcvwnd.unwrap_or(512)),
@@ -152,6 +168,10 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Settings, String>
         let text = std::fs::read_to_string(&c.c).map_err(|e| format!("-c {}: {e}", c.c))?;
         let mut j: JsonConfig =
             serde_json::from_str(&text).map_err(|e| format!("-c {}: {e}", c.c))?;
+        if let Some(m) = j.mode.take() {
+            c.mode = Mode::from_str(&m, false)
+                .map_err(|_| format!("-c {}: \"mode\": {}", c.c, unknown_mode(&m)))?;
+        }
         match role {
             Role::Client => {
                 over!(j, localaddr => listen, remoteaddr => peer);
@@ -161,7 +181,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Settings, String>
             }
         }
         over!(j,
-            key => c.key, crypt => c.crypt, mode => c.mode, conn => conn,
+            key => c.key, crypt => c.crypt, conn => conn,
             autoexpire => autoexpire, scavengettl => scavengettl, mtu => c.mtu,
             sndwnd => sndwnd, rcvwnd => rcvwnd, datashard => c.datashard,
             parityshard => c.parityshard, dscp => c.dscp, nocomp => nocomp,
@@ -196,33 +216,49 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Settings, String>
         2 => Version::V2,
         v => return Err(format!("--smuxver: unsupported version {v} (1 or 2)")),
     };
+    match role {
+        Role::Client => {
+            let l = HostPorts::parse(&listen).map_err(|e| format!("--localaddr {listen}: {e}"))?;
+            if l.min != l.max {
+                return Err(format!(
+                    "--localaddr {listen}: a TCP listener takes one port"
+                ));
+            }
+            HostPorts::parse(&peer).map_err(|e| format!("--remoteaddr {peer}: {e}"))?;
+        }
+        Role::Server => {
+            HostPorts::parse(&listen).map_err(|e| format!("--listen {listen}: {e}"))?;
+        }
+    }
     if conn == 0 {
         return Err("--conn: must be at least 1".to_owned());
     }
-    let preset = match c.mode.as_str() {
-        "normal" => Some(Preset::Normal),
-        "fast" => Some(Preset::Fast),
-        "fast2" => Some(Preset::Fast2),
-        "fast3" => Some(Preset::Fast3),
-        _ => None,
+    let preset = match c.mode {
+        Mode::Normal => Some(Preset::Normal),
+        Mode::Fast => Some(Preset::Fast),
+        Mode::Fast2 => Some(Preset::Fast2),
+        Mode::Fast3 => Some(Preset::Fast3),
+        Mode::Manual => None,
     };
+    let (nodelay, interval, resend, nc) = c
+        .mode
+        .nodelay()
+        .unwrap_or((c.nodelay, c.interval, c.resend, c.nc));
     let mut b = Config::builder();
     b = match preset {
         Some(p) => b.preset(p),
-        // kcptun's `manual` (and any other name): the hidden flags.
+        // kcptun's `manual`: the hidden flags.
         None => b
             .preset(Preset::Default)
-            .nodelay(c.nodelay != 0, c.interval, c.resend, c.nc != 0),
+            .nodelay(nodelay != 0, interval, resend, nc != 0),
     };
     // The model-based controller by default: kcptun's modes (nc=1, fixed
     // windows) fill a short path's queue and leave a long lossy path mostly
     // idle (docs/FIELD.md). `--mode manual` keeps kcptun's `--nc`.
-    let congestion = match (&c.congestion, preset) {
-        (Some(name), _) => Some(
-            Congestion::from_name(name)
-                .ok_or_else(|| format!("--congestion: want model, none or kcp; got '{name}'"))?,
-        ),
-        (None, Some(_)) => Some(Congestion::Model),
+    let congestion = match (c.congestion, preset) {
+        (Some(CongestionArg::Bbr), _) | (None, Some(_)) => Some(Congestion::Model),
+        (Some(CongestionArg::None), _) => Some(Congestion::None),
+        (Some(CongestionArg::Kcp), _) => Some(Congestion::Kcp),
         (None, None) => None,
     };
     if let Some(cc) = congestion {
@@ -245,7 +281,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Settings, String>
         .rate_limit(c.ratelimit)
         .socket_buffers(c.sockbuf, c.sockbuf)
         .build()
-        .map_err(|e| format!("KCP settings: {e}"))?;
+        .map_err(|e| format!("{}: {e}", kcp_flag(&e.to_string())))?;
     let mux_config = |version| {
         MuxConfig::builder()
             .version(version)
@@ -254,29 +290,45 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Settings, String>
             .receive_buffer(c.smuxbuf)
             .stream_window(c.streambuf)
             .build()
-            .map_err(|e| format!("smux settings: {e}"))
+            .map_err(|e| format!("{}: {e}", mux_flag(&e.to_string())))
     };
     let mux = mux_config(version)?;
     let mux_other = mux_config(match version {
         Version::V1 => Version::V2,
         Version::V2 => Version::V1,
     })?;
+    let (local_name, peer_name) = match role {
+        Role::Client => ("localaddr", "remoteaddr"),
+        Role::Server => ("listen", "target"),
+    };
+    let congestion_name = match congestion {
+        Some(Congestion::Model) => "bbr",
+        Some(Congestion::None) => "none",
+        Some(Congestion::Kcp) => "kcp",
+        _ => "mode's nc",
+    };
     let summary = format!(
-        "encryption: {} ({}), mode: {}, mtu: {}, sndwnd: {sndwnd}, rcvwnd: {rcvwnd}, \
-         datashard: {}, parityshard: {}, compression: {}, smuxver: {}, framesize: {}, conn: {conn}, \
-         congestion: {}, maxwnd: {maxwnd}",
+        "{local_name}: {}, {peer_name}: {peer}, encryption: {} ({}), mode: {}, \
+         nodelay: {nodelay}, interval: {interval}, resend: {resend}, nc: {nc}, \
+         mtu: {}, sndwnd: {sndwnd}, rcvwnd: {rcvwnd}, datashard: {}, parityshard: {}, \
+         keepalive: {}, sockbuf: {}, dscp: {}, acknodelay: {acknodelay}, compression: {}, \
+         smuxver: {}, smuxbuf: {}, streambuf: {}, framesize: {}, conn: {conn}, \
+         congestion: {congestion_name}, maxwnd: {maxwnd}",
+        go_addr(&listen),
         c.crypt,
         method.name(),
         c.mode,
         c.mtu,
         c.datashard,
         c.parityshard,
+        c.keepalive,
+        c.sockbuf,
+        c.dscp,
         !nocomp,
         c.smuxver,
+        c.smuxbuf,
+        c.streambuf,
         c.framesize,
-        c.congestion
-            .as_deref()
-            .unwrap_or(if model { "model" } else { "mode's nc" }),
     );
     Ok(Settings {
         role,
@@ -290,7 +342,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Settings, String>
         version,
         quiet,
         log: c.log,
-        stats_period: Duration::from_secs(c.snmpperiod.max(1)),
+        stats_period: Duration::from_secs(c.snmpperiod),
         kcp,
         mux,
         mux_other,
@@ -305,5 +357,95 @@ fn go_addr(addr: &str) -> String {
         format!("0.0.0.0{addr}")
     } else {
         addr.to_owned()
+    }
+}
+
+/// The flag a KCP configuration error is about.
+fn kcp_flag(e: &str) -> &'static str {
+    let e = e.to_ascii_lowercase();
+    [
+        ("mtu", "--mtu"),
+        ("fec", "--datashard/--parityshard"),
+        ("shard", "--datashard/--parityshard"),
+        ("key", "--key"),
+        ("window(send)", "--sndwnd"),
+        ("window(recv)", "--rcvwnd"),
+        ("max_window", "--maxwnd"),
+        ("window", "--sndwnd/--rcvwnd/--maxwnd"),
+        ("interval", "--interval"),
+        ("resend", "--resend"),
+        ("dscp", "--dscp"),
+        ("rate", "--ratelimit"),
+        ("buffer", "--sockbuf"),
+    ]
+    .iter()
+    .find(|(k, _)| e.contains(k))
+    .map_or("--mode/--nodelay/--interval/--resend/--nc", |(_, f)| f)
+}
+
+/// The flag an smux configuration error is about.
+fn mux_flag(e: &str) -> &'static str {
+    [
+        ("keepalive", "--keepalive"),
+        ("frame", "--framesize"),
+        ("stream window", "--streambuf"),
+        ("receive buffer", "--smuxbuf"),
+    ]
+    .iter()
+    .find(|(k, _)| e.contains(k))
+    .map_or("--smuxbuf/--streambuf/--framesize/--keepalive", |(_, f)| f)
+}
+
+/// The error for a `mode` that is none of kcptun's.
+fn unknown_mode(m: &str) -> String {
+    format!("unknown mode '{m}': want normal, fast, fast2, fast3 or manual")
+}
+
+/// A `host:port`, or kcptun's multi-port `host:min-max`: a server listens
+/// on every port of the range, a client dials a random one per session.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct HostPorts {
+    /// The host (`0.0.0.0` for Go's empty host).
+    pub(crate) host: String,
+    /// The first port.
+    pub(crate) min: u16,
+    /// The last port (`min` for a single port).
+    pub(crate) max: u16,
+}
+
+impl HostPorts {
+    /// Parses `host:port` or `host:min-max` (`:port` means every address).
+    pub(crate) fn parse(addr: &str) -> Result<Self, String> {
+        let (host, ports) = addr
+            .rsplit_once(':')
+            .ok_or_else(|| "want host:port or host:min-max".to_owned())?;
+        let port = |p: &str| {
+            p.parse::<u16>()
+                .map_err(|_| format!("'{p}' is not a port (0-65535)"))
+        };
+        let (min, max) = match ports.split_once('-') {
+            Some((a, b)) => (port(a)?, port(b)?),
+            None => (port(ports)?, port(ports)?),
+        };
+        if min > max {
+            return Err(format!("port range {min}-{max} is empty"));
+        }
+        let host = if host.is_empty() { "0.0.0.0" } else { host };
+        Ok(Self {
+            host: host.to_owned(),
+            min,
+            max,
+        })
+    }
+
+    /// Every `host:port` of the range.
+    pub(crate) fn each(&self) -> impl Iterator<Item = String> + '_ {
+        (self.min..=self.max).map(|p| format!("{}:{p}", self.host))
+    }
+
+    /// One `host:port` of the range, at random.
+    pub(crate) fn pick(&self) -> String {
+        let port = rand::random_range(self.min..=self.max);
+        format!("{}:{port}", self.host)
     }
 }

@@ -20,13 +20,60 @@ const COPY_BUF: usize = 64 * 1024;
 /// FIN); the other direction then runs until it ends, or for at most
 /// `closewait` when that is set. An error in either ends both.
 pub(crate) async fn forward(
-    tcp: TcpStream,
+    conn: Conn,
     stream: MuxStream,
     closewait: Duration,
     stats: &Stats,
 ) -> io::Result<(u64, u64)> {
-    let _ = tcp.set_nodelay(true);
-    let (tr, tw) = tcp.into_split();
+    match conn {
+        Conn::Tcp(tcp) => {
+            let _ = tcp.set_nodelay(true);
+            let (r, w) = tcp.into_split();
+            halves(r, w, stream, closewait, stats).await
+        }
+        #[cfg(unix)]
+        Conn::Unix(unix) => {
+            let (r, w) = unix.into_split();
+            halves(r, w, stream, closewait, stats).await
+        }
+    }
+}
+
+/// A connection at the near end of a stream: TCP, or a Unix socket (a
+/// server's `-t /path`).
+pub(crate) enum Conn {
+    /// A TCP connection.
+    Tcp(TcpStream),
+    /// A Unix stream socket.
+    #[cfg(unix)]
+    Unix(tokio::net::UnixStream),
+}
+
+/// Whether a server target names a Unix socket: anything that is not
+/// `host:port`, as kcptun decides.
+pub(crate) fn is_unix_path(target: &str) -> bool {
+    target
+        .rsplit_once(':')
+        .is_none_or(|(_, port)| port.parse::<u16>().is_err())
+}
+
+/// Dials a server target: `host:port` over TCP, else a Unix socket path.
+pub(crate) async fn dial(target: &str) -> io::Result<Conn> {
+    #[cfg(unix)]
+    if is_unix_path(target) {
+        return Ok(Conn::Unix(tokio::net::UnixStream::connect(target).await?));
+    }
+    Ok(Conn::Tcp(TcpStream::connect(target).await?))
+}
+
+/// [`forward`] over a connection's two halves.
+async fn halves(
+    tr: impl AsyncRead + Unpin,
+    tw: impl AsyncWrite + Unpin,
+    stream: MuxStream,
+    closewait: Duration,
+    stats: &Stats,
+) -> io::Result<(u64, u64)> {
     let (sr, sw) = stream.into_split();
     let up = pipe(tr, sw, &stats.tcp_in);
     let down = pipe(sr, tw, &stats.tcp_out);

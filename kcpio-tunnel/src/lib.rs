@@ -47,6 +47,7 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use clap::{CommandFactory as _, Parser as _};
 use kcpio::KcpListener;
 use tokio::net::TcpListener;
 
@@ -60,6 +61,7 @@ mod pool;
 mod server;
 mod stats;
 
+use config::HostPorts;
 pub use config::{Role, Settings, parse};
 pub use log::Log;
 use stats::{Stats, report_stats};
@@ -67,80 +69,175 @@ use stats::{Stats, report_stats};
 /// A bound tunnel end, ready to [`run`](Bound::run).
 pub enum Bound {
     /// The client's TCP listener.
-    Client(TcpListener, Settings, SocketAddr),
-    /// The server's KCP listener.
-    Server(KcpListener, Settings),
+    Client(TcpListener, Settings),
+    /// The server's KCP listeners: one per port of `-l`'s range.
+    Server(Vec<KcpListener>, Settings),
 }
 
 impl Bound {
-    /// Binds the listener `settings` names.
+    /// Binds the listener(s) `settings` names. The client does not resolve
+    /// `-r` here: each session resolves it when it connects.
+    ///
+    /// # Errors
+    ///
+    /// The address is malformed or cannot be bound.
     pub async fn bind(settings: Settings) -> io::Result<Self> {
         match settings.role {
             Role::Client => {
-                let remote = tokio::net::lookup_host(&settings.peer)
-                    .await?
-                    .next()
-                    .ok_or_else(|| io::Error::other("--remoteaddr resolves to no address"))?;
-                let tcp = TcpListener::bind(&settings.listen).await?;
-                Ok(Self::Client(tcp, settings, remote))
+                let tcp = TcpListener::bind(&settings.listen)
+                    .await
+                    .map_err(|e| flag_error("--localaddr", &settings.listen, e))?;
+                Ok(Self::Client(tcp, settings))
             }
             Role::Server => {
-                let kcp = KcpListener::bind(&settings.listen, &settings.kcp).await?;
-                Ok(Self::Server(kcp, settings))
+                let range = HostPorts::parse(&settings.listen).map_err(|e| {
+                    io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!("--listen {}: {e}", settings.listen),
+                    )
+                })?;
+                let mut listeners = Vec::new();
+                for addr in range.each() {
+                    let l = KcpListener::bind(&addr, &settings.kcp)
+                        .await
+                        .map_err(|e| flag_error("--listen", &addr, e))?;
+                    listeners.push(l);
+                }
+                Ok(Self::Server(listeners, settings))
             }
         }
     }
 
-    /// The TCP (client) or UDP (server) address it listens on.
+    /// The TCP (client) or UDP (server; the range's first port) address it
+    /// listens on.
+    ///
+    /// # Errors
+    ///
+    /// The socket's address cannot be read.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         match self {
-            Self::Client(l, ..) => l.local_addr(),
-            Self::Server(l, _) => l.local_addr(),
+            Self::Client(l, _) => l.local_addr(),
+            Self::Server(ls, _) => ls
+                .first()
+                .ok_or_else(|| io::Error::other("no listener"))?
+                .local_addr(),
         }
     }
 
     /// Serves until accepting fails.
+    ///
+    /// # Errors
+    ///
+    /// Accepting a connection or session failed.
     pub async fn run(self, log: Log) -> io::Result<()> {
         let stats = Arc::new(Stats::default());
-        let (settings, listen) = match &self {
-            Self::Client(_, s, _) | Self::Server(_, s) => (s.clone(), self.local_addr()?),
+        let settings = match &self {
+            Self::Client(_, s) | Self::Server(_, s) => s.clone(),
+        };
+        let listening = match &self {
+            Self::Client(l, _) => l.local_addr()?.to_string(),
+            Self::Server(ls, _) => ls
+                .iter()
+                .map(|l| l.local_addr().map(|a| a.to_string()))
+                .collect::<io::Result<Vec<_>>>()?
+                .join(" "),
         };
         for w in &settings.warnings {
             log.line(format!("warning: {w}"));
         }
-        log.line(format!("version: kcpio {}", env!("CARGO_PKG_VERSION")));
-        log.line(format!("listening on: {listen}"));
-        log.line(settings.summary.as_str());
-        tokio::spawn(report_stats(
-            Arc::clone(&stats),
-            log.clone(),
-            settings.stats_period,
+        log.line(format!(
+            "version: kcpio-tunnel {}",
+            env!("CARGO_PKG_VERSION")
         ));
+        log.line(format!("listening on: {listening}"));
+        log.line(settings.summary.as_str());
         match self {
-            Self::Client(tcp, settings, remote) => {
-                client::run_client(tcp, settings, remote, stats, log).await
+            Self::Client(tcp, settings) => {
+                tokio::spawn(report_stats(
+                    Arc::clone(&stats),
+                    log.clone(),
+                    settings.stats_period,
+                ));
+                client::run_client(tcp, settings, stats, log).await
             }
-            Self::Server(kcp, settings) => server::run_server(kcp, settings, stats, log).await,
+            Self::Server(listeners, settings) => {
+                let listeners = Arc::new(listeners);
+                stats.watch_listeners(Arc::clone(&listeners));
+                tokio::spawn(report_stats(
+                    Arc::clone(&stats),
+                    log.clone(),
+                    settings.stats_period,
+                ));
+                server::run_server(listeners, settings, stats, log).await
+            }
         }
     }
 }
 
-/// Runs the command line in `args` (the program name first) to the end.
+/// An I/O error that names the flag and value it is about.
+fn flag_error(flag: &str, value: &str, e: io::Error) -> io::Error {
+    io::Error::new(e.kind(), format!("{flag} {value}: {e}"))
+}
+
+/// The manual page (roff), generated from the command-line definition:
+/// the command, then the client's and the server's options.
+///
+/// # Errors
+///
+/// Writing the page failed (never, into memory).
+pub fn man_page() -> io::Result<Vec<u8>> {
+    let cmd = cli::Cli::command();
+    let mut out = Vec::new();
+    clap_mangen::Man::new(cmd.clone()).render(&mut out)?;
+    for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+        let mut page = Vec::new();
+        clap_mangen::Man::new(sub.clone()).render_options_section(&mut page)?;
+        let page = String::from_utf8_lossy(&page).replacen(
+            ".SH OPTIONS",
+            &format!(".SH \"{} OPTIONS\"", sub.get_name().to_uppercase()),
+            1,
+        );
+        out.extend_from_slice(page.as_bytes());
+    }
+    Ok(out)
+}
+
+/// Runs the command line in `args` (the program name first) to the end:
+/// the process's exit code (2 for a usage error, as kcptun's flag parser).
 pub async fn run(args: impl IntoIterator<Item = String>) -> ExitCode {
-    let settings = match parse(args) {
+    let parsed = match cli::Cli::try_parse_from(cli::go_style(args)) {
+        Ok(c) => c,
+        Err(e) => {
+            // --help and --version go to stdout and exit 0; usage errors
+            // go to stderr and exit 2.
+            let _ = e.print();
+            return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
+        }
+    };
+    if matches!(parsed.cmd, cli::Cmd::Man) {
+        return match man_page().and_then(|p| io::Write::write_all(&mut io::stdout(), &p)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("kcpio-tunnel: man: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    let settings = match config::resolve(parsed) {
         Ok(s) => s,
         Err(e) => {
-            eprint!("{e}");
+            eprintln!("kcpio-tunnel: {}", e.trim_end());
             return ExitCode::from(2);
         }
     };
     let log = match Log::open(&settings.log, settings.quiet) {
         Ok(l) => l,
         Err(e) => {
-            eprintln!("tunnel: --log {}: {e}", settings.log);
-            return ExitCode::FAILURE;
+            eprintln!("kcpio-tunnel: --log {}: {e}", settings.log);
+            return ExitCode::from(2);
         }
     };
+    log.install();
     let r = async {
         let bound = Bound::bind(settings).await?;
         bound.run(log.clone()).await
@@ -149,7 +246,7 @@ pub async fn run(args: impl IntoIterator<Item = String>) -> ExitCode {
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            log.line(format!("tunnel: {e}"));
+            log.line(format!("kcpio-tunnel: {e}"));
             ExitCode::FAILURE
         }
     }

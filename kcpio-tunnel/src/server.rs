@@ -7,26 +7,52 @@ use std::time::Duration;
 
 use kcpio::KcpListener;
 use kcpio::mux::Mux;
-use tokio::net::TcpStream;
 
 use crate::config::Settings;
 use crate::detect::detect;
-use crate::forward::forward;
+use crate::forward::{dial, forward};
 use crate::log::{Log, log_close};
 use crate::stats::{Metered, Stats};
 
 /// How long a new server session may stay silent before it is dropped.
 const FIRST_BYTES_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// Serves the sessions of every listener (one per port of `-l`'s range)
+/// until one fails to accept.
 pub(crate) async fn run_server(
-    kcp: KcpListener,
+    listeners: Arc<Vec<KcpListener>>,
     settings: Settings,
     stats: Arc<Stats>,
     log: Log,
 ) -> io::Result<()> {
     let settings = Arc::new(settings);
+    let mut set = tokio::task::JoinSet::new();
+    for i in 0..listeners.len() {
+        set.spawn(accept_loop(
+            Arc::clone(&listeners),
+            i,
+            Arc::clone(&settings),
+            Arc::clone(&stats),
+            log.clone(),
+        ));
+    }
+    match set.join_next().await {
+        Some(Ok(r)) => r,
+        Some(Err(e)) => Err(io::Error::other(e)),
+        None => Ok(()),
+    }
+}
+
+/// Accepts the sessions of listener `i`, serving each in a task.
+async fn accept_loop(
+    listeners: Arc<Vec<KcpListener>>,
+    i: usize,
+    settings: Arc<Settings>,
+    stats: Arc<Stats>,
+    log: Log,
+) -> io::Result<()> {
     loop {
-        let (session, from) = kcp.accept().await?;
+        let (session, from) = listeners[i].accept().await?;
         let settings = Arc::clone(&settings);
         let stats = Arc::clone(&stats);
         let log = log.clone();
@@ -61,7 +87,7 @@ pub(crate) async fn run_server(
                 let log = log.clone();
                 tokio::spawn(async move {
                     let sid = stream.id();
-                    let target = match TcpStream::connect(&settings.peer).await {
+                    let target = match dial(&settings.peer).await {
                         Ok(t) => t,
                         Err(e) => {
                             // Dropping the stream sends its FIN, as kcptun does.

@@ -4,11 +4,11 @@
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use kcpio::{KcpStream, StatsHandle};
+use kcpio::{KcpListener, KcpStream, StatsHandle};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
 
@@ -30,9 +30,38 @@ pub(crate) struct Stats {
     pub(crate) kcp_out: AtomicU64,
     /// The live KCP sessions' stats, read when a line is printed.
     kcp: Mutex<Vec<StatsHandle>>,
+    /// The server's listeners (one per port), for their drop counters.
+    listeners: OnceLock<Arc<Vec<KcpListener>>>,
 }
 
 impl Stats {
+    /// What an operator would call activity: sessions, streams, TCP bytes
+    /// and rejected datagrams (keepalives alone do not count).
+    fn activity(&self) -> [u64; 7] {
+        [
+            self.sessions_opened.load(Ordering::Relaxed),
+            self.sessions_open.load(Ordering::Relaxed) as u64,
+            self.streams_opened.load(Ordering::Relaxed),
+            self.streams_open.load(Ordering::Relaxed) as u64,
+            self.tcp_in.load(Ordering::Relaxed),
+            self.tcp_out.load(Ordering::Relaxed),
+            self.bad_crypto(),
+        ]
+    }
+
+    /// Datagrams the server's listeners could not decrypt or verify: clients
+    /// knocking with a wrong `--key` or `--crypt` (or noise).
+    fn bad_crypto(&self) -> u64 {
+        self.listeners
+            .get()
+            .map_or(0, |ls| ls.iter().map(|l| l.stats().bad_crypto).sum())
+    }
+
+    /// Lets the stats line report the server's listeners.
+    pub(crate) fn watch_listeners(&self, listeners: Arc<Vec<KcpListener>>) {
+        let _ = self.listeners.set(listeners);
+    }
+
     fn line(&self) -> String {
         let kcp = self
             .kcp
@@ -50,7 +79,7 @@ impl Stats {
         format!(
             "stats: sessions {} open / {} total, streams {} open / {} total, \
              tcp in {} B out {} B, kcp stream in {} B out {} B, \
-             udp in {dgin} pkts {bin} B out {dgout} pkts {bout} B, retransmits {rexmit}, fec recovered {fec_rec}",
+             udp in {dgin} pkts {bin} B out {dgout} pkts {bout} B, retransmits {rexmit}, fec recovered {fec_rec}{}",
             self.sessions_open.load(Ordering::Relaxed),
             self.sessions_opened.load(Ordering::Relaxed),
             self.streams_open.load(Ordering::Relaxed),
@@ -59,19 +88,39 @@ impl Stats {
             self.tcp_out.load(Ordering::Relaxed),
             self.kcp_in.load(Ordering::Relaxed),
             self.kcp_out.load(Ordering::Relaxed),
+            if self.listeners.get().is_some() {
+                format!(
+                    ", undecryptable datagrams (wrong --key/--crypt) {}",
+                    self.bad_crypto()
+                )
+            } else {
+                String::new()
+            },
         )
     }
 }
 
-/// Logs the stats every `period` and on SIGUSR1, forever.
+/// Logs the stats on SIGUSR1, and every `period` when something changed
+/// since the last line (an idle tunnel writes nothing); a zero `period`
+/// turns the periodic line off (kcptun's `--snmpperiod 0`).
 pub(crate) async fn report_stats(stats: Arc<Stats>, log: Log, period: Duration) {
     #[cfg(unix)]
     let mut usr1 =
         tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1()).ok();
-    let mut tick = tokio::time::interval_at(Instant::now() + period, period);
+    let mut tick =
+        (!period.is_zero()).then(|| tokio::time::interval_at(Instant::now() + period, period));
+    let mut last = stats.activity();
     loop {
+        let periodic = async {
+            match tick.as_mut() {
+                Some(t) => {
+                    t.tick().await;
+                }
+                None => std::future::pending().await,
+            }
+        };
         #[cfg(unix)]
-        {
+        let signalled = {
             let sig = async {
                 match usr1.as_mut() {
                     Some(s) => s.recv().await,
@@ -79,13 +128,20 @@ pub(crate) async fn report_stats(stats: Arc<Stats>, log: Log, period: Duration) 
                 }
             };
             tokio::select! {
-                _ = tick.tick() => {}
-                _ = sig => {}
+                () = periodic => false,
+                _ = sig => true,
             }
-        }
+        };
         #[cfg(not(unix))]
-        tick.tick().await;
-        log.line(stats.line());
+        let signalled = {
+            periodic.await;
+            false
+        };
+        let now = stats.activity();
+        if signalled || now != last {
+            last = now;
+            log.line(stats.line());
+        }
     }
 }
 
@@ -95,6 +151,7 @@ pub(crate) struct Metered {
     kcp: KcpStream,
     stats: Arc<Stats>,
     pub(crate) heard: Arc<AtomicBool>,
+    on_drop: Option<Box<dyn FnOnce() + Send>>,
 }
 
 impl Metered {
@@ -110,12 +167,21 @@ impl Metered {
             kcp,
             stats,
             heard: Arc::new(AtomicBool::new(false)),
+            on_drop: None,
         }
+    }
+
+    /// Runs `f` when the session is dropped (its mux ended).
+    pub(crate) fn on_drop(&mut self, f: impl FnOnce() + Send + 'static) {
+        self.on_drop = Some(Box::new(f));
     }
 }
 
 impl Drop for Metered {
     fn drop(&mut self) {
+        if let Some(f) = self.on_drop.take() {
+            f();
+        }
         self.stats.sessions_open.fetch_sub(1, Ordering::Relaxed);
         let conv = self.kcp.conv();
         self.stats
