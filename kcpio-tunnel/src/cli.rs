@@ -11,6 +11,7 @@ use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
     version,
     about,
     disable_version_flag = true,
+    disable_help_subcommand = true,
     propagate_version = true
 )]
 pub(crate) struct Cli {
@@ -87,7 +88,7 @@ pub(crate) struct ClientArgs {
     /// local listen address
     #[arg(short = 'l', long, default_value = ":12948")]
     pub(crate) localaddr: String,
-    /// kcp server address
+    /// kcp server address: host:port, or host:min-max for a random port of the range per session (resolved on each connect)
     #[arg(short = 'r', long, default_value = "vps:29900")]
     pub(crate) remoteaddr: String,
     /// set num of UDP connections to server
@@ -106,7 +107,7 @@ pub(crate) struct ClientArgs {
 /// `kcpio-tunnel server` flags (kcptun-server's).
 #[derive(Args, Debug)]
 pub(crate) struct ServerArgs {
-    /// kcp server listen address
+    /// kcp server listen address: host:port, or host:min-max to listen on every port of the range
     #[arg(short = 'l', long, default_value = ":29900")]
     pub(crate) listen: String,
     /// target server address (host:port, or a unix socket path)
@@ -190,10 +191,10 @@ pub(crate) struct Common {
     /// collect snmp to file (not supported, ignored)
     #[arg(long, default_value = "")]
     pub(crate) snmplog: String,
-    /// seconds between stats lines in the log
+    /// seconds between stats lines in the log, written only when something changed; 0 turns them off (SIGUSR1 writes one at any time)
     #[arg(long, default_value_t = 60)]
     pub(crate) snmpperiod: u64,
-    /// specify a log file to output, default goes to stderr
+    /// specify a log file to append to, default goes to stderr
     #[arg(long, default_value = "")]
     pub(crate) log: String,
     /// to suppress the 'stream open/close' messages

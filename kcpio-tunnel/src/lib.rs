@@ -1,16 +1,27 @@
-//! A kcptun-compatible TCP port forwarder: `tunnel client` and `tunnel
-//! server` talk to Debian's `kcptun-client` / `kcptun-server` (20210922) and
-//! to newer kcptun releases, with kcptun's flag names, short forms, defaults
-//! and `-c config.json` keys.
+//! `kcpio-tunnel`: a kcptun-compatible TCP port forwarder over KCP.
+//! `kcpio-tunnel client` and `kcpio-tunnel server` talk to Debian's
+//! `kcptun-client` / `kcptun-server` (20210922) and to newer kcptun
+//! releases, with kcptun's flag names, short forms, defaults and
+//! `-c config.json` keys (see `README.md` and `kcpio-tunnel(1)`).
 //!
 //! ```text
-//! cargo install --path . --example tunnel
+//! cargo install --path kcpio-tunnel
 //! # far side: KCP on :29900, each stream dials the SSH server
-//! tunnel server -l :29900 -t 127.0.0.1:22
+//! kcpio-tunnel server -l :29900 -t 127.0.0.1:22
 //! # near side: TCP on :12948, every connection is a stream of one KCP session
-//! tunnel client -l 127.0.0.1:12948 -r vps:29900
+//! kcpio-tunnel client -l 127.0.0.1:12948 -r vps:29900
 //! ssh -p 12948 127.0.0.1
 //! ```
+//!
+//! The library side is what the binary and its tests need: [`parse`] a
+//! command line into [`Settings`], [`Bound::bind`] its listeners,
+//! [`Bound::run`] them logging to a [`Log`]; [`run`] does all of it for
+//! `main`; [`man_page`] renders the manual from the same clap definition.
+//!
+//! Modules, one per concern: `cli` (clap definitions), `config` (flags, the
+//! `-c` file and the mode resolved into [`Settings`]), `client`, `server`,
+//! `detect` (the peer's smux version and snappy framing), `forward`
+//! (copying and half-close), `log`, `stats`, `pool` (the client's sessions).
 //!
 //! The wire is kcptun's: one KCP session (kcp-go framing, FEC, cipher) per
 //! pool slot, optionally snappy-framed (`--nocomp` turns it off), carrying
@@ -25,12 +36,13 @@
 //! - a TCP half-close crosses the tunnel (a FIN on the stream, then the
 //!   other direction keeps flowing). Against a kcptun peer this degrades to
 //!   kcptun's own behaviour: it closes both directions at the first FIN;
-//! - it sends with kcpio's model-based congestion controller and windows
-//!   that grow from `--sndwnd`/`--rcvwnd` to `--maxwnd` (16384) segments as
-//!   the path asks, where kcptun keeps a fixed window in flight whatever the
-//!   path carries; the peer sees no difference on the wire.
-//!   `--congestion none` is kcptun's behaviour (fixed windows unless
-//!   `--maxwnd` says otherwise), and `--mode manual` keeps kcptun's `--nc`.
+//! - it sends with kcpio's model-based congestion controller (`--congestion
+//!   bbr`, alias `model`) and windows that grow from `--sndwnd`/`--rcvwnd`
+//!   to `--maxwnd` (16384) segments as the path asks, where kcptun keeps a
+//!   fixed window in flight whatever the path carries; the peer sees no
+//!   difference on the wire. `--congestion none` is kcptun's behaviour
+//!   (fixed windows unless `--maxwnd` says otherwise), and `--mode manual`
+//!   keeps kcptun's `--nc`.
 //!
 //! Differences worth knowing: `--crypt null` is AES-256-CFB, as in the
 //! Debian release (that release has no unencrypted mode: vector E); use
@@ -38,9 +50,10 @@
 //! second direction of a connection N seconds after the first ended, 0 lets
 //! it run until it ends. The client defaults to 0; the server to 30, as newer
 //! kcptun: a kcptun client's FIN closes its whole stream, so a server that
-//! waited for ever would feed a download nobody reads. `--tcp`, `--snmplog` and `--pprof` are
-//! accepted and ignored with a warning. Stats go to the log every
-//! `--snmpperiod` seconds and on `SIGUSR1`.
+//! waited for ever would feed a download nobody reads. `--tcp`, `--snmplog`
+//! and `--pprof` are accepted and ignored with a warning; a `-c` key it does
+//! not know is refused by name. Stats go to the log every `--snmpperiod`
+//! seconds when something changed (0: never) and on `SIGUSR1`.
 
 use std::io;
 use std::net::SocketAddr;
