@@ -560,3 +560,41 @@ async fn write_then_close_target_delivers_every_byte_through_loss() {
     .await
     .expect("timed out");
 }
+
+/// `--log FILE` appends; with `--snmpperiod 0` no periodic line is
+/// written, and SIGUSR1 still writes one.
+#[cfg(unix)]
+#[tokio::test]
+async fn sigusr1_dumps_stats_into_the_appended_log() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let log = scratch("usr1.log");
+        std::fs::write(&log, "an earlier line\n").unwrap();
+        let mut child = Command::new(BIN)
+            .args(words(&format!(
+                "server -l 127.0.0.1:0 -t 127.0.0.1:9 --snmpperiod 0 --log {}",
+                log.display()
+            )))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        wait_for_log(&log, "listening on", Duration::from_secs(10)).await;
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let quiet = std::fs::read_to_string(&log).unwrap();
+        assert!(!quiet.contains("stats:"), "{quiet}");
+        let killed = Command::new("kill")
+            .args(["-USR1", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        let text = wait_for_log(&log, "stats:", Duration::from_secs(10)).await;
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(text.starts_with("an earlier line\n"), "{text}");
+        assert!(text.contains("stats:"), "no stats after SIGUSR1:\n{text}");
+        assert!(text.contains("undecryptable datagrams"), "{text}");
+        let _ = std::fs::remove_file(&log);
+    })
+    .await
+    .expect("timed out");
+}
