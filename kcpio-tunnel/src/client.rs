@@ -7,10 +7,8 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use kcpio::KcpStream;
-use kcpio::mux::Mux;
+use kcpio::mux::{Mux, Snappy};
 use tokio::net::TcpListener;
-
-use kcpio::mux::Snappy;
 
 use crate::config::{HostPorts, Settings};
 use crate::detect::{Io, SNAPPY_MAGIC, Tap};
