@@ -566,7 +566,7 @@ fn flags_and_json_like_kcptun() {
     std::fs::write(
         &dir,
         r#"{"listen": "127.0.0.1:7", "crypt": "salsa20", "nocomp": true, "smuxver": 2,
-            "mode": "fast3", "datashard": 0, "parityshard": 0, "unknown": 1}"#,
+            "mode": "fast3", "datashard": 0, "parityshard": 0}"#,
     )
     .unwrap();
     let s = p(&format!(

@@ -1,0 +1,241 @@
+//! The command line: clap's definitions of kcptun's flags, and Go's
+//! single-dash long flags turned into clap's.
+
+use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
+
+/// kcptun-compatible tunnel over kcpio.
+#[derive(Parser, Debug)]
+#[command(
+    name = "kcpio-tunnel",
+    bin_name = "kcpio-tunnel",
+    version,
+    about,
+    disable_version_flag = true,
+    disable_help_subcommand = true,
+    propagate_version = true
+)]
+pub(crate) struct Cli {
+    /// Print the version (kcptun's -v; -V too)
+    #[arg(short = 'v', short_alias = 'V', long, action = ArgAction::Version, global = true)]
+    version: Option<bool>,
+    /// Which end of the tunnel to run.
+    #[command(subcommand)]
+    pub(crate) cmd: Cmd,
+}
+
+/// kcptun's `--mode` profiles.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Mode {
+    /// nodelay 0, interval 40, resend 2, nc 1
+    Normal,
+    /// nodelay 0, interval 30, resend 2, nc 1
+    Fast,
+    /// nodelay 1, interval 20, resend 2, nc 1
+    Fast2,
+    /// nodelay 1, interval 10, resend 2, nc 1
+    Fast3,
+    /// --nodelay, --interval, --resend and --nc as given
+    Manual,
+}
+
+impl std::fmt::Display for Mode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let name = self.to_possible_value().map(|v| v.get_name().to_owned());
+        f.write_str(name.as_deref().unwrap_or("?"))
+    }
+}
+
+impl Mode {
+    /// kcptun's (nodelay, interval, resend, nc) for the mode; `None` for manual.
+    pub(crate) fn nodelay(self) -> Option<(u32, u32, u32, u32)> {
+        match self {
+            Self::Normal => Some((0, 40, 2, 1)),
+            Self::Fast => Some((0, 30, 2, 1)),
+            Self::Fast2 => Some((1, 20, 2, 1)),
+            Self::Fast3 => Some((1, 10, 2, 1)),
+            Self::Manual => None,
+        }
+    }
+}
+
+/// `--congestion` (kcpio only).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum CongestionArg {
+    /// the model-based controller: paces at the measured rate, ignores random loss
+    #[value(alias = "model")]
+    Bbr,
+    /// kcptun's: the window only (nc=1)
+    None,
+    /// KCP's loss-based window (nc=0)
+    Kcp,
+}
+
+/// Which end of the tunnel.
+#[derive(Subcommand, Debug)]
+pub(crate) enum Cmd {
+    /// Accept TCP, carry each connection as a stream to the server.
+    Client(ClientArgs),
+    /// Accept KCP sessions, dial the target for each stream.
+    Server(ServerArgs),
+    /// Print the manual page (roff) to stdout.
+    #[command(hide = true)]
+    Man,
+}
+
+/// `kcpio-tunnel client` flags (kcptun-client's).
+#[derive(Args, Debug)]
+pub(crate) struct ClientArgs {
+    /// local listen address
+    #[arg(short = 'l', long, default_value = ":12948")]
+    pub(crate) localaddr: String,
+    /// kcp server address: host:port, or host:min-max for a random port of the range per session (resolved on each connect)
+    #[arg(short = 'r', long, default_value = "vps:29900")]
+    pub(crate) remoteaddr: String,
+    /// set num of UDP connections to server
+    #[arg(long, default_value_t = 1)]
+    pub(crate) conn: usize,
+    /// set auto expiration time(in seconds) for a single UDP connection, 0 to disable
+    #[arg(long, default_value_t = 0)]
+    pub(crate) autoexpire: u64,
+    /// set how long an expired connection can live (in seconds)
+    #[arg(long, default_value_t = 600)]
+    pub(crate) scavengettl: u64,
+    #[command(flatten)]
+    pub(crate) common: Common,
+}
+
+/// `kcpio-tunnel server` flags (kcptun-server's).
+#[derive(Args, Debug)]
+pub(crate) struct ServerArgs {
+    /// kcp server listen address: host:port, or host:min-max to listen on every port of the range
+    #[arg(short = 'l', long, default_value = ":29900")]
+    pub(crate) listen: String,
+    /// target server address (host:port, or a unix socket path)
+    #[arg(short = 't', long, default_value = "127.0.0.1:12948")]
+    pub(crate) target: String,
+    /// start profiling server on :6060 (not supported, ignored)
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub(crate) pprof: Option<bool>,
+    #[command(flatten)]
+    pub(crate) common: Common,
+}
+
+/// Flags both ends take.
+#[derive(Args, Debug)]
+pub(crate) struct Common {
+    /// pre-shared secret between client and server
+    #[arg(long, env = "KCPTUN_KEY", default_value = "it's a secrect")]
+    pub(crate) key: String,
+    /// aes, aes-128, aes-192, salsa20, blowfish, twofish, cast5, 3des, tea, xtea, xor, sm4, none, null, aes-128-gcm
+    #[arg(long, default_value = "aes")]
+    pub(crate) crypt: String,
+    /// profiles: fast3, fast2, fast, normal, manual
+    #[arg(long, value_enum, default_value = "fast")]
+    pub(crate) mode: Mode,
+    /// set maximum transmission unit for UDP packets
+    #[arg(long, default_value_t = 1350)]
+    pub(crate) mtu: usize,
+    /// set send window size(num of packets) [client 128, server 1024]
+    #[arg(long)]
+    pub(crate) sndwnd: Option<u16>,
+    /// set receive window size(num of packets) [client 512, server 1024]
+    #[arg(long)]
+    pub(crate) rcvwnd: Option<u16>,
+    /// set reed-solomon erasure coding - datashard
+    #[arg(long, visible_alias = "ds", default_value_t = 10)]
+    pub(crate) datashard: usize,
+    /// set reed-solomon erasure coding - parityshard
+    #[arg(long, visible_alias = "ps", default_value_t = 3)]
+    pub(crate) parityshard: usize,
+    /// set DSCP(6bit)
+    #[arg(long, default_value_t = 0)]
+    pub(crate) dscp: u8,
+    /// disable compression
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub(crate) nocomp: Option<bool>,
+    /// flush ack immediately when a packet is received
+    #[arg(long, hide = true, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub(crate) acknodelay: Option<bool>,
+    #[arg(long, hide = true, default_value_t = 0)]
+    pub(crate) nodelay: u32,
+    #[arg(long, hide = true, default_value_t = 50)]
+    pub(crate) interval: u32,
+    #[arg(long, hide = true, default_value_t = 0)]
+    pub(crate) resend: u32,
+    #[arg(long, hide = true, default_value_t = 0)]
+    pub(crate) nc: u32,
+    /// per-socket buffer in bytes
+    #[arg(long, default_value_t = 4_194_304)]
+    pub(crate) sockbuf: usize,
+    /// specify smux version, available 1,2 (the server detects the client's)
+    #[arg(long, default_value_t = 1)]
+    pub(crate) smuxver: u8,
+    /// the overall de-mux buffer in bytes
+    #[arg(long, default_value_t = 4_194_304)]
+    pub(crate) smuxbuf: usize,
+    /// per stream receive buffer in bytes, smux v2+
+    #[arg(long, default_value_t = 2_097_152)]
+    pub(crate) streambuf: u32,
+    /// smux max frame size
+    #[arg(long, default_value_t = 32_768)]
+    pub(crate) framesize: usize,
+    /// seconds between heartbeats
+    #[arg(long, default_value_t = 10)]
+    pub(crate) keepalive: u64,
+    /// seconds the second direction of a connection may outlive the first, 0 until it ends [client 0, server 30]
+    #[arg(long)]
+    pub(crate) closewait: Option<u64>,
+    /// send rate limit per session in bytes/s, 0 to disable
+    #[arg(long, default_value_t = 0)]
+    pub(crate) ratelimit: u64,
+    /// collect snmp to file (not supported, ignored)
+    #[arg(long, default_value = "")]
+    pub(crate) snmplog: String,
+    /// seconds between stats lines in the log, written only when something changed; 0 turns them off (SIGUSR1 writes one at any time)
+    #[arg(long, default_value_t = 60)]
+    pub(crate) snmpperiod: u64,
+    /// specify a log file to append to, default goes to stderr
+    #[arg(long, default_value = "")]
+    pub(crate) log: String,
+    /// to suppress the 'stream open/close' messages
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub(crate) quiet: Option<bool>,
+    /// to emulate a TCP connection(linux) (not supported)
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub(crate) tcp: Option<bool>,
+    /// config from json file, which will override the command from shell
+    #[arg(short = 'c', default_value = "")]
+    pub(crate) c: String,
+    /// kcpio only: congestion controller (model is an alias of bbr) [default: bbr; with --mode manual, --nc decides]
+    #[arg(long, value_enum)]
+    pub(crate) congestion: Option<CongestionArg>,
+    /// kcpio only: windows grow from --sndwnd/--rcvwnd up to this many segments as the path needs, at most about 2 x maxwnd x mtu bytes each way per session; 0 keeps them fixed, as kcptun [default: 16384 with the model controller, else 0]
+    #[arg(long)]
+    pub(crate) maxwnd: Option<u16>,
+}
+
+/// Go's flag package takes `-name` for `--name`; clap wants two dashes.
+pub(crate) fn go_style(args: impl IntoIterator<Item = String>) -> Vec<String> {
+    args.into_iter()
+        .map(|a| {
+            let b = a.as_bytes();
+            if b.len() > 2 && b[0] == b'-' && b[1].is_ascii_alphabetic() && !a.starts_with("--") {
+                let name = a[1..].split('=').next().unwrap_or("");
+                if name.len() > 1 {
+                    return format!("-{a}");
+                }
+            }
+            a
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory as _;
+
+    #[test]
+    fn clap_definition_is_consistent() {
+        super::Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,189 @@
+//! The client: a TCP listener whose connections become streams of the
+//! `--conn` pooled sessions.
+
+use std::io;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use kcpio::KcpStream;
+use kcpio::mux::{Mux, Snappy};
+use tokio::net::TcpListener;
+
+use crate::config::{HostPorts, Settings};
+use crate::detect::{Io, SNAPPY_MAGIC, Tap};
+use crate::forward::{Conn, forward};
+use crate::log::{Log, log_close};
+use crate::pool::MuxPool;
+use crate::stats::{Metered, Stats};
+
+/// How long a client session may go without a byte from the server while a
+/// stream is open before the client says why it probably stalls.
+const SILENCE_WARNING: Duration = Duration::from_secs(15);
+
+/// The client's `--conn` sessions ([`MuxPool`]: created lazily, replaced
+/// when closed or expired after `--autoexpire`, expired ones closed
+/// `--scavengettl` later), and how to make one.
+pub(crate) struct Pool {
+    settings: Settings,
+    remote: HostPorts,
+    pool: MuxPool,
+    stats: Arc<Stats>,
+    log: Log,
+}
+
+impl Pool {
+    fn new(settings: Settings, remote: HostPorts, stats: Arc<Stats>, log: Log) -> Arc<Self> {
+        let pool = MuxPool::new(
+            settings.conn,
+            Some(settings.autoexpire),
+            settings.scavengettl,
+        );
+        Arc::new(Self {
+            settings,
+            remote,
+            pool,
+            stats,
+            log,
+        })
+    }
+
+    /// The next slot's session. Retries every second until a session is
+    /// up, as kcptun does.
+    async fn session(&self) -> Arc<Mux> {
+        loop {
+            match self.pool.get(|| self.connect()).await {
+                Ok(mux) => return mux,
+                Err(e) => {
+                    self.log.line(format!("re-connecting: {e}"));
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+        }
+    }
+
+    /// A new KCP session and its mux, with the mismatch watchers. The
+    /// remote name is resolved on every connect (a changed DNS record is
+    /// followed; a failure is retried by [`session`](Self::session)), and
+    /// a port range gives a random port per session.
+    async fn connect(&self) -> io::Result<Mux> {
+        let name = self.remote.pick();
+        let remote = tokio::net::lookup_host(&name)
+            .await
+            .map_err(|e| io::Error::new(e.kind(), format!("--remoteaddr {name}: {e}")))?
+            .next()
+            .ok_or_else(|| io::Error::other(format!("--remoteaddr {name}: no address")))?;
+        let kcp = KcpStream::connect(remote, &self.settings.kcp).await?;
+        let local = kcp.local_addr()?;
+        self.log.line(format!(
+            "smux version: {}, on connection: {local} -> {remote}",
+            self.settings.version.as_u8(),
+        ));
+        let mut metered = Metered::new(kcp, Arc::clone(&self.stats));
+        // One line when the session ends (the server went away, expiry),
+        // not one per stream it carried.
+        let log = self.log.clone();
+        metered.on_drop(move || log.line(format!("session {local} -> {remote} ended")));
+        let heard = Arc::clone(&metered.heard);
+        let ours = self.settings.version.as_u8();
+        let log = self.log.clone();
+        let version_check = move |b: &[u8]| {
+            if b[0] != ours && (b[0] == 1 || b[0] == 2) {
+                log.line(format!(
+                    "MISMATCH: the server speaks smux v{}, we v{ours}: run both ends with --smuxver {}",
+                    b[0], b[0]
+                ));
+            }
+        };
+        let log = self.log.clone();
+        let io: Box<dyn Io> = if self.settings.compress {
+            let raw = Tap::watched(metered, move |b: &[u8]| {
+                if b[0] != SNAPPY_MAGIC[0] {
+                    log.line(
+                        "MISMATCH: the server does not compress (it runs with --nocomp): add --nocomp here",
+                    );
+                }
+            });
+            Box::new(Tap::watched(Snappy::new(raw), version_check))
+        } else {
+            Box::new(Tap::watched(metered, move |b: &[u8]| {
+                if b[0] == SNAPPY_MAGIC[0] {
+                    log.line(
+                        "MISMATCH: the server compresses (it runs without --nocomp): remove --nocomp here",
+                    );
+                } else {
+                    version_check(b);
+                }
+            }))
+        };
+        let mux = Mux::client(io, &self.settings.mux);
+        // Silence while a stream waits is a wrong key or cipher, a server
+        // that is not running, or a kcptun server that dropped us over a
+        // smux version it did not expect.
+        let log = self.log.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(SILENCE_WARNING).await;
+            if !heard.load(Ordering::Relaxed) {
+                log.line(format!(
+                    "no reply from the server in {} s: check that it runs and that --key, --crypt, \
+                     --smuxver and --nocomp match on both ends",
+                    SILENCE_WARNING.as_secs()
+                ));
+            }
+        });
+        Ok(mux)
+    }
+
+    /// Closes expired sessions whose time has come, once a second.
+    async fn scavenge(self: Arc<Self>) {
+        loop {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            for _ in 0..self.pool.scavenge() {
+                self.log.line("scavenger: session closed due to ttl");
+            }
+        }
+    }
+}
+
+/// Accepts TCP connections, each carried as a stream of a pooled session.
+pub(crate) async fn run_client(
+    tcp: TcpListener,
+    settings: Settings,
+    stats: Arc<Stats>,
+    log: Log,
+) -> io::Result<()> {
+    let closewait = settings.closewait;
+    let remote = HostPorts::parse(&settings.peer)
+        .map_err(|e| io::Error::other(format!("--remoteaddr {}: {e}", settings.peer)))?;
+    let peer = settings.peer.clone();
+    let pool = Pool::new(settings, remote, Arc::clone(&stats), log.clone());
+    tokio::spawn(Arc::clone(&pool).scavenge());
+    loop {
+        let (conn, from) = tcp.accept().await?;
+        let pool = Arc::clone(&pool);
+        let stats = Arc::clone(&stats);
+        let log = log.clone();
+        let remote = peer.clone();
+        tokio::spawn(async move {
+            // A session that died since it was handed out: one more try.
+            let mut stream = None;
+            for _ in 0..2 {
+                match pool.session().await.open_stream().await {
+                    Ok(s) => {
+                        stream = Some(s);
+                        break;
+                    }
+                    Err(e) => log.stream(format!("open stream: {e}")),
+                }
+            }
+            let Some(stream) = stream else { return };
+            let sid = stream.id();
+            stats.streams_opened.fetch_add(1, Ordering::Relaxed);
+            stats.streams_open.fetch_add(1, Ordering::Relaxed);
+            log.stream(format!("stream opened in: {from} out: {remote}({sid})"));
+            let r = forward(Conn::Tcp(conn), stream, closewait, &stats).await;
+            stats.streams_open.fetch_sub(1, Ordering::Relaxed);
+            log_close(&log, from, remote, sid, r);
+        });
+    }
+}

@@ -1,0 +1,451 @@
+//! Resolution of the command line, the `-c` JSON file (kcptun's keys) and
+//! the mode into [`Settings`].
+
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+use kcpio::mux::{MuxConfig, Version};
+use kcpio::{Config, Congestion, Key, Method, Preset};
+use serde::Deserialize;
+
+use crate::cli::{Cli, Cmd, CongestionArg, Mode, go_style};
+
+/// `--maxwnd` with the model-based controller: windows that start at kcptun's
+/// and grow to 16384 segments hold two bandwidth-delay products of a
+/// 100 Mbit/s, 200 ms path plus what a lossy path keeps out of order: at 9%
+/// loss each way a segment lost three or four times in a row holds the
+/// window's left edge for most of a second, and on the simulator 8192
+/// segments kept the model at 76% of that path, 16384 at 93%.
+const DEFAULT_MAXWND: u16 = 16384;
+
+/// The `-c` file: kcptun's keys, each overriding its flag.
+///
+/// A key it does not know (a newer kcptun's `QPP`, a typo) is refused with
+/// its name, as an unknown flag is: silently ignoring it would run a tunnel
+/// the operator did not configure.
+#[derive(Deserialize, Default, Debug)]
+#[serde(default, deny_unknown_fields)]
+struct JsonConfig {
+    localaddr: Option<String>,
+    remoteaddr: Option<String>,
+    listen: Option<String>,
+    target: Option<String>,
+    key: Option<String>,
+    crypt: Option<String>,
+    mode: Option<String>,
+    conn: Option<usize>,
+    autoexpire: Option<u64>,
+    scavengettl: Option<u64>,
+    mtu: Option<usize>,
+    sndwnd: Option<u16>,
+    rcvwnd: Option<u16>,
+    datashard: Option<usize>,
+    parityshard: Option<usize>,
+    dscp: Option<u8>,
+    nocomp: Option<bool>,
+    acknodelay: Option<bool>,
+    nodelay: Option<u32>,
+    interval: Option<u32>,
+    resend: Option<u32>,
+    nc: Option<u32>,
+    sockbuf: Option<usize>,
+    smuxver: Option<u8>,
+    smuxbuf: Option<usize>,
+    streambuf: Option<u32>,
+    framesize: Option<usize>,
+    keepalive: Option<u64>,
+    closewait: Option<u64>,
+    ratelimit: Option<u64>,
+    log: Option<String>,
+    snmplog: Option<String>,
+    snmpperiod: Option<u64>,
+    quiet: Option<bool>,
+    tcp: Option<bool>,
+    pprof: Option<bool>,
+}
+
+/// Which end of the tunnel this process is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// Accepts TCP, opens KCP sessions.
+    Client,
+    /// Accepts KCP sessions, dials TCP.
+    Server,
+}
+
+/// Everything resolved: flags, then `-c` keys over them, then the mode.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Which end this is.
+    pub role: Role,
+    /// Client: TCP listen address. Server: UDP listen address.
+    pub listen: String,
+    /// Client: the KCP server. Server: the TCP target.
+    pub peer: String,
+    /// Client: sessions in the pool (`--conn`).
+    pub conn: usize,
+    /// Client: replace a session after this long (`--autoexpire`; zero never).
+    pub autoexpire: Duration,
+    /// Client: how long an expired session may finish its streams (`--scavengettl`).
+    pub scavengettl: Duration,
+    /// How long the second direction of a connection may run after the first ended (`--closewait`; zero: until it ends).
+    pub closewait: Duration,
+    /// Whether the session is snappy-framed (not `--nocomp`).
+    pub compress: bool,
+    /// The smux version (`--smuxver`).
+    pub version: Version,
+    /// Whether open/close lines are suppressed (`--quiet`).
+    pub quiet: bool,
+    /// The log file (`--log`; empty: stderr).
+    pub log: String,
+    /// How often the stats line is logged when something changed
+    /// (`--snmpperiod`; zero: never, `SIGUSR1` still does).
+    pub stats_period: Duration,
+    /// The KCP session configuration the flags resolve to.
+    pub kcp: Config,
+    /// The smux configuration the flags resolve to.
+    pub mux: MuxConfig,
+    /// The same with the other smux version (the server follows its client).
+    pub mux_other: MuxConfig,
+    /// What the startup line says.
+    pub summary: String,
+    /// Warnings about accepted but ignored flags.
+    pub warnings: Vec<String>,
+}
+
+macro_rules! over {
+    ($json:expr, $($field:ident => $target:expr),* $(,)?) => {
+        {$(if let Some(v) = $json.$field.take() { $target = v; })*}
+    };
+}
+
+/// Parses a command line (program name first) into [`Settings`].
+///
+/// # Errors
+///
+/// A usage error, naming the flag (or the `-c` file's key) at fault; also
+/// `--help` and `--version`, whose text is the error's.
+pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Settings, String> {
+    let cli = Cli::try_parse_from(go_style(args)).map_err(|e| e.to_string())?;
+    resolve(cli)
+}
+
+/// Resolves parsed flags, the `-c` file and the mode into [`Settings`].
+pub(crate) fn resolve(cli: Cli) -> Result<Settings, String> {
+    let mut pprof = false;
+    let (role, mut listen, mut peer, mut conn, mut autoexpire, mut scavengettl, mut c) =
+        match cli.cmd {
+            Cmd::Client(a) => (
+                Role::Client,
+                a.localaddr,
+                a.remoteaddr,
+                a.conn,
+                a.autoexpire,
+                a.scavengettl,
+                a.common,
+            ),
+            Cmd::Server(a) => {
+                pprof = a.pprof.unwrap_or(false);
+                (Role::Server, a.listen, a.target, 1, 0, 600, a.common)
+            }
+            Cmd::Man => return Err("man: not a tunnel end".to_owned()),
+        };
+    let (mut sndwnd, mut rcvwnd) = match role {
+        Role::Client => (c.sndwnd.unwrap_or(128), c.rcvwnd.unwrap_or(512)),
+        Role::Server => (c.sndwnd.unwrap_or(1024), c.rcvwnd.unwrap_or(1024)),
+    };
+    // A kcptun client's FIN closes its whole stream: a server must not feed
+    // a download nobody reads for ever (newer kcptun's server default).
+    let mut closewait = c.closewait.unwrap_or(match role {
+        Role::Client => 0,
+        Role::Server => 30,
+    });
+    let mut nocomp = c.nocomp.unwrap_or(false);
+    let mut acknodelay = c.acknodelay.unwrap_or(false);
+    let mut quiet = c.quiet.unwrap_or(false);
+    let mut tcp = c.tcp.unwrap_or(false);
+    if !c.c.is_empty() {
+        let text = std::fs::read_to_string(&c.c).map_err(|e| format!("-c {}: {e}", c.c))?;
+        let mut j: JsonConfig =
+            serde_json::from_str(&text).map_err(|e| format!("-c {}: {e}", c.c))?;
+        if let Some(m) = j.mode.take() {
+            c.mode = Mode::from_str(&m, false)
+                .map_err(|_| format!("-c {}: \"mode\": {}", c.c, unknown_mode(&m)))?;
+        }
+        match role {
+            Role::Client => {
+                over!(j, localaddr => listen, remoteaddr => peer);
+            }
+            Role::Server => {
+                over!(j, listen => listen, target => peer);
+            }
+        }
+        over!(j,
+            key => c.key, crypt => c.crypt, conn => conn,
+            autoexpire => autoexpire, scavengettl => scavengettl, mtu => c.mtu,
+            sndwnd => sndwnd, rcvwnd => rcvwnd, datashard => c.datashard,
+            parityshard => c.parityshard, dscp => c.dscp, nocomp => nocomp,
+            acknodelay => acknodelay, nodelay => c.nodelay, interval => c.interval,
+            resend => c.resend, nc => c.nc, sockbuf => c.sockbuf, smuxver => c.smuxver,
+            smuxbuf => c.smuxbuf, streambuf => c.streambuf, framesize => c.framesize,
+            keepalive => c.keepalive, closewait => closewait, ratelimit => c.ratelimit,
+            log => c.log, snmplog => c.snmplog, snmpperiod => c.snmpperiod,
+            quiet => quiet, tcp => tcp, pprof => pprof,
+        );
+    }
+    let mut warnings = Vec::new();
+    if tcp {
+        warnings.push("--tcp (tcpraw) is not supported: using UDP".to_owned());
+    }
+    if pprof {
+        warnings.push("--pprof is not supported: ignored".to_owned());
+    }
+    if !c.snmplog.is_empty() {
+        warnings.push("--snmplog is not supported: stats go to the log".to_owned());
+    }
+    // Debian's kcptun has no `null` cipher: its switch falls back to AES.
+    let crypt_name = if c.crypt == "null" {
+        "aes"
+    } else {
+        c.crypt.as_str()
+    };
+    let method = Method::from_name(crypt_name)
+        .ok_or_else(|| format!("--crypt: unknown cipher '{}'", c.crypt))?;
+    let version = match c.smuxver {
+        1 => Version::V1,
+        2 => Version::V2,
+        v => return Err(format!("--smuxver: unsupported version {v} (1 or 2)")),
+    };
+    match role {
+        Role::Client => {
+            let l = HostPorts::parse(&listen).map_err(|e| format!("--localaddr {listen}: {e}"))?;
+            if l.min != l.max {
+                return Err(format!(
+                    "--localaddr {listen}: a TCP listener takes one port"
+                ));
+            }
+            HostPorts::parse(&peer).map_err(|e| format!("--remoteaddr {peer}: {e}"))?;
+        }
+        Role::Server => {
+            HostPorts::parse(&listen).map_err(|e| format!("--listen {listen}: {e}"))?;
+        }
+    }
+    if conn == 0 {
+        return Err("--conn: must be at least 1".to_owned());
+    }
+    let preset = match c.mode {
+        Mode::Normal => Some(Preset::Normal),
+        Mode::Fast => Some(Preset::Fast),
+        Mode::Fast2 => Some(Preset::Fast2),
+        Mode::Fast3 => Some(Preset::Fast3),
+        Mode::Manual => None,
+    };
+    let (nodelay, interval, resend, nc) = c
+        .mode
+        .nodelay()
+        .unwrap_or((c.nodelay, c.interval, c.resend, c.nc));
+    let mut b = Config::builder();
+    b = match preset {
+        Some(p) => b.preset(p),
+        // kcptun's `manual`: the hidden flags.
+        None => b
+            .preset(Preset::Default)
+            .nodelay(nodelay != 0, interval, resend, nc != 0),
+    };
+    // The model-based controller by default: kcptun's modes (nc=1, fixed
+    // windows) fill a short path's queue and leave a long lossy path mostly
+    // idle (docs/FIELD.md). `--mode manual` keeps kcptun's `--nc`.
+    let congestion = match (c.congestion, preset) {
+        (Some(CongestionArg::Bbr), _) | (None, Some(_)) => Some(Congestion::Bbr),
+        (Some(CongestionArg::None), _) => Some(Congestion::None),
+        (Some(CongestionArg::Kcp), _) => Some(Congestion::Kcp),
+        (None, None) => None,
+    };
+    if let Some(cc) = congestion {
+        b = b.congestion(cc);
+    }
+    let model = congestion == Some(Congestion::Bbr);
+    let maxwnd = c.maxwnd.unwrap_or(if model { DEFAULT_MAXWND } else { 0 });
+    if maxwnd > 0 {
+        b = b.max_window(maxwnd);
+    }
+    let kcp = b
+        .crypto(method, Key::passphrase(c.key.as_str()))
+        .fec(c.datashard, c.parityshard)
+        .mtu(c.mtu)
+        .window(sndwnd, rcvwnd)
+        .stream(true)
+        .write_delay(false)
+        .ack_nodelay(acknodelay)
+        .dscp(c.dscp)
+        .rate_limit(c.ratelimit)
+        .socket_buffers(c.sockbuf, c.sockbuf)
+        .build()
+        .map_err(|e| format!("{}: {e}", kcp_flag(&e.to_string())))?;
+    let mux_config = |version| {
+        MuxConfig::builder()
+            .version(version)
+            .keepalive_interval(Duration::from_secs(c.keepalive))
+            .max_frame_size(c.framesize)
+            .receive_buffer(c.smuxbuf)
+            .stream_window(c.streambuf)
+            .build()
+            .map_err(|e| format!("{}: {e}", mux_flag(&e.to_string())))
+    };
+    let mux = mux_config(version)?;
+    let mux_other = mux_config(match version {
+        Version::V1 => Version::V2,
+        Version::V2 => Version::V1,
+    })?;
+    let (local_name, peer_name) = match role {
+        Role::Client => ("localaddr", "remoteaddr"),
+        Role::Server => ("listen", "target"),
+    };
+    let congestion_name = match congestion {
+        Some(Congestion::Bbr) => "bbr",
+        Some(Congestion::None) => "none",
+        Some(Congestion::Kcp) => "kcp",
+        _ => "mode's nc",
+    };
+    let summary = format!(
+        "{local_name}: {}, {peer_name}: {peer}, encryption: {} ({}), mode: {}, \
+         nodelay: {nodelay}, interval: {interval}, resend: {resend}, nc: {nc}, \
+         mtu: {}, sndwnd: {sndwnd}, rcvwnd: {rcvwnd}, datashard: {}, parityshard: {}, \
+         keepalive: {}, sockbuf: {}, dscp: {}, acknodelay: {acknodelay}, compression: {}, \
+         smuxver: {}, smuxbuf: {}, streambuf: {}, framesize: {}, conn: {conn}, \
+         congestion: {congestion_name}, maxwnd: {maxwnd}",
+        go_addr(&listen),
+        c.crypt,
+        method.name(),
+        c.mode,
+        c.mtu,
+        c.datashard,
+        c.parityshard,
+        c.keepalive,
+        c.sockbuf,
+        c.dscp,
+        !nocomp,
+        c.smuxver,
+        c.smuxbuf,
+        c.streambuf,
+        c.framesize,
+    );
+    Ok(Settings {
+        role,
+        listen: go_addr(&listen),
+        peer,
+        conn,
+        autoexpire: Duration::from_secs(autoexpire),
+        scavengettl: Duration::from_secs(scavengettl),
+        closewait: Duration::from_secs(closewait),
+        compress: !nocomp,
+        version,
+        quiet,
+        log: c.log,
+        stats_period: Duration::from_secs(c.snmpperiod),
+        kcp,
+        mux,
+        mux_other,
+        summary,
+        warnings,
+    })
+}
+
+/// Go's `:port` means every address.
+fn go_addr(addr: &str) -> String {
+    if addr.starts_with(':') {
+        format!("0.0.0.0{addr}")
+    } else {
+        addr.to_owned()
+    }
+}
+
+/// The flag a KCP configuration error is about.
+fn kcp_flag(e: &str) -> &'static str {
+    let e = e.to_ascii_lowercase();
+    [
+        ("mtu", "--mtu"),
+        ("fec", "--datashard/--parityshard"),
+        ("shard", "--datashard/--parityshard"),
+        ("key", "--key"),
+        ("window(send)", "--sndwnd"),
+        ("window(recv)", "--rcvwnd"),
+        ("max_window", "--maxwnd"),
+        ("window", "--sndwnd/--rcvwnd/--maxwnd"),
+        ("interval", "--interval"),
+        ("resend", "--resend"),
+        ("dscp", "--dscp"),
+        ("rate", "--ratelimit"),
+        ("buffer", "--sockbuf"),
+    ]
+    .iter()
+    .find(|(k, _)| e.contains(k))
+    .map_or("--mode/--nodelay/--interval/--resend/--nc", |(_, f)| f)
+}
+
+/// The flag an smux configuration error is about.
+fn mux_flag(e: &str) -> &'static str {
+    [
+        ("keepalive", "--keepalive"),
+        ("frame", "--framesize"),
+        ("stream window", "--streambuf"),
+        ("receive buffer", "--smuxbuf"),
+    ]
+    .iter()
+    .find(|(k, _)| e.contains(k))
+    .map_or("--smuxbuf/--streambuf/--framesize/--keepalive", |(_, f)| f)
+}
+
+/// The error for a `mode` that is none of kcptun's.
+fn unknown_mode(m: &str) -> String {
+    format!("unknown mode '{m}': want normal, fast, fast2, fast3 or manual")
+}
+
+/// A `host:port`, or kcptun's multi-port `host:min-max`: a server listens
+/// on every port of the range, a client dials a random one per session.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct HostPorts {
+    /// The host (`0.0.0.0` for Go's empty host).
+    pub(crate) host: String,
+    /// The first port.
+    pub(crate) min: u16,
+    /// The last port (`min` for a single port).
+    pub(crate) max: u16,
+}
+
+impl HostPorts {
+    /// Parses `host:port` or `host:min-max` (`:port` means every address).
+    pub(crate) fn parse(addr: &str) -> Result<Self, String> {
+        let (host, ports) = addr
+            .rsplit_once(':')
+            .ok_or_else(|| "want host:port or host:min-max".to_owned())?;
+        let port = |p: &str| {
+            p.parse::<u16>()
+                .map_err(|_| format!("'{p}' is not a port (0-65535)"))
+        };
+        let (min, max) = match ports.split_once('-') {
+            Some((a, b)) => (port(a)?, port(b)?),
+            None => (port(ports)?, port(ports)?),
+        };
+        if min > max {
+            return Err(format!("port range {min}-{max} is empty"));
+        }
+        let host = if host.is_empty() { "0.0.0.0" } else { host };
+        Ok(Self {
+            host: host.to_owned(),
+            min,
+            max,
+        })
+    }
+
+    /// Every `host:port` of the range.
+    pub(crate) fn each(&self) -> impl Iterator<Item = String> + '_ {
+        (self.min..=self.max).map(|p| format!("{}:{p}", self.host))
+    }
+
+    /// One `host:port` of the range, at random.
+    pub(crate) fn pick(&self) -> String {
+        let port = rand::random_range(self.min..=self.max);
+        format!("{}:{port}", self.host)
+    }
+}

@@ -1,0 +1,116 @@
+//! The server: KCP sessions whose streams each dial the target.
+
+use std::io;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use kcpio::KcpListener;
+use kcpio::mux::Mux;
+
+use crate::config::Settings;
+use crate::detect::detect;
+use crate::forward::{dial, forward};
+use crate::log::{Log, log_close};
+use crate::stats::{Metered, Stats};
+
+/// How long a new server session may stay silent before it is dropped.
+const FIRST_BYTES_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Serves the sessions of every listener (one per port of `-l`'s range)
+/// until one fails to accept.
+pub(crate) async fn run_server(
+    listeners: Arc<Vec<KcpListener>>,
+    settings: Settings,
+    stats: Arc<Stats>,
+    log: Log,
+) -> io::Result<()> {
+    let settings = Arc::new(settings);
+    let mut set = tokio::task::JoinSet::new();
+    for i in 0..listeners.len() {
+        set.spawn(accept_loop(
+            Arc::clone(&listeners),
+            i,
+            Arc::clone(&settings),
+            Arc::clone(&stats),
+            log.clone(),
+        ));
+    }
+    match set.join_next().await {
+        Some(Ok(r)) => r,
+        Some(Err(e)) => Err(io::Error::other(e)),
+        None => Ok(()),
+    }
+}
+
+/// Accepts the sessions of listener `i`, serving each in a task.
+async fn accept_loop(
+    listeners: Arc<Vec<KcpListener>>,
+    i: usize,
+    settings: Arc<Settings>,
+    stats: Arc<Stats>,
+    log: Log,
+) -> io::Result<()> {
+    loop {
+        let (session, from) = listeners[i].accept().await?;
+        let settings = Arc::clone(&settings);
+        let stats = Arc::clone(&stats);
+        let log = log.clone();
+        tokio::spawn(async move {
+            let metered = Metered::new(session, Arc::clone(&stats));
+            let detected = tokio::time::timeout(FIRST_BYTES_TIMEOUT, detect(metered)).await;
+            let (io, d) = match detected {
+                Ok(Ok(x)) => x,
+                Ok(Err(e)) => return log.line(format!("{from}: {e}")),
+                Err(_) => return log.line(format!("{from}: nothing received, session dropped")),
+            };
+            if d.compressed != settings.compress || d.version != settings.version {
+                log.line(format!(
+                    "{from}: client uses smux v{} with compression {}: serving it that way",
+                    d.version.as_u8(),
+                    if d.compressed { "on" } else { "off" }
+                ));
+            }
+            let mux_config = if d.version == settings.version {
+                &settings.mux
+            } else {
+                &settings.mux_other
+            };
+            let mux = Mux::server(io, mux_config);
+            loop {
+                let stream = match mux.accept_stream().await {
+                    Ok(s) => s,
+                    Err(e) => return log.line(format!("{from}: session ended: {e}")),
+                };
+                let settings = Arc::clone(&settings);
+                let stats = Arc::clone(&stats);
+                let log = log.clone();
+                tokio::spawn(async move {
+                    let sid = stream.id();
+                    let target = match dial(&settings.peer).await {
+                        Ok(t) => t,
+                        Err(e) => {
+                            // Dropping the stream sends its FIN, as kcptun does.
+                            return log.line(format!("dial {}: {e}", settings.peer));
+                        }
+                    };
+                    stats.streams_opened.fetch_add(1, Ordering::Relaxed);
+                    stats.streams_open.fetch_add(1, Ordering::Relaxed);
+                    log.stream(format!(
+                        "stream opened in: {from}({sid}) out: {}",
+                        settings.peer
+                    ));
+                    let r = forward(target, stream, settings.closewait, &stats).await;
+                    stats.streams_open.fetch_sub(1, Ordering::Relaxed);
+                    log_close(
+                        &log,
+                        format!("{from}({sid})"),
+                        settings.peer.clone(),
+                        sid,
+                        r,
+                    );
+                });
+            }
+        });
+    }
+}

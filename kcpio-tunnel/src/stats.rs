@@ -1,0 +1,232 @@
+//! The process's counters, the periodic and SIGUSR1 stats line, and the
+//! metered KCP session that feeds them.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use kcpio::{KcpListener, KcpStream, StatsHandle};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::Instant;
+
+use crate::log::Log;
+
+/// Counters of one tunnel process, printed every `--snmpperiod` and on
+/// SIGUSR1.
+#[derive(Default)]
+pub(crate) struct Stats {
+    pub(crate) sessions_opened: AtomicU64,
+    pub(crate) sessions_open: AtomicUsize,
+    pub(crate) streams_opened: AtomicU64,
+    pub(crate) streams_open: AtomicUsize,
+    /// TCP bytes into the tunnel, and out of it.
+    pub(crate) tcp_in: AtomicU64,
+    pub(crate) tcp_out: AtomicU64,
+    /// Bytes through the KCP byte streams (after compression).
+    pub(crate) kcp_in: AtomicU64,
+    pub(crate) kcp_out: AtomicU64,
+    /// The live KCP sessions' stats, read when a line is printed.
+    kcp: Mutex<Vec<StatsHandle>>,
+    /// The server's listeners (one per port), for their drop counters.
+    listeners: OnceLock<Arc<Vec<KcpListener>>>,
+}
+
+impl Stats {
+    /// What an operator would call activity: sessions, streams, TCP bytes
+    /// and rejected datagrams (keepalives alone do not count).
+    fn activity(&self) -> [u64; 7] {
+        [
+            self.sessions_opened.load(Ordering::Relaxed),
+            self.sessions_open.load(Ordering::Relaxed) as u64,
+            self.streams_opened.load(Ordering::Relaxed),
+            self.streams_open.load(Ordering::Relaxed) as u64,
+            self.tcp_in.load(Ordering::Relaxed),
+            self.tcp_out.load(Ordering::Relaxed),
+            self.bad_crypto(),
+        ]
+    }
+
+    /// Datagrams the server's listeners could not decrypt or verify: clients
+    /// knocking with a wrong `--key` or `--crypt` (or noise).
+    fn bad_crypto(&self) -> u64 {
+        self.listeners
+            .get()
+            .map_or(0, |ls| ls.iter().map(|l| l.stats().bad_crypto).sum())
+    }
+
+    /// Lets the stats line report the server's listeners.
+    pub(crate) fn watch_listeners(&self, listeners: Arc<Vec<KcpListener>>) {
+        let _ = self.listeners.set(listeners);
+    }
+
+    fn line(&self) -> String {
+        let kcp = self
+            .kcp
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (mut dgin, mut dgout, mut bin, mut bout, mut rexmit, mut fec_rec) = (0, 0, 0, 0, 0, 0);
+        for s in kcp.iter().filter_map(StatsHandle::stats) {
+            dgin += s.datagrams_in;
+            dgout += s.datagrams_out;
+            bin += s.bytes_in;
+            bout += s.bytes_out;
+            rexmit += s.arq.retransmit_rto + s.arq.retransmit_fast + s.arq.retransmit_early;
+            fec_rec += s.fec_in.recovered;
+        }
+        format!(
+            "stats: sessions {} open / {} total, streams {} open / {} total, \
+             tcp in {} B out {} B, kcp stream in {} B out {} B, \
+             udp in {dgin} pkts {bin} B out {dgout} pkts {bout} B, retransmits {rexmit}, fec recovered {fec_rec}{}",
+            self.sessions_open.load(Ordering::Relaxed),
+            self.sessions_opened.load(Ordering::Relaxed),
+            self.streams_open.load(Ordering::Relaxed),
+            self.streams_opened.load(Ordering::Relaxed),
+            self.tcp_in.load(Ordering::Relaxed),
+            self.tcp_out.load(Ordering::Relaxed),
+            self.kcp_in.load(Ordering::Relaxed),
+            self.kcp_out.load(Ordering::Relaxed),
+            if self.listeners.get().is_some() {
+                format!(
+                    ", undecryptable datagrams (wrong --key/--crypt) {}",
+                    self.bad_crypto()
+                )
+            } else {
+                String::new()
+            },
+        )
+    }
+}
+
+/// Logs the stats on SIGUSR1, and every `period` when something changed
+/// since the last line (an idle tunnel writes nothing); a zero `period`
+/// turns the periodic line off (kcptun's `--snmpperiod 0`).
+pub(crate) async fn report_stats(stats: Arc<Stats>, log: Log, period: Duration) {
+    #[cfg(unix)]
+    let mut usr1 =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1()).ok();
+    let mut tick =
+        (!period.is_zero()).then(|| tokio::time::interval_at(Instant::now() + period, period));
+    let mut last = stats.activity();
+    loop {
+        let periodic = async {
+            match tick.as_mut() {
+                Some(t) => {
+                    t.tick().await;
+                }
+                None => std::future::pending().await,
+            }
+        };
+        #[cfg(unix)]
+        let signalled = {
+            let sig = async {
+                match usr1.as_mut() {
+                    Some(s) => s.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = periodic => false,
+                _ = sig => true,
+            }
+        };
+        #[cfg(not(unix))]
+        let signalled = {
+            periodic.await;
+            false
+        };
+        let now = stats.activity();
+        if signalled || now != last {
+            last = now;
+            log.line(stats.line());
+        }
+    }
+}
+
+/// The KCP session under a mux: counts bytes, registers the session's stats
+/// handle for the log line, and remembers whether anything arrived.
+pub(crate) struct Metered {
+    kcp: KcpStream,
+    stats: Arc<Stats>,
+    pub(crate) heard: Arc<AtomicBool>,
+    on_drop: Option<Box<dyn FnOnce() + Send>>,
+}
+
+impl Metered {
+    pub(crate) fn new(kcp: KcpStream, stats: Arc<Stats>) -> Self {
+        stats.sessions_opened.fetch_add(1, Ordering::Relaxed);
+        stats.sessions_open.fetch_add(1, Ordering::Relaxed);
+        stats
+            .kcp
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(kcp.stats_handle());
+        Self {
+            kcp,
+            stats,
+            heard: Arc::new(AtomicBool::new(false)),
+            on_drop: None,
+        }
+    }
+
+    /// Runs `f` when the session is dropped (its mux ended).
+    pub(crate) fn on_drop(&mut self, f: impl FnOnce() + Send + 'static) {
+        self.on_drop = Some(Box::new(f));
+    }
+}
+
+impl Drop for Metered {
+    fn drop(&mut self) {
+        if let Some(f) = self.on_drop.take() {
+            f();
+        }
+        self.stats.sessions_open.fetch_sub(1, Ordering::Relaxed);
+        let conv = self.kcp.conv();
+        self.stats
+            .kcp
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .retain(|h| h.conv() != conv);
+    }
+}
+
+impl AsyncRead for Metered {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.kcp).poll_read(cx, buf);
+        let n = buf.filled().len() - before;
+        if n > 0 {
+            self.heard.store(true, Ordering::Relaxed);
+            self.stats.kcp_in.fetch_add(n as u64, Ordering::Relaxed);
+        }
+        r
+    }
+}
+
+impl AsyncWrite for Metered {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.kcp).poll_write(cx, buf);
+        if let Poll::Ready(Ok(n)) = r {
+            self.stats.kcp_out.fetch_add(n as u64, Ordering::Relaxed);
+        }
+        r
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.kcp).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.kcp).poll_shutdown(cx)
+    }
+}

@@ -1,0 +1,600 @@
+//! What an operator meets: the command line (`--version`, `--help`, usage
+//! errors), the `-c` file, the shipped example configs and man page, the
+//! log (`--quiet`, `--snmpperiod`, one line per lost session), a Unix
+//! socket target, `-r` resolved per session, port ranges, wrong keys
+//! counted, and every byte of a write-then-close target through loss.
+//!
+//! kcpio on both ends, in-process unless the binary itself is the subject;
+//! loopback only; every test bounded by a timeout.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use kcpio_testkit::relay::{LinkConfig, Relay, RelayConfig};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use kcpio_tunnel as tunnel;
+
+const TEST_TIMEOUT: Duration = Duration::from_secs(120);
+const BIN: &str = env!("CARGO_BIN_EXE_kcpio-tunnel");
+
+/// The shared payload pattern, from an offset of its own per `seed`.
+fn pattern(len: usize, seed: u32) -> Vec<u8> {
+    let mut v = vec![0u8; len];
+    kcpio_testkit::pattern::fill(&mut v, u64::from(seed) * 1_000_003);
+    v
+}
+
+fn words(s: &str) -> Vec<String> {
+    s.split_whitespace().map(str::to_owned).collect()
+}
+
+/// A per-test scratch path.
+fn scratch(name: &str) -> PathBuf {
+    let p = std::env::temp_dir().join(format!("kcpio-operator-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_file(&p);
+    p
+}
+
+/// Starts a tunnel end in-process, logging to `log` ("" for stderr).
+async fn start(cmd: &str, log: &str) -> SocketAddr {
+    let settings = tunnel::parse(words(cmd)).unwrap();
+    let quiet = settings.quiet;
+    let bound = tunnel::Bound::bind(settings).await.unwrap();
+    let addr = bound.local_addr().unwrap();
+    tokio::spawn(bound.run(tunnel::Log::open(log, quiet).unwrap()));
+    addr
+}
+
+/// A TCP server that echoes each connection until EOF, then closes.
+async fn echo_server() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut c, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let (mut r, mut w) = c.split();
+                let _ = tokio::io::copy(&mut r, &mut w).await;
+            });
+        }
+    });
+    addr
+}
+
+/// Sends `data` through `entry`, half-closes, returns what comes back.
+async fn round_trip(entry: SocketAddr, data: &[u8]) -> Vec<u8> {
+    let mut c = TcpStream::connect(entry).await.unwrap();
+    c.write_all(data).await.unwrap();
+    c.shutdown().await.unwrap();
+    let mut back = Vec::new();
+    c.read_to_end(&mut back).await.unwrap();
+    back
+}
+
+/// Waits until the file at `path` contains `want`; returns its text.
+async fn wait_for_log(path: &Path, want: &str, within: Duration) -> String {
+    let end = tokio::time::Instant::now() + within;
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if text.contains(want) || tokio::time::Instant::now() > end {
+            return text;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// `n` consecutive free UDP ports on loopback.
+fn free_udp_range(n: u16) -> u16 {
+    for _ in 0..200 {
+        let base = UdpSocket::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        if base > 65_000 {
+            continue;
+        }
+        if (0..n).all(|i| UdpSocket::bind(("127.0.0.1", base + i)).is_ok()) {
+            return base;
+        }
+    }
+    panic!("no {n} consecutive free UDP ports");
+}
+
+// ---------------------------------------------------------------- command line
+
+#[test]
+fn version_and_help_go_to_stdout_and_exit_0() {
+    for args in [
+        &["--version"][..],
+        &["-v"],
+        &["-V"],
+        &["client", "-v"],
+        &["server", "--version"],
+    ] {
+        let out = Command::new(BIN).args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{args:?}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.starts_with("kcpio-tunnel")
+                && text.ends_with(
+                    " 0.1.0\n"
+                        .replace("0.1.0", env!("CARGO_PKG_VERSION"))
+                        .as_str()
+                ),
+            "{args:?}: {text:?}"
+        );
+        assert!(out.stderr.is_empty(), "{args:?}");
+    }
+    for args in [&["--help"][..], &["client", "--help"], &["server", "-h"]] {
+        let out = Command::new(BIN).args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{args:?}");
+        assert!(String::from_utf8_lossy(&out.stdout).contains("Usage: kcpio-tunnel"));
+    }
+}
+
+/// Usage errors exit 2, name the flag (or key) at fault, end with a newline.
+#[test]
+fn usage_errors_name_the_flag_and_exit_2() {
+    let json = scratch("bad.json");
+    std::fs::write(&json, r#"{"mode": "fastest"}"#).unwrap();
+    let json_arg = json.display().to_string();
+    let cases: &[(&[&str], &str)] = &[
+        (&["client", "--mode", "fastest"], "--mode"),
+        (&["client", "--crypt", "rot13"], "--crypt"),
+        (&["client", "--smuxver", "3"], "--smuxver"),
+        (&["client", "--conn", "0"], "--conn"),
+        (&["client", "--keepalive", "0"], "--keepalive"),
+        (&["client", "--framesize", "70000"], "--framesize"),
+        (&["client", "--mtu", "20"], "--mtu"),
+        (&["client", "-r", "127.0.0.1:9-1"], "--remoteaddr"),
+        (&["client", "-r", "127.0.0.1"], "--remoteaddr"),
+        (&["server", "-l", "127.0.0.1:x"], "--listen"),
+        (&["client", "--congestion", "cubic"], "--congestion"),
+        (&["client", "--bogus"], "--bogus"),
+        (&["client", "-c", &json_arg], "mode"),
+    ];
+    for (args, flag) in cases {
+        let out = Command::new(BIN)
+            .args(*args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(flag), "{args:?}: no {flag} in {err:?}");
+        assert!(err.ends_with('\n'), "{args:?}: {err:?}");
+    }
+    let out = Command::new(BIN)
+        .args(["client", "-c", &json_arg])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("normal, fast, fast2, fast3 or manual"),
+        "{err}"
+    );
+    std::fs::remove_file(&json).unwrap();
+}
+
+#[test]
+fn congestion_bbr_with_model_as_alias() {
+    for name in ["bbr", "model"] {
+        let s = tunnel::parse(words(&format!("t client --congestion {name}"))).unwrap();
+        assert!(s.summary.contains("congestion: bbr"), "{}", s.summary);
+    }
+    let s = tunnel::parse(words("t client --congestion none")).unwrap();
+    assert!(s.summary.contains("congestion: none"));
+}
+
+#[test]
+fn json_refuses_unknown_keys_by_name() {
+    let path = scratch("qpp.json");
+    std::fs::write(&path, r#"{"key": "k", "QPP": true}"#).unwrap();
+    let e = tunnel::parse(words(&format!("t server -c {}", path.display()))).unwrap_err();
+    assert!(e.contains("QPP"), "{e}");
+    std::fs::remove_file(&path).unwrap();
+}
+
+#[test]
+fn startup_summary_lists_what_is_used() {
+    let s = tunnel::parse(words(
+        "t client -l 127.0.0.1:5 -r 127.0.0.1:6 --mode fast2 --sockbuf 1000000 --dscp 46",
+    ))
+    .unwrap();
+    for want in [
+        "localaddr: 127.0.0.1:5",
+        "remoteaddr: 127.0.0.1:6",
+        "nodelay: 1, interval: 20, resend: 2, nc: 1",
+        "sndwnd: 128, rcvwnd: 512",
+        "mtu: 1350",
+        "keepalive: 10",
+        "sockbuf: 1000000",
+        "dscp: 46",
+        "encryption: aes",
+        "datashard: 10, parityshard: 3",
+        "smuxver: 1",
+        "congestion: bbr",
+    ] {
+        assert!(s.summary.contains(want), "no {want:?} in {}", s.summary);
+    }
+    let s = tunnel::parse(words(
+        "t server -t /run/app.sock --mode manual --nodelay 1 --interval 15 --resend 3 --nc 1",
+    ))
+    .unwrap();
+    assert!(s.summary.contains("target: /run/app.sock"), "{}", s.summary);
+    assert!(
+        s.summary
+            .contains("nodelay: 1, interval: 15, resend: 3, nc: 1")
+    );
+}
+
+#[test]
+fn snmpperiod_zero_turns_periodic_stats_off() {
+    let s = tunnel::parse(words("t client --snmpperiod 0")).unwrap();
+    assert_eq!(s.stats_period, Duration::ZERO);
+}
+
+/// The shipped example configs parse with the real loader (they cannot rot).
+#[test]
+fn shipped_configs_parse() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("dist");
+    let c = tunnel::parse(words(&format!(
+        "kcpio-tunnel client -c {}",
+        dir.join("client.json").display()
+    )))
+    .unwrap();
+    assert_eq!(c.role, tunnel::Role::Client);
+    let s = tunnel::parse(words(&format!(
+        "kcpio-tunnel server -c {}",
+        dir.join("server.json").display()
+    )))
+    .unwrap();
+    assert_eq!(s.role, tunnel::Role::Server);
+    for unit in ["kcpio-tunnel-client.service", "kcpio-tunnel-server.service"] {
+        let text = std::fs::read_to_string(dir.join(unit)).unwrap();
+        assert!(text.contains("/etc/kcpio-tunnel/"), "{unit}");
+        assert!(text.contains("DynamicUser=yes"), "{unit}");
+    }
+}
+
+/// The checked-in man page is the one the clap definition generates
+/// (`KCPIO_BLESS=1` rewrites it).
+#[test]
+fn man_page_is_current() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("kcpio-tunnel.1");
+    let page = tunnel::man_page().unwrap();
+    if std::env::var("KCPIO_BLESS").as_deref() == Ok("1") {
+        std::fs::write(&path, &page).unwrap();
+    }
+    let shipped = std::fs::read(&path).unwrap_or_default();
+    assert!(
+        shipped == page,
+        "kcpio-tunnel.1 is stale: KCPIO_BLESS=1 cargo test -p kcpio-tunnel --test operator man_page"
+    );
+    let text = String::from_utf8_lossy(&page);
+    for want in [
+        "CLIENT OPTIONS",
+        "SERVER OPTIONS",
+        "remoteaddr",
+        "snmpperiod",
+    ] {
+        assert!(text.contains(want), "{want}");
+    }
+    let out = Command::new(BIN).arg("man").output().unwrap();
+    assert_eq!(out.stdout, page);
+}
+
+// ---------------------------------------------------------------- tunnels
+
+/// A server target that is a Unix socket path (kcptun serves it).
+#[cfg(unix)]
+#[tokio::test]
+async fn unix_socket_target() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let sock = scratch("target.sock");
+        let l = tokio::net::UnixListener::bind(&sock).unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut c, _)) = l.accept().await {
+                tokio::spawn(async move {
+                    let (mut r, mut w) = c.split();
+                    let _ = tokio::io::copy(&mut r, &mut w).await;
+                });
+            }
+        });
+        let server = start(
+            &format!("t server -l 127.0.0.1:0 -t {} --quiet", sock.display()),
+            "",
+        )
+        .await;
+        let entry = start(&format!("t client -l 127.0.0.1:0 -r {server} --quiet"), "").await;
+        let data = pattern(100_000, 3);
+        assert!(round_trip(entry, &data).await == data);
+        let _ = std::fs::remove_file(&sock);
+    })
+    .await
+    .expect("timed out");
+}
+
+/// `-r` is resolved per session, not once at startup: a name that does not
+/// resolve neither stops the client from starting nor kills it; the
+/// failure is logged and retried.
+#[tokio::test]
+async fn remote_name_resolved_per_session_and_retried() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let log = scratch("dns.log");
+        let entry = start(
+            "t client -l 127.0.0.1:0 -r no-such-host.invalid:29900 --quiet",
+            log.to_str().unwrap(),
+        )
+        .await;
+        let _c = TcpStream::connect(entry).await.unwrap();
+        let text = wait_for_log(&log, "re-connecting", Duration::from_secs(20)).await;
+        assert!(
+            text.contains("re-connecting: --remoteaddr no-such-host.invalid:29900"),
+            "{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        let text = std::fs::read_to_string(&log).unwrap();
+        assert!(
+            text.matches("re-connecting").count() >= 2,
+            "not retried:\n{text}"
+        );
+        // Still serving: a second connection is accepted.
+        TcpStream::connect(entry).await.unwrap();
+        let _ = std::fs::remove_file(&log);
+    })
+    .await
+    .expect("timed out");
+}
+
+/// kcptun's multi-port form: the server listens on every port of
+/// `-l IP:min-max`; the client dials a random port of `-r IP:min-max` per
+/// session.
+#[tokio::test]
+async fn port_ranges() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let target = echo_server().await;
+        let base = free_udp_range(3);
+        let range = format!("127.0.0.1:{base}-{}", base + 2);
+        start(&format!("t server -l {range} -t {target} --quiet"), "").await;
+        for p in base..base + 3 {
+            assert!(
+                UdpSocket::bind(("127.0.0.1", p)).is_err(),
+                "port {p} not listened on"
+            );
+        }
+        let entry = start(
+            &format!("t client -l 127.0.0.1:0 -r {range} --conn 8 --quiet"),
+            "",
+        )
+        .await;
+        let data = pattern(50_000, 4);
+        for _ in 0..8 {
+            assert!(round_trip(entry, &data).await == data);
+        }
+    })
+    .await
+    .expect("timed out");
+}
+
+/// An idle tunnel writes no stats line; activity does; `--snmpperiod 0`
+/// writes none at all.
+#[tokio::test]
+async fn stats_only_when_something_changed() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let target = echo_server().await;
+        let log = scratch("stats.log");
+        let log0 = scratch("stats0.log");
+        let server = start(
+            &format!("t server -l 127.0.0.1:0 -t {target} --quiet --snmpperiod 1"),
+            log.to_str().unwrap(),
+        )
+        .await;
+        let entry = start(
+            &format!("t client -l 127.0.0.1:0 -r {server} --quiet --snmpperiod 0"),
+            log0.to_str().unwrap(),
+        )
+        .await;
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        let idle = std::fs::read_to_string(&log).unwrap();
+        assert!(
+            !idle.contains("stats:"),
+            "idle server logged stats:\n{idle}"
+        );
+        let data = pattern(10_000, 5);
+        assert!(round_trip(entry, &data).await == data);
+        let text = wait_for_log(&log, "stats:", Duration::from_secs(5)).await;
+        assert!(text.contains("stats:"), "no stats after traffic:\n{text}");
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let before = std::fs::read_to_string(&log)
+            .unwrap()
+            .matches("stats:")
+            .count();
+        tokio::time::sleep(Duration::from_millis(3000)).await;
+        let after = std::fs::read_to_string(&log)
+            .unwrap()
+            .matches("stats:")
+            .count();
+        assert_eq!(before, after, "an idle tunnel kept logging stats");
+        let off = std::fs::read_to_string(&log0).unwrap();
+        assert!(!off.contains("stats:"), "--snmpperiod 0 logged:\n{off}");
+        let _ = std::fs::remove_file(&log);
+        let _ = std::fs::remove_file(&log0);
+    })
+    .await
+    .expect("timed out");
+}
+
+/// The server counts datagrams from clients with a wrong key in its stats
+/// line.
+#[tokio::test]
+async fn server_counts_wrong_keys() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let target = echo_server().await;
+        let log = scratch("badkey.log");
+        let server = start(
+            &format!("t server -l 127.0.0.1:0 -t {target} --key right --snmpperiod 1"),
+            log.to_str().unwrap(),
+        )
+        .await;
+        let entry = start(
+            &format!("t client -l 127.0.0.1:0 -r {server} --key wrong --quiet"),
+            "",
+        )
+        .await;
+        let mut c = TcpStream::connect(entry).await.unwrap();
+        c.write_all(b"hello").await.unwrap();
+        let text = wait_for_log(&log, "wrong --key/--crypt) ", Duration::from_secs(10)).await;
+        let n: u64 = text
+            .lines()
+            .filter_map(|l| l.rsplit_once("wrong --key/--crypt) "))
+            .filter_map(|(_, n)| n.trim().parse().ok())
+            .max()
+            .unwrap_or(0);
+        assert!(n > 0, "no undecryptable datagrams counted:\n{text}");
+        let _ = std::fs::remove_file(&log);
+    })
+    .await
+    .expect("timed out");
+}
+
+/// When the server goes away, the client logs one line for the session,
+/// not one per stream it carried (with `--quiet`: the streams' own close
+/// lines are what `--quiet` drops).
+#[tokio::test]
+async fn server_gone_is_one_line_per_session() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let target = echo_server().await;
+        let port = free_udp_range(1);
+        let mut server = Command::new(BIN)
+            .args(words(&format!(
+                "server -l 127.0.0.1:{port} -t {target} --quiet --key k"
+            )))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        for _ in 0..100 {
+            if UdpSocket::bind(("127.0.0.1", port)).is_err() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let log = scratch("gone.log");
+        let entry = start(
+            &format!("t client -l 127.0.0.1:0 -r 127.0.0.1:{port} --key k --keepalive 1 --quiet"),
+            log.to_str().unwrap(),
+        )
+        .await;
+        let mut conns = Vec::new();
+        for _ in 0..5 {
+            let mut c = TcpStream::connect(entry).await.unwrap();
+            c.write_all(b"ping").await.unwrap();
+            let mut b = [0u8; 4];
+            c.read_exact(&mut b).await.unwrap();
+            conns.push(c);
+        }
+        server.kill().unwrap();
+        server.wait().unwrap();
+        let text = wait_for_log(&log, "ended", Duration::from_secs(90)).await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let text = std::fs::read_to_string(&log).unwrap_or(text);
+        let session_lines = text.lines().filter(|l| l.contains("ended")).count();
+        let stream_lines = text.lines().filter(|l| l.contains("stream closed")).count();
+        assert_eq!(session_lines, 1, "{text}");
+        assert_eq!(stream_lines, 0, "a line per stream:\n{text}");
+        let _ = std::fs::remove_file(&log);
+    })
+    .await
+    .expect("timed out");
+}
+
+/// A target that writes 11,520 bytes and closes at once: every byte
+/// arrives, 50 times over, through a lossy path.
+#[tokio::test]
+async fn write_then_close_target_delivers_every_byte_through_loss() {
+    const BYTES: usize = 11_520;
+    tokio::time::timeout(Duration::from_secs(300), async {
+        let data = pattern(BYTES, 7);
+        let target = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let target_addr = target.local_addr().unwrap();
+        let body = data.clone();
+        tokio::spawn(async move {
+            while let Ok((mut c, _)) = target.accept().await {
+                let body = body.clone();
+                tokio::spawn(async move {
+                    let _ = c.write_all(&body).await;
+                    // Dropping closes at once, no read, no linger.
+                });
+            }
+        });
+        let server = start(
+            &format!("t server -l 127.0.0.1:0 -t {target_addr} --quiet --mode fast3"),
+            "",
+        )
+        .await;
+        let relay = Relay::start(server, RelayConfig::symmetric(25, LinkConfig::lossy(0.05)))
+            .await
+            .unwrap();
+        let entry = start(
+            &format!(
+                "t client -l 127.0.0.1:0 -r {} --quiet --mode fast3",
+                relay.local_addr()
+            ),
+            "",
+        )
+        .await;
+        for i in 0..50 {
+            let mut c = TcpStream::connect(entry).await.unwrap();
+            let mut got = Vec::new();
+            c.read_to_end(&mut got).await.unwrap();
+            assert_eq!(got.len(), BYTES, "iteration {i}");
+            assert!(got == data, "iteration {i}: bytes differ");
+        }
+        assert!(relay.stats().to_server.lost + relay.stats().to_client.lost > 0);
+    })
+    .await
+    .expect("timed out");
+}
+
+/// `--log FILE` appends; with `--snmpperiod 0` no periodic line is
+/// written, and SIGUSR1 still writes one.
+#[cfg(unix)]
+#[tokio::test]
+async fn sigusr1_dumps_stats_into_the_appended_log() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let log = scratch("usr1.log");
+        std::fs::write(&log, "an earlier line\n").unwrap();
+        let mut child = Command::new(BIN)
+            .args(words(&format!(
+                "server -l 127.0.0.1:0 -t 127.0.0.1:9 --snmpperiod 0 --log {}",
+                log.display()
+            )))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        wait_for_log(&log, "listening on", Duration::from_secs(10)).await;
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let quiet = std::fs::read_to_string(&log).unwrap();
+        assert!(!quiet.contains("stats:"), "{quiet}");
+        let killed = Command::new("kill")
+            .args(["-USR1", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        let text = wait_for_log(&log, "stats:", Duration::from_secs(10)).await;
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(text.starts_with("an earlier line\n"), "{text}");
+        assert!(text.contains("stats:"), "no stats after SIGUSR1:\n{text}");
+        assert!(text.contains("undecryptable datagrams"), "{text}");
+        let _ = std::fs::remove_file(&log);
+    })
+    .await
+    .expect("timed out");
+}
