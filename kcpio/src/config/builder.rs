@@ -19,25 +19,18 @@ use super::{
 ///
 /// # The defaults, and why
 ///
-/// kcpio's defaults are chosen for a user who replaces a `TcpStream`, from
-/// measurements beside kcp-go's defaults (the repository's lossy-link demo,
-/// `cargo run --release --example demo`, aes-128, a 60 Hz echo of 64-byte
-/// messages and a bulk transfer; one run each on a shared 2-core machine):
-///
-/// | path | kcp-go's defaults | these defaults | `Fast3`, same windows |
-/// | --- | --- | --- | --- |
-/// | loopback relay: echo p50 / p99, bulk | 1.5 / 10.1 ms, 77 kB/s | 1.3 / 12.8 ms, 65 MB/s | 1.3 / 8.9 ms, 47 MB/s |
-/// | 100 ms RTT, 5% loss each way: echo p50 / p99, bulk | 3.2 / 6.3 s, 17 kB/s | 156 / 377 ms, 3.1 MB/s | 125 / 305 ms, 4.0 MB/s |
+/// kcpio's defaults are chosen for a user who replaces a `TcpStream` on a
+/// long or lossy path (the repository's `lab/results/SUMMARY.md` has the
+/// measurements behind them, dated, with the machine):
 ///
 /// - ARQ timing [`Preset::Fast`] (kcptun's `fast`, kcptun's own default:
 ///   30 ms flush interval, fast retransmit after 2 skipping ACKs, no
 ///   congestion window). kcp-go's [`Preset::Default`] (100 ms, no fast
 ///   retransmit, a congestion window that restarts at one segment after
-///   every loss) collapses on loss. [`Preset::Fast3`] is about 20% better
-///   on the lossy path but its 30 ms RTO floor resent 10,831 segments
-///   spuriously on the loaded loopback (29% less goodput), and it wakes
-///   three times as often per busy session: pick it for latency on a path
-///   you know.
+///   every loss) collapses on loss. [`Preset::Fast3`] recovers faster on a
+///   lossy path, but its 30 ms RTO floor resends spuriously on a loaded
+///   host and it wakes three times as often per busy session: pick it for
+///   latency on a path you know.
 /// - Windows 1024/1024 segments: 1.4 MB in flight, a 100 Mbit/s × 100 ms
 ///   path's bandwidth-delay product (kcp-go's 32/32 caps a session at 32
 ///   segments per round trip: 4.4 Mbit/s at 100 ms). The rings grow on

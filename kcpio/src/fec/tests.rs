@@ -634,7 +634,7 @@ fn encoder_and_decoder_can_move_between_threads_and_sit_behind_a_mutex() {
 /// as hex lines to `$KCPIO_FILLER_DUMP`, for `lab/scripts/kcpgo_filler_check.sh`,
 /// which feeds them to a real kcp-go session.
 #[test]
-#[ignore = "run by scripts/kcpgo_filler_check.sh"]
+#[ignore = "run by lab/scripts/kcpgo_filler_check.sh"]
 fn dump_deadline_group_for_kcp_go() {
     let seg = |sn: u32, body: &[u8]| {
         let mut p = Vec::new();

@@ -359,7 +359,7 @@ impl Bbr {
 
     /// Segments per pacing burst: about 2 ms at the pacing rate, 2 to 1024.
     /// Wake-ups come at most once per ms, so the upper bound is what caps
-    /// a paced sender (a bound of 32 held loopback to ~70 MB/s).
+    /// a paced sender: at most 1024 segments per ms.
     fn quantum(&self) -> f64 {
         (self.pacing_rate() * 2.0).clamp(2.0, 1024.0)
     }
