@@ -214,13 +214,15 @@ pub mod fec;
 mod listener;
 #[forbid(unsafe_code)]
 pub mod mux;
-#[forbid(unsafe_code)]
-mod session;
 
 #[allow(unsafe_code)]
 mod simd; // runtime-dispatched SIMD kernels (GF(2^8), Salsa20, GCM): unsafe allowed
 #[forbid(unsafe_code)]
 mod socket;
+#[forbid(unsafe_code)]
+mod split;
+#[forbid(unsafe_code)]
+mod stream;
 #[allow(unsafe_code)]
 mod sys; // batched datagram syscalls: the only other place unsafe is allowed
 
@@ -248,7 +250,6 @@ pub fn fuzz_session_table(data: &[u8]) {
 pub use conn::{Conn, ConnError, SessionError, SessionStats};
 pub use crypto::Method;
 pub use listener::{KcpListener, ListenerStats};
-pub use session::{
-    KcpStream, OwnedReadHalf, OwnedWriteHalf, ReadHalf, ReuniteError, StatsHandle, WriteHalf,
-};
 pub use socket::KcpSocket;
+pub use split::{OwnedReadHalf, OwnedWriteHalf, ReadHalf, ReuniteError, WriteHalf};
+pub use stream::{KcpStream, StatsHandle};

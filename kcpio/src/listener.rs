@@ -13,7 +13,7 @@ use crate::config::Config;
 use crate::driver::shared::{Accept, DriverShared, Taken};
 pub use crate::driver::stats::ListenerStats;
 use crate::driver::{self};
-use crate::session::KcpStream;
+use crate::stream::KcpStream;
 
 /// The counters of a group of listener sockets, summed.
 fn group_stats(drivers: &[Arc<DriverShared>]) -> ListenerStats {
