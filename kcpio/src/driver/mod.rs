@@ -27,6 +27,8 @@
 //! Time: the driver's clock is a `Duration` since its `epoch`, the time
 //! [`Conn`] and the table take; only the `Sleep` sees a tokio `Instant`.
 
+pub(crate) mod admission;
+mod bounded;
 pub(crate) mod io;
 pub(crate) mod shared;
 pub(crate) mod stats;
