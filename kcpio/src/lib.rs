@@ -210,6 +210,9 @@ pub mod crypto;
 mod driver;
 #[forbid(unsafe_code)]
 pub mod fec;
+#[cfg(fuzzing)]
+#[forbid(unsafe_code)]
+pub mod fuzzing;
 #[forbid(unsafe_code)]
 mod listener;
 #[forbid(unsafe_code)]
@@ -232,21 +235,6 @@ pub use config::{
     DEFAULT_KEEPALIVE, Key, MIN_WRITE_CAPACITY, Preset,
 };
 
-/// The session table's routing and admission fed an arbitrary sequence of
-/// datagrams, clock jumps, proofs and removals: the `session_table` fuzz
-/// target's body. The table is internal; this is not part of the stable
-/// API.
-///
-/// # Panics
-///
-/// Only when one of the table's invariants breaks (a bug): its books
-/// balance, sessions stay under the cap, and every memory (tombstones,
-/// replay fingerprints, per-source buckets, the unproven queue) within its
-/// bound.
-#[doc(hidden)]
-pub fn fuzz_session_table(data: &[u8]) {
-    driver::fuzz_table(data);
-}
 pub use conn::{Conn, ConnError, SessionError, SessionStats};
 pub use crypto::Method;
 pub use listener::{KcpListener, ListenerStats};

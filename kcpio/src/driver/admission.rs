@@ -229,6 +229,7 @@ impl Admission {
     /// compacts it past 2 × unproven + 64, so it never exceeds
     /// 2 × max_sessions + 64, though it may exceed twice what is unproven
     /// now).
+    #[cfg(any(test, fuzzing))]
     pub(crate) fn check(&self) {
         assert!(self.unproven.len() <= 2 * self.max_sessions + 64);
         self.tombstones.check();

@@ -36,6 +36,7 @@ impl<K: Eq + Hash + Clone, V> BoundedMap<K, V> {
     }
 
     /// Entries held (at most the capacity).
+    #[cfg(any(test, fuzzing))]
     pub(crate) fn len(&self) -> usize {
         self.map.len()
     }
@@ -91,6 +92,7 @@ impl<K: Eq + Hash + Clone, V> BoundedMap<K, V> {
     }
 
     /// The books balance: one order entry per key, within the capacity.
+    #[cfg(any(test, fuzzing))]
     pub(crate) fn check(&self) {
         assert!(self.map.len() <= self.cap);
         assert_eq!(self.order.len(), self.map.len());

@@ -603,11 +603,6 @@ impl Drop for Driver {
     }
 }
 
-/// The session table's fuzz body (see [`crate::fuzz_session_table`]).
-pub(crate) fn fuzz_table(data: &[u8]) {
-    table::fuzz(data);
-}
-
 /// Binds the listener's sockets at `addr` and spawns one driver per socket:
 /// one socket, or `config.reuse_port` sockets bound to the same address with
 /// `SO_REUSEPORT` (the first one's port when `addr` asks for port 0), all

@@ -156,6 +156,7 @@ impl<'a> Inbound<'a> {
     /// with `una == 0`. Nothing later in a conversation looks like one:
     /// once the peer received anything its `una` is above 0, and its own
     /// first segment was acknowledged before it could send sn 1 alone.
+    #[cfg(any(test, fuzzing))]
     pub(crate) fn is_opener(&self) -> bool {
         self.opener
     }
@@ -514,7 +515,7 @@ impl<S> Table<S> {
     }
 }
 
-/// The session table's fuzz body (`kcpio::fuzz_session_table`): an
+/// The session table's fuzz body (`kcpio::fuzzing::session_table`): an
 /// arbitrary sequence of datagrams from a few addresses, clock jumps (up to
 /// hours, so every horizon passes), proofs, removals and timers, with the
 /// driver's part played as the driver plays it. After every step the
@@ -523,6 +524,7 @@ impl<S> Table<S> {
 /// # Panics
 ///
 /// Only when an invariant breaks (a bug).
+#[cfg(any(test, fuzzing))]
 pub(crate) fn fuzz(data: &[u8]) {
     use std::hash::{DefaultHasher, Hash, Hasher};
     let Some((&cfg, mut rest)) = data.split_first() else {
@@ -607,6 +609,7 @@ pub(crate) fn fuzz(data: &[u8]) {
     }
 }
 
+#[cfg(any(test, fuzzing))]
 impl<S> Table<S> {
     /// The books balance and every store is within its bound.
     fn check(&self, max_sessions: usize) {
@@ -1231,5 +1234,20 @@ mod tests {
                 Route::Drop(Refusal::UnknownSession)
             );
         }
+    }
+
+    /// The fuzz body (`kcpio::fuzzing::session_table`) on openers among
+    /// clock jumps, proofs, removals and timers: it runs in every test run,
+    /// and the table's books balance throughout.
+    #[test]
+    fn fuzz_body_keeps_the_books() {
+        let mut data = vec![3 | (2 << 3)]; // cap 4, backlog 3
+        for n in 0..300u32 {
+            let p = push(n % 50, 0, n % 3 == 0);
+            data.extend([((p.len() / 4) << 3) as u8, n as u8]);
+            data.extend(&p[..p.len() / 4 * 4]);
+            data.extend([3 + (n % 5) as u8, (n * 7) as u8]);
+        }
+        fuzz(&data);
     }
 }
