@@ -191,6 +191,15 @@
 //! `std::net::UdpSocket` with a plain loop and no tokio, and
 //! `tests/gameloop.rs` runs it against kcp-go.
 //!
+//! One noun per object: a **session** is one KCP conversation ([`Conn`] is
+//! its state machine, [`SessionStats`] its counters, [`SessionError`] why
+//! it ended; a driver keeps one per conversation); a **stream** is the
+//! tokio handle on a session ([`KcpStream`] and its halves, made by
+//! [`KcpStream::connect`], [`KcpSocket::connect`] or
+//! [`KcpListener::accept`]). smux's session, which carries many
+//! [`mux::MuxStream`]s over one byte stream, is [`mux::Session`], always
+//! named with its module.
+//!
 //! # Errors
 //!
 //! A failed session's `io::Error` carries a [`SessionError`] as its source

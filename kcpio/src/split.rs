@@ -13,9 +13,8 @@ use tokio::io::ReadBuf;
 use crate::conn::Conn;
 use crate::driver::shared::SessionShared;
 use crate::stream::{
-    Handle, KcpStream, debug_session, poll_recv_datagram, poll_recv_datagram_buf,
-    poll_recv_message, poll_send_datagram, poll_send_message, session_accessors,
-    session_async_read, session_async_write,
+    Handle, KcpStream, debug_stream, poll_recv_datagram, poll_recv_datagram_buf, poll_recv_message,
+    poll_send_datagram, poll_send_message, stream_accessors, stream_async_read, stream_async_write,
 };
 
 /// Both owned halves of the stream whose handle is `inner`.
@@ -87,32 +86,32 @@ fn reunite(read: OwnedReadHalf, write: OwnedWriteHalf) -> Result<KcpStream, Reun
 
 impl fmt::Debug for OwnedReadHalf {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        debug_session(f, "OwnedReadHalf", &self.inner.session)
+        debug_stream(f, "OwnedReadHalf", &self.inner.session)
     }
 }
 
 impl fmt::Debug for OwnedWriteHalf {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        debug_session(f, "OwnedWriteHalf", &self.inner.session)
+        debug_stream(f, "OwnedWriteHalf", &self.inner.session)
     }
 }
 
 impl fmt::Debug for ReadHalf<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        debug_session(f, "ReadHalf", self.stream.session())
+        debug_stream(f, "ReadHalf", self.stream.session())
     }
 }
 
 impl fmt::Debug for WriteHalf<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        debug_session(f, "WriteHalf", self.stream.session())
+        debug_stream(f, "WriteHalf", self.stream.session())
     }
 }
 
-session_accessors!(OwnedReadHalf);
-session_accessors!(OwnedWriteHalf);
-session_accessors!(ReadHalf<'_>);
-session_accessors!(WriteHalf<'_>);
+stream_accessors!(OwnedReadHalf);
+stream_accessors!(OwnedWriteHalf);
+stream_accessors!(ReadHalf<'_>);
+stream_accessors!(WriteHalf<'_>);
 
 impl OwnedReadHalf {
     fn session(&self) -> &Arc<SessionShared> {
@@ -338,7 +337,7 @@ impl AsRef<KcpStream> for WriteHalf<'_> {
     }
 }
 
-session_async_read!(OwnedReadHalf);
-session_async_read!(ReadHalf<'_>);
-session_async_write!(OwnedWriteHalf);
-session_async_write!(WriteHalf<'_>);
+stream_async_read!(OwnedReadHalf);
+stream_async_read!(ReadHalf<'_>);
+stream_async_write!(OwnedWriteHalf);
+stream_async_write!(WriteHalf<'_>);

@@ -83,7 +83,7 @@ pub struct KcpStream {
 
 impl fmt::Debug for KcpStream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        debug_session(f, "KcpStream", self.session())
+        debug_stream(f, "KcpStream", self.session())
     }
 }
 
@@ -499,7 +499,9 @@ pub(crate) fn poll_recv_message(
 ) -> Poll<io::Result<usize>> {
     s.poll_call(cx, Side::Read, |c| c.recv_message(buf))
 }
-pub(crate) fn debug_session(
+
+/// The `Debug` form of a stream or half called `name`.
+pub(crate) fn debug_stream(
     f: &mut fmt::Formatter<'_>,
     name: &str,
     s: &SessionShared,
@@ -513,7 +515,7 @@ pub(crate) fn debug_session(
 
 /// `peer_addr`, `local_addr`, `conv` and `stats`, on the stream and on each
 /// half alike: every half answers for the whole session.
-macro_rules! session_accessors {
+macro_rules! stream_accessors {
     ($handle:ty) => {
         impl $handle {
             /// The peer's address.
@@ -573,12 +575,12 @@ macro_rules! session_accessors {
     };
 }
 
-pub(crate) use session_accessors;
+pub(crate) use stream_accessors;
 
-session_accessors!(KcpStream);
+stream_accessors!(KcpStream);
 
 /// `AsyncRead` on the session, for the stream and its read halves.
-macro_rules! session_async_read {
+macro_rules! stream_async_read {
     ($handle:ty) => {
         impl ::tokio::io::AsyncRead for $handle {
             /// Copies received bytes into `buf`. Keeps the read waker (one
@@ -594,10 +596,10 @@ macro_rules! session_async_read {
     };
 }
 
-pub(crate) use session_async_read;
+pub(crate) use stream_async_read;
 
 /// `AsyncWrite` on the session, for the stream and its write halves.
-macro_rules! session_async_write {
+macro_rules! stream_async_write {
     ($handle:ty) => {
         impl ::tokio::io::AsyncWrite for $handle {
             /// Queues as much of `buf` as the send window takes; `Pending`
@@ -632,7 +634,7 @@ macro_rules! session_async_write {
     };
 }
 
-pub(crate) use session_async_write;
+pub(crate) use stream_async_write;
 
-session_async_read!(KcpStream);
-session_async_write!(KcpStream);
+stream_async_read!(KcpStream);
+stream_async_write!(KcpStream);
