@@ -28,7 +28,7 @@ impl Drop for Handle {
     }
 }
 
-/// A KCP session: a reliable, ordered stream over UDP.
+/// A reliable, ordered stream over UDP: the tokio handle on one KCP session.
 ///
 /// Implements [`AsyncRead`](tokio::io::AsyncRead) and
 /// [`AsyncWrite`](tokio::io::AsyncWrite) like `tokio::net::TcpStream`.
