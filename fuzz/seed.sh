@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Seeds the fuzz corpora (fuzz/corpus/<target>/) from the kcp-go vectors in
-# tests/vectors: crypto.json's datagrams for the crypto targets, fec.json's
+# kcpio/tests/vectors: crypto.json's datagrams for the crypto targets, fec.json's
 # shard groups for the FEC and pipeline targets, kcp_exchange.json's
 # datagrams for the ARQ and pipeline targets, the kcptun captures' smux
 # streams for the multiplexer. Each seed is laid out as the
@@ -11,7 +11,7 @@ python3 - "$here" <<'PY'
 import json, os, struct, sys, hashlib
 
 here = sys.argv[1]
-vec = os.path.join(here, "..", "tests", "vectors")
+vec = os.path.join(here, "..", "kcpio", "tests", "vectors")
 load = lambda n: json.load(open(os.path.join(vec, n)))
 
 def put(target, data):

@@ -4,7 +4,7 @@
 //! rest: how many bytes each `handle_input` call gets and how far the
 //! virtual clock moves between calls), then the peer's byte stream.
 //!
-//! Checks (inside `kcpio::mux::fuzz_session`): open streams, the accept
+//! Checks (inside `kcpio::fuzzing::mux_session`): open streams, the accept
 //! backlog and buffered bytes never exceed the configured budgets, and a
 //! malformed frame ends the session with an error instead of a panic.
 #![no_main]
@@ -12,5 +12,5 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    kcpio::mux::fuzz_session(data);
+    kcpio::fuzzing::mux_session(data);
 });

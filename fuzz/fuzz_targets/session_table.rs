@@ -7,7 +7,7 @@
 //! bytes taken from the input, from one of 32 addresses; a clock jump (up
 //! to 9 s, or up to 4 h); a proof; a removal; a timer.
 //!
-//! Checks (inside `kcpio::fuzz_session_table`): only openers are accepted;
+//! Checks (inside `kcpio::fuzzing::session_table`): only openers are accepted;
 //! the table's books balance (sessions, addresses, unproven count); the
 //! cap holds; tombstones, replay fingerprints and per-source buckets stay
 //! within their bounds.
@@ -16,5 +16,5 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    kcpio::fuzz_session_table(data);
+    kcpio::fuzzing::session_table(data);
 });

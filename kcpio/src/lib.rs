@@ -257,6 +257,15 @@
 //! over a `std::net::UdpSocket` with a plain loop and no tokio, and
 //! `kcpio/tests/gameloop.rs` runs it against kcp-go.
 //!
+//! One noun per object: a **session** is one KCP conversation ([`Conn`] is
+//! its state machine, [`SessionStats`] its counters, [`SessionError`] why
+//! it ended; a driver keeps one per conversation); a **stream** is the
+//! tokio handle on a session ([`KcpStream`] and its halves, made by
+//! [`KcpStream::connect`], [`KcpSocket::connect`] or
+//! [`KcpListener::accept`]). smux's session, which carries many
+//! [`mux::MuxStream`]s over one byte stream, is [`mux::Session`], always
+//! named with its module.
+//!
 //! # Errors
 //!
 //! A failed session's `io::Error` carries a [`SessionError`] as its source
@@ -276,17 +285,22 @@ pub mod crypto;
 mod driver;
 #[forbid(unsafe_code)]
 pub mod fec;
+#[cfg(fuzzing)]
+#[forbid(unsafe_code)]
+pub mod fuzzing;
 #[forbid(unsafe_code)]
 mod listener;
 #[forbid(unsafe_code)]
 pub mod mux;
-#[forbid(unsafe_code)]
-mod session;
 
 #[allow(unsafe_code)]
 mod simd; // runtime-dispatched SIMD kernels (GF(2^8), Salsa20, GCM): unsafe allowed
 #[forbid(unsafe_code)]
 mod socket;
+#[forbid(unsafe_code)]
+mod split;
+#[forbid(unsafe_code)]
+mod stream;
 #[allow(unsafe_code)]
 mod sys; // batched datagram syscalls: the only other place unsafe is allowed
 
@@ -296,25 +310,9 @@ pub use config::{
     DEFAULT_KEEPALIVE, Key, MIN_WRITE_CAPACITY, Preset,
 };
 
-/// The session table's routing and admission fed an arbitrary sequence of
-/// datagrams, clock jumps, proofs and removals: the `session_table` fuzz
-/// target's body. The table is internal; this is not part of the stable
-/// API.
-///
-/// # Panics
-///
-/// Only when one of the table's invariants breaks (a bug): its books
-/// balance, sessions stay under the cap, and every memory (tombstones,
-/// replay fingerprints, per-source buckets, the unproven queue) within its
-/// bound.
-#[doc(hidden)]
-pub fn fuzz_session_table(data: &[u8]) {
-    driver::fuzz_table(data);
-}
 pub use conn::{Conn, ConnError, SessionError, SessionStats};
 pub use crypto::Method;
 pub use listener::{KcpListener, ListenerStats};
-pub use session::{
-    KcpStream, OwnedReadHalf, OwnedWriteHalf, ReadHalf, ReuniteError, StatsHandle, WriteHalf,
-};
 pub use socket::KcpSocket;
+pub use split::{OwnedReadHalf, OwnedWriteHalf, ReadHalf, ReuniteError, WriteHalf};
+pub use stream::{KcpStream, StatsHandle};

@@ -13,7 +13,7 @@ use crate::config::Config;
 use crate::driver::shared::{Accept, DriverShared, Taken};
 pub use crate::driver::stats::ListenerStats;
 use crate::driver::{self};
-use crate::session::KcpStream;
+use crate::stream::KcpStream;
 
 /// The counters of a group of listener sockets, summed.
 fn group_stats(drivers: &[Arc<DriverShared>]) -> ListenerStats {
@@ -52,19 +52,30 @@ fn accepted(taken: Taken) -> Option<io::Result<(KcpStream, SocketAddr)>> {
 /// # Hostile peers
 ///
 /// Every refusal is counted in [`ListenerStats`]; all memory below is
-/// bounded.
+/// bounded, per socket. Who may open a session is decided in one place,
+/// the admission policy (`kcpio/src/driver/admission.rs`), before any
+/// state for the newcomer exists; its memories are maps keyed by what
+/// peers send, hashed under random keys, each holding at most 65,536
+/// entries and forgetting the oldest first.
 ///
 /// - **Late datagrams** of a finished conversation never open a session:
 ///   they are no openers. A retransmitted opener of a session closed less
-///   than a minute ago is refused by its tombstone (at most 65,536 kept).
+///   than a minute ago is refused by its tombstone (`tombstoned`; at most
+///   65,536 kept, about 9 MiB).
 /// - **Replays**: a datagram that opened a session is remembered (a keyed
 ///   64-bit hash of its bytes as received) for 15 minutes, at most 65,536
-///   of them (about 1.5 MiB; under a sustained flood of openers the horizon
+///   of them (about 4 MiB; under a sustained flood of openers the horizon
 ///   shrinks to the time 65,536 openers take); the same datagram opens
 ///   nothing again, from any address (`replayed`).
+/// - **Session cap and backlog**: at most
+///   [`max_sessions`](crate::ConfigBuilder::max_sessions) sessions (4,096),
+///   of which at most
+///   [`accept_backlog`](crate::ConfigBuilder::accept_backlog) (128) wait
+///   for `accept` (`refused_cap`, `refused_backlog`).
 /// - **Per-source limit**: one source IP address creates at most 1,024
 ///   sessions in a burst and 256 per second after that (a token bucket per
-///   address, 65,536 addresses remembered; `refused_rate`); set with
+///   address, 65,536 addresses remembered, about 7 MiB; `refused_rate`);
+///   set with
 ///   [`ConfigBuilder::sessions_per_source`](crate::ConfigBuilder::sessions_per_source).
 /// - **Anti-amplification**: until the peer proves it receives (it
 ///   acknowledges a segment the session sent, or answers the window probe
@@ -81,7 +92,8 @@ fn accepted(taken: Taken) -> Option<io::Result<(KcpStream, SocketAddr)>> {
 ///   (`evicted_unproven`), so forged openers cannot lock real clients out.
 ///   A flood of them holds at most `max_sessions` unproven sessions, each
 ///   as small as a session that received one datagram (a few KiB: at the
-///   default cap of 4,096, tens of MiB in all).
+///   default cap of 4,096, tens of MiB in all); the queue of them is at
+///   most 2 × `max_sessions` + 64 ids.
 ///
 /// With [`ConfigBuilder::reuse_port`](crate::ConfigBuilder::reuse_port)`(n)`
 /// the listener binds `n` sockets to one port with `SO_REUSEPORT`, one driver

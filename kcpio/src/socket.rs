@@ -6,8 +6,8 @@ use std::io;
 use std::net::SocketAddr;
 
 use crate::config::Config;
-use crate::driver::{self, io as dio};
-use crate::session::KcpStream;
+use crate::driver::io as dio;
+use crate::stream::KcpStream;
 
 /// A UDP socket that becomes one [`KcpStream`] when it
 /// [`connect`](Self::connect)s, like `tokio::net::TcpSocket`: bind it to a
@@ -123,9 +123,6 @@ impl KcpSocket {
     /// Not cancel safe in the sense that the socket is consumed: a
     /// cancelled call closes it (the session it started is released).
     pub async fn connect(self, peer: SocketAddr) -> io::Result<KcpStream> {
-        let session = driver::spawn_client(self.socket, peer, self.config.inner.clone())?;
-        let stream = KcpStream::from_session(session);
-        stream.established().await?;
-        Ok(stream)
+        KcpStream::connect_socket(self.socket, peer, &self.config).await
     }
 }

@@ -27,6 +27,8 @@
 //! Time: the driver's clock is a `Duration` since its `epoch`, the time
 //! [`Conn`] and the table take; only the `Sleep` sees a tokio `Instant`.
 
+pub(crate) mod admission;
+mod bounded;
 pub(crate) mod io;
 pub(crate) mod shared;
 pub(crate) mod stats;
@@ -599,11 +601,6 @@ impl Drop for Driver {
             st.wake_all();
         }
     }
-}
-
-/// The session table's fuzz body (see [`crate::fuzz_session_table`]).
-pub(crate) fn fuzz_table(data: &[u8]) {
-    table::fuzz(data);
 }
 
 /// Binds the listener's sockets at `addr` and spawns one driver per socket:

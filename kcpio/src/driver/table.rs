@@ -1,45 +1,30 @@
 //! The session table of one socket, sans-IO: slots with generations, demux
-//! by (peer address, conv), takeover, tombstones, admission and the
-//! deadline heap.
+//! by (peer address, conv), takeover and the deadline heap; who may open a
+//! session is [`admission`](super::admission)'s.
 //!
 //! The driver asks one question per opened datagram,
 //! [`Table::route`]`(peer, &inbound, now, backlog, fingerprint)`, and gets one
 //! [`Route`]: deliver to a session, accept a new conversation (optionally
 //! replacing the address's old one), or drop for a counted reason. A new
 //! conversation's first packet is fully parsed ([`Inbound::validate`]) and
-//! passes [admission](Table::admit) before the driver builds anything.
+//! passes [admission](Admission::admit) before the driver builds anything.
 //!
 //! Time is a `Duration` since the driver's epoch; nothing here reads a
 //! clock, so the rules are unit-tested without sockets (`tests` below).
 #![deny(clippy::disallowed_methods, clippy::disallowed_types)]
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
-use std::net::{IpAddr, SocketAddr};
+use std::collections::{BinaryHeap, HashMap};
+use std::net::SocketAddr;
 use std::time::Duration;
 
+use super::admission::Admission;
 use crate::arq::segment::{self, Command, Segments};
 use crate::config::{DEFAULT_SOURCE_BURST as RATE_BURST, DEFAULT_SOURCE_RATE as RATE_PER_SEC};
 use crate::fec::{self, PacketKind};
 
-/// How long a closed (peer address, conv) keeps late datagrams from
-/// creating a new session.
-pub(crate) const TOMBSTONE_TTL: Duration = Duration::from_secs(60);
-/// Tombstones kept at most; the oldest go first.
-const MAX_TOMBSTONES: usize = 65_536;
 /// Smallest plaintext worth looking at (kcp-go: `min(24, 8 + 4)`).
 const MIN_PACKET: usize = 12;
-/// How long the fingerprint of a datagram that opened a session refuses
-/// the same datagram again, from any address.
-pub(crate) const REPLAY_HORIZON: Duration = Duration::from_secs(15 * 60);
-/// Fingerprints kept at most (8 bytes each, plus their order: about 1.5 MiB
-/// when full); the oldest go first, so under a sustained flood of openers
-/// the horizon shrinks to the time 65,536 openers take.
-pub(crate) const MAX_REPLAY: usize = 65_536;
-/// Source addresses whose buckets are remembered (about 4 MiB when full);
-/// the least recently created go first (a forgotten address has a full
-/// bucket again).
-const MAX_RATE_SOURCES: usize = 65_536;
 
 /// A slot in the table, with a generation so a stale id never reaches a
 /// newer session in the same slot.
@@ -165,6 +150,7 @@ impl<'a> Inbound<'a> {
     /// with `una == 0`. Nothing later in a conversation looks like one:
     /// once the peer received anything its `una` is above 0, and its own
     /// first segment was acknowledged before it could send sn 1 alone.
+    #[cfg(any(test, fuzzing))]
     pub(crate) fn is_opener(&self) -> bool {
         self.opener
     }
@@ -196,17 +182,22 @@ struct Entry<S> {
     session: S,
 }
 
-/// A source address's session-creation allowance (a token bucket in
-/// thousandths of a session).
-#[derive(Clone, Copy, Debug)]
-struct Bucket {
-    milli: u64,
-    at: Duration,
-}
-
 struct Slot<S> {
     generation: u32,
     entry: Option<Entry<S>>,
+}
+
+/// The entry `id` names in `slots`, unless it was removed since.
+fn entry_in<S>(slots: &[Slot<S>], id: SessionId) -> Option<&Entry<S>> {
+    let slot = slots.get(id.idx as usize)?;
+    (slot.generation == id.generation)
+        .then_some(slot.entry.as_ref())
+        .flatten()
+}
+
+/// `id` names a session that has not proved it receives.
+fn unproven_in<S>(slots: &[Slot<S>], id: SessionId) -> bool {
+    entry_in(slots, id).is_some_and(|e| !e.proven)
 }
 
 /// The sessions of one socket and their timers; `S` is the driver's
@@ -216,26 +207,14 @@ pub(crate) struct Table<S> {
     free: Vec<u32>,
     live: usize,
     by_addr: HashMap<SocketAddr, SessionId>,
-    tombstones: HashMap<(SocketAddr, u32), Duration>,
-    tomb_order: VecDeque<((SocketAddr, u32), Duration)>,
     heap: BinaryHeap<Reverse<(Duration, SessionId)>>,
-    /// Fingerprints of the datagrams that opened sessions, and their order.
-    replay: HashSet<u64>,
-    replay_order: VecDeque<(u64, Duration)>,
-    /// Session creations per source address.
-    rate: HashMap<IpAddr, Bucket>,
-    rate_order: VecDeque<IpAddr>,
-    /// Sessions a source IP may open at once, and per second after that.
-    rate_burst: u32,
-    rate_per_sec: u32,
-    /// Sessions that have not proved they receive, oldest first (ids of
-    /// proven or removed sessions are skipped lazily).
-    unproven: VecDeque<SessionId>,
+    /// Sessions that have not proved they receive.
     unproven_live: usize,
     /// New conversations are accepted (a listener that is still open).
     accepting: bool,
-    max_sessions: usize,
-    backlog_cap: usize,
+    /// Who may open a session (tombstones, replays, the cap, the backlog,
+    /// per-source rates) and the unproven queue.
+    admission: Admission,
 }
 
 impl<S> Table<S> {
@@ -246,28 +225,17 @@ impl<S> Table<S> {
             free: Vec::new(),
             live: 0,
             by_addr: HashMap::new(),
-            tombstones: HashMap::new(),
-            tomb_order: VecDeque::new(),
             heap: BinaryHeap::new(),
-            replay: HashSet::new(),
-            replay_order: VecDeque::new(),
-            rate: HashMap::new(),
-            rate_order: VecDeque::new(),
-            rate_burst: RATE_BURST,
-            rate_per_sec: RATE_PER_SEC,
-            unproven: VecDeque::new(),
             unproven_live: 0,
             accepting,
-            max_sessions,
-            backlog_cap,
+            admission: Admission::new(max_sessions, backlog_cap, RATE_BURST, RATE_PER_SEC),
         }
     }
 
     /// Sessions one source IP address may open at once (`burst`), and per
     /// second after that (default [`RATE_BURST`], [`RATE_PER_SEC`]).
     pub(crate) fn set_source_rate(&mut self, burst: u32, per_sec: u32) {
-        self.rate_burst = burst;
-        self.rate_per_sec = per_sec;
+        self.admission.set_source_rate(burst, per_sec);
     }
 
     /// Sessions in the table.
@@ -286,10 +254,7 @@ impl<S> Table<S> {
     }
 
     fn entry(&self, id: SessionId) -> Option<&Entry<S>> {
-        let slot = self.slots.get(id.idx as usize)?;
-        (slot.generation == id.generation)
-            .then_some(slot.entry.as_ref())
-            .flatten()
+        entry_in(&self.slots, id)
     }
 
     fn entry_mut(&mut self, id: SessionId) -> Option<&mut Entry<S>> {
@@ -362,33 +327,11 @@ impl<S> Table<S> {
         self.live += 1;
         if !proven {
             self.unproven_live += 1;
-            self.unproven.push_back(id);
-            if self.unproven.len() > 2 * self.unproven_live + 64 {
-                self.compact_unproven();
-            }
+            let slots = &self.slots;
+            self.admission
+                .unproven_added(id, self.unproven_live, |id| unproven_in(slots, id));
         }
         id
-    }
-
-    fn is_unproven(&self, id: SessionId) -> bool {
-        self.entry(id).is_some_and(|e| !e.proven)
-    }
-
-    fn compact_unproven(&mut self) {
-        let mut q = std::mem::take(&mut self.unproven);
-        q.retain(|&id| self.is_unproven(id));
-        self.unproven = q;
-    }
-
-    /// The oldest session that has not proved it receives.
-    fn oldest_unproven(&mut self) -> Option<SessionId> {
-        while let Some(&id) = self.unproven.front() {
-            if self.is_unproven(id) {
-                return Some(id);
-            }
-            self.unproven.pop_front();
-        }
-        None
     }
 
     /// Takes a session out: its slot's generation moves on, its
@@ -409,7 +352,7 @@ impl<S> Table<S> {
             self.by_addr.remove(&entry.peer);
         }
         if entry.proven {
-            self.add_tombstone(entry.peer, entry.conv, now);
+            self.admission.closed(entry.peer, entry.conv, now);
         } else {
             self.unproven_live -= 1;
         }
@@ -481,139 +424,24 @@ impl<S> Table<S> {
         if !inbound.validate(conv) {
             return Route::Drop(Refusal::BadKcp);
         }
-        match self.admit(peer, conv, replaces, now, backlog, fingerprint) {
+        let slots = &self.slots;
+        let admitted = self.admission.admit(
+            peer,
+            conv,
+            replaces,
+            now,
+            self.live,
+            |id| unproven_in(slots, id),
+            backlog,
+            fingerprint,
+        );
+        match admitted {
             Ok(evicts) => Route::Accept {
                 conv,
                 replaces,
                 evicts,
             },
             Err(r) => Route::Drop(r),
-        }
-    }
-
-    /// Admission: may a validated conversation opener from `peer` get a
-    /// session? Every rule about who gets state lives here, checked in this
-    /// order before any state exists, each refusal a [`Refusal`] with its
-    /// own counter (the opener rule itself is checked by the caller):
-    ///
-    /// 1. a tombstone of the same (peer, conv) refuses the retransmitted
-    ///    opener of a conversation closed less than `TOMBSTONE_TTL` ago;
-    /// 2. a datagram that opened a session within `REPLAY_HORIZON` (the
-    ///    last `MAX_REPLAY` of them) is a replay, from any address;
-    /// 3. the session cap (`max_sessions`; a takeover frees its slot): when
-    ///    it is reached, the oldest session that never proved it receives
-    ///    is evicted for the newcomer, so forged openers cannot hold the
-    ///    table;
-    /// 4. the accept backlog (`accept_backlog`);
-    /// 5. the source address's creation rate (a burst, then a rate per
-    ///    second: `set_source_rate`), charged last so refused openers cost
-    ///    nothing.
-    ///
-    /// On success the fingerprint is remembered and the evicted session
-    /// (if any) is returned for the driver to remove.
-    fn admit(
-        &mut self,
-        peer: SocketAddr,
-        conv: u32,
-        replaces: Option<SessionId>,
-        now: Duration,
-        backlog: impl FnOnce() -> usize,
-        fingerprint: impl FnOnce() -> u64,
-    ) -> Result<Option<SessionId>, Refusal> {
-        self.prune_tombstones(now);
-        if self.tombstones.contains_key(&(peer, conv)) {
-            return Err(Refusal::Tombstoned);
-        }
-        self.prune_replay(now);
-        let print = fingerprint();
-        if self.replay.contains(&print) {
-            return Err(Refusal::Replay);
-        }
-        let mut evicts = None;
-        if self.live - usize::from(replaces.is_some()) >= self.max_sessions {
-            evicts = self.oldest_unproven().filter(|&id| Some(id) != replaces);
-            if evicts.is_none() {
-                return Err(Refusal::SessionCap);
-            }
-        }
-        if backlog() >= self.backlog_cap {
-            return Err(Refusal::Backlog);
-        }
-        if !self.take_token(peer.ip(), now) {
-            return Err(Refusal::RateLimited);
-        }
-        self.remember_opener(print, now);
-        Ok(evicts)
-    }
-
-    fn prune_replay(&mut self, now: Duration) {
-        while let Some(&(print, until)) = self.replay_order.front() {
-            if until > now && self.replay_order.len() < MAX_REPLAY {
-                break;
-            }
-            self.replay_order.pop_front();
-            self.replay.remove(&print);
-        }
-    }
-
-    fn remember_opener(&mut self, print: u64, now: Duration) {
-        if self.replay.insert(print) {
-            self.replay_order.push_back((print, now + REPLAY_HORIZON));
-        }
-    }
-
-    /// One session creation from `ip`, if its bucket has a token.
-    fn take_token(&mut self, ip: IpAddr, now: Duration) -> bool {
-        const ONE: u64 = 1000;
-        let full = u64::from(self.rate_burst) * ONE;
-        let b = match self.rate.get_mut(&ip) {
-            Some(b) => b,
-            None => {
-                while self.rate_order.len() >= MAX_RATE_SOURCES {
-                    if let Some(old) = self.rate_order.pop_front() {
-                        self.rate.remove(&old);
-                    }
-                }
-                self.rate_order.push_back(ip);
-                self.rate.entry(ip).or_insert(Bucket {
-                    milli: full,
-                    at: now,
-                })
-            }
-        };
-        let elapsed = now.saturating_sub(b.at).as_millis() as u64;
-        b.milli = (b.milli + elapsed.saturating_mul(u64::from(self.rate_per_sec))).min(full);
-        b.at = now;
-        if b.milli < ONE {
-            return false;
-        }
-        b.milli -= ONE;
-        true
-    }
-
-    fn add_tombstone(&mut self, peer: SocketAddr, conv: u32, now: Duration) {
-        let until = now + TOMBSTONE_TTL;
-        while self.tomb_order.len() >= MAX_TOMBSTONES {
-            self.pop_tombstone();
-        }
-        self.tombstones.insert((peer, conv), until);
-        self.tomb_order.push_back(((peer, conv), until));
-    }
-
-    fn pop_tombstone(&mut self) {
-        if let Some((key, until)) = self.tomb_order.pop_front() {
-            if self.tombstones.get(&key) == Some(&until) {
-                self.tombstones.remove(&key);
-            }
-        }
-    }
-
-    fn prune_tombstones(&mut self, now: Duration) {
-        while let Some(&(_, until)) = self.tomb_order.front() {
-            if until > now {
-                break;
-            }
-            self.pop_tombstone();
         }
     }
 
@@ -681,7 +509,7 @@ impl<S> Table<S> {
     }
 }
 
-/// The session table's fuzz body (`kcpio::fuzz_session_table`): an
+/// The session table's fuzz body (`kcpio::fuzzing::session_table`): an
 /// arbitrary sequence of datagrams from a few addresses, clock jumps (up to
 /// hours, so every horizon passes), proofs, removals and timers, with the
 /// driver's part played as the driver plays it. After every step the
@@ -690,6 +518,7 @@ impl<S> Table<S> {
 /// # Panics
 ///
 /// Only when an invariant breaks (a bug).
+#[cfg(any(test, fuzzing))]
 pub(crate) fn fuzz(data: &[u8]) {
     use std::hash::{DefaultHasher, Hash, Hasher};
     let Some((&cfg, mut rest)) = data.split_first() else {
@@ -774,6 +603,7 @@ pub(crate) fn fuzz(data: &[u8]) {
     }
 }
 
+#[cfg(any(test, fuzzing))]
 impl<S> Table<S> {
     /// The books balance and every store is within its bound.
     fn check(&self, max_sessions: usize) {
@@ -789,21 +619,11 @@ impl<S> Table<S> {
             entries.iter().filter(|(_, _, e)| !e.proven).count(),
             self.unproven_live
         );
-        // Stale ids (proven or removed since) are dropped lazily: the queue
-        // grows only on insert, which compacts it past 2 x unproven + 64,
-        // so it never exceeds 2 x max_sessions + 64 (the documented bound),
-        // though it may exceed twice what is unproven now.
-        assert!(self.unproven.len() <= 2 * max_sessions + 64);
         assert_eq!(self.by_addr.len(), self.live);
         for (peer, id) in &self.by_addr {
             assert_eq!(self.entry(*id).map(|e| e.peer), Some(*peer));
         }
-        assert!(self.tombstones.len() <= MAX_TOMBSTONES);
-        assert!(self.tomb_order.len() <= MAX_TOMBSTONES);
-        assert!(self.replay.len() <= MAX_REPLAY && self.replay_order.len() <= MAX_REPLAY);
-        assert_eq!(self.replay.len(), self.replay_order.len());
-        assert!(self.rate.len() <= MAX_RATE_SOURCES);
-        assert_eq!(self.rate.len(), self.rate_order.len());
+        self.admission.check();
         assert!(self.free.len() + self.live == self.slots.len());
     }
 }
@@ -811,6 +631,7 @@ impl<S> Table<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::driver::admission::{MAX_REPLAY, REPLAY_HORIZON, TOMBSTONE_TTL};
     use std::hash::{DefaultHasher, Hash, Hasher};
 
     fn addr(port: u16) -> SocketAddr {
@@ -1215,7 +1036,7 @@ mod tests {
             let r = t.route(ip(n), &i, Duration::ZERO, || 0, || u64::from(n));
             assert!(matches!(r, Route::Accept { .. }));
         }
-        assert!(t.replay.len() <= MAX_REPLAY && t.replay_order.len() <= MAX_REPLAY);
+        assert!(t.admission.replay_len() <= MAX_REPLAY);
     }
 
     /// Finding 8: one source address opens at most `RATE_BURST` sessions at
@@ -1407,5 +1228,20 @@ mod tests {
                 Route::Drop(Refusal::UnknownSession)
             );
         }
+    }
+
+    /// The fuzz body (`kcpio::fuzzing::session_table`) on openers among
+    /// clock jumps, proofs, removals and timers: it runs in every test run,
+    /// and the table's books balance throughout.
+    #[test]
+    fn fuzz_body_keeps_the_books() {
+        let mut data = vec![3 | (2 << 3)]; // cap 4, backlog 3
+        for n in 0..300u32 {
+            let p = push(n % 50, 0, n % 3 == 0);
+            data.extend([((p.len() / 4) << 3) as u8, n as u8]);
+            data.extend(&p[..p.len() / 4 * 4]);
+            data.extend([3 + (n % 5) as u8, (n * 7) as u8]);
+        }
+        fuzz(&data);
     }
 }

@@ -14,23 +14,23 @@
 use core::fmt;
 
 /// Byte offsets of the header fields, all little-endian.
-pub mod field {
+mod field {
     use core::ops::Range;
 
     /// Protocol version (`u8`): 1 or 2, the same on every frame of a session.
-    pub const VER: usize = 0;
+    pub(super) const VER: usize = 0;
     /// Command (`u8`): SYN 0, FIN 1, PSH 2, NOP 3, UPD 4.
-    pub const CMD: usize = 1;
+    pub(super) const CMD: usize = 1;
     /// Length of what follows the header (`u16`).
-    pub const LEN: Range<usize> = 2..4;
+    pub(super) const LEN: Range<usize> = 2..4;
     /// Stream id (`u32`); 0 for NOP.
-    pub const SID: Range<usize> = 4..8;
+    pub(super) const SID: Range<usize> = 4..8;
     /// Header length (`headerSize`).
-    pub const HEADER_LEN: usize = 8;
+    pub(super) const HEADER_LEN: usize = 8;
     /// UPD body: bytes the reader has consumed (`u32`), relative to the body.
-    pub const UPD_CONSUMED: Range<usize> = 0..4;
+    pub(super) const UPD_CONSUMED: Range<usize> = 0..4;
     /// UPD body: the reader's window (`u32`), relative to the body.
-    pub const UPD_WINDOW: Range<usize> = 4..8;
+    pub(super) const UPD_WINDOW: Range<usize> = 4..8;
 }
 
 /// Length of a frame header in bytes.
@@ -188,8 +188,13 @@ impl Header {
         Self {
             version: b[field::VER],
             cmd: b[field::CMD],
-            len: u16::from_le_bytes([b[2], b[3]]),
-            sid: u32::from_le_bytes([b[4], b[5], b[6], b[7]]),
+            len: u16::from_le_bytes([b[field::LEN.start], b[field::LEN.start + 1]]),
+            sid: u32::from_le_bytes([
+                b[field::SID.start],
+                b[field::SID.start + 1],
+                b[field::SID.start + 2],
+                b[field::SID.start + 3],
+            ]),
         }
     }
 
@@ -342,8 +347,18 @@ impl Upd {
     #[must_use]
     pub const fn from_bytes(b: &[u8; UPD_LEN]) -> Self {
         Self {
-            consumed: u32::from_le_bytes([b[0], b[1], b[2], b[3]]),
-            window: u32::from_le_bytes([b[4], b[5], b[6], b[7]]),
+            consumed: u32::from_le_bytes([
+                b[field::UPD_CONSUMED.start],
+                b[field::UPD_CONSUMED.start + 1],
+                b[field::UPD_CONSUMED.start + 2],
+                b[field::UPD_CONSUMED.start + 3],
+            ]),
+            window: u32::from_le_bytes([
+                b[field::UPD_WINDOW.start],
+                b[field::UPD_WINDOW.start + 1],
+                b[field::UPD_WINDOW.start + 2],
+                b[field::UPD_WINDOW.start + 3],
+            ]),
         }
     }
 

@@ -94,13 +94,16 @@ pub use session::{
 };
 
 /// Feeds arbitrary bytes to a fresh session (both roles and versions, small
-/// budgets) and drains its output: the fuzz target's body. Never panics;
-/// checks that the session stays within its budgets.
+/// budgets) and drains its output: the body of the `mux_session` fuzz
+/// target (`kcpio::fuzzing::mux_session`) and of the unit tests that replay
+/// its findings. Never panics; checks that the session stays within its
+/// budgets.
 ///
 /// # Panics
 ///
 /// Only if a budget is exceeded (a bug).
-pub fn fuzz_session(data: &[u8]) {
+#[cfg(any(test, fuzzing))]
+pub(crate) fn fuzz_session(data: &[u8]) {
     use core::time::Duration;
     let Some((&selector, input)) = data.split_first() else {
         return;

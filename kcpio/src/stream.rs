@@ -5,22 +5,21 @@ use std::fmt;
 use std::future::poll_fn;
 use std::io;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::{Arc, Weak};
 use std::task::{Context, Poll};
 
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::ReadBuf;
 use tokio::net::ToSocketAddrs;
 
 use crate::config::Config;
 use crate::conn::{Conn, SessionStats};
-use crate::driver::{shared::SessionShared, shared::Side};
-use crate::socket::KcpSocket;
+use crate::driver::{self, io as dio, shared::SessionShared, shared::Side};
+use crate::split::{self, OwnedReadHalf, OwnedWriteHalf, ReadHalf, WriteHalf};
 
 /// Holds a session for one or two handles; when the last is dropped the
 /// session keeps flushing in the background for up to `linger`, then is freed.
-struct Handle {
-    session: Arc<SessionShared>,
+pub(crate) struct Handle {
+    pub(crate) session: Arc<SessionShared>,
 }
 
 impl Drop for Handle {
@@ -29,9 +28,10 @@ impl Drop for Handle {
     }
 }
 
-/// A KCP session: a reliable, ordered stream over UDP.
+/// A reliable, ordered stream over UDP: the tokio handle on one KCP session.
 ///
-/// Implements [`AsyncRead`] and [`AsyncWrite`] like `tokio::net::TcpStream`.
+/// Implements [`AsyncRead`](tokio::io::AsyncRead) and
+/// [`AsyncWrite`](tokio::io::AsyncWrite) like `tokio::net::TcpStream`.
 /// Made by [`KcpStream::connect`] (client) or
 /// [`KcpListener::accept`](crate::KcpListener::accept) (server). All the I/O
 /// happens on the socket's driver task; a stream only moves bytes in and out
@@ -83,7 +83,7 @@ pub struct KcpStream {
 
 impl fmt::Debug for KcpStream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        debug_session(f, "KcpStream", self.session())
+        debug_stream(f, "KcpStream", self.session())
     }
 }
 
@@ -143,8 +143,8 @@ impl KcpStream {
             } else {
                 (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
             };
-            let attempt = match KcpSocket::bind(bind, config) {
-                Ok(socket) => socket.connect(peer).await,
+            let attempt = match dio::bind_socket(bind, &config.inner, false) {
+                Ok(socket) => Self::connect_socket(socket, peer, config).await,
                 Err(e) => Err(e),
             };
             match attempt {
@@ -160,8 +160,24 @@ impl KcpStream {
         }))
     }
 
+    /// Opens a session to `peer` on `socket` (bound, its options set): a
+    /// new driver task connects the socket and runs the session; returns
+    /// once the peer answered the connect probe (at once without one). The
+    /// one connect path: [`connect`](Self::connect) and
+    /// [`KcpSocket::connect`](crate::KcpSocket::connect) both end here.
+    pub(crate) async fn connect_socket(
+        socket: socket2::Socket,
+        peer: SocketAddr,
+        config: &Config,
+    ) -> io::Result<KcpStream> {
+        let session = driver::spawn_client(socket, peer, config.inner.clone())?;
+        let stream = Self::from_session(session);
+        stream.established().await?;
+        Ok(stream)
+    }
+
     /// Waits for the connect probe's answer (at once without a probe).
-    pub(crate) async fn established(&self) -> io::Result<()> {
+    async fn established(&self) -> io::Result<()> {
         poll_fn(|cx| {
             self.session()
                 .poll_call(cx, Side::Read, |c| c.established())
@@ -175,7 +191,12 @@ impl KcpStream {
         }
     }
 
-    fn session(&self) -> &Arc<SessionShared> {
+    /// A stream of the session `inner` holds (reunited halves).
+    pub(crate) fn from_handle(inner: Arc<Handle>) -> Self {
+        Self { inner }
+    }
+
+    pub(crate) fn session(&self) -> &Arc<SessionShared> {
         &self.inner.session
     }
 
@@ -197,12 +218,7 @@ impl KcpStream {
     /// ```
     #[must_use]
     pub fn into_split(self) -> (OwnedReadHalf, OwnedWriteHalf) {
-        (
-            OwnedReadHalf {
-                inner: self.inner.clone(),
-            },
-            OwnedWriteHalf { inner: self.inner },
-        )
+        split::split_owned(self.inner)
     }
 
     /// Splits the stream into a read half and a write half borrowed from it,
@@ -224,7 +240,7 @@ impl KcpStream {
     /// # Ok(()) }
     /// ```
     pub fn split(&mut self) -> (ReadHalf<'_>, WriteHalf<'_>) {
-        (ReadHalf { stream: self }, WriteHalf { stream: self })
+        split::split(self)
     }
 
     /// Sends `msg` as one message (message mode): the peer's
@@ -380,6 +396,14 @@ pub struct StatsHandle {
 }
 
 impl StatsHandle {
+    /// A handle on `session` that does not keep it alive.
+    pub(crate) fn of(session: &Arc<SessionShared>) -> Self {
+        Self {
+            conv: session.conv,
+            session: Arc::downgrade(session),
+        }
+    }
+
     /// The session's counters now, as [`KcpStream::stats`]; `None` once the
     /// session is gone (every handle dropped and its linger over, or the
     /// driver stopped).
@@ -395,14 +419,14 @@ impl StatsHandle {
     }
 }
 
-fn stats_of(s: &SessionShared) -> SessionStats {
+pub(crate) fn stats_of(s: &SessionShared) -> SessionStats {
     s.with_conn(Conn::stats)
 }
 
 // The handle side of the contract in `driver::shared`: each call locks the
 // session, asks its `Conn`, and registers a waker on `WouldBlock`.
 
-fn poll_read(
+pub(crate) fn poll_read(
     s: &SessionShared,
     cx: &mut Context<'_>,
     buf: &mut ReadBuf<'_>,
@@ -414,26 +438,34 @@ fn poll_read(
         .map_ok(|n| buf.advance(n))
 }
 
-fn poll_write(s: &SessionShared, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+pub(crate) fn poll_write(
+    s: &SessionShared,
+    cx: &mut Context<'_>,
+    data: &[u8],
+) -> Poll<io::Result<usize>> {
     s.poll_call(cx, Side::Write, |c| c.write(data))
 }
 
-fn poll_flush(s: &SessionShared) -> Poll<io::Result<()>> {
+pub(crate) fn poll_flush(s: &SessionShared) -> Poll<io::Result<()>> {
     match s.with_conn(Conn::error) {
         Some(e) => Poll::Ready(Err(e.into())),
         None => Poll::Ready(Ok(())),
     }
 }
 
-fn poll_shutdown(s: &SessionShared, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+pub(crate) fn poll_shutdown(s: &SessionShared, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
     s.poll_call(cx, Side::Write, Conn::shutdown)
 }
 
-fn poll_send_message(s: &SessionShared, cx: &mut Context<'_>, msg: &[u8]) -> Poll<io::Result<()>> {
+pub(crate) fn poll_send_message(
+    s: &SessionShared,
+    cx: &mut Context<'_>,
+    msg: &[u8],
+) -> Poll<io::Result<()>> {
     s.poll_call(cx, Side::Write, |c| c.send_message(msg))
 }
 
-fn poll_send_datagram(
+pub(crate) fn poll_send_datagram(
     s: &SessionShared,
     cx: &mut Context<'_>,
     payload: &[u8],
@@ -441,7 +473,7 @@ fn poll_send_datagram(
     s.poll_call(cx, Side::DatagramWrite, |c| c.send_datagram(payload))
 }
 
-fn poll_recv_datagram(
+pub(crate) fn poll_recv_datagram(
     s: &SessionShared,
     cx: &mut Context<'_>,
     buf: &mut [u8],
@@ -449,7 +481,7 @@ fn poll_recv_datagram(
     s.poll_call(cx, Side::DatagramRead, |c| c.recv_datagram(buf))
 }
 
-fn poll_recv_datagram_buf(
+pub(crate) fn poll_recv_datagram_buf(
     s: &SessionShared,
     cx: &mut Context<'_>,
     buf: &mut ReadBuf<'_>,
@@ -460,7 +492,7 @@ fn poll_recv_datagram_buf(
     .map_ok(|n| buf.advance(n))
 }
 
-fn poll_recv_message(
+pub(crate) fn poll_recv_message(
     s: &SessionShared,
     cx: &mut Context<'_>,
     buf: &mut [u8],
@@ -468,59 +500,12 @@ fn poll_recv_message(
     s.poll_call(cx, Side::Read, |c| c.recv_message(buf))
 }
 
-/// The read half of a [`KcpStream`], from [`KcpStream::into_split`].
-///
-/// Reading works as on the stream; the accessors answer for the whole
-/// session. [`reunite`](Self::reunite) puts the stream back together.
-pub struct OwnedReadHalf {
-    inner: Arc<Handle>,
-}
-
-/// The write half of a [`KcpStream`], from [`KcpStream::into_split`].
-///
-/// Dropping it does not shut the stream down (unlike tokio's TCP write
-/// half: KCP has no end-of-stream marker to send); call `shutdown` to wait
-/// for acknowledgement. The session lives until both halves are dropped.
-pub struct OwnedWriteHalf {
-    inner: Arc<Handle>,
-}
-
-/// The read half of a [`KcpStream`] borrowed by [`KcpStream::split`].
-pub struct ReadHalf<'a> {
-    stream: &'a KcpStream,
-}
-
-/// The write half of a [`KcpStream`] borrowed by [`KcpStream::split`].
-pub struct WriteHalf<'a> {
-    stream: &'a KcpStream,
-}
-
-/// The halves given to [`OwnedReadHalf::reunite`] (or
-/// [`OwnedWriteHalf::reunite`]) came from different streams; both are
-/// handed back unchanged.
-#[derive(Debug)]
-pub struct ReuniteError(pub OwnedReadHalf, pub OwnedWriteHalf);
-
-impl fmt::Display for ReuniteError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("tried to reunite halves that are not from the same KcpStream")
-    }
-}
-
-impl std::error::Error for ReuniteError {}
-
-/// Joins two halves of one stream; hands both back otherwise.
-fn reunite(read: OwnedReadHalf, write: OwnedWriteHalf) -> Result<KcpStream, ReuniteError> {
-    if Arc::ptr_eq(&read.inner, &write.inner) {
-        // The session lives on in `read`'s handle.
-        drop(write);
-        Ok(KcpStream { inner: read.inner })
-    } else {
-        Err(ReuniteError(read, write))
-    }
-}
-
-fn debug_session(f: &mut fmt::Formatter<'_>, name: &str, s: &SessionShared) -> fmt::Result {
+/// The `Debug` form of a stream or half called `name`.
+pub(crate) fn debug_stream(
+    f: &mut fmt::Formatter<'_>,
+    name: &str,
+    s: &SessionShared,
+) -> fmt::Result {
     f.debug_struct(name)
         .field("peer", &s.peer)
         .field("conv", &s.conv)
@@ -528,33 +513,9 @@ fn debug_session(f: &mut fmt::Formatter<'_>, name: &str, s: &SessionShared) -> f
         .finish()
 }
 
-impl fmt::Debug for OwnedReadHalf {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        debug_session(f, "OwnedReadHalf", &self.inner.session)
-    }
-}
-
-impl fmt::Debug for OwnedWriteHalf {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        debug_session(f, "OwnedWriteHalf", &self.inner.session)
-    }
-}
-
-impl fmt::Debug for ReadHalf<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        debug_session(f, "ReadHalf", self.stream.session())
-    }
-}
-
-impl fmt::Debug for WriteHalf<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        debug_session(f, "WriteHalf", self.stream.session())
-    }
-}
-
 /// `peer_addr`, `local_addr`, `conv` and `stats`, on the stream and on each
 /// half alike: every half answers for the whole session.
-macro_rules! session_accessors {
+macro_rules! stream_accessors {
     ($handle:ty) => {
         impl $handle {
             /// The peer's address.
@@ -562,7 +523,7 @@ macro_rules! session_accessors {
             /// # Errors
             ///
             /// None today; `io::Result` as `TcpStream::peer_addr`.
-            pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+            pub fn peer_addr(&self) -> ::std::io::Result<::std::net::SocketAddr> {
                 Ok(self.session().peer)
             }
 
@@ -573,7 +534,7 @@ macro_rules! session_accessors {
             /// # Errors
             ///
             /// None today; `io::Result` as `TcpStream::local_addr`.
-            pub fn local_addr(&self) -> io::Result<SocketAddr> {
+            pub fn local_addr(&self) -> ::std::io::Result<::std::net::SocketAddr> {
                 Ok(self.session().driver.local_addr)
             }
 
@@ -597,8 +558,8 @@ macro_rules! session_accessors {
             /// # }
             /// ```
             #[must_use]
-            pub fn stats(&self) -> SessionStats {
-                stats_of(self.session())
+            pub fn stats(&self) -> $crate::SessionStats {
+                $crate::stream::stats_of(self.session())
             }
 
             /// A handle that reads this session's [`stats`](Self::stats)
@@ -607,297 +568,73 @@ macro_rules! session_accessors {
             /// (a [`Mux`](crate::mux::Mux), a `Framed`). It does not keep
             /// the session alive.
             #[must_use]
-            pub fn stats_handle(&self) -> StatsHandle {
-                StatsHandle {
-                    conv: self.session().conv,
-                    session: Arc::downgrade(self.session()),
-                }
+            pub fn stats_handle(&self) -> $crate::StatsHandle {
+                $crate::stream::StatsHandle::of(self.session())
             }
         }
     };
 }
 
-session_accessors!(KcpStream);
-session_accessors!(OwnedReadHalf);
-session_accessors!(OwnedWriteHalf);
-session_accessors!(ReadHalf<'_>);
-session_accessors!(WriteHalf<'_>);
+pub(crate) use stream_accessors;
 
-impl OwnedReadHalf {
-    fn session(&self) -> &Arc<SessionShared> {
-        &self.inner.session
-    }
-
-    /// Joins this half with its write half into the original stream, as
-    /// `tokio::net::tcp::OwnedReadHalf::reunite`.
-    ///
-    /// # Errors
-    ///
-    /// [`ReuniteError`], holding both halves unchanged, when they come from
-    /// different streams.
-    pub fn reunite(self, other: OwnedWriteHalf) -> Result<KcpStream, ReuniteError> {
-        reunite(self, other)
-    }
-
-    /// Receives one whole message; see [`KcpStream::recv_message`].
-    ///
-    /// # Errors
-    ///
-    /// As [`KcpStream::recv_message`].
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe.
-    pub async fn recv_message(&self, buf: &mut [u8]) -> io::Result<usize> {
-        poll_fn(|cx| poll_recv_message(self.session(), cx, buf)).await
-    }
-
-    /// Receives the next unreliable datagram; see
-    /// [`KcpStream::recv_datagram`].
-    ///
-    /// # Errors
-    ///
-    /// As [`KcpStream::recv_datagram`].
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe.
-    pub async fn recv_datagram(&self, buf: &mut [u8]) -> io::Result<usize> {
-        poll_fn(|cx| poll_recv_datagram(&self.inner.session, cx, buf)).await
-    }
-
-    /// Polls for the next unreliable datagram; see
-    /// [`KcpStream::poll_recv_datagram`].
-    ///
-    /// # Errors
-    ///
-    /// As [`KcpStream::recv_datagram`].
-    pub fn poll_recv_datagram(
-        &self,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        poll_recv_datagram_buf(&self.inner.session, cx, buf)
-    }
-}
-
-impl OwnedWriteHalf {
-    fn session(&self) -> &Arc<SessionShared> {
-        &self.inner.session
-    }
-
-    /// Joins this half with its read half into the original stream; see
-    /// [`OwnedReadHalf::reunite`].
-    ///
-    /// # Errors
-    ///
-    /// [`ReuniteError`] when the halves come from different streams.
-    pub fn reunite(self, other: OwnedReadHalf) -> Result<KcpStream, ReuniteError> {
-        reunite(other, self)
-    }
-
-    /// Sends one whole message; see [`KcpStream::send_message`].
-    ///
-    /// # Errors
-    ///
-    /// As [`KcpStream::send_message`].
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe.
-    pub async fn send_message(&self, msg: &[u8]) -> io::Result<()> {
-        poll_fn(|cx| poll_send_message(self.session(), cx, msg)).await
-    }
-
-    /// The largest datagram payload; see
-    /// [`KcpStream::max_datagram_payload`].
-    #[must_use]
-    pub fn max_datagram_payload(&self) -> usize {
-        self.inner.session.with_conn(Conn::max_datagram_payload)
-    }
-
-    /// Sends one unreliable datagram; see [`KcpStream::send_datagram`].
-    ///
-    /// # Errors
-    ///
-    /// As [`KcpStream::send_datagram`].
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe.
-    pub async fn send_datagram(&self, payload: &[u8]) -> io::Result<()> {
-        poll_fn(|cx| poll_send_datagram(&self.inner.session, cx, payload)).await
-    }
-
-    /// [`send_datagram`](Self::send_datagram) without waiting; see
-    /// [`KcpStream::try_send_datagram`].
-    ///
-    /// # Errors
-    ///
-    /// As [`KcpStream::try_send_datagram`].
-    pub fn try_send_datagram(&self, payload: &[u8]) -> io::Result<()> {
-        self.inner.session.try_call(|c| c.send_datagram(payload))
-    }
-}
-
-impl ReadHalf<'_> {
-    fn session(&self) -> &Arc<SessionShared> {
-        self.stream.session()
-    }
-
-    /// Receives one whole message; see [`KcpStream::recv_message`].
-    ///
-    /// # Errors
-    ///
-    /// As [`KcpStream::recv_message`].
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe.
-    pub async fn recv_message(&self, buf: &mut [u8]) -> io::Result<usize> {
-        self.stream.recv_message(buf).await
-    }
-
-    /// Receives one unreliable datagram; see [`KcpStream::recv_datagram`].
-    ///
-    /// # Errors
-    ///
-    /// As [`KcpStream::recv_datagram`].
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe.
-    pub async fn recv_datagram(&self, buf: &mut [u8]) -> io::Result<usize> {
-        self.stream.recv_datagram(buf).await
-    }
-
-    /// Polls for the next unreliable datagram; see
-    /// [`KcpStream::poll_recv_datagram`].
-    ///
-    /// # Errors
-    ///
-    /// As [`KcpStream::recv_datagram`].
-    pub fn poll_recv_datagram(
-        &self,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        self.stream.poll_recv_datagram(cx, buf)
-    }
-}
-
-impl WriteHalf<'_> {
-    fn session(&self) -> &Arc<SessionShared> {
-        self.stream.session()
-    }
-
-    /// Sends one whole message; see [`KcpStream::send_message`].
-    ///
-    /// # Errors
-    ///
-    /// As [`KcpStream::send_message`].
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe.
-    pub async fn send_message(&self, msg: &[u8]) -> io::Result<()> {
-        self.stream.send_message(msg).await
-    }
-
-    /// The largest unreliable datagram payload; see
-    /// [`KcpStream::max_datagram_payload`].
-    #[must_use]
-    pub fn max_datagram_payload(&self) -> usize {
-        self.stream.max_datagram_payload()
-    }
-
-    /// Sends one unreliable datagram; see [`KcpStream::send_datagram`].
-    ///
-    /// # Errors
-    ///
-    /// As [`KcpStream::send_datagram`].
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe.
-    pub async fn send_datagram(&self, payload: &[u8]) -> io::Result<()> {
-        self.stream.send_datagram(payload).await
-    }
-
-    /// [`send_datagram`](Self::send_datagram) without waiting; see
-    /// [`KcpStream::try_send_datagram`].
-    ///
-    /// # Errors
-    ///
-    /// As [`KcpStream::try_send_datagram`].
-    pub fn try_send_datagram(&self, payload: &[u8]) -> io::Result<()> {
-        self.stream.try_send_datagram(payload)
-    }
-}
-
-impl AsRef<KcpStream> for ReadHalf<'_> {
-    fn as_ref(&self) -> &KcpStream {
-        self.stream
-    }
-}
-
-impl AsRef<KcpStream> for WriteHalf<'_> {
-    fn as_ref(&self) -> &KcpStream {
-        self.stream
-    }
-}
+stream_accessors!(KcpStream);
 
 /// `AsyncRead` on the session, for the stream and its read halves.
-macro_rules! session_async_read {
+macro_rules! stream_async_read {
     ($handle:ty) => {
-        impl AsyncRead for $handle {
+        impl ::tokio::io::AsyncRead for $handle {
             /// Copies received bytes into `buf`. Keeps the read waker (one
             /// per session, shared with `recv_message` and the read halves).
             fn poll_read(
-                self: Pin<&mut Self>,
-                cx: &mut Context<'_>,
-                buf: &mut ReadBuf<'_>,
-            ) -> Poll<io::Result<()>> {
-                poll_read(self.session(), cx, buf)
+                self: ::std::pin::Pin<&mut Self>,
+                cx: &mut ::std::task::Context<'_>,
+                buf: &mut ::tokio::io::ReadBuf<'_>,
+            ) -> ::std::task::Poll<::std::io::Result<()>> {
+                $crate::stream::poll_read(self.session(), cx, buf)
             }
         }
     };
 }
 
-session_async_read!(KcpStream);
-session_async_read!(OwnedReadHalf);
-session_async_read!(ReadHalf<'_>);
+pub(crate) use stream_async_read;
 
 /// `AsyncWrite` on the session, for the stream and its write halves.
-macro_rules! session_async_write {
+macro_rules! stream_async_write {
     ($handle:ty) => {
-        impl AsyncWrite for $handle {
+        impl ::tokio::io::AsyncWrite for $handle {
             /// Queues as much of `buf` as the send window takes; `Pending`
             /// (write waker kept) when the window is full, until
             /// acknowledgements free it.
             fn poll_write(
-                self: Pin<&mut Self>,
-                cx: &mut Context<'_>,
+                self: ::std::pin::Pin<&mut Self>,
+                cx: &mut ::std::task::Context<'_>,
                 buf: &[u8],
-            ) -> Poll<io::Result<usize>> {
-                poll_write(self.session(), cx, buf)
+            ) -> ::std::task::Poll<::std::io::Result<usize>> {
+                $crate::stream::poll_write(self.session(), cx, buf)
             }
 
             /// Written data is already with the driver: ready at once.
-            fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-                poll_flush(self.session())
+            fn poll_flush(
+                self: ::std::pin::Pin<&mut Self>,
+                _cx: &mut ::std::task::Context<'_>,
+            ) -> ::std::task::Poll<::std::io::Result<()>> {
+                $crate::stream::poll_flush(self.session())
             }
 
             /// Stops writing and completes once everything written was
             /// acknowledged, or fails with `TimedOut` after `linger`.
             /// Reading still works.
-            fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-                poll_shutdown(self.session(), cx)
+            fn poll_shutdown(
+                self: ::std::pin::Pin<&mut Self>,
+                cx: &mut ::std::task::Context<'_>,
+            ) -> ::std::task::Poll<::std::io::Result<()>> {
+                $crate::stream::poll_shutdown(self.session(), cx)
             }
         }
     };
 }
 
-session_async_write!(KcpStream);
-session_async_write!(OwnedWriteHalf);
-session_async_write!(WriteHalf<'_>);
+pub(crate) use stream_async_write;
+
+stream_async_read!(KcpStream);
+stream_async_write!(KcpStream);

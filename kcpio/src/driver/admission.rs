@@ -1,0 +1,242 @@
+//! Admission, sans-IO: whether a validated conversation opener gets a
+//! session, decided before any state for it exists.
+//!
+//! The routing table ([`Table`](super::table::Table)) checks that a new
+//! conversation's first packet is an opener and parses; then it asks
+//! [`Admission::admit`], the one place the rules live, in this order:
+//!
+//! | rule | refusal | memory (bound) |
+//! |---|---|---|
+//! | the same (peer, conv) closed less than [`TOMBSTONE_TTL`] ago | `Tombstoned` | tombstones ([`MAX_TOMBSTONES`], oldest forgotten first) |
+//! | the same datagram opened a session within [`REPLAY_HORIZON`], from any address | `Replay` | keyed 64-bit fingerprints ([`MAX_REPLAY`], oldest first) |
+//! | the session cap, unless the oldest session that never proved its return path can be evicted | `SessionCap` | the unproven queue (at most 2 × sessions + 64 ids) |
+//! | the accept backlog | `Backlog` | (the backlog's own bound) |
+//! | the source IP's token bucket (burst, then per second) | `RateLimited` | buckets ([`MAX_RATE_SOURCES`], oldest first) |
+//!
+//! Each memory is a [`BoundedMap`] keyed by what the peer sends, hashed
+//! under random keys. Time is a `Duration` since the driver's epoch; nothing
+//! here reads a clock.
+#![deny(clippy::disallowed_methods, clippy::disallowed_types)]
+
+use std::collections::VecDeque;
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use super::bounded::BoundedMap;
+use super::table::{Refusal, SessionId};
+
+/// How long a closed (peer address, conv) keeps late datagrams from
+/// creating a new session.
+pub(crate) const TOMBSTONE_TTL: Duration = Duration::from_secs(60);
+/// Tombstones kept at most (about 9 MiB when full); the oldest go first.
+pub(crate) const MAX_TOMBSTONES: usize = 65_536;
+/// How long the fingerprint of a datagram that opened a session refuses
+/// the same datagram again, from any address.
+pub(crate) const REPLAY_HORIZON: Duration = Duration::from_secs(15 * 60);
+/// Fingerprints kept at most (with their expiry and order: about 4 MiB
+/// when full); the oldest go first, so under a sustained flood of openers
+/// the horizon shrinks to the time 65,536 openers take.
+pub(crate) const MAX_REPLAY: usize = 65_536;
+/// Source addresses whose buckets are remembered (about 7 MiB when full);
+/// the least recently created go first (a forgotten address has a full
+/// bucket again).
+pub(crate) const MAX_RATE_SOURCES: usize = 65_536;
+
+/// A source address's session-creation allowance (a token bucket in
+/// thousandths of a session).
+#[derive(Clone, Copy, Debug)]
+struct Bucket {
+    milli: u64,
+    at: Duration,
+}
+
+/// The admission state of one socket's table: its memories, the unproven
+/// queue and the limits.
+pub(crate) struct Admission {
+    /// (peer, conv) of recently closed proven sessions, and until when.
+    tombstones: BoundedMap<(SocketAddr, u32), Duration>,
+    /// Fingerprints of the datagrams that opened sessions, and until when.
+    replay: BoundedMap<u64, Duration>,
+    /// Session creations per source address.
+    sources: BoundedMap<IpAddr, Bucket>,
+    /// Sessions a source IP may open at once, and per second after that.
+    rate_burst: u32,
+    rate_per_sec: u32,
+    /// Sessions that have not proved they receive, oldest first (ids of
+    /// proven or removed sessions are skipped lazily).
+    unproven: VecDeque<SessionId>,
+    max_sessions: usize,
+    backlog_cap: usize,
+}
+
+impl Admission {
+    /// No memories yet; at most `max_sessions` sessions and
+    /// `backlog_cap` waiting in the accept backlog; a source IP opens
+    /// `rate_burst` sessions at once, then `rate_per_sec` per second.
+    pub(crate) fn new(
+        max_sessions: usize,
+        backlog_cap: usize,
+        rate_burst: u32,
+        rate_per_sec: u32,
+    ) -> Self {
+        Self {
+            tombstones: BoundedMap::new(MAX_TOMBSTONES),
+            replay: BoundedMap::new(MAX_REPLAY),
+            sources: BoundedMap::new(MAX_RATE_SOURCES),
+            rate_burst,
+            rate_per_sec,
+            unproven: VecDeque::new(),
+            max_sessions,
+            backlog_cap,
+        }
+    }
+
+    /// Sessions one source IP address may open at once (`burst`), and per
+    /// second after that.
+    pub(crate) fn set_source_rate(&mut self, burst: u32, per_sec: u32) {
+        self.rate_burst = burst;
+        self.rate_per_sec = per_sec;
+    }
+
+    /// May a validated conversation opener from `peer` get a session? The
+    /// rules in the module's order, each refusal a [`Refusal`] with its own
+    /// counter (the opener rule itself is the caller's):
+    ///
+    /// 1. a tombstone of the same (peer, conv) refuses the retransmitted
+    ///    opener of a conversation closed less than `TOMBSTONE_TTL` ago;
+    /// 2. a datagram that opened a session within `REPLAY_HORIZON` (the
+    ///    last `MAX_REPLAY` of them) is a replay, from any address;
+    /// 3. the session cap (`live` sessions now; a takeover, `replaces`,
+    ///    frees its slot): when it is reached, the oldest session that
+    ///    never proved it receives is evicted for the newcomer, so forged
+    ///    openers cannot hold the table;
+    /// 4. the accept backlog (`backlog()`, asked only here);
+    /// 5. the source address's creation rate (a burst, then a rate per
+    ///    second), charged last so refused openers cost nothing.
+    ///
+    /// `fingerprint()` is a keyed hash of the datagram as received, asked
+    /// once the tombstone passed; `is_unproven` tells a live unproven
+    /// session's id from a stale one. On success the fingerprint is
+    /// remembered and the evicted session (if any) is returned for the
+    /// driver to remove.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the opener's facts and the table's, each asked lazily"
+    )]
+    pub(crate) fn admit(
+        &mut self,
+        peer: SocketAddr,
+        conv: u32,
+        replaces: Option<SessionId>,
+        now: Duration,
+        live: usize,
+        is_unproven: impl Fn(SessionId) -> bool,
+        backlog: impl FnOnce() -> usize,
+        fingerprint: impl FnOnce() -> u64,
+    ) -> Result<Option<SessionId>, Refusal> {
+        self.tombstones.expire(|&until| until <= now);
+        if self.tombstones.contains_key(&(peer, conv)) {
+            return Err(Refusal::Tombstoned);
+        }
+        self.replay.expire(|&until| until <= now);
+        self.replay.make_room();
+        let print = fingerprint();
+        if self.replay.contains_key(&print) {
+            return Err(Refusal::Replay);
+        }
+        let mut evicts = None;
+        if live - usize::from(replaces.is_some()) >= self.max_sessions {
+            evicts = self
+                .oldest_unproven(is_unproven)
+                .filter(|&id| Some(id) != replaces);
+            if evicts.is_none() {
+                return Err(Refusal::SessionCap);
+            }
+        }
+        if backlog() >= self.backlog_cap {
+            return Err(Refusal::Backlog);
+        }
+        if !self.take_token(peer.ip(), now) {
+            return Err(Refusal::RateLimited);
+        }
+        self.replay.insert(print, now + REPLAY_HORIZON);
+        Ok(evicts)
+    }
+
+    /// A session that must prove its return path joined the table;
+    /// `unproven_live` counts such sessions now, and `is_unproven` tells
+    /// which queued ids still are (the rest are dropped when they pile up).
+    pub(crate) fn unproven_added(
+        &mut self,
+        id: SessionId,
+        unproven_live: usize,
+        is_unproven: impl Fn(SessionId) -> bool,
+    ) {
+        self.unproven.push_back(id);
+        if self.unproven.len() > 2 * unproven_live + 64 {
+            self.unproven.retain(|&id| is_unproven(id));
+        }
+    }
+
+    /// A proven session for (`peer`, `conv`) closed at `now`: its late
+    /// datagrams open nothing until `now + TOMBSTONE_TTL`.
+    pub(crate) fn closed(&mut self, peer: SocketAddr, conv: u32, now: Duration) {
+        self.tombstones.insert((peer, conv), now + TOMBSTONE_TTL);
+    }
+
+    /// The oldest session that has not proved it receives.
+    fn oldest_unproven(&mut self, is_unproven: impl Fn(SessionId) -> bool) -> Option<SessionId> {
+        while let Some(&id) = self.unproven.front() {
+            if is_unproven(id) {
+                return Some(id);
+            }
+            self.unproven.pop_front();
+        }
+        None
+    }
+
+    /// One session creation from `ip`, if its bucket has a token.
+    fn take_token(&mut self, ip: IpAddr, now: Duration) -> bool {
+        const ONE: u64 = 1000;
+        let full = u64::from(self.rate_burst) * ONE;
+        let b = match self.sources.get_mut(&ip) {
+            Some(b) => b,
+            None => self.sources.insert(
+                ip,
+                Bucket {
+                    milli: full,
+                    at: now,
+                },
+            ),
+        };
+        let elapsed = now.saturating_sub(b.at).as_millis() as u64;
+        b.milli = (b.milli + elapsed.saturating_mul(u64::from(self.rate_per_sec))).min(full);
+        b.at = now;
+        if b.milli < ONE {
+            return false;
+        }
+        b.milli -= ONE;
+        true
+    }
+
+    /// Fingerprints remembered.
+    #[cfg(test)]
+    pub(crate) fn replay_len(&self) -> usize {
+        self.replay.len()
+    }
+
+    /// Every memory is within its bound (the unproven queue: insertion
+    /// compacts it past 2 × unproven + 64, so it never exceeds
+    /// 2 × max_sessions + 64, though it may exceed twice what is unproven
+    /// now).
+    #[cfg(any(test, fuzzing))]
+    pub(crate) fn check(&self) {
+        assert!(self.unproven.len() <= 2 * self.max_sessions + 64);
+        self.tombstones.check();
+        self.replay.check();
+        self.sources.check();
+        assert!(self.tombstones.len() <= MAX_TOMBSTONES);
+        assert!(self.replay.len() <= MAX_REPLAY);
+        assert!(self.sources.len() <= MAX_RATE_SOURCES);
+    }
+}
