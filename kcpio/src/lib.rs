@@ -298,8 +298,6 @@ mod simd; // runtime-dispatched SIMD kernels (GF(2^8), Salsa20, GCM): unsafe all
 #[forbid(unsafe_code)]
 mod socket;
 #[forbid(unsafe_code)]
-mod split;
-#[forbid(unsafe_code)]
 mod stream;
 #[allow(unsafe_code)]
 mod sys; // batched datagram syscalls: the only other place unsafe is allowed
@@ -314,5 +312,5 @@ pub use conn::{Conn, ConnError, SessionError, SessionStats};
 pub use crypto::Method;
 pub use listener::{KcpListener, ListenerStats};
 pub use socket::KcpSocket;
-pub use split::{OwnedReadHalf, OwnedWriteHalf, ReadHalf, ReuniteError, WriteHalf};
+pub use stream::split::{OwnedReadHalf, OwnedWriteHalf, ReadHalf, ReuniteError, WriteHalf};
 pub use stream::{KcpStream, StatsHandle};

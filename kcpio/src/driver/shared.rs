@@ -251,7 +251,7 @@ impl DriverShared {
     }
 
     /// This socket's counters.
-    pub(crate) fn stats(&self) -> crate::ListenerStats {
+    pub(crate) fn stats(&self) -> super::stats::ListenerStats {
         let mut s = self.counters.snapshot(&self.udp.stats());
         s.backlog = self.accept.len();
         s

@@ -10,12 +10,12 @@ use std::task::{Context, Poll};
 
 use tokio::io::ReadBuf;
 
-use crate::conn::Conn;
-use crate::driver::shared::SessionShared;
-use crate::stream::{
+use super::{
     Handle, KcpStream, debug_stream, poll_recv_datagram, poll_recv_datagram_buf, poll_recv_message,
     poll_send_datagram, poll_send_message, stream_accessors, stream_async_read, stream_async_write,
 };
+use crate::conn::Conn;
+use crate::driver::shared::SessionShared;
 
 /// Both owned halves of the stream whose handle is `inner`.
 pub(crate) fn split_owned(inner: Arc<Handle>) -> (OwnedReadHalf, OwnedWriteHalf) {

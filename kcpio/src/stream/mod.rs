@@ -14,7 +14,9 @@ use tokio::net::ToSocketAddrs;
 use crate::config::Config;
 use crate::conn::{Conn, SessionStats};
 use crate::driver::{self, io as dio, shared::SessionShared, shared::Side};
-use crate::split::{self, OwnedReadHalf, OwnedWriteHalf, ReadHalf, WriteHalf};
+pub(crate) mod split;
+
+use split::{OwnedReadHalf, OwnedWriteHalf, ReadHalf, WriteHalf};
 
 /// Holds a session for one or two handles; when the last is dropped the
 /// session keeps flushing in the background for up to `linger`, then is freed.
