@@ -23,7 +23,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use super::bounded::BoundedMap;
-use super::table::{Refusal, SessionId};
+use super::slot::{Refusal, SessionId};
 
 /// How long a closed (peer address, conv) keeps late datagrams from
 /// creating a new session.

@@ -31,6 +31,7 @@ pub(crate) mod admission;
 mod bounded;
 pub(crate) mod io;
 pub(crate) mod shared;
+mod slot;
 pub(crate) mod stats;
 pub(crate) mod table;
 
