@@ -61,6 +61,11 @@ pub(crate) const DEFAULT_SOURCE_BURST: u32 = 1024;
 /// ...and per second after that (a token bucket per source IP address): a
 /// single host flooding openers from every port it has creates no more.
 pub(crate) const DEFAULT_SOURCE_RATE: u32 = 256;
+/// The UDP receive buffer the driver asks for when
+/// [`socket_buffers`](super::ConfigBuilder::socket_buffers) leaves it to
+/// kcpio (best effort: raised to this when the system default is smaller;
+/// the kernel caps it at `net.core.rmem_max`). kcptun uses 4 MiB too.
+pub(crate) const DEFAULT_RECV_BUFFER: usize = 4 << 20;
 
 impl Default for ConfigBuilder {
     /// kcpio's defaults, as each setter documents them (see

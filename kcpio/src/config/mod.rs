@@ -43,7 +43,7 @@ pub use defaults::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_KEEPALIVE, MIN_WRITE_CAPACITY,
     PROOF_TIMEOUT,
 };
-pub(crate) use defaults::{DEFAULT_SOURCE_BURST, DEFAULT_SOURCE_RATE};
+pub(crate) use defaults::{DEFAULT_RECV_BUFFER, DEFAULT_SOURCE_BURST, DEFAULT_SOURCE_RATE};
 pub use error::ConfigError;
 pub use key::Key;
 pub use preset::Preset;

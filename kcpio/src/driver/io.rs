@@ -16,7 +16,7 @@ use tokio::net::UdpSocket;
 
 use super::shared::DriverShared;
 use super::stats::{add, bump};
-use crate::config::ConfigInner;
+use crate::config::{ConfigInner, DEFAULT_RECV_BUFFER};
 use crate::crypto::{MAX_DATAGRAM, PacketCrypto};
 use crate::sys::{BATCH_SIZE, RecvMeta, Transmit, UdpState};
 
@@ -24,8 +24,6 @@ use crate::sys::{BATCH_SIZE, RecvMeta, Transmit, UdpState};
 const CLIENT_RECV_BUFFERS: usize = 8;
 /// Rate limiter burst in bytes (kcp-go: 64 datagrams of 1500 bytes).
 const RATE_BURST: f64 = 96_000.0;
-/// Receive buffer asked for when the configuration leaves it to us.
-const DEFAULT_RECV_BUFFER: usize = 4 << 20;
 
 /// Token bucket for `rate_limit`.
 struct RateLimiter {
