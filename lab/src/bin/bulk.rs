@@ -79,7 +79,13 @@ async fn kcp_run(config: &Config, total: usize) -> Result<f64, String> {
             .map(|(s, _)| s)
             .map_err(|e| format!("accept: {e}"))
     };
-    pump(client, accept, total).await
+    let stats = std::env::var_os("BULK_STATS").is_some();
+    let sender = stats.then(|| client.stats_handle());
+    let r = pump(client, accept, total).await;
+    if let Some(h) = sender {
+        eprintln!("sender: {:?}", h.stats());
+    }
+    r
 }
 
 async fn tcp_run(total: usize) -> Result<f64, String> {
