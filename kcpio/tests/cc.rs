@@ -527,3 +527,40 @@ fn field_point() {
         steady[2] * 100.0
     );
 }
+
+/// Issue 28: with the default `Config`, bulk data must move at the path's
+/// pace, not one window per flush interval. A path of 2 ms RTT and no rate
+/// limit (loopback-like): what one flush sends arrives within one wake-up
+/// of the receiver, whose ACKs (one flush per packet's worth,
+/// during input) advertise the window as it was before its reader ran. The
+/// reader then empties the queue; the sender must hear of the room at once,
+/// not at the receiver's next 30 ms tick. One 1024-segment window per round
+/// trip is ~700 MB/s, one per interval ~47 MB/s.
+#[test]
+fn default_config_is_ack_clocked() {
+    let cfg = Config::builder().build().expect("config");
+    let mut sim = Sim::new(28, 0);
+    let s = sim.add(7, &cfg, Link::clean(1));
+    let r = sim.add(7, &cfg, Link::clean(1));
+    sim.connect(s, r);
+    let mut flows = [Bulk::new(0, 1, 0)];
+    run(&mut sim, &mut flows, 2_000, Vec::new());
+    let goodput = flows[0].goodput(500, 2_000);
+    let mss = (cfg.kcp_mtu() - 24) as f64;
+    let per_rtt = 1024.0 * mss / 0.002;
+    let per_interval = 1024.0 * mss / 0.030;
+    let st = sim.conn(0).stats();
+    let text = format!(
+        "default Config, 2 ms RTT, no rate limit: {:.1} MB/s; one window per RTT {:.1} MB/s, \
+         per interval {:.1} MB/s; sender stalls: peer window {}, own window {}; \
+         datagrams to the sender {}",
+        goodput / 1e6,
+        per_rtt / 1e6,
+        per_interval / 1e6,
+        st.arq.peer_window_stalls,
+        st.arq.send_window_stalls,
+        st.datagrams_in,
+    );
+    println!("{text}");
+    assert!(goodput >= 0.5 * per_rtt, "{text}");
+}

@@ -197,6 +197,14 @@ fn lowlat_keeps_the_tail_short_at_5_percent_loss() {
         let l = run(&low, 0.05, seed);
         let f = run(&fast3, 0.05, seed);
         let ff = run(&fast3_fec, 0.05, seed);
+        for (name, fig) in [("lowlat", &l), ("fast3", &f), ("fast3 + FEC 10/3", &ff)] {
+            println!(
+                "5% loss, seed {seed}, {name}: p50 {} p99 {} max {} ms",
+                fig.pct(50.0),
+                fig.pct(99.0),
+                fig.max()
+            );
+        }
         for fig in [&l, &f, &ff] {
             assert_eq!(fig.received, MESSAGES, "every message came back");
             // the floor: one round trip
@@ -230,8 +238,28 @@ fn a_clean_link_costs_one_round_trip() {
     let low = lowlat();
     let f = run(&low, 0.0, 7);
     assert_eq!(f.received, MESSAGES);
+    println!(
+        "clean link, lowlat: p50 {} p99 {} max {} ms",
+        f.pct(50.0),
+        f.pct(99.0),
+        f.max()
+    );
     // one round trip plus at most the 2 ms of jitter each way
     assert!(f.max() <= 46, "max {} on a loss-free link", f.max());
+    // The default Config beside it, for the record (no bound).
+    let default = setup("default Config", Preset::Fast, |b| b);
+    for loss in [0.0, 0.05] {
+        let d = run(&default, loss, 7);
+        println!(
+            "{:.0}% loss, default Config: p50 {} p99 {} max {} ms, {} of {} back",
+            loss * 100.0,
+            d.pct(50.0),
+            d.pct(99.0),
+            d.max(),
+            d.received,
+            MESSAGES
+        );
+    }
 }
 
 fn print_row(s: &Setup, loss: f64, seeds: &[u64]) {

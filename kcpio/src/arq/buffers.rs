@@ -507,6 +507,11 @@ impl OutQueue {
         self.items.is_empty()
     }
 
+    /// Items queued (segments, control items and End markers).
+    pub(crate) fn len(&self) -> usize {
+        self.items.len()
+    }
+
     /// Queue a control item; `false` if the cap dropped it.
     pub(crate) fn push_control(&mut self, item: OutItem) -> bool {
         if self.control >= self.control_cap {
@@ -556,11 +561,6 @@ impl OutQueue {
                 self.control = self.control.saturating_sub(1);
             }
         }
-    }
-
-    #[cfg(test)]
-    pub(crate) fn len(&self) -> usize {
-        self.items.len()
     }
 
     #[cfg(test)]

@@ -371,6 +371,10 @@ pub struct Kcp {
     /// Output of several flushes not yet drained may share a datagram
     /// (see [`set_merge_flushes`](Self::set_merge_flushes)).
     merge_flushes: bool,
+    /// kcpio-only ACK clocking (see [`set_ack_clock`](Self::set_ack_clock)).
+    ack_clock: bool,
+    /// The window the last flush that sent anything advertised.
+    wnd_told: u16,
     /// kcp-go's session timer: when the next periodic flush is due.
     next_timer: Timestamp,
     /// The connection was idle at the end of the last call: timer ticks are
@@ -447,6 +451,8 @@ impl Kcp {
             resend_floor: None,
             pending: None,
             merge_flushes: false,
+            ack_clock: false,
+            wnd_told: config.rcv_wnd,
             next_timer: Timestamp::from_millis(0),
             parked: true,
             started: false,
@@ -638,6 +644,7 @@ impl Kcp {
     fn input(&mut self, now: Timestamp, packet: &[u8], origin: Origin) -> Result<(), InputError> {
         let regular = origin == Origin::Regular;
         let una_before = self.snd.una;
+        let room_before = self.window_has_room();
         let mut latest_ack_ts = 0u32;
         let mut saw_ack = false;
         let mut flush_full = false;
@@ -750,6 +757,12 @@ impl Kcp {
             self.cc.on_una_advanced(self.rmt_wnd);
         }
 
+        // kcpio-only (`set_ack_clock`): the peer opened its window for
+        // data that waits.
+        if self.ack_clock && !room_before && self.snd.queued > 0 && self.window_has_room() {
+            flush_full = true;
+        }
+
         // kcp-go flushes from Input; C leaves that to the next update.
         if flush_full {
             self.flush(now, Flush::Full);
@@ -851,6 +864,7 @@ impl Kcp {
         let una = self.rcv.nxt;
         // WASK/WINS reuse the ACK scratch header: sn/ts of the last ACK written.
         let (mut last_sn, mut last_ts) = (0u32, 0u32);
+        let out_before = self.out.len();
 
         // Phase 1: ACKs. kcp-go skips those below rcv_nxt (covered by una)
         // except the last entry; C writes them all.
@@ -957,6 +971,9 @@ impl Kcp {
         let mut next_update = self.p.interval;
         if kind == Flush::Full && !self.scan_can_skip(current) {
             self.transmit(current, wnd, una, win, admitted == 0, &mut next_update);
+        }
+        if self.out.len() > out_before {
+            self.wnd_told = wnd;
         }
         self.out.push_end();
         next_update
@@ -1161,6 +1178,26 @@ impl Kcp {
         self.merge_flushes = on;
     }
 
+    /// kcpio-only ACK clocking, off by default (kcp-go's timing, which the
+    /// differential trace checks); the session (`Conn`) turns it on. Two
+    /// changes of *when* output leaves, none of what it says:
+    ///
+    /// * receiver: when the application's reads have opened the receive
+    ///   window by an eighth of it beyond what the peer was last told, the
+    ///   next call with a clock flushes the pending ACKs, or a WINS when
+    ///   there are none, carrying the new window (kcp-go waits for its next
+    ///   tick, and a sender stalled on a full window sends nothing the
+    ///   receiver could ACK meanwhile);
+    /// * sender: a packet that opens the peer's window while data is queued
+    ///   behind it flushes at once, as one that advances `una` does (kcp-go
+    ///   waits for its next tick).
+    ///
+    /// A kcp-go peer sees ordinary ACKs and WINS segments, earlier: the
+    /// data of an ACK-clocked sender, as from a faster host.
+    pub(crate) fn set_ack_clock(&mut self, on: bool) {
+        self.ack_clock = on;
+    }
+
     /// Request the flush kcp-go's `Write` performs after queueing data.
     fn after_send(&mut self) {
         if !self.p.write_delay || self.snd.len() >= self.p.snd_wnd {
@@ -1337,6 +1374,20 @@ impl Kcp {
         self.rcv.advance();
         if was_full && self.rcv.queue_len() < self.p.rcv_wnd {
             self.probe |= ASK_TELL;
+        }
+        if self.ack_clock {
+            let step = (self.p.rcv_wnd / 8).max(1);
+            let opened = self.wnd_unused().saturating_sub(self.wnd_told);
+            if u32::from(opened) >= step {
+                // Pending ACKs carry the window; with none, a WINS does.
+                if self.acklist.is_empty() {
+                    self.probe |= ASK_TELL;
+                }
+                self.pending = Some(
+                    self.pending
+                        .map_or(Flush::AckOnly, |k| k.max(Flush::AckOnly)),
+                );
+            }
         }
     }
 

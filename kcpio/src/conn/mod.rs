@@ -397,6 +397,9 @@ impl Conn {
         // Input ACKs flushed late (the driver's deferred flush) share the
         // reply's datagram.
         kcp.set_merge_flushes(true);
+        // Window updates and data leave when reads and ACKs make room, not
+        // at the next tick (issue 28: bulk at the path's pace).
+        kcp.set_ack_clock(true);
         let enc = match config.fec {
             Some((data, parity)) => {
                 let mut enc = FecEncoder::new(data, parity)

@@ -103,3 +103,86 @@ fn a_full_receiver_answers_wask_and_volunteers_wins_when_it_drains() {
         vec![(WINS, 1, 3)]
     );
 }
+
+/// Receiver with `rcv_wnd` 16 holding 16 unread segments (wnd 0 told).
+fn full_receiver(ack_clock: bool) -> Kcp {
+    let cfg = ArqConfig {
+        rcv_wnd: 16,
+        ..ArqConfig::with_timing(Timing::FAST)
+    };
+    let mut r = Kcp::new(7, &cfg).unwrap();
+    r.set_ack_clock(ack_clock);
+    for sn in 0..16 {
+        r.handle_datagram(t(0), &push(sn, 0, 0, &[sn as u8; 4]), Origin::Regular)
+            .unwrap();
+    }
+    // The tick at 0 flushes the ACK (sn 15, una 16) with wnd 0.
+    let out = run_until(&mut r, 0, 0);
+    let h: Vec<_> = out.iter().flat_map(|(_, p)| headers(p)).collect();
+    assert_eq!(
+        h.iter().map(|h| (h.cmd, h.sn, h.wnd)).collect::<Vec<_>>(),
+        vec![(ACK, 15, 0)]
+    );
+    r
+}
+
+#[test]
+fn ack_clock_tells_the_window_when_reads_open_an_eighth_of_it() {
+    let mut r = full_receiver(true);
+    let mut buf = [0u8; 4];
+    // One segment read: 1 < 16 / 8, nothing yet (the was-full WINS waits
+    // for the tick, as in kcp-go).
+    assert_eq!(r.recv(&mut buf), 4);
+    r.probe = 0; // kcp-go's fast-recover WINS, cleared: what follows is the ACK clock's own
+    assert!(drain(&mut r, 1).is_empty());
+    // The second read opens 2 = 16 / 8 beyond wnd 0: a WINS at once.
+    assert_eq!(r.recv(&mut buf), 4);
+    let h: Vec<_> = drain(&mut r, 2).iter().flat_map(|p| headers(p)).collect();
+    assert_eq!(
+        h.iter().map(|h| (h.cmd, h.wnd, h.una)).collect::<Vec<_>>(),
+        vec![(WINS, 2, 16)]
+    );
+    // Told: the next read alone is not worth a segment.
+    assert_eq!(r.recv(&mut buf), 4);
+    assert!(drain(&mut r, 3).is_empty());
+}
+
+#[test]
+fn without_ack_clock_reads_wait_for_the_tick_as_in_kcp_go() {
+    let mut r = full_receiver(false);
+    let mut buf = [0u8; 4];
+    for _ in 0..4 {
+        assert_eq!(r.recv(&mut buf), 4);
+    }
+    assert!(drain(&mut r, 2).is_empty());
+    // kcp-go's fast-recover WINS at the next 30 ms tick.
+    let out = run_until(&mut r, 2, 30);
+    let h: Vec<_> = out.iter().flat_map(|(_, p)| headers(p)).collect();
+    assert_eq!(
+        h.iter().map(|h| (h.cmd, h.wnd)).collect::<Vec<_>>(),
+        vec![(WINS, 4)]
+    );
+    assert_eq!(out[0].0, 30);
+}
+
+#[test]
+fn ack_clock_sends_queued_data_when_the_peer_window_opens() {
+    for ack_clock in [false, true] {
+        let mut a = Kcp::new(7, &ArqConfig::with_timing(Timing::FAST)).unwrap();
+        a.set_ack_clock(ack_clock);
+        a.handle_datagram(t(0), &wins(1), Origin::Regular).unwrap();
+        a.send(&[1; 3000]);
+        // One segment fits the peer's window.
+        assert_eq!(cmd_sn(&drain(&mut a, 0)), vec![(PUSH, 0)]);
+        // The peer reads: a WINS (no una change) opens its window to 8.
+        a.handle_datagram(t(5), &seg(WINS, 0, 8, 0, 0, 0, &[]), Origin::Regular)
+            .unwrap();
+        let sent = cmd_sn(&drain(&mut a, 5));
+        if ack_clock {
+            assert_eq!(sent, vec![(PUSH, 1), (PUSH, 2)]);
+        } else {
+            // kcp-go: at the next tick.
+            assert!(sent.is_empty());
+        }
+    }
+}
