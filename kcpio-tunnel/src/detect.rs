@@ -64,10 +64,10 @@ impl<T: AsyncRead + Unpin> AsyncRead for Tap<T> {
         }
         let before = buf.filled().len();
         let r = Pin::new(&mut self.inner).poll_read(cx, buf);
-        if buf.filled().len() > before {
-            if let Some(check) = self.check.take() {
-                check(&buf.filled()[before..]);
-            }
+        if buf.filled().len() > before
+            && let Some(check) = self.check.take()
+        {
+            check(&buf.filled()[before..]);
         }
         r
     }

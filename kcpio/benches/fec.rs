@@ -49,7 +49,7 @@ fn fec(c: &mut Criterion) {
             rng ^= rng << 13;
             rng ^= rng >> 7;
             rng ^= rng << 17;
-            if rng % (DATA + PARITY) as u64 == 0 {
+            if rng.is_multiple_of((DATA + PARITY) as u64) {
                 return; // lost
             }
             pkt[..4].copy_from_slice(&seqid.to_le_bytes());

@@ -306,10 +306,10 @@ fn simulated_datagrams_never_disturb_the_stream() {
     let mut buf = vec![0u8; 64 * 1024];
     const DATAGRAMS_UNTIL: u64 = 20_000;
     sim.drive(2_000_000, |sim| {
-        if written < data.len() {
-            if let Ok(n) = sim.conn(0).write(&data[written..]) {
-                written += n;
-            }
+        if written < data.len()
+            && let Ok(n) = sim.conn(0).write(&data[written..])
+        {
+            written += n;
         }
         while let Ok(n) = sim.conn(1).read(&mut buf) {
             read.extend_from_slice(&buf[..n]);

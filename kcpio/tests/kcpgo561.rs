@@ -215,7 +215,7 @@ fn guarded_groups_recover_lost_packets() {
             let seqid = le32(p, 0);
             // The first data shard of every complete group is lost.
             let complete = (seqid / total + 1) * total <= enc.next_seqid();
-            if seqid % total == 0 && complete {
+            if seqid.is_multiple_of(total) && complete {
                 lost.push(data_payload(p).unwrap().to_vec());
                 continue;
             }

@@ -37,10 +37,10 @@ pub struct Verifier {
 impl Verifier {
     /// Checks the next `data` bytes of the stream; false once any byte was wrong.
     pub fn push(&mut self, data: &[u8]) -> bool {
-        if self.mismatch.is_none() {
-            if let Some(k) = first_mismatch(data, self.offset) {
-                self.mismatch = Some(self.offset + k as u64);
-            }
+        if self.mismatch.is_none()
+            && let Some(k) = first_mismatch(data, self.offset)
+        {
+            self.mismatch = Some(self.offset + k as u64);
         }
         self.offset += data.len() as u64;
         self.mismatch.is_none()

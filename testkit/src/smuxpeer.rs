@@ -108,10 +108,10 @@ impl SmuxServer {
                 let report = serde_json::from_str::<serde_json::Value>(line.trim())
                     .ok()
                     .filter(|v| v.get("ok").is_some());
-                if let Some(v) = report {
-                    if let Some(tx) = tx.take() {
-                        let _ = tx.send(v);
-                    }
+                if let Some(v) = report
+                    && let Some(tx) = tx.take()
+                {
+                    let _ = tx.send(v);
                 }
                 locked(&out_log).push(line);
             }

@@ -556,10 +556,10 @@ impl OutQueue {
     }
 
     pub(crate) fn pop(&mut self) {
-        if let Some(it) = self.items.pop_front() {
-            if it.kind != OutKind::Push {
-                self.control = self.control.saturating_sub(1);
-            }
+        if let Some(it) = self.items.pop_front()
+            && it.kind != OutKind::Push
+        {
+            self.control = self.control.saturating_sub(1);
         }
     }
 

@@ -128,11 +128,12 @@ impl Scan<'_> {
             // kcpio-only tail-loss probe: nothing behind this segment can
             // make it skipped, so probe before the RTO.
             m.probe = false;
-            if let Some(pto) = self.pto {
-                if m.sn == self.last_sn && pto < rx_rto {
-                    m.resendts = current.wrapping_add(pto);
-                    m.probe = true;
-                }
+            if let Some(pto) = self.pto
+                && m.sn == self.last_sn
+                && pto < rx_rto
+            {
+                m.resendts = current.wrapping_add(pto);
+                m.probe = true;
             }
             true
         } else if m.fastack >= self.resent && m.fastack != FASTACK_OFF {
@@ -679,18 +680,13 @@ impl Kcp {
                 if cmd == Command::Ack {
                     // Before `una` releases it: the ACK names the
                     // transmission it answers (its echoed ts), one RTT sample.
-                    if let Some(m) = self.snd.get_mut(sn) {
-                        if !m.acked {
-                            m.acked = true;
-                            let rtt = now.diff(Timestamp::from_millis(ts));
-                            let rtt = (rtt >= 0 && regular).then_some(rtt as u32);
-                            cc.on_delivered(
-                                &m.stamp,
-                                now.as_millis(),
-                                rtt,
-                                m.xmit == 1 && m.ts == ts,
-                            );
-                        }
+                    if let Some(m) = self.snd.get_mut(sn)
+                        && !m.acked
+                    {
+                        m.acked = true;
+                        let rtt = now.diff(Timestamp::from_millis(ts));
+                        let rtt = (rtt >= 0 && regular).then_some(rtt as u32);
+                        cc.on_delivered(&m.stamp, now.as_millis(), rtt, m.xmit == 1 && m.ts == ts);
                     }
                 }
                 let at = now.as_millis();

@@ -36,15 +36,15 @@ impl ConfigBuilder {
                 });
             }
         }
-        if let (Some(Some(k)), Some(idle)) = (self.keepalive, self.idle_timeout) {
-            if k >= idle {
-                return Err(ConfigError::OutOfRange {
-                    name: "keepalive (ms, below idle_timeout)",
-                    value: ms(k),
-                    min,
-                    max: ms(idle).saturating_sub(1),
-                });
-            }
+        if let (Some(Some(k)), Some(idle)) = (self.keepalive, self.idle_timeout)
+            && k >= idle
+        {
+            return Err(ConfigError::OutOfRange {
+                name: "keepalive (ms, below idle_timeout)",
+                value: ms(k),
+                min,
+                max: ms(idle).saturating_sub(1),
+            });
         }
         Ok(())
     }

@@ -672,11 +672,11 @@ impl Conn {
         if self.error.is_some() {
             return;
         }
-        if let Some(u) = self.unproven {
-            if self.now >= u.deadline {
-                self.error = Some(SessionError::DeadLink);
-                return;
-            }
+        if let Some(u) = self.unproven
+            && self.now >= u.deadline
+        {
+            self.error = Some(SessionError::DeadLink);
+            return;
         }
         if self.held.is_some() {
             // Blocked by the budget: the timers wait for the peer's input.
@@ -691,10 +691,10 @@ impl Conn {
         }
         // kcpio-only FEC group deadline: close a group that did not fill in
         // time (fillers and parity come out of poll_parity).
-        if let Some(enc) = self.enc.as_mut() {
-            if enc.poll_timeout().is_some_and(|t| now_ts.diff(t) >= 0) {
-                enc.handle_timeout(now_ts);
-            }
+        if let Some(enc) = self.enc.as_mut()
+            && enc.poll_timeout().is_some_and(|t| now_ts.diff(t) >= 0)
+        {
+            enc.handle_timeout(now_ts);
         }
     }
 
@@ -724,10 +724,10 @@ impl Conn {
             self.held = None;
             return Some(self.sent(len, parity));
         }
-        if let Some(enc) = self.enc.as_mut() {
-            if let Some(p) = slot.get_mut(hc..).and_then(|b| enc.poll_parity(b)) {
-                return self.emit(slot.get(hc..hc + p)?, true);
-            }
+        if let Some(enc) = self.enc.as_mut()
+            && let Some(p) = slot.get_mut(hc..).and_then(|b| enc.poll_parity(b))
+        {
+            return self.emit(slot.get(hc..hc + p)?, true);
         }
         if let Some(len) = self.poll_oob(slot) {
             self.wire.oob_sent += 1;
@@ -775,16 +775,16 @@ impl Conn {
                 p.wait = p.wait.saturating_mul(2).min(PROBE_MAX_WAIT);
                 self.kcp.probe_window();
             }
-        } else if let Some(k) = self.keepalive_at() {
-            if self.now >= k {
-                // Counted as output when it leaves, which re-arms this. The
-                // answer to the peer's own probe, when one is due, is as
-                // good as a probe of ours (the peer's probe was our input).
-                self.last_output = self.now;
-                if !self.kcp.answers_probe() {
-                    self.kcp.probe_window();
-                    self.keepalive_unanswered = true;
-                }
+        } else if let Some(k) = self.keepalive_at()
+            && self.now >= k
+        {
+            // Counted as output when it leaves, which re-arms this. The
+            // answer to the peer's own probe, when one is due, is as
+            // good as a probe of ours (the peer's probe was our input).
+            self.last_output = self.now;
+            if !self.kcp.answers_probe() {
+                self.kcp.probe_window();
+                self.keepalive_unanswered = true;
             }
         }
     }
@@ -814,10 +814,10 @@ impl Conn {
             }
         } else if self.kcp.is_dead() {
             self.error = Some(SessionError::DeadLink);
-        } else if let Some(idle) = self.config.idle_timeout {
-            if self.now.saturating_sub(self.last_input) >= idle {
-                self.error = Some(SessionError::IdleTimeout);
-            }
+        } else if let Some(idle) = self.config.idle_timeout
+            && self.now.saturating_sub(self.last_input) >= idle
+        {
+            self.error = Some(SessionError::IdleTimeout);
         }
     }
 

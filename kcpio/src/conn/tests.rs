@@ -548,10 +548,10 @@ fn datagrams_beside_the_stream_under_loss() {
     let (mut dg_sent, mut dg_got) = ([0u32; 2], [0u32; 2]);
     // Datagrams for 2.9 s, then 100 ms for the last ones to land.
     for ms in 0..3_000u32 {
-        if sent < total {
-            if let Ok(n) = pair.conns[0].write(&data[sent..]) {
-                sent += n;
-            }
+        if sent < total
+            && let Ok(n) = pair.conns[0].write(&data[sent..])
+        {
+            sent += n;
         }
         for (side, (conn, count)) in pair.conns.iter_mut().zip(&mut dg_sent).enumerate() {
             if ms < 2_900 && ms % 3 == side as u32 {

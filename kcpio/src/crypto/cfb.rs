@@ -105,12 +105,12 @@ impl<BS: ArraySize> BlockCipherEncClosure for Encrypt<'_, BS> {
                 xor_in_place(cur, &ks);
             }
         }
-        if let Some(last) = blocks.last() {
-            if !tail.is_empty() {
-                let mut ks = Block::<B>::default();
-                encrypt_b2b(backend, last, &mut ks);
-                xor_tail(tail, &ks);
-            }
+        if let Some(last) = blocks.last()
+            && !tail.is_empty()
+        {
+            let mut ks = Block::<B>::default();
+            encrypt_b2b(backend, last, &mut ks);
+            xor_tail(tail, &ks);
         }
     }
 }

@@ -200,10 +200,10 @@ impl Counters {
             Refusal::RateLimited => (&self.refused_rate, None),
         };
         bump(datagrams);
-        if let Some(peers) = peers {
-            if episode.first(peer) {
-                bump(peers);
-            }
+        if let Some(peers) = peers
+            && episode.first(peer)
+        {
+            bump(peers);
         }
     }
 

@@ -250,11 +250,11 @@ impl<S> Table<S> {
 
     /// Records that `id`'s peer proved it receives (idempotent, O(1)).
     pub(crate) fn set_proven(&mut self, id: SessionId) {
-        if let Some(e) = self.entry_mut(id) {
-            if !e.proven {
-                e.proven = true;
-                self.unproven_live -= 1;
-            }
+        if let Some(e) = self.entry_mut(id)
+            && !e.proven
+        {
+            e.proven = true;
+            self.unproven_live -= 1;
         }
     }
 
@@ -421,13 +421,13 @@ impl<S> Table<S> {
         if e.deadline == at {
             return false;
         }
-        if let (Some(armed), Some(later)) = (e.deadline, at) {
-            if armed < later {
-                // The armed entry fires first and the driver re-arms then:
-                // a deadline that only moves later (an idle timer restarted
-                // by every datagram) costs no heap entry per packet.
-                return false;
-            }
+        if let (Some(armed), Some(later)) = (e.deadline, at)
+            && armed < later
+        {
+            // The armed entry fires first and the driver re-arms then:
+            // a deadline that only moves later (an idle timer restarted
+            // by every datagram) costs no heap entry per packet.
+            return false;
         }
         e.deadline = at;
         if let Some(t) = at {

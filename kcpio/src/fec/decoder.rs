@@ -567,13 +567,14 @@ impl FecDecoder {
     /// 0), with no shard ever contradicting the shape, the sender's shape is
     /// this one (learned without the tuner's search).
     fn confirm(&mut self, seqid: u32, pos: usize, is_data: bool) {
-        if let Some((prev, prev_data)) = self.last_shard {
-            if prev.wrapping_add(1) == seqid && prev_data != is_data {
-                if is_data && pos == 0 {
-                    self.edges |= 1;
-                } else if !is_data && pos == self.data {
-                    self.edges |= 2;
-                }
+        if let Some((prev, prev_data)) = self.last_shard
+            && prev.wrapping_add(1) == seqid
+            && prev_data != is_data
+        {
+            if is_data && pos == 0 {
+                self.edges |= 1;
+            } else if !is_data && pos == self.data {
+                self.edges |= 2;
             }
         }
         self.last_shard = Some((seqid, is_data));

@@ -293,7 +293,7 @@ mod x86 {
                 _mm_storeu_si128(p.add(j), output);
                 *c = if dir == Dir::Seal { output } else { input };
             }
-            if dir == Dir::Seal && valid % 16 != 0 {
+            if dir == Dir::Seal && !valid.is_multiple_of(16) {
                 // The partial block is hashed zero-padded.
                 if let Some(rest) = buf.get_mut(valid..) {
                     rest.fill(0);

@@ -290,7 +290,7 @@ pub(crate) fn dot_rows_with(
     len: usize,
 ) -> bool {
     let k = offsets.len();
-    if k == 0 || tables.len() % k != 0 || out_stride < len {
+    if k == 0 || !tables.len().is_multiple_of(k) || out_stride < len {
         return false;
     }
     let rows = tables.len() / k;

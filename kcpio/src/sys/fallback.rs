@@ -59,10 +59,10 @@ pub(super) fn recv(
                     return Err(e);
                 }
                 // Report it with the next call rather than lose it.
-                if e.kind() != io::ErrorKind::WouldBlock {
-                    if let Some(code) = e.raw_os_error() {
-                        state.pending_recv_error.store(code, Ordering::Relaxed);
-                    }
+                if e.kind() != io::ErrorKind::WouldBlock
+                    && let Some(code) = e.raw_os_error()
+                {
+                    state.pending_recv_error.store(code, Ordering::Relaxed);
                 }
                 break;
             }

@@ -432,13 +432,13 @@ impl Sim {
         let Some(mut next) = next else {
             return false;
         };
-        if let Some((p, max, rng)) = &mut self.late {
-            if chance(rng, *p) {
-                let by = rng.random_range(1..=*max);
-                next += Duration::from_millis(by);
-                self.late_wakeups.0 += 1;
-                self.late_wakeups.1 += by;
-            }
+        if let Some((p, max, rng)) = &mut self.late
+            && chance(rng, *p)
+        {
+            let by = rng.random_range(1..=*max);
+            next += Duration::from_millis(by);
+            self.late_wakeups.0 += 1;
+            self.late_wakeups.1 += by;
         }
         self.now = self.now.max(next);
         self.fed.clear();

@@ -318,12 +318,12 @@ impl Report {
 fn process_usage() -> (f64, f64, i64) {
     let ticks = 100.0; // USER_HZ
     let (mut user, mut sys) = (0.0, 0.0);
-    if let Ok(stat) = std::fs::read_to_string("/proc/self/stat") {
-        if let Some((_, after)) = stat.rsplit_once(") ") {
-            let f: Vec<&str> = after.split_whitespace().collect();
-            user = f.get(11).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0) / ticks;
-            sys = f.get(12).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0) / ticks;
-        }
+    if let Ok(stat) = std::fs::read_to_string("/proc/self/stat")
+        && let Some((_, after)) = stat.rsplit_once(") ")
+    {
+        let f: Vec<&str> = after.split_whitespace().collect();
+        user = f.get(11).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0) / ticks;
+        sys = f.get(12).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0) / ticks;
     }
     let rss = std::fs::read_to_string("/proc/self/status")
         .ok()

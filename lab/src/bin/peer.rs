@@ -1565,10 +1565,10 @@ async fn client(f: Flags, nd: NoDelay) -> ExitCode {
     let mut counters = Counters::default();
     for o in &mut outs {
         res.bytes_verified += o.verified;
-        if let (1, Some((bytes, secs))) = (f.parallel, o.steady) {
-            if secs >= 1.0 {
-                res.steady_mb_per_s = bytes as f64 / secs / 1e6;
-            }
+        if let (1, Some((bytes, secs))) = (f.parallel, o.steady)
+            && secs >= 1.0
+        {
+            res.steady_mb_per_s = bytes as f64 / secs / 1e6;
         }
         if let Some(e) = &o.error {
             if res.error.is_empty() {
@@ -1717,10 +1717,10 @@ fn main() -> ExitCode {
     if Method::from_name(&f.crypt).is_none() && !f.crypt.is_empty() {
         return fatal(&format!("crypt: unknown cipher {:?}", f.crypt));
     }
-    if !f.key_hex.is_empty() {
-        if let Err(e) = hex::decode(&f.key_hex) {
-            return fatal(&format!("crypt: {e}"));
-        }
+    if !f.key_hex.is_empty()
+        && let Err(e) = hex::decode(&f.key_hex)
+    {
+        return fatal(&format!("crypt: {e}"));
     }
     let nd = match NoDelay::parse(&f.nodelay) {
         Ok(nd) => nd,

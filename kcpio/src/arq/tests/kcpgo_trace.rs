@@ -166,7 +166,7 @@ fn run(s: &Value) -> (Vec<Dgram>, u32) {
             flush_out(&mut ends, i, now, &mut trace, &mut wire);
         }
         // 3. application, every 5 ms
-        if now % 5 == 0 {
+        if now.is_multiple_of(5) {
             while sent < total && ends[0].wait_snd() < cfg.snd_wnd as usize {
                 let mut n = mss.min(total - sent);
                 if msg_segs > 0 {

@@ -414,11 +414,11 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Driver<T> {
         if !st.driver.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
             st.driver = Some(cx.waker().clone());
         }
-        if self.rpos < self.rlen {
-            if let Ok(n) = st.session.handle_input(&self.rbuf[self.rpos..self.rlen]) {
-                self.rpos += n;
-                progress |= n > 0;
-            }
+        if self.rpos < self.rlen
+            && let Ok(n) = st.session.handle_input(&self.rbuf[self.rpos..self.rlen])
+        {
+            self.rpos += n;
+            progress |= n > 0;
         }
         st.session.handle_timeout(now);
         if self.wpos == self.wlen {
