@@ -121,6 +121,9 @@ pub fn fuzz_session(data: &[u8]) {
         .stream_window(2048)
         .accept_backlog(4)
         .max_open_streams(8)
+        .stream_opens_per_second(6)
+        .stream_send_buffer(600)
+        .session_send_buffer(1500)
         .max_frame_size(512)
         .build()
     else {
@@ -165,6 +168,7 @@ pub fn fuzz_session(data: &[u8]) {
         assert!(s.stream_count() <= config.max_open_streams());
         assert!(s.backlog_len() <= config.accept_backlog());
         assert!(s.buffered() <= config.receive_buffer() + frame::MAX_PAYLOAD);
+        assert!(s.send_buffered() <= config.session_send_buffer());
         if !s.wants_input() && s.error().is_none() {
             // Paused on streams we do not know the ids of: stop.
             break;

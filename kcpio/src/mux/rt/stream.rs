@@ -15,10 +15,9 @@ use crate::mux::StreamId;
 ///
 /// - Reads return the peer's data in order, then EOF (`Ok(0)`) after the
 ///   peer's FIN.
-/// - Writes queue data (at most
-///   [`STREAM_SEND_BUFFER`](crate::mux::STREAM_SEND_BUFFER) bytes) for the
-///   session's task; `flush` waits until it has been handed to the
-///   transport.
+/// - Writes queue data (at most the configured stream send buffer, and
+///   only while the session's send budget lasts) for the session's task;
+///   `flush` waits until it has been handed to the transport.
 /// - `shutdown` is a half-close: it sends a FIN after the queued data and
 ///   completes once the FIN is handed to the transport. Reading keeps
 ///   working until the peer's FIN.
