@@ -914,6 +914,37 @@ impl Session {
         Ok(n)
     }
 
+    /// How many bytes [`write`](Self::write) would take on `sid` now (the
+    /// stream's send buffer and the session's budget, whichever is
+    /// smaller). 0 means wait for [`Event::Stream`]: as with a write, the
+    /// stream is woken when the session's budget frees.
+    ///
+    /// # Errors
+    ///
+    /// As [`write`](Self::write).
+    pub fn write_room(&mut self, sid: StreamId) -> Result<usize, StreamError> {
+        let s = self.streams.get_mut(&sid).ok_or(StreamError::Unknown)?;
+        if let Some(e) = self.error {
+            return Err(StreamError::Session(e));
+        }
+        if s.consumed_error {
+            return Err(StreamError::PeerConsumedTooMuch);
+        }
+        if s.write_closed {
+            return Err(StreamError::WriteClosed);
+        }
+        let stream_room = self.config.stream_send_buffer.saturating_sub(s.send.len());
+        let session_room = self
+            .config
+            .session_send_buffer
+            .saturating_sub(self.send_total);
+        if stream_room > 0 && session_room == 0 && !s.budget_wait {
+            s.budget_wait = true;
+            self.budget_waiters.push_back(sid);
+        }
+        Ok(stream_room.min(session_room))
+    }
+
     /// Half-closes `sid`: queues a FIN behind its queued data. Returns
     /// whether the FIN has been emitted by `poll_transmit`. Reads continue
     /// until the peer's FIN.
