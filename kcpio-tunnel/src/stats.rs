@@ -137,7 +137,7 @@ impl Stats {
         format!(
             "stats: sessions {} open / {} total, streams {} open / {} total, \
              tcp in {} B out {} B, kcp stream in {} B out {} B, \
-             udp in {dgin} pkts {bin} B out {dgout} pkts {bout} B, retransmits {rexmit}, fec recovered {fec_rec}{}",
+             udp in {dgin} pkts {bin} B out {dgout} pkts {bout} B, retransmits {rexmit}, fec recovered {fec_rec}{}{}",
             self.sessions_open.load(Ordering::Relaxed),
             self.sessions_opened.load(Ordering::Relaxed),
             self.streams_open.load(Ordering::Relaxed),
@@ -146,6 +146,7 @@ impl Stats {
             self.tcp_out.load(Ordering::Relaxed),
             self.kcp_in.load(Ordering::Relaxed),
             self.kcp_out.load(Ordering::Relaxed),
+            self.limits_line(),
             if self.listeners.get().is_some() {
                 format!(
                     ", undecryptable datagrams (wrong --key/--crypt) {}",
@@ -154,7 +155,7 @@ impl Stats {
             } else {
                 String::new()
             },
-        ) + &self.limits_line()
+        )
     }
 
     /// The server's part of the line: slots, refusals, buffered bytes.
@@ -164,7 +165,9 @@ impl Stats {
         }
         let l = self.limits();
         format!(
-            ", limits: streams {} forwarded, {} refused (slots), {} refused (dial back-off),              {} refused by smux; dials {} in flight, {} failed ({} timed out);              smux buffered {} B in, {} B out",
+            ", limits: streams {} forwarded, {} refused (slots), {} refused (dial back-off), \
+             {} refused by smux; dials {} in flight, {} failed ({} timed out); \
+             smux buffered {} B in, {} B out",
             l.streams_in_use,
             self.streams_refused.load(Ordering::Relaxed),
             self.streams_backed_off.load(Ordering::Relaxed),

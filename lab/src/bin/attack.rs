@@ -372,7 +372,7 @@ async fn tunnel_session(addr: SocketAddr, crypt: &str, nocomp: bool, v2: bool) -
 async fn ended(s: &mut MuxStream) -> bool {
     let mut b = [0u8; 1];
     matches!(
-        timeout(Duration::from_millis(1), s.read(&mut b)).await,
+        timeout(Duration::ZERO, s.read(&mut b)).await,
         Ok(Ok(0) | Err(_))
     )
 }
@@ -413,20 +413,23 @@ async fn streams(
     let legit = tunnel_session(addr, crypt, nocomp, v2).await;
     let legit_started = Instant::now();
     let mut bytes = 0u64;
+    let mut legit_end = String::from("open failed");
     if let Ok(mut s) = legit.open_stream().await {
         let mut buf = vec![0u8; 64 * 1024];
         let end = Instant::now() + Duration::from_secs(20);
-        while let Ok(Ok(k)) = timeout_at(end, s.read(&mut buf)).await {
-            if k == 0 {
-                break;
+        legit_end = loop {
+            match timeout_at(end, s.read(&mut buf)).await {
+                Ok(Ok(0)) => break "eof".into(),
+                Ok(Ok(k)) => bytes += k as u64,
+                Ok(Err(e)) => break format!("error: {e}"),
+                Err(_) => break "timeout".into(),
             }
-            bytes += k as u64;
-        }
+        };
     }
     println!(
         "{{\"attack\":\"streams\",\"crypt\":\"{crypt}\",\"n\":{n},\"pace\":{pace},\"hold_s\":{hold},\
          \"open_errors\":{open_errors},\"ended_while_held\":{fin},\"opening_s\":{:.1},\
-         \"attacker_mux\":\"{:?}\",\"legit_bytes\":{bytes},\"legit_s\":{:.1}}}",
+         \"attacker_mux\":\"{:?}\",\"legit_bytes\":{bytes},\"legit_end\":\"{legit_end}\",\"legit_s\":{:.1}}}",
         (legit_started - started).as_secs_f64() - hold as f64,
         attacker.stats(),
         legit_started.elapsed().as_secs_f64(),
