@@ -144,11 +144,25 @@ pub fn fuzz_session(data: &[u8]) {
             Ok(n) => pos += n,
             Err(_) => break,
         }
-        // The application: accept, read some, write, close some.
+        // The application: accept, read some, write, close some; open
+        // streams of its own and half-close them (stream lifecycles).
         if let Some(sid) = s.accept_stream() {
             let _ = s.write(sid, &input[pos.min(input.len())..end]);
             if sid % 3 == 0 {
                 s.close_stream(sid);
+            }
+        }
+        if rounds % 7 == 0 {
+            if let Ok(sid) = s.open_stream() {
+                let room = s.write_room(sid).unwrap_or(0);
+                let data = &input[pos.min(input.len())..end];
+                let n = s.write(sid, data).unwrap_or(0);
+                assert_eq!(n, data.len().min(room));
+                if rounds % 14 == 0 {
+                    let _ = s.shutdown_write(sid);
+                } else if rounds % 21 == 0 {
+                    s.close_stream(sid);
+                }
             }
         }
         if !s.wants_input() {
@@ -164,6 +178,7 @@ pub fn fuzz_session(data: &[u8]) {
         }
         while s.poll_transmit(&mut out) > 0 {}
         now += Duration::from_millis(u64::from(selector));
+        s.set_time(now);
         s.handle_timeout(now);
         assert!(s.stream_count() <= config.max_open_streams());
         assert!(s.backlog_len() <= config.accept_backlog());
