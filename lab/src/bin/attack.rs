@@ -429,9 +429,10 @@ async fn streams(
     println!(
         "{{\"attack\":\"streams\",\"crypt\":\"{crypt}\",\"n\":{n},\"pace\":{pace},\"hold_s\":{hold},\
          \"open_errors\":{open_errors},\"ended_while_held\":{fin},\"opening_s\":{:.1},\
-         \"attacker_mux\":\"{:?}\",\"legit_bytes\":{bytes},\"legit_end\":\"{legit_end}\",\"legit_s\":{:.1}}}",
+         \"attacker_mux\":\"{:?}\",\"legit_bytes\":{bytes},\"legit_end\":\"{legit_end}\",\"legit_mux\":\"{:?}\",\"legit_s\":{:.1}}}",
         (legit_started - started).as_secs_f64() - hold as f64,
         attacker.stats(),
+        legit.stats(),
         legit_started.elapsed().as_secs_f64(),
     );
 }
