@@ -107,6 +107,9 @@ pub struct Settings {
     pub mux: MuxConfig,
     /// The same with the other smux version (the server follows its client).
     pub mux_other: MuxConfig,
+    /// Server: the bounds on streams, dials and the dial timeout
+    /// (`--maxstreams`, `--sessionstreams`, `--maxdials`, `--dialtimeout`).
+    pub limits: crate::Limits,
     /// What the startup line says.
     pub summary: String,
     /// Warnings about accepted but ignored flags.
@@ -297,6 +300,19 @@ pub(crate) fn resolve(cli: Cli) -> Result<Settings, String> {
         Version::V1 => Version::V2,
         Version::V2 => Version::V1,
     })?;
+    if c.maxstreams == 0 || c.maxdials == 0 || c.dialtimeout == 0 {
+        return Err("--maxstreams, --maxdials and --dialtimeout must be positive".to_owned());
+    }
+    let limits = crate::Limits {
+        max_streams: c.maxstreams,
+        session_streams: c
+            .sessionstreams
+            .unwrap_or(c.maxstreams / 2)
+            .clamp(1, c.maxstreams),
+        max_dials: c.maxdials,
+        session_dials: (c.maxdials / 2).max(1),
+        dial_timeout: Duration::from_secs(c.dialtimeout),
+    };
     let (local_name, peer_name) = match role {
         Role::Client => ("localaddr", "remoteaddr"),
         Role::Server => ("listen", "target"),
@@ -346,6 +362,7 @@ pub(crate) fn resolve(cli: Cli) -> Result<Settings, String> {
         kcp,
         mux,
         mux_other,
+        limits,
         summary,
         warnings,
     })

@@ -4,16 +4,21 @@ use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::Poll;
 use std::time::Duration;
 
-use kcpio::mux::MuxStream;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use kcpio::mux::{MuxStream, OwnedWriteHalf};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 
 use crate::stats::Stats;
 
-/// Copy buffer per direction of a forwarded connection.
-const COPY_BUF: usize = 64 * 1024;
+/// The most one read of a forwarded connection takes. The buffer exists
+/// only while data flows: it is allocated when a read starts and freed when
+/// the source has nothing (a stalled or idle stream holds none), and the
+/// direction into the tunnel reads no more than the stream's send buffer
+/// has room for, so a stream whose peer does not read holds nothing here.
+pub(crate) const COPY_BUF: usize = 64 * 1024;
 
 /// Copies both ways between a TCP connection and a stream. A direction
 /// that ends cleanly is half-closed on the other side (TCP shutdown, or a
@@ -75,7 +80,7 @@ async fn halves(
     stats: &Stats,
 ) -> io::Result<(u64, u64)> {
     let (sr, sw) = stream.into_split();
-    let up = pipe(tr, sw, &stats.tcp_in);
+    let up = pipe_in(tr, sw, &stats.tcp_in);
     let down = pipe(sr, tw, &stats.tcp_out);
     tokio::pin!(up, down);
     let wait = |first: io::Result<u64>| async move {
@@ -107,6 +112,30 @@ async fn second(
     }
 }
 
+/// Reads at most `limit` bytes from `from` into `buf`, which is allocated
+/// for the read and freed again if `from` has nothing yet.
+async fn read_lazy(
+    from: &mut (impl AsyncRead + Unpin),
+    buf: &mut Vec<u8>,
+    limit: usize,
+) -> io::Result<usize> {
+    std::future::poll_fn(|cx| {
+        if buf.len() < limit {
+            *buf = vec![0; limit];
+        }
+        let mut rb = ReadBuf::new(&mut buf[..limit]);
+        match Pin::new(&mut *from).poll_read(cx, &mut rb) {
+            Poll::Pending => {
+                *buf = Vec::new();
+                Poll::Pending
+            }
+            Poll::Ready(Ok(())) => Poll::Ready(Ok(rb.filled().len())),
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+        }
+    })
+    .await
+}
+
 /// Copies `from` into `to` until EOF, then shuts `to` down (a FIN or a TCP
 /// half-close).
 async fn pipe(
@@ -114,10 +143,41 @@ async fn pipe(
     mut to: impl AsyncWrite + Unpin,
     counter: &AtomicU64,
 ) -> io::Result<u64> {
-    let mut buf = vec![0u8; COPY_BUF];
+    let mut buf = Vec::new();
     let mut total = 0u64;
     loop {
-        let n = from.read(&mut buf).await?;
+        let n = read_lazy(&mut from, &mut buf, COPY_BUF).await?;
+        if n == 0 {
+            to.shutdown().await?;
+            return Ok(total);
+        }
+        to.write_all(&buf[..n]).await?;
+        total += n as u64;
+        counter.fetch_add(n as u64, Ordering::Relaxed);
+    }
+}
+
+/// [`pipe`] into a stream: reads from `from` only what the stream can take
+/// at once, so when the peer stops reading, this stops reading `from`
+/// (which pushes back on the TCP sender) and holds no buffer.
+async fn pipe_in(
+    mut from: impl AsyncRead + Unpin,
+    mut to: OwnedWriteHalf,
+    counter: &AtomicU64,
+) -> io::Result<u64> {
+    let mut buf = Vec::new();
+    let mut total = 0u64;
+    loop {
+        // Wait for room; a stream that has none holds no buffer either.
+        let room = std::future::poll_fn(|cx| {
+            let r = to.poll_writable(cx);
+            if r.is_pending() {
+                buf = Vec::new();
+            }
+            r
+        })
+        .await?;
+        let n = read_lazy(&mut from, &mut buf, room.min(COPY_BUF)).await?;
         if n == 0 {
             to.shutdown().await?;
             return Ok(total);

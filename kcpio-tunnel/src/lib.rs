@@ -69,6 +69,7 @@ mod client;
 mod config;
 mod detect;
 mod forward;
+mod limits;
 mod log;
 mod pool;
 mod server;
@@ -76,6 +77,7 @@ mod stats;
 
 use config::HostPorts;
 pub use config::{Role, Settings, parse};
+pub use limits::Limits;
 pub use log::Log;
 use stats::{Stats, report_stats};
 

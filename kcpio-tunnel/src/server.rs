@@ -10,7 +10,8 @@ use kcpio::mux::Mux;
 
 use crate::config::Settings;
 use crate::detect::detect;
-use crate::forward::{dial, forward};
+use crate::forward::forward;
+use crate::limits::{Gate, Refused};
 use crate::log::{Log, log_close};
 use crate::stats::{Metered, Stats};
 
@@ -25,6 +26,8 @@ pub(crate) async fn run_server(
     stats: Arc<Stats>,
     log: Log,
 ) -> io::Result<()> {
+    let gate = Arc::new(Gate::new(settings.limits));
+    stats.watch_gate(Arc::clone(&gate));
     let settings = Arc::new(settings);
     let mut set = tokio::task::JoinSet::new();
     for i in 0..listeners.len() {
@@ -33,6 +36,7 @@ pub(crate) async fn run_server(
             i,
             Arc::clone(&settings),
             Arc::clone(&stats),
+            Arc::clone(&gate),
             log.clone(),
         ));
     }
@@ -49,6 +53,7 @@ async fn accept_loop(
     i: usize,
     settings: Arc<Settings>,
     stats: Arc<Stats>,
+    gate: Arc<Gate>,
     log: Log,
 ) -> io::Result<()> {
     loop {
@@ -56,6 +61,7 @@ async fn accept_loop(
         let settings = Arc::clone(&settings);
         let stats = Arc::clone(&stats);
         let log = log.clone();
+        let gate = Arc::clone(&gate);
         tokio::spawn(async move {
             let metered = Metered::new(session, Arc::clone(&stats));
             let detected = tokio::time::timeout(FIRST_BYTES_TIMEOUT, detect(metered)).await;
@@ -76,18 +82,36 @@ async fn accept_loop(
             } else {
                 &settings.mux_other
             };
-            let mux = Mux::server(io, mux_config);
+            let mux = Arc::new(Mux::server(io, mux_config));
+            stats.watch_mux(&mux);
+            let share = Arc::new(gate.session());
             loop {
                 let stream = match mux.accept_stream().await {
                     Ok(s) => s,
                     Err(e) => return log.line(format!("{from}: session ended: {e}")),
                 };
+                // Refused streams are dropped here: a FIN to the client,
+                // and the session goes on.
+                let slot = match gate.admit(&share) {
+                    Ok(slot) => slot,
+                    Err(Refused::Streams) => {
+                        stats.streams_refused.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                    Err(Refused::Backoff) => {
+                        stats.streams_backed_off.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                };
                 let settings = Arc::clone(&settings);
                 let stats = Arc::clone(&stats);
                 let log = log.clone();
+                let gate = Arc::clone(&gate);
+                let share = Arc::clone(&share);
                 tokio::spawn(async move {
+                    let _slot = slot;
                     let sid = stream.id();
-                    let target = match dial(&settings.peer).await {
+                    let target = match gate.dial(&share, &settings.peer, &stats).await {
                         Ok(t) => t,
                         Err(e) => {
                             // Dropping the stream sends its FIN, as kcptun does.

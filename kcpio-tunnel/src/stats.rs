@@ -4,14 +4,16 @@
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use kcpio::mux::Mux;
 use kcpio::{KcpListener, KcpStream, StatsHandle};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
 
+use crate::limits::Gate;
 use crate::log::Log;
 
 /// Counters of one tunnel process, printed every `--snmpperiod` and on
@@ -32,13 +34,44 @@ pub(crate) struct Stats {
     kcp: Mutex<Vec<StatsHandle>>,
     /// The server's listeners (one per port), for their drop counters.
     listeners: OnceLock<Arc<Vec<KcpListener>>>,
+    /// Server: streams refused for want of a stream slot, or during the
+    /// dial back-off.
+    pub(crate) streams_refused: AtomicU64,
+    pub(crate) streams_backed_off: AtomicU64,
+    /// Server: dials that failed (timeouts included), and timed out.
+    pub(crate) dials_failed: AtomicU64,
+    pub(crate) dials_timed_out: AtomicU64,
+    /// Server: the slots in use, read when a line is printed.
+    gate: OnceLock<Arc<Gate>>,
+    /// The live muxes, for their buffered bytes and refusal counters.
+    muxes: Mutex<Vec<Weak<Mux>>>,
+}
+
+/// What the stats line reports of the limits (see [`Stats::limits`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct LimitStats {
+    /// Bytes the live sessions' muxes hold: received and unread, and
+    /// written and not yet sent.
+    pub(crate) mux_buffered: usize,
+    pub(crate) mux_send_buffered: usize,
+    /// SYNs the muxes refused (over the stream limit, backlog or rate).
+    pub(crate) mux_refused: u64,
+    pub(crate) streams_in_use: usize,
+    pub(crate) dials_in_flight: usize,
 }
 
 impl Stats {
     /// What an operator would call activity: sessions, streams, TCP bytes
     /// and rejected datagrams (keepalives alone do not count).
-    fn activity(&self) -> [u64; 7] {
+    fn activity(&self) -> [u64; 13] {
+        let l = self.limits();
         [
+            l.mux_buffered as u64,
+            l.mux_send_buffered as u64,
+            l.streams_in_use as u64,
+            self.streams_refused.load(Ordering::Relaxed),
+            self.streams_backed_off.load(Ordering::Relaxed),
+            self.dials_failed.load(Ordering::Relaxed),
             self.sessions_opened.load(Ordering::Relaxed),
             self.sessions_open.load(Ordering::Relaxed) as u64,
             self.streams_opened.load(Ordering::Relaxed),
@@ -62,11 +95,36 @@ impl Stats {
         let _ = self.listeners.set(listeners);
     }
 
+    /// Lets the stats line report the server's slots.
+    pub(crate) fn watch_gate(&self, gate: Arc<Gate>) {
+        let _ = self.gate.set(gate);
+    }
+
+    /// Lets the stats line report a session's mux.
+    pub(crate) fn watch_mux(&self, mux: &Arc<Mux>) {
+        let mut m = self.muxes.lock().unwrap_or_else(PoisonError::into_inner);
+        m.retain(|w| w.strong_count() > 0);
+        m.push(Arc::downgrade(mux));
+    }
+
+    /// The limits' gauges now.
+    pub(crate) fn limits(&self) -> LimitStats {
+        let mut l = LimitStats::default();
+        let muxes = self.muxes.lock().unwrap_or_else(PoisonError::into_inner);
+        for m in muxes.iter().filter_map(Weak::upgrade) {
+            l.mux_buffered += m.buffered();
+            l.mux_send_buffered += m.send_buffered();
+            l.mux_refused += m.stats().refused_streams;
+        }
+        if let Some(g) = self.gate.get() {
+            l.streams_in_use = g.streams_in_use();
+            l.dials_in_flight = g.dials_in_flight();
+        }
+        l
+    }
+
     fn line(&self) -> String {
-        let kcp = self
-            .kcp
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let kcp = self.kcp.lock().unwrap_or_else(PoisonError::into_inner);
         let (mut dgin, mut dgout, mut bin, mut bout, mut rexmit, mut fec_rec) = (0, 0, 0, 0, 0, 0);
         for s in kcp.iter().filter_map(StatsHandle::stats) {
             dgin += s.datagrams_in;
@@ -79,7 +137,7 @@ impl Stats {
         format!(
             "stats: sessions {} open / {} total, streams {} open / {} total, \
              tcp in {} B out {} B, kcp stream in {} B out {} B, \
-             udp in {dgin} pkts {bin} B out {dgout} pkts {bout} B, retransmits {rexmit}, fec recovered {fec_rec}{}",
+             udp in {dgin} pkts {bin} B out {dgout} pkts {bout} B, retransmits {rexmit}, fec recovered {fec_rec}{}{}",
             self.sessions_open.load(Ordering::Relaxed),
             self.sessions_opened.load(Ordering::Relaxed),
             self.streams_open.load(Ordering::Relaxed),
@@ -88,6 +146,7 @@ impl Stats {
             self.tcp_out.load(Ordering::Relaxed),
             self.kcp_in.load(Ordering::Relaxed),
             self.kcp_out.load(Ordering::Relaxed),
+            self.limits_line(),
             if self.listeners.get().is_some() {
                 format!(
                     ", undecryptable datagrams (wrong --key/--crypt) {}",
@@ -96,6 +155,28 @@ impl Stats {
             } else {
                 String::new()
             },
+        )
+    }
+
+    /// The server's part of the line: slots, refusals, buffered bytes.
+    fn limits_line(&self) -> String {
+        if self.gate.get().is_none() {
+            return String::new();
+        }
+        let l = self.limits();
+        format!(
+            ", limits: streams {} forwarded, {} refused (slots), {} refused (dial back-off), \
+             {} refused by smux; dials {} in flight, {} failed ({} timed out); \
+             smux buffered {} B in, {} B out",
+            l.streams_in_use,
+            self.streams_refused.load(Ordering::Relaxed),
+            self.streams_backed_off.load(Ordering::Relaxed),
+            l.mux_refused,
+            l.dials_in_flight,
+            self.dials_failed.load(Ordering::Relaxed),
+            self.dials_timed_out.load(Ordering::Relaxed),
+            l.mux_buffered,
+            l.mux_send_buffered,
         )
     }
 }
@@ -161,7 +242,7 @@ impl Metered {
         stats
             .kcp
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .unwrap_or_else(PoisonError::into_inner)
             .push(kcp.stats_handle());
         Self {
             kcp,
@@ -187,7 +268,7 @@ impl Drop for Metered {
         self.stats
             .kcp
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .unwrap_or_else(PoisonError::into_inner)
             .retain(|h| h.conv() != conv);
     }
 }

@@ -218,6 +218,23 @@
 //! that is too much (with kcp-go's windows of 32 a session holds about
 //! 44 KB).
 //!
+//! Above KCP, a [`mux`] session bounds what a peer holding the key can make
+//! it hold, each limit in [`MuxConfig`](mux::MuxConfig) with its default:
+//! streams open at once (`max_open_streams`, 65,536), streams waiting for
+//! `accept` (`accept_backlog`, 1,024), streams the peer opens per second
+//! (`stream_opens_per_second`, 1,024, as a burst too), received and unread
+//! bytes (`receive_buffer`, 4 MiB, plus one frame), and queued output per
+//! stream (`stream_send_buffer`, 128 KiB) and per session
+//! (`session_send_buffer`, 8 MiB). A SYN over a limit is answered with a
+//! FIN and counted in [`MuxStats`](mux::MuxStats); the session and its
+//! other streams go on. Output over a send budget waits (backpressure,
+//! never a drop), so a peer that stops reading costs at most the session's
+//! send budget, whatever the application writes; in smux v2 the stream's
+//! window stops it first. What such a peer can still do: keep up to those
+//! bounds held per session for as long as it keeps the session alive,
+//! open streams at the permitted rate, and, in smux v1 (no per-stream
+//! window), stall every stream of *its own* session by not reading.
+//!
 //! The proof is what the KCP wire allows: there is no secret for a peer to
 //! echo, so an attacker who holds the key (or anyone under `null`, `none`,
 //! and the stream ciphers given a captured datagram) can forge an

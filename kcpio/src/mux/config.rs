@@ -46,9 +46,28 @@ impl Version {
 /// | [`stream_window`](MuxConfigBuilder::stream_window) | 2 MiB | 64 KiB | `--streambuf 2097152` | same |
 /// | [`accept_backlog`](MuxConfigBuilder::accept_backlog) | 1,024 | 1,024 (fixed) | | |
 /// | [`max_open_streams`](MuxConfigBuilder::max_open_streams) | 65,536 | unbounded | | |
+/// | [`stream_opens_per_second`](MuxConfigBuilder::stream_opens_per_second) | 1,024 (burst 1,024) | unbounded | | |
+/// | [`stream_send_buffer`](MuxConfigBuilder::stream_send_buffer) | 128 KiB | unbounded | | |
+/// | [`session_send_buffer`](MuxConfigBuilder::session_send_buffer) | 8 MiB | unbounded | | |
 ///
 /// The stream window follows kcptun rather than Go smux: 64 KiB per round
 /// trip is too little for a stream over a long KCP link.
+///
+/// # Limits against a hostile peer
+///
+/// The last five rows bound what a peer holding the transport's key can
+/// make a session hold; a normal workload (a browser's few hundred
+/// connections, bursts of a few hundred opens) never meets them. What exceeds
+/// a limit is refused at the smallest unit: a SYN over the stream limit, the
+/// accept backlog or the open rate is answered with a FIN and counted in
+/// [`MuxStats`](super::MuxStats) (`refused_streams` and the reason's own
+/// counter); the session and its other streams live on. The send buffers are
+/// backpressure, not refusals: a write returns 0 (the writer waits) while its
+/// stream holds `stream_send_buffer` bytes or the session's streams together
+/// hold `session_send_buffer`, so a peer that stops reading costs at most
+/// `session_send_buffer` of queued output per session, whatever the
+/// application writes. Received data is bounded by
+/// [`receive_buffer`](MuxConfigBuilder::receive_buffer) (plus one frame).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MuxConfig {
     pub(crate) version: Version,
@@ -58,6 +77,9 @@ pub struct MuxConfig {
     pub(crate) stream_window: u32,
     pub(crate) accept_backlog: usize,
     pub(crate) max_open_streams: usize,
+    pub(crate) stream_opens_per_second: u32,
+    pub(crate) stream_send_buffer: usize,
+    pub(crate) session_send_buffer: usize,
 }
 
 impl Default for MuxConfig {
@@ -70,6 +92,9 @@ impl Default for MuxConfig {
             stream_window: 2 * 1024 * 1024,
             accept_backlog: 1024,
             max_open_streams: 65_536,
+            stream_opens_per_second: 1024,
+            stream_send_buffer: super::session::STREAM_SEND_BUFFER,
+            session_send_buffer: 8 * 1024 * 1024,
         }
     }
 }
@@ -123,6 +148,24 @@ impl MuxConfig {
     #[must_use]
     pub const fn max_open_streams(&self) -> usize {
         self.max_open_streams
+    }
+
+    /// Streams the peer may open per second (and in one burst).
+    #[must_use]
+    pub const fn stream_opens_per_second(&self) -> u32 {
+        self.stream_opens_per_second
+    }
+
+    /// Bytes one stream may queue for sending.
+    #[must_use]
+    pub const fn stream_send_buffer(&self) -> usize {
+        self.stream_send_buffer
+    }
+
+    /// Bytes all streams of the session together may queue for sending.
+    #[must_use]
+    pub const fn session_send_buffer(&self) -> usize {
+        self.session_send_buffer
     }
 }
 
@@ -204,8 +247,11 @@ impl MuxConfigBuilder {
         self
     }
 
-    /// Incoming streams queued for `accept`. When it is full the session
-    /// stops reading the transport, as Go smux does.
+    /// Incoming streams queued for `accept`. A SYN arriving when it is full
+    /// is answered with a FIN and counted (`refused_backlog`): an
+    /// application that does not accept stalls nobody else. (Go smux stops
+    /// reading the session instead, which a peer's SYN flood turns into a
+    /// stall of every stream.)
     pub fn accept_backlog(mut self, streams: usize) -> Self {
         self.config.accept_backlog = streams;
         self
@@ -219,14 +265,44 @@ impl MuxConfigBuilder {
         self
     }
 
+    /// Streams the peer may open per second, as a token bucket holding one
+    /// second's worth (so a burst of this many is accepted at once). A SYN
+    /// finding the bucket empty is answered with a FIN and counted
+    /// (`refused_rate`). Needs the time: [`Session::set_time`] or
+    /// [`Session::handle_timeout`](super::Session::handle_timeout).
+    ///
+    /// [`Session::set_time`]: super::Session::set_time
+    pub fn stream_opens_per_second(mut self, opens: u32) -> Self {
+        self.config.stream_opens_per_second = opens;
+        self
+    }
+
+    /// Bytes one stream may queue for sending before writes wait (default
+    /// [`STREAM_SEND_BUFFER`](super::STREAM_SEND_BUFFER)); at least one
+    /// byte. What a stalled stream costs on the send side.
+    pub fn stream_send_buffer(mut self, bytes: usize) -> Self {
+        self.config.stream_send_buffer = bytes;
+        self
+    }
+
+    /// Bytes all streams of the session together may queue for sending
+    /// before writes wait; at least the stream send buffer. Bounds the send
+    /// side of a session whose peer stops reading, however many streams it
+    /// opened.
+    pub fn session_send_buffer(mut self, bytes: usize) -> Self {
+        self.config.session_send_buffer = bytes;
+        self
+    }
+
     /// Checks the settings.
     ///
     /// # Errors
     ///
     /// [`MuxConfigError`] for a zero keepalive interval, a timeout shorter
     /// than the interval, a frame size outside 1..=65,535, a zero or
-    /// over-`i32::MAX` buffer, a stream window above the receive buffer, or
-    /// a zero backlog or stream limit.
+    /// over-`i32::MAX` buffer, a stream window above the receive buffer,
+    /// a zero backlog, stream limit or open rate, or a zero stream send
+    /// buffer or a session send buffer below it.
     pub fn build(self) -> Result<MuxConfig, MuxConfigError> {
         let mut c = self.config;
         if self.keepalive_off {
@@ -256,6 +332,14 @@ impl MuxConfigBuilder {
         if c.accept_backlog == 0 || c.max_open_streams == 0 {
             return Err(MuxConfigError(
                 "accept backlog and max open streams must be positive",
+            ));
+        }
+        if c.stream_opens_per_second == 0 {
+            return Err(MuxConfigError("stream opens per second must be positive"));
+        }
+        if c.stream_send_buffer == 0 || c.session_send_buffer < c.stream_send_buffer {
+            return Err(MuxConfigError(
+                "stream send buffer must be positive and at most the session send buffer",
             ));
         }
         Ok(c)

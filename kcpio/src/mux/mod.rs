@@ -124,6 +124,9 @@ pub(crate) fn fuzz_session(data: &[u8]) {
         .stream_window(2048)
         .accept_backlog(4)
         .max_open_streams(8)
+        .stream_opens_per_second(6)
+        .stream_send_buffer(600)
+        .session_send_buffer(1500)
         .max_frame_size(512)
         .build()
     else {
@@ -144,10 +147,24 @@ pub(crate) fn fuzz_session(data: &[u8]) {
             Ok(n) => pos += n,
             Err(_) => break,
         }
-        // The application: accept, read some, write, close some.
+        // The application: accept, read some, write, close some; open
+        // streams of its own and half-close them (stream lifecycles).
         if let Some(sid) = s.accept_stream() {
             let _ = s.write(sid, &input[pos.min(input.len())..end]);
             if sid % 3 == 0 {
+                s.close_stream(sid);
+            }
+        }
+        if rounds % 7 == 0
+            && let Ok(sid) = s.open_stream()
+        {
+            let room = s.write_room(sid).unwrap_or(0);
+            let data = &input[pos.min(input.len())..end];
+            let n = s.write(sid, data).unwrap_or(0);
+            assert_eq!(n, data.len().min(room));
+            if rounds % 14 == 0 {
+                let _ = s.shutdown_write(sid);
+            } else if rounds % 21 == 0 {
                 s.close_stream(sid);
             }
         }
@@ -164,10 +181,12 @@ pub(crate) fn fuzz_session(data: &[u8]) {
         }
         while s.poll_transmit(&mut out) > 0 {}
         now += Duration::from_millis(u64::from(selector));
+        s.set_time(now);
         s.handle_timeout(now);
         assert!(s.stream_count() <= config.max_open_streams());
         assert!(s.backlog_len() <= config.accept_backlog());
         assert!(s.buffered() <= config.receive_buffer() + frame::MAX_PAYLOAD);
+        assert!(s.send_buffered() <= config.session_send_buffer());
         if !s.wants_input() && s.error().is_none() {
             // Paused on streams we do not know the ids of: stop.
             break;

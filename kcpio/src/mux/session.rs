@@ -10,16 +10,17 @@ use super::frame::{Cmd, HEADER_LEN, Header, INITIAL_PEER_WINDOW, ProtocolError, 
 /// A stream id (odd for streams the client opens, even for the server's).
 pub type StreamId = u32;
 
-/// Bytes an application may queue on one stream before writes return 0
-/// (the stream's send buffer): two maximum-size frames.
+/// The default of [`stream_send_buffer`](super::MuxConfigBuilder::stream_send_buffer):
+/// bytes an application may queue on one stream before writes return 0,
+/// two maximum-size frames.
 pub const STREAM_SEND_BUFFER: usize = 2 * 65_536;
 
 /// FINs answering refused SYNs that may wait for `poll_transmit`; further
 /// refusals are counted and not answered.
 pub const REFUSED_QUEUE: usize = 1024;
 
-/// A drained receive buffer with more capacity than this is freed, so an
-/// idle stream holds no memory.
+/// A drained receive or send buffer with more capacity than this is freed,
+/// so an idle stream holds little memory.
 const SHRINK_ABOVE: usize = 64 * 1024;
 
 /// Which end of the session this is: it decides the stream ids.
@@ -134,8 +135,21 @@ pub struct MuxStats {
     pub dropped_frames: u64,
     /// Payload bytes of those frames.
     pub dropped_bytes: u64,
-    /// SYNs refused because `max_open_streams` were open or nobody accepts.
+    /// SYNs refused (answered with a FIN), for any of the reasons below or
+    /// because nobody accepts any more.
     pub refused_streams: u64,
+    /// ... of them because `max_open_streams` were open.
+    pub refused_limit: u64,
+    /// ... of them because the accept backlog was full.
+    pub refused_backlog: u64,
+    /// ... of them because the peer opened more than
+    /// `stream_opens_per_second`.
+    pub refused_rate: u64,
+    /// Refused SYNs left unanswered because [`REFUSED_QUEUE`] FINs were
+    /// already waiting (the stream stays unknown here; its data is dropped).
+    pub unanswered_refusals: u64,
+    /// Writes that found the session's send budget spent (they wait).
+    pub send_budget_waits: u64,
     /// SYNs for a stream id already open (ignored, as Go smux does).
     pub duplicate_syns: u64,
     /// UPD frames in a v1 session (skipped, as v1.5.16 tolerates them).
@@ -153,6 +167,8 @@ struct Stream {
     in_ctl: bool,
     in_ready: bool,
     in_events: bool,
+    /// A write found the session's send budget spent: wake it when it frees.
+    budget_wait: bool,
     /// FIN queued behind `send`.
     write_closed: bool,
     fin_sent: bool,
@@ -179,6 +195,7 @@ impl Stream {
             in_ctl: false,
             in_ready: false,
             in_events: false,
+            budget_wait: false,
             write_closed: false,
             fin_sent: false,
             peer_fin: false,
@@ -280,9 +297,11 @@ fn put(buf: &mut [u8], n: &mut usize, h: Header, body: &[u8]) -> bool {
 /// What the peer can make this session hold: received payload up to the
 /// receive budget plus one frame (65,535 bytes); at most
 /// `max_open_streams` stream entries (a few hundred bytes each when idle)
-/// plus `accept_backlog` of them unaccepted; [`REFUSED_QUEUE`] pending
-/// refusals. What the application can queue: [`STREAM_SEND_BUFFER`] bytes
-/// per open stream. Everything else is a flag per stream.
+/// plus `accept_backlog` of them unaccepted, opened at most
+/// `stream_opens_per_second` a second; [`REFUSED_QUEUE`] pending
+/// refusals. What the application can queue: `stream_send_buffer` bytes per
+/// stream and `session_send_buffer` for all together (the writes beyond
+/// wait: backpressure, never a drop). Everything else is a flag per stream.
 #[derive(Debug)]
 pub struct Session {
     version: Version,
@@ -299,6 +318,14 @@ pub struct Session {
     ready: VecDeque<StreamId>,
     refused: VecDeque<StreamId>,
     events: VecDeque<StreamId>,
+    /// Streams whose writes wait for the session send budget.
+    budget_waiters: VecDeque<StreamId>,
+    /// Bytes queued for sending, all streams together.
+    send_total: usize,
+    /// Stream-open tokens left, and when they were last refilled.
+    open_tokens: u32,
+    open_refill: Duration,
+    now: Duration,
     incoming_event: bool,
     closed_event: bool,
     nop_pending: bool,
@@ -337,6 +364,11 @@ impl Session {
             ready: VecDeque::new(),
             refused: VecDeque::new(),
             events: VecDeque::new(),
+            budget_waiters: VecDeque::new(),
+            send_total: 0,
+            open_tokens: config.stream_opens_per_second,
+            open_refill: now,
+            now,
             incoming_event: false,
             closed_event: false,
             nop_pending: false,
@@ -389,9 +421,6 @@ impl Session {
         }
         match self.rx {
             Rx::Header { have: 0, .. } => self.bucket > 0,
-            Rx::Header {
-                have: HEADER_LEN, ..
-            } => self.accept.len() < self.config.accept_backlog,
             _ => true,
         }
     }
@@ -417,6 +446,13 @@ impl Session {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
+    }
+
+    /// Bytes queued for sending and not yet emitted, all streams together
+    /// (at most the session send buffer).
+    #[must_use]
+    pub const fn send_buffered(&self) -> usize {
+        self.send_total
     }
 
     /// Bytes queued on a stream and not yet emitted (0 for an unknown one).
@@ -492,6 +528,7 @@ impl Session {
     /// received since the previous check (unless input is paused by this
     /// side's own backpressure, as in Go smux).
     pub fn handle_timeout(&mut self, now: Duration) {
+        self.set_time(now);
         if self.error.is_some() {
             return;
         }
@@ -511,6 +548,39 @@ impl Session {
             }
             self.active = false;
             self.next_check = Some(next_tick(t, timeout, now));
+        }
+    }
+
+    /// Tells the session the time (since the origin given to
+    /// [`new`](Self::new)) without running its timers: the stream-open rate
+    /// limit refills from it. Call it before [`handle_input`](Self::handle_input)
+    /// when time may have passed; [`handle_timeout`](Self::handle_timeout)
+    /// does it too. Time going backwards is ignored.
+    pub fn set_time(&mut self, now: Duration) {
+        if now <= self.now {
+            return;
+        }
+        self.now = now;
+        let rate = u128::from(self.config.stream_opens_per_second);
+        let burst = self.config.stream_opens_per_second;
+        if self.open_tokens >= burst {
+            self.open_refill = now;
+            return;
+        }
+        let elapsed = now.saturating_sub(self.open_refill).as_nanos();
+        let add = elapsed * rate / 1_000_000_000;
+        if add == 0 {
+            return;
+        }
+        let add = u32::try_from(add).unwrap_or(u32::MAX);
+        self.open_tokens = self.open_tokens.saturating_add(add).min(burst);
+        if self.open_tokens >= burst {
+            self.open_refill = now;
+        } else {
+            // Keep the fraction of a token already earned.
+            let used = u128::from(add) * 1_000_000_000 / rate;
+            let used = u64::try_from(used).unwrap_or(u64::MAX);
+            self.open_refill += Duration::from_nanos(used);
         }
     }
 
@@ -550,9 +620,7 @@ impl Session {
                         self.active = true;
                         self.stats.frames_in += 1;
                     }
-                    if !self.dispatch(Header::from_bytes(&buf)) {
-                        return Ok(pos);
-                    }
+                    self.dispatch(Header::from_bytes(&buf));
                 }
                 Rx::Payload {
                     sid,
@@ -616,13 +684,13 @@ impl Session {
         }
     }
 
-    /// Acts on a complete header; false if it must wait (backlog full).
-    fn dispatch(&mut self, h: Header) -> bool {
+    /// Acts on a complete header.
+    fn dispatch(&mut self, h: Header) {
         let cmd = match h.validate(self.version.as_u8()) {
             Ok(cmd) => cmd,
             Err(e) => {
                 self.fail(Error::Protocol(e));
-                return true;
+                return;
             }
         };
         let sid = h.sid;
@@ -631,14 +699,19 @@ impl Session {
             Cmd::Syn => {
                 if self.streams.contains_key(&sid) {
                     self.stats.duplicate_syns += 1;
-                } else if !self.accepting || self.streams.len() >= self.config.max_open_streams {
-                    self.stats.refused_streams += 1;
-                    if self.refused.len() < REFUSED_QUEUE && !self.refused.contains(&sid) {
-                        self.refused.push_back(sid);
-                    }
+                } else if !self.accepting {
+                    self.refuse(sid);
+                } else if self.streams.len() >= self.config.max_open_streams {
+                    self.stats.refused_limit += 1;
+                    self.refuse(sid);
                 } else if self.accept.len() >= self.config.accept_backlog {
-                    return false;
+                    self.stats.refused_backlog += 1;
+                    self.refuse(sid);
+                } else if self.open_tokens == 0 {
+                    self.stats.refused_rate += 1;
+                    self.refuse(sid);
                 } else {
+                    self.open_tokens -= 1;
                     self.streams.insert(sid, Stream::new(false));
                     self.accept.push_back(sid);
                     self.incoming_event = true;
@@ -665,7 +738,7 @@ impl Session {
                         remaining: len,
                         deliver,
                     };
-                    return true;
+                    return;
                 }
             }
             Cmd::Upd => {
@@ -674,11 +747,22 @@ impl Session {
                     buf: [0; UPD_LEN],
                     have: 0,
                 };
-                return true;
+                return;
             }
         }
         self.rx = Self::header_state();
-        true
+    }
+
+    /// Answers a SYN with a FIN (if fewer than [`REFUSED_QUEUE`] wait).
+    fn refuse(&mut self, sid: StreamId) {
+        self.stats.refused_streams += 1;
+        if self.refused.len() < REFUSED_QUEUE {
+            if !self.refused.contains(&sid) {
+                self.refused.push_back(sid);
+            }
+        } else {
+            self.stats.unanswered_refusals += 1;
+        }
     }
 
     fn handle_upd(&mut self, sid: StreamId, upd: Upd) {
@@ -791,9 +875,9 @@ impl Session {
         Ok(Some(n))
     }
 
-    /// Queues up to [`STREAM_SEND_BUFFER`] bytes of `data` on `sid` and
-    /// returns how many were taken: 0 when the buffer is full (wait for
-    /// [`Event::Stream`]).
+    /// Queues `data` on `sid`, as much as the stream's send buffer and the
+    /// session's send budget admit, and returns how many bytes were taken:
+    /// 0 when either is full (wait for [`Event::Stream`]).
     ///
     /// # Errors
     ///
@@ -810,10 +894,55 @@ impl Session {
         if s.write_closed {
             return Err(StreamError::WriteClosed);
         }
-        let n = data.len().min(STREAM_SEND_BUFFER - s.send.len());
+        let stream_room = self.config.stream_send_buffer.saturating_sub(s.send.len());
+        let session_room = self
+            .config
+            .session_send_buffer
+            .saturating_sub(self.send_total);
+        let n = data.len().min(stream_room).min(session_room);
+        if n == 0 && stream_room > 0 && !data.is_empty() {
+            // The session's budget is spent: wake this writer when it frees.
+            self.stats.send_budget_waits += 1;
+            if !s.budget_wait {
+                s.budget_wait = true;
+                self.budget_waiters.push_back(sid);
+            }
+        }
         s.send.extend(&data[..n]);
+        self.send_total += n;
         Self::queue_ready(&mut self.ready, sid, s, self.version);
         Ok(n)
+    }
+
+    /// How many bytes [`write`](Self::write) would take on `sid` now (the
+    /// stream's send buffer and the session's budget, whichever is
+    /// smaller). 0 means wait for [`Event::Stream`]: as with a write, the
+    /// stream is woken when the session's budget frees.
+    ///
+    /// # Errors
+    ///
+    /// As [`write`](Self::write).
+    pub fn write_room(&mut self, sid: StreamId) -> Result<usize, StreamError> {
+        let s = self.streams.get_mut(&sid).ok_or(StreamError::Unknown)?;
+        if let Some(e) = self.error {
+            return Err(StreamError::Session(e));
+        }
+        if s.consumed_error {
+            return Err(StreamError::PeerConsumedTooMuch);
+        }
+        if s.write_closed {
+            return Err(StreamError::WriteClosed);
+        }
+        let stream_room = self.config.stream_send_buffer.saturating_sub(s.send.len());
+        let session_room = self
+            .config
+            .session_send_buffer
+            .saturating_sub(self.send_total);
+        if stream_room > 0 && session_room == 0 && !s.budget_wait {
+            s.budget_wait = true;
+            self.budget_waiters.push_back(sid);
+        }
+        Ok(stream_room.min(session_room))
     }
 
     /// Half-closes `sid`: queues a FIN behind its queued data. Returns
@@ -849,7 +978,9 @@ impl Session {
         s.closed = true;
         s.write_closed = true;
         if self.error.is_some() {
-            self.streams.remove(&sid);
+            if let Some(s) = self.streams.remove(&sid) {
+                self.send_total -= s.send.len();
+            }
             return;
         }
         Self::queue_ready(&mut self.ready, sid, s, self.version);
@@ -960,6 +1091,10 @@ impl Session {
                 out[HEADER_LEN..HEADER_LEN + k].copy_from_slice(&a[..k]);
                 out[HEADER_LEN + k..].copy_from_slice(&b[..take - k]);
                 s.send.drain(..take);
+                self.send_total -= take;
+                if s.send.is_empty() && s.send.capacity() > SHRINK_ABOVE {
+                    s.send = VecDeque::new();
+                }
                 s.num_written = s.num_written.wrapping_add(take as u32);
                 n += HEADER_LEN + take;
                 frames += 1;
@@ -985,6 +1120,14 @@ impl Session {
             Self::queue_ready(&mut self.ready, sid, s, self.version);
         }
         self.stats.frames_out += frames;
+        if self.send_total < self.config.session_send_buffer {
+            while let Some(sid) = self.budget_waiters.pop_front() {
+                if let Some(s) = self.streams.get_mut(&sid) {
+                    s.budget_wait = false;
+                    Self::event(&mut self.events, sid, s);
+                }
+            }
+        }
         n
     }
 }

@@ -87,21 +87,140 @@ fn syn_beyond_the_limit_is_answered_with_fin() {
 }
 
 #[test]
-fn full_backlog_pauses_input_until_accept() {
+fn full_backlog_refuses_the_stream_and_keeps_the_session() {
     let cfg = MuxConfig::builder().accept_backlog(1).build().unwrap();
     let mut s = session(Role::Server, &cfg);
     let mut input = frame(1, Cmd::Syn, 3, &[]);
     input.extend(frame(1, Cmd::Syn, 5, &[]));
     input.extend(frame(1, Cmd::Psh, 5, b"x"));
-    // The second SYN waits; its header is held, the rest not consumed.
-    assert_eq!(s.handle_input(&input).unwrap(), 16);
-    assert!(!s.wants_input());
-    assert_eq!(s.accept_stream(), Some(3));
+    input.extend(frame(1, Cmd::Psh, 3, b"y"));
+    // The second SYN is refused; input never pauses.
+    assert_eq!(s.handle_input(&input).unwrap(), input.len());
     assert!(s.wants_input());
-    assert_eq!(s.handle_input(&input[16..]).unwrap(), input.len() - 16);
-    assert_eq!(s.accept_stream(), Some(5));
+    assert_eq!(out(&mut s), vec![(Cmd::Fin, 5, vec![])]);
+    assert_eq!(s.stats().refused_backlog, 1);
+    assert_eq!(s.stats().refused_streams, 1);
+    assert_eq!(s.stats().dropped_bytes, 1);
+    assert_eq!(s.accept_stream(), Some(3));
     let mut b = [0; 4];
-    assert_eq!(s.read(5, &mut b), Ok(Some(1)));
+    assert_eq!(s.read(3, &mut b), Ok(Some(1)));
+    // Room again: the next SYN is accepted.
+    s.handle_input(&frame(1, Cmd::Syn, 7, &[])).unwrap();
+    assert_eq!(s.accept_stream(), Some(7));
+}
+
+// ---- limits against a hostile peer ------------------------------------
+
+#[test]
+fn open_rate_refuses_a_syn_flood_and_refills_with_time() {
+    let cfg = MuxConfig::builder()
+        .stream_opens_per_second(4)
+        .build()
+        .unwrap();
+    let mut s = session(Role::Server, &cfg);
+    let mut input = Vec::new();
+    for sid in (3..=21).step_by(2) {
+        input.extend(frame(1, Cmd::Syn, sid, &[]));
+    }
+    assert_eq!(s.handle_input(&input).unwrap(), input.len());
+    // A burst of 4 is accepted, the other 6 are refused with FINs.
+    assert_eq!(s.stream_count(), 4);
+    assert_eq!(s.stats().refused_rate, 6);
+    let fins: Vec<_> = out(&mut s)
+        .into_iter()
+        .map(|(c, sid, _)| (c, sid))
+        .collect();
+    assert_eq!(
+        fins,
+        [11, 13, 15, 17, 19, 21].map(|sid| (Cmd::Fin, sid)).to_vec()
+    );
+    // Half a second earns two tokens.
+    s.set_time(Duration::from_millis(500));
+    let mut input = Vec::new();
+    for sid in (23..=27).step_by(2) {
+        input.extend(frame(1, Cmd::Syn, sid, &[]));
+    }
+    s.handle_input(&input).unwrap();
+    assert_eq!(s.stream_count(), 6);
+    assert_eq!(s.stats().refused_rate, 7);
+    // The session lives on and its streams work.
+    assert!(s.error().is_none());
+    assert_eq!(s.write(3, b"ok"), Ok(2));
+}
+
+#[test]
+fn refusals_beyond_the_queue_are_counted_not_queued() {
+    let cfg = MuxConfig::builder().max_open_streams(1).build().unwrap();
+    let mut s = session(Role::Server, &cfg);
+    let mut input = Vec::new();
+    for i in 0..(super::REFUSED_QUEUE as u32 + 11) {
+        input.extend(frame(1, Cmd::Syn, 3 + 2 * i, &[]));
+    }
+    s.handle_input(&input).unwrap();
+    assert_eq!(s.stats().refused_limit, super::REFUSED_QUEUE as u64 + 10);
+    assert_eq!(s.stats().unanswered_refusals, 10);
+    assert_eq!(out(&mut s).len(), super::REFUSED_QUEUE);
+}
+
+#[test]
+fn stream_send_buffer_bounds_one_stream() {
+    let cfg = MuxConfig::builder().stream_send_buffer(10).build().unwrap();
+    let mut s = session(Role::Client, &cfg);
+    let a = s.open_stream().unwrap();
+    assert_eq!(s.write(a, &[7; 25]), Ok(10));
+    assert_eq!(s.write(a, &[7; 25]), Ok(0));
+    assert_eq!(s.send_buffered(), 10);
+    assert_eq!(out(&mut s).len(), 2); // SYN, PSH
+    assert_eq!(s.send_buffered(), 0);
+    assert_eq!(s.write(a, &[7; 25]), Ok(10));
+}
+
+#[test]
+fn session_send_budget_bounds_all_streams_and_wakes_the_waiters() {
+    let cfg = MuxConfig::builder()
+        .stream_send_buffer(10)
+        .session_send_buffer(15)
+        .build()
+        .unwrap();
+    let mut s = session(Role::Client, &cfg);
+    let a = s.open_stream().unwrap();
+    let b = s.open_stream().unwrap();
+    let c = s.open_stream().unwrap();
+    assert_eq!(s.write(a, &[1; 10]), Ok(10));
+    assert_eq!(s.write(b, &[2; 10]), Ok(5));
+    assert_eq!(s.write(c, &[3; 10]), Ok(0));
+    assert_eq!(s.write(b, &[2; 10]), Ok(0));
+    assert_eq!(s.send_buffered(), 15);
+    assert_eq!(s.stats().send_budget_waits, 2);
+    while s.poll_event().is_some() {}
+    // The transport takes the data: both waiting writers are woken.
+    let frames = out(&mut s);
+    assert_eq!(frames.iter().filter(|f| f.0 == Cmd::Psh).count(), 2);
+    let mut woken = Vec::new();
+    while let Some(e) = s.poll_event() {
+        woken.push(e);
+    }
+    assert!(woken.contains(&super::Event::Stream(b)));
+    assert!(woken.contains(&super::Event::Stream(c)));
+    assert_eq!(s.write(c, &[3; 10]), Ok(10));
+}
+
+#[test]
+fn v1_peer_that_never_reads_bounds_our_output_to_the_session_budget() {
+    // 1,000 streams each written to until writes return 0, with the
+    // transport never taking anything: the queued bytes stop at the budget.
+    let cfg = MuxConfig::builder()
+        .stream_send_buffer(4096)
+        .session_send_buffer(64 * 1024)
+        .build()
+        .unwrap();
+    let mut s = session(Role::Server, &cfg);
+    let data = [0u8; 1000];
+    for _ in 0..1000 {
+        let sid = s.open_stream().unwrap();
+        while s.write(sid, &data).unwrap() > 0 {}
+    }
+    assert_eq!(s.send_buffered(), 64 * 1024);
 }
 
 // ---- data, FIN, drops ---------------------------------------------------
@@ -439,6 +558,14 @@ fn config_is_verified_like_go_smux() {
         "window 2 MiB > buffer"
     );
     assert!(b().accept_backlog(0).build().is_err());
+    assert!(b().stream_opens_per_second(0).build().is_err());
+    assert!(b().stream_send_buffer(0).build().is_err());
+    assert!(
+        b().stream_send_buffer(100)
+            .session_send_buffer(99)
+            .build()
+            .is_err()
+    );
     assert!(
         b().disable_keepalive()
             .keepalive_timeout(secs(1))

@@ -9,7 +9,20 @@
 //! attack takeover ADDR                     forged datagrams from a live session's address (null crypto)
 //! attack flood    ADDR CRYPT SECS          forged openers from fresh addresses; a real client connects meanwhile
 //! attack late     ADDR CRYPT IDLE AT,.. [LOG]  a conversation, silence, then its late datagrams
+//! attack streams  ADDR CRYPT N PACE HOLD [nocomp] [v2]  smux streams on one session (issue 29)
 //! ```
+//!
+//! `streams` is for a tunnel server (kcpio-tunnel or kcptun, mode fast,
+//! FEC 10/3, default key) whose target sends a download on each
+//! connection: one session opens N streams, PACE per 0.6 s (0: all at
+//! once, a stream-open flood), and never reads them (slow readers); after
+//! HOLD seconds a second session's stream downloads what the target sends
+//! for at most 20 s. It prints the streams the server ended (FIN) while
+//! held and the second session's bytes; the server's memory and
+//! descriptors are read beside it (`lab/scripts/tunnel-vs-kcptun.sh`), and
+//! a server pointed at a target that never accepts shows whether its dials
+//! time out and its slots come back. `nocomp` for a server run with
+//! `--nocomp`, `v2` for `--smuxver 2`.
 //!
 //! `late`: a client echoes once, then falls silent while the server's
 //! application ends the session (after IDLE seconds without input, as both
@@ -32,6 +45,7 @@ use std::time::Duration;
 
 use kcpio::arq::segment::{Command, Header, Segments};
 use kcpio::crypto::PacketCrypto;
+use kcpio::mux::{Mux, MuxConfig, MuxStream, Snappy, Version};
 use kcpio::{Config, ConfigBuilder, Conn, KcpStream, Key, Method, Preset};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UdpSocket;
@@ -336,6 +350,93 @@ async fn late(addr: SocketAddr, crypt: &str, idle: u64, at: &[u64], log: Option<
     );
 }
 
+/// A kcptun client's session with the tunnel defaults (mode fast, FEC 10/3).
+async fn tunnel_session(addr: SocketAddr, crypt: &str, nocomp: bool, v2: bool) -> Mux {
+    let cfg = builder(crypt, Preset::from_name("fast").expect("the fast preset"))
+        .fec(10, 3)
+        .build()
+        .expect("a valid configuration");
+    let mux_cfg = MuxConfig::builder()
+        .version(if v2 { Version::V2 } else { Version::V1 })
+        .build()
+        .expect("a valid mux configuration");
+    let kcp = KcpStream::connect(addr, &cfg).await.expect("a KCP session");
+    if nocomp {
+        Mux::client(kcp, &mux_cfg)
+    } else {
+        Mux::client(Snappy::new(kcp), &mux_cfg)
+    }
+}
+
+/// Whether `s` has ended (EOF or error): a read that answers at once.
+async fn ended(s: &mut MuxStream) -> bool {
+    let mut b = [0u8; 1];
+    matches!(
+        timeout(Duration::ZERO, s.read(&mut b)).await,
+        Ok(Ok(0) | Err(_))
+    )
+}
+
+async fn streams(
+    addr: SocketAddr,
+    crypt: &str,
+    n: usize,
+    pace: usize,
+    hold: u64,
+    nocomp: bool,
+    v2: bool,
+) {
+    let attacker = tunnel_session(addr, crypt, nocomp, v2).await;
+    let started = Instant::now();
+    let mut held = Vec::with_capacity(n);
+    let mut open_errors = 0usize;
+    while held.len() + open_errors < n {
+        let batch = if pace == 0 { n } else { pace };
+        for _ in 0..batch.min(n - held.len() - open_errors) {
+            match attacker.open_stream().await {
+                Ok(s) => held.push(s),
+                Err(_) => open_errors += 1,
+            }
+        }
+        if pace > 0 {
+            tokio::time::sleep(Duration::from_millis(600)).await;
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(hold)).await;
+    // The probe takes at most one byte of a live stream.
+    let mut fin = 0usize;
+    for s in &mut held {
+        if ended(s).await {
+            fin += 1;
+        }
+    }
+    let legit = tunnel_session(addr, crypt, nocomp, v2).await;
+    let legit_started = Instant::now();
+    let mut bytes = 0u64;
+    let mut legit_end = String::from("open failed");
+    if let Ok(mut s) = legit.open_stream().await {
+        let mut buf = vec![0u8; 64 * 1024];
+        let end = Instant::now() + Duration::from_secs(20);
+        legit_end = loop {
+            match timeout_at(end, s.read(&mut buf)).await {
+                Ok(Ok(0)) => break "eof".into(),
+                Ok(Ok(k)) => bytes += k as u64,
+                Ok(Err(e)) => break format!("error: {e}"),
+                Err(_) => break "timeout".into(),
+            }
+        };
+    }
+    println!(
+        "{{\"attack\":\"streams\",\"crypt\":\"{crypt}\",\"n\":{n},\"pace\":{pace},\"hold_s\":{hold},\
+         \"open_errors\":{open_errors},\"ended_while_held\":{fin},\"opening_s\":{:.1},\
+         \"attacker_mux\":\"{:?}\",\"legit_bytes\":{bytes},\"legit_end\":\"{legit_end}\",\"legit_mux\":\"{:?}\",\"legit_s\":{:.1}}}",
+        (legit_started - started).as_secs_f64() - hold as f64,
+        attacker.stats(),
+        legit.stats(),
+        legit_started.elapsed().as_secs_f64(),
+    );
+}
+
 #[tokio::main]
 async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -351,6 +452,19 @@ async fn main() {
             let at: Vec<u64> = arg(4).split(',').filter_map(|s| s.parse().ok()).collect();
             let log = args.get(5).map(String::as_str);
             late(addr, arg(2), arg(3).parse().unwrap_or(2), &at, log).await;
+        }
+        "streams" => {
+            let flag = |f: &str| args.iter().skip(6).any(|a| a == f);
+            streams(
+                addr,
+                arg(2),
+                arg(3).parse().unwrap_or(2000),
+                arg(4).parse().unwrap_or(500),
+                arg(5).parse().unwrap_or(10),
+                flag("nocomp"),
+                flag("v2"),
+            )
+            .await;
         }
         _ => eprintln!("usage: see the header of lab/src/bin/attack.rs"),
     }

@@ -45,8 +45,10 @@ const DRIVER_ROUNDS: usize = 32;
 /// The session lives while the `Mux` or any of its streams does; when all
 /// are gone the task sends what is queued (including the streams' FINs),
 /// shuts the transport down and ends. Memory is bounded as described on
-/// [`Session`]: the receive budget, the accept backlog, the stream limit,
-/// and [`STREAM_SEND_BUFFER`](super::STREAM_SEND_BUFFER) per stream.
+/// [`Session`] and [`MuxConfig`]: the receive budget, the accept backlog,
+/// the stream limit and open rate, and the send buffers (per stream and per
+/// session). [`buffered`](Mux::buffered) and
+/// [`send_buffered`](Mux::send_buffered) say what is held now.
 ///
 /// # Backpressure
 ///
@@ -54,8 +56,9 @@ const DRIVER_ROUNDS: usize = 32;
 /// budget. In v2 the peer also stops after the stream's window, so only that
 /// stream stalls; in v1 (no window) the session stops reading the transport
 /// once the budget is spent, which stalls every stream until the reader
-/// resumes (as in Go smux). Writers wait when their stream's send buffer
-/// (or, in v2, the peer's window) is full.
+/// resumes (as in Go smux). Writers wait when their stream's send buffer,
+/// the session's send budget, or (in v2) the peer's window is full, so a
+/// peer that does not read stops a forwarder from reading its source.
 pub struct Mux {
     shared: Arc<Shared>,
 }
@@ -292,6 +295,20 @@ impl Mux {
     pub fn stats(&self) -> MuxStats {
         self.shared.lock().session.stats()
     }
+
+    /// Payload received and not yet read, all streams together (at most the
+    /// receive buffer plus one frame).
+    #[must_use]
+    pub fn buffered(&self) -> usize {
+        self.shared.lock().session.buffered()
+    }
+
+    /// Bytes written to streams and not yet handed to the transport, all
+    /// streams together (at most the session send buffer).
+    #[must_use]
+    pub fn send_buffered(&self) -> usize {
+        self.shared.lock().session.send_buffered()
+    }
 }
 
 impl Drop for Mux {
@@ -414,6 +431,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Driver<T> {
         if !st.driver.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
             st.driver = Some(cx.waker().clone());
         }
+        st.session.set_time(now);
         if self.rpos < self.rlen
             && let Ok(n) = st.session.handle_input(&self.rbuf[self.rpos..self.rlen])
         {

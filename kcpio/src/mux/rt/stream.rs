@@ -15,10 +15,9 @@ use crate::mux::StreamId;
 ///
 /// - Reads return the peer's data in order, then EOF (`Ok(0)`) after the
 ///   peer's FIN.
-/// - Writes queue data (at most
-///   [`STREAM_SEND_BUFFER`](crate::mux::STREAM_SEND_BUFFER) bytes) for the
-///   session's task; `flush` waits until it has been handed to the
-///   transport.
+/// - Writes queue data (at most the configured stream send buffer, and
+///   only while the session's send budget lasts) for the session's task;
+///   `flush` waits until it has been handed to the transport.
 /// - `shutdown` is a half-close: it sends a FIN after the queued data and
 ///   completes once the FIN is handed to the transport. Reading keeps
 ///   working until the peer's FIN.
@@ -76,6 +75,18 @@ impl Handle {
                 st.wake_driver();
                 Poll::Ready(Ok(n))
             }
+            Err(e) => Poll::Ready(Err(st.stream_error(e))),
+        }
+    }
+
+    fn poll_writable(&self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        let mut st = self.shared.lock();
+        match st.session.write_room(self.sid) {
+            Ok(0) => {
+                st.set_write_waker(self.sid, cx.waker());
+                Poll::Pending
+            }
+            Ok(n) => Poll::Ready(Ok(n)),
             Err(e) => Poll::Ready(Err(st.stream_error(e))),
         }
     }
@@ -180,6 +191,34 @@ impl OwnedWriteHalf {
     #[must_use]
     pub fn id(&self) -> StreamId {
         self.handle.sid
+    }
+
+    /// Waits until the stream's send buffer and the session's send budget
+    /// have room and returns how many bytes a write would take now (only
+    /// this half writes, so a write of at most that many completes at
+    /// once). A forwarder reads at most that much from its source, so a
+    /// stream whose peer does not read stops reading its source without
+    /// holding a copy buffer.
+    ///
+    /// # Errors
+    ///
+    /// As a write: the stream is write-closed, or the session ended.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it reserves nothing.
+    pub async fn writable(&self) -> io::Result<usize> {
+        std::future::poll_fn(|cx| self.handle.poll_writable(cx)).await
+    }
+
+    /// [`writable`](Self::writable) as a poll method; keeps the waker of the
+    /// last call (the one writes and flushes use).
+    ///
+    /// # Errors
+    ///
+    /// As [`writable`](Self::writable).
+    pub fn poll_writable(&self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        self.handle.poll_writable(cx)
     }
 }
 

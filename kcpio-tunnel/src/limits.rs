@@ -1,0 +1,183 @@
+//! The server's bounds on what its clients' streams cost: forwarded streams
+//! (each a descriptor), dials in flight, a dial timeout, and a back-off when
+//! the target refuses or stalls, each shared fairly between sessions.
+
+use std::io;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+
+use crate::forward::{Conn, dial};
+use crate::stats::Stats;
+
+/// The first back-off after a failed dial; it doubles with each further
+/// consecutive failure, up to [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+/// The longest back-off.
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// The limits as configured (see `--maxstreams`, `--sessionstreams`,
+/// `--maxdials`, `--dialtimeout`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Streams forwarded at once, all sessions together (each holds one
+    /// descriptor to the target).
+    pub max_streams: usize,
+    /// Of those, the most one session may hold.
+    pub session_streams: usize,
+    /// Dials to the target in flight at once, all sessions together.
+    pub max_dials: usize,
+    /// Of those, the most one session may have (half, at least one).
+    pub session_dials: usize,
+    /// How long a stream may wait for a dial slot and its dial together.
+    pub dial_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_streams: 8192,
+            session_streams: 4096,
+            max_dials: 128,
+            session_dials: 64,
+            dial_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The process's share of slots, and the back-off state.
+pub(crate) struct Gate {
+    limits: Limits,
+    streams: Arc<Semaphore>,
+    dials: Arc<Semaphore>,
+    backoff: Mutex<Backoff>,
+}
+
+#[derive(Default)]
+struct Backoff {
+    failures: u32,
+    until: Option<Instant>,
+}
+
+/// One session's shares.
+pub(crate) struct SessionGate {
+    streams: Arc<Semaphore>,
+    dials: Arc<Semaphore>,
+}
+
+/// The slots a forwarded stream holds until it ends.
+pub(crate) struct StreamSlot {
+    _global: OwnedSemaphorePermit,
+    _session: OwnedSemaphorePermit,
+}
+
+/// Why a stream was not forwarded.
+#[derive(Debug)]
+pub(crate) enum Refused {
+    /// No stream slot (the session's share or the process's).
+    Streams,
+    /// The target failed recently: back-off.
+    Backoff,
+}
+
+impl Gate {
+    pub(crate) fn new(limits: Limits) -> Self {
+        Self {
+            streams: Arc::new(Semaphore::new(limits.max_streams)),
+            dials: Arc::new(Semaphore::new(limits.max_dials)),
+            limits,
+            backoff: Mutex::new(Backoff::default()),
+        }
+    }
+
+    pub(crate) fn session(&self) -> SessionGate {
+        SessionGate {
+            streams: Arc::new(Semaphore::new(self.limits.session_streams)),
+            dials: Arc::new(Semaphore::new(self.limits.session_dials)),
+        }
+    }
+
+    /// Stream slots in use, all sessions together.
+    pub(crate) fn streams_in_use(&self) -> usize {
+        self.limits.max_streams - self.streams.available_permits()
+    }
+
+    /// Dials in flight.
+    pub(crate) fn dials_in_flight(&self) -> usize {
+        self.limits.max_dials - self.dials.available_permits()
+    }
+
+    /// Takes a stream slot for a new stream of `session` at once, or says
+    /// why not (the caller drops the stream: a FIN to the client).
+    pub(crate) fn admit(&self, session: &SessionGate) -> Result<StreamSlot, Refused> {
+        if self
+            .backoff
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .until
+            .is_some_and(|t| Instant::now() < t)
+        {
+            return Err(Refused::Backoff);
+        }
+        let s = Arc::clone(&session.streams)
+            .try_acquire_owned()
+            .map_err(|_| Refused::Streams)?;
+        let g = Arc::clone(&self.streams)
+            .try_acquire_owned()
+            .map_err(|_| Refused::Streams)?;
+        Ok(StreamSlot {
+            _global: g,
+            _session: s,
+        })
+    }
+
+    /// Dials `target` within the dial timeout (waiting for a dial slot
+    /// counts), holding one of the session's and one of the process's dial
+    /// slots meanwhile; a failure or timeout extends the back-off.
+    pub(crate) async fn dial(
+        &self,
+        session: &SessionGate,
+        target: &str,
+        stats: &Stats,
+    ) -> io::Result<Conn> {
+        let attempt = async {
+            let _s = session
+                .dials
+                .acquire()
+                .await
+                .map_err(|_| io::Error::other("closed"))?;
+            let _g = self
+                .dials
+                .acquire()
+                .await
+                .map_err(|_| io::Error::other("closed"))?;
+            dial(target).await
+        };
+        let r = match tokio::time::timeout(self.limits.dial_timeout, attempt).await {
+            Ok(r) => r,
+            Err(_) => {
+                stats.dials_timed_out.fetch_add(1, Ordering::Relaxed);
+                Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("no answer within {:?}", self.limits.dial_timeout),
+                ))
+            }
+        };
+        let mut b = self.backoff.lock().unwrap_or_else(PoisonError::into_inner);
+        match &r {
+            Ok(_) => *b = Backoff::default(),
+            Err(_) => {
+                stats.dials_failed.fetch_add(1, Ordering::Relaxed);
+                b.failures = b.failures.saturating_add(1);
+                let wait = FIRST_BACKOFF
+                    .saturating_mul(1 << (b.failures - 1).min(16))
+                    .min(MAX_BACKOFF);
+                b.until = Some(Instant::now() + wait);
+            }
+        }
+        r
+    }
+}

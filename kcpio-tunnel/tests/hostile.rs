@@ -1,0 +1,273 @@
+//! Hostile clients that hold the key (issue 29): a stream-open flood and
+//! streams that never read on one session while a legitimate client on
+//! another session downloads, and a target that never accepts. The
+//! assertions are on the server's bounds, read from its stats line (slots
+//! in use, refusals, bytes its muxes hold), not on timings or RSS.
+//!
+//! kcpio on both ends, in-process; loopback only; every test bounded by a
+//! timeout and a stream count.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use kcpio::KcpStream;
+use kcpio::mux::{Mux, MuxStream};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+
+use kcpio_tunnel as tunnel;
+
+const TEST_TIMEOUT: Duration = Duration::from_secs(120);
+
+fn words(s: &str) -> Vec<String> {
+    s.split_whitespace().map(str::to_owned).collect()
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let p = std::env::temp_dir().join(format!("kcpio-hostile-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_file(&p);
+    p
+}
+
+async fn start(cmd: &str, log: &str) -> SocketAddr {
+    let settings = tunnel::parse(words(cmd)).unwrap();
+    let bound = tunnel::Bound::bind(settings).await.unwrap();
+    let addr = bound.local_addr().unwrap();
+    tokio::spawn(bound.run(tunnel::Log::open(log, true).unwrap()));
+    addr
+}
+
+/// A target that sends `len` bytes on every connection, then closes.
+async fn download_server(len: usize) -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut c, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let chunk = vec![0x5a; 64 * 1024];
+                let mut left = len;
+                while left > 0 {
+                    let n = left.min(chunk.len());
+                    if c.write_all(&chunk[..n]).await.is_err() {
+                        return;
+                    }
+                    left -= n;
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// An attacker's session: the key and mode of a default client, its own
+/// KCP session and smux client, streams it opens and never reads.
+async fn attacker(server: SocketAddr) -> Mux {
+    let s = tunnel::parse(words(&format!(
+        "t client -l 127.0.0.1:0 -r {server} --nocomp"
+    )))
+    .unwrap();
+    let kcp = KcpStream::connect(server, &s.kcp).await.unwrap();
+    Mux::client(kcp, &s.mux)
+}
+
+/// The figures of the last `limits:` part of the server's stats line:
+/// (streams forwarded, refused for slots, refused by smux, dials in flight,
+/// dials timed out, smux bytes held out).
+fn last_limits(text: &str) -> Option<[u64; 6]> {
+    let line = text.lines().rev().find(|l| l.contains("limits: streams"))?;
+    let num = |after: &str| -> Option<u64> {
+        let rest = &line[line.find(after)? + after.len()..];
+        rest.split(|c: char| !c.is_ascii_digit())
+            .find(|w| !w.is_empty())?
+            .parse()
+            .ok()
+    };
+    Some([
+        num("limits: streams ")?,
+        num("forwarded, ")?,
+        num("(dial back-off), ")?,
+        num("; dials ")?,
+        num("failed (")?,
+        num(" B in, ")?,
+    ])
+}
+
+/// Waits (bounded) until the last stats line satisfies `ok`.
+async fn wait_stats(log: &Path, within: Duration, ok: impl Fn(&[u64; 6]) -> bool) -> [u64; 6] {
+    let end = tokio::time::Instant::now() + within;
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let last = last_limits(&text);
+        if let Some(l) = last {
+            if ok(&l) || tokio::time::Instant::now() > end {
+                return l;
+            }
+        } else if tokio::time::Instant::now() > end {
+            panic!("no stats line:\n{text}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// One session floods SYNs (10,000 streams opened at once) and never reads
+/// what the target sends them; a legitimate client on another session
+/// still downloads 8 MiB. The server forwards at most its per-session share
+/// of streams for the attacker, smux refuses the flood past its open rate,
+/// and what the server's muxes hold stays within the session send budget
+/// (8 MiB) plus the legitimate download's share.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_flood_and_slow_readers_leave_a_legitimate_download_alone() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        const DOWNLOAD: usize = 8 * 1024 * 1024;
+        let target = download_server(DOWNLOAD).await;
+        let log = scratch("flood.log");
+        let server = start(
+            &format!(
+                "t server -l 127.0.0.1:0 -t {target} --quiet --snmpperiod 1 --maxstreams 1024"
+            ),
+            log.to_str().unwrap(),
+        )
+        .await;
+        let entry = start(
+            &format!("t client -l 127.0.0.1:0 -r {server} --quiet --snmpperiod 0"),
+            "",
+        )
+        .await;
+
+        let flood = attacker(server).await;
+        let mut held: Vec<MuxStream> = Vec::new();
+        for _ in 0..10_000 {
+            held.push(flood.open_stream().await.unwrap());
+        }
+        // Let the flood land and the target fill what it may.
+        let during = wait_stats(&log, Duration::from_secs(20), |l| l[0] >= 400).await;
+        assert!(
+            during[0] <= 512,
+            "one session took more than its share: {during:?}"
+        );
+
+        // The legitimate client, on its own session, downloads everything.
+        let mut c = TcpStream::connect(entry).await.unwrap();
+        let mut got = 0usize;
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let n = c.read(&mut buf).await.unwrap();
+            if n == 0 {
+                break;
+            }
+            assert!(buf[..n].iter().all(|&b| b == 0x5a));
+            got += n;
+        }
+        assert_eq!(got, DOWNLOAD);
+
+        let after = wait_stats(&log, Duration::from_secs(5), |_| false).await;
+        let refused = flood.stats();
+        eprintln!("server limits: {after:?}; attacker's mux: {refused:?}");
+        assert!(after[0] <= 513, "streams forwarded: {after:?}");
+        assert!(after[2] > 0, "smux refused nothing of the flood: {after:?}");
+        // 8 MiB session budget for the attacker, plus the legitimate
+        // session's (its download is done): far below 512 x 128 KiB.
+        assert!(
+            after[5] <= 8 * 1024 * 1024 + 2 * 128 * 1024,
+            "smux holds {} B",
+            after[5]
+        );
+        drop(held);
+        let _ = std::fs::remove_file(&log);
+    })
+    .await
+    .expect("timed out");
+}
+
+/// 2,000 streams that request a download and never read: the server's
+/// muxes hold at most the session send budget, not 2,000 stream buffers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_thousand_slow_readers_hold_one_session_budget() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let target = download_server(4 * 1024 * 1024).await;
+        let log = scratch("slow.log");
+        let server = start(
+            &format!("t server -l 127.0.0.1:0 -t {target} --quiet --snmpperiod 1"),
+            log.to_str().unwrap(),
+        )
+        .await;
+        let slow = attacker(server).await;
+        let mut held = Vec::new();
+        // Paced under the open rate (1,024/s): every stream is forwarded.
+        for _ in 0..4 {
+            for _ in 0..500 {
+                held.push(slow.open_stream().await.unwrap());
+            }
+            tokio::time::sleep(Duration::from_millis(600)).await;
+        }
+        let l = wait_stats(&log, Duration::from_secs(30), |l| l[0] >= 2000).await;
+        assert_eq!(l[0], 2000, "not every stream was forwarded: {l:?}");
+        // Give the target time to push: the bound must hold at rest.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let l = wait_stats(&log, Duration::from_secs(2), |_| false).await;
+        eprintln!("2,000 slow readers: server smux holds {} B out", l[5]);
+        assert!(
+            l[5] <= 8 * 1024 * 1024,
+            "smux holds {} B for 2,000 stalled streams",
+            l[5]
+        );
+        drop(held);
+        let _ = std::fs::remove_file(&log);
+    })
+    .await
+    .expect("timed out");
+}
+
+/// A target whose accept queue is full: dials time out (`--dialtimeout 1`),
+/// new streams are refused during the back-off, and once the attacker is
+/// gone every slot is free again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn target_that_never_accepts_times_out_and_frees_the_slots() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let sock = TcpSocket::new_v4().unwrap();
+        sock.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let stuck = sock.listen(0).unwrap();
+        let target = stuck.local_addr().unwrap();
+        // Fill the accept queue so further SYNs are dropped.
+        let mut fillers = Vec::new();
+        for _ in 0..4 {
+            if let Ok(Ok(c)) =
+                tokio::time::timeout(Duration::from_millis(300), TcpStream::connect(target)).await
+            {
+                fillers.push(c);
+            }
+        }
+        let log = scratch("stuck.log");
+        let server = start(
+            &format!(
+                "t server -l 127.0.0.1:0 -t {target} --quiet --snmpperiod 1 \
+                 --dialtimeout 1 --maxdials 8"
+            ),
+            log.to_str().unwrap(),
+        )
+        .await;
+        let mux = attacker(server).await;
+        let mut held = Vec::new();
+        for _ in 0..200 {
+            held.push(mux.open_stream().await.unwrap());
+        }
+        let l = wait_stats(&log, Duration::from_secs(10), |l| l[4] > 0).await;
+        assert!(l[4] > 0, "no dial timed out: {l:?}");
+        assert!(l[3] <= 8, "more dials in flight than --maxdials: {l:?}");
+        // Every stream ends (its dial timed out, or it was refused).
+        for mut s in held.drain(..) {
+            let mut b = [0u8; 1];
+            let r = tokio::time::timeout(Duration::from_secs(30), s.read(&mut b)).await;
+            assert!(matches!(r, Ok(Ok(0) | Err(_))), "stream not ended: {r:?}");
+        }
+        drop(mux);
+        let l = wait_stats(&log, Duration::from_secs(20), |l| l[0] == 0 && l[3] == 0).await;
+        assert_eq!((l[0], l[3]), (0, 0), "slots still taken: {l:?}");
+        drop(fillers);
+        drop(stuck);
+        let _ = std::fs::remove_file(&log);
+    })
+    .await
+    .expect("timed out");
+}

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Issue 29 side by side on loopback: `attack streams` (one session opens N
+# smux streams, PACE per 0.6 s or all at once with 0, never reads them, then
+# a second session downloads) against kcptun-server and `kcpio-tunnel
+# server`, each forwarding to a target that sends 64 MiB per connection.
+# Prints each server's peak RSS and descriptors beside the attack's JSON
+# line (streams the server ended, the second session's bytes).
+#
+#   lab/scripts/hostile-streams.sh [N] [PACE] [HOLD]
+#     2000 500 10: 2,000 slow readers;  20000 0 10: a stream-open flood
+#
+# Needs kcptun (scripts/install-kcptun.sh) and python3. Loopback only.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+N=${1:-2000}
+PACE=${2:-500}
+HOLD=${3:-10}
+cargo build --release --quiet -p kcpio-tunnel -p kcpio-lab --bin kcpio-tunnel --bin attack
+BIN=${CARGO_TARGET_DIR:-target}/release
+command -v kcptun-server >/dev/null || { echo "kcptun missing: scripts/install-kcptun.sh" >&2; exit 1; }
+ulimit -n "$(ulimit -Hn)" || true
+TMP=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$TMP"' EXIT
+cat > "$TMP/target.py" <<'PY'
+import asyncio, sys
+CHUNK = b"\x5a" * 65536
+async def handle(r, w):
+    try:
+        for _ in range(1024):
+            w.write(CHUNK)
+            await w.drain()
+        w.close()
+    except Exception:
+        pass
+async def main():
+    srv = await asyncio.start_server(handle, "127.0.0.1", int(sys.argv[1]), backlog=4096)
+    async with srv:
+        await srv.serve_forever()
+asyncio.run(main())
+PY
+python3 "$TMP/target.py" 39877 &
+sleep 0.5
+for name in kcptun kcpio; do
+    if [ "$name" = kcptun ]; then SERVER=(kcptun-server); else SERVER=("$BIN/kcpio-tunnel" server); fi
+    "${SERVER[@]}" -l 127.0.0.1:39878 -t 127.0.0.1:39877 --quiet --nocomp >"$TMP/$name.log" 2>&1 &
+    SP=$!
+    sleep 1
+    "$BIN/attack" streams 127.0.0.1:39878 aes "$N" "$PACE" "$HOLD" nocomp >"$TMP/$name.out" 2>&1 &
+    AP=$!
+    peak=0; peakfd=0
+    while kill -0 "$AP" 2>/dev/null; do
+        r=$(awk '/VmRSS/{print $2}' "/proc/$SP/status" 2>/dev/null || echo 0)
+        f=$(ls "/proc/$SP/fd" 2>/dev/null | wc -l)
+        [ "${r:-0}" -gt "$peak" ] && peak=$r
+        [ "$f" -gt "$peakfd" ] && peakfd=$f
+        sleep 0.5
+    done
+    echo "$name: peak RSS $((peak / 1024)) MB, peak descriptors $peakfd"
+    cat "$TMP/$name.out"
+    kill "$SP" 2>/dev/null || true
+    wait "$SP" 2>/dev/null || true
+done
