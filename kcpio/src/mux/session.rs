@@ -884,30 +884,12 @@ impl Session {
     /// [`StreamError`] if the stream is unknown or write-closed, the peer
     /// broke v2 accounting, or the session ended.
     pub fn write(&mut self, sid: StreamId, data: &[u8]) -> Result<usize, StreamError> {
-        let s = self.streams.get_mut(&sid).ok_or(StreamError::Unknown)?;
-        if let Some(e) = self.error {
-            return Err(StreamError::Session(e));
-        }
-        if s.consumed_error {
-            return Err(StreamError::PeerConsumedTooMuch);
-        }
-        if s.write_closed {
-            return Err(StreamError::WriteClosed);
-        }
-        let stream_room = self.config.stream_send_buffer.saturating_sub(s.send.len());
-        let session_room = self
-            .config
-            .session_send_buffer
-            .saturating_sub(self.send_total);
-        let n = data.len().min(stream_room).min(session_room);
-        if n == 0 && stream_room > 0 && !data.is_empty() {
-            // The session's budget is spent: wake this writer when it frees.
+        let (room, budget_spent) = self.room(sid, !data.is_empty())?;
+        if budget_spent {
             self.stats.send_budget_waits += 1;
-            if !s.budget_wait {
-                s.budget_wait = true;
-                self.budget_waiters.push_back(sid);
-            }
         }
+        let n = data.len().min(room);
+        let s = self.streams.get_mut(&sid).ok_or(StreamError::Unknown)?;
         s.send.extend(&data[..n]);
         self.send_total += n;
         Self::queue_ready(&mut self.ready, sid, s, self.version);
@@ -923,6 +905,16 @@ impl Session {
     ///
     /// As [`write`](Self::write).
     pub fn write_room(&mut self, sid: StreamId) -> Result<usize, StreamError> {
+        self.room(sid, true).map(|(room, _)| room)
+    }
+
+    /// What [`write`](Self::write) and [`write_room`](Self::write_room)
+    /// share: the checks, and the room (the stream's send buffer and the
+    /// session's budget, whichever is smaller). When the stream has room
+    /// but the session's budget is spent and `wants` is set, the stream is
+    /// queued to be woken when the budget frees, and the second value is
+    /// `true`.
+    fn room(&mut self, sid: StreamId, wants: bool) -> Result<(usize, bool), StreamError> {
         let s = self.streams.get_mut(&sid).ok_or(StreamError::Unknown)?;
         if let Some(e) = self.error {
             return Err(StreamError::Session(e));
@@ -938,11 +930,12 @@ impl Session {
             .config
             .session_send_buffer
             .saturating_sub(self.send_total);
-        if stream_room > 0 && session_room == 0 && !s.budget_wait {
+        let budget_spent = wants && stream_room > 0 && session_room == 0;
+        if budget_spent && !s.budget_wait {
             s.budget_wait = true;
             self.budget_waiters.push_back(sid);
         }
-        Ok(stream_room.min(session_room))
+        Ok((stream_room.min(session_room), budget_spent))
     }
 
     /// Half-closes `sid`: queues a FIN behind its queued data. Returns
