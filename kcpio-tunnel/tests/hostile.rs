@@ -1,4 +1,4 @@
-//! Hostile clients that hold the key (issue 29): a stream-open flood and
+//! Hostile clients that hold the key: a stream-open flood and
 //! streams that never read on one session while a legitimate client on
 //! another session downloads, and a target that never accepts. The
 //! assertions are on the server's bounds, read from its stats line (slots

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 29 side by side on loopback: `attack streams` (one session opens N
+# Stream floods and slow readers, kcpio-tunnel beside kcptun-server on loopback: `attack streams` (one session opens N
 # smux streams, PACE per 0.6 s or all at once with 0, never reads them, then
 # a second session downloads) against kcptun-server and `kcpio-tunnel
 # server`, each forwarding to a target that sends 64 MiB per connection.

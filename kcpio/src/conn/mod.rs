@@ -398,7 +398,7 @@ impl Conn {
         // reply's datagram.
         kcp.set_merge_flushes(true);
         // Window updates and data leave when reads and ACKs make room, not
-        // at the next tick (issue 28: bulk at the path's pace).
+        // at the next tick (bulk at the path's pace, not one window per interval).
         kcp.set_ack_clock(true);
         let enc = match config.fec {
             Some((data, parity)) => {

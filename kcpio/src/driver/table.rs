@@ -818,7 +818,7 @@ mod tests {
         );
     }
 
-    /// Finding 4: a forged datagram from a live session's address, with
+    /// A forged datagram from a live session's address, with
     /// another conv and sn 0 but no opener (or no valid KCP), leaves the
     /// session alone.
     #[test]
@@ -932,7 +932,7 @@ mod tests {
         ));
     }
 
-    /// Finding 5: nothing of a finished conversation opens a session, at
+    /// Nothing of a finished conversation opens a session, at
     /// +3 s, +62 s or +10 min (late packets are no openers; its opener is
     /// tombstoned, then remembered as a replay); a client restarted on the
     /// same port always gets in.
@@ -971,7 +971,7 @@ mod tests {
         }
     }
 
-    /// Finding 3: a datagram that opened a session opens no other, from any
+    /// A datagram that opened a session opens no other, from any
     /// address, for the horizon; the memory of them is bounded.
     #[test]
     fn replayed_openers_are_refused_from_any_address() {
@@ -1005,7 +1005,7 @@ mod tests {
         assert!(t.admission.replay_len() <= MAX_REPLAY);
     }
 
-    /// Finding 8: one source address opens at most `RATE_BURST` sessions at
+    /// One source address opens at most `RATE_BURST` sessions at
     /// once and `RATE_PER_SEC` per second after; others are unaffected.
     #[test]
     fn session_creation_is_rate_limited_per_source() {
@@ -1064,7 +1064,7 @@ mod tests {
         assert_eq!(much_later, 3);
     }
 
-    /// Finding 8: at the session cap, the oldest session that never proved
+    /// At the session cap, the oldest session that never proved
     /// it receives makes room for a newcomer; proven sessions are never
     /// evicted, and an unproven session leaves no tombstone.
     #[test]

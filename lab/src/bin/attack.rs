@@ -9,7 +9,7 @@
 //! attack takeover ADDR                     forged datagrams from a live session's address (null crypto)
 //! attack flood    ADDR CRYPT SECS          forged openers from fresh addresses; a real client connects meanwhile
 //! attack late     ADDR CRYPT IDLE AT,.. [LOG]  a conversation, silence, then its late datagrams
-//! attack streams  ADDR CRYPT N PACE HOLD [nocomp] [v2]  smux streams on one session (issue 29)
+//! attack streams  ADDR CRYPT N PACE HOLD [nocomp] [v2]  smux streams on one session (flood, slow readers)
 //! ```
 //!
 //! `streams` is for a tunnel server (kcpio-tunnel or kcptun, mode fast,
