@@ -281,7 +281,6 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Options, Box<dyn Erro
     Ok(o)
 }
 
-#[allow(dead_code)] // the test includes this file for `run`
 fn main() -> Result<(), Box<dyn Error>> {
     let opts = parse(std::env::args().skip(1))?;
     let s = run(&opts)?;
@@ -300,4 +299,56 @@ fn main() -> Result<(), Box<dyn Error>> {
         s.fec_recovered
     );
     Ok(())
+}
+
+/// The game loop against the kcp-go echo server of
+/// `testkit/interop/kcpgo-peer`: aes-128 with FEC 10/3, and plain. Without
+/// Go the tests print `SKIPPED: ...` and pass; `KCPIO_REQUIRE_GO=1` makes
+/// that a failure. They run with `cargo test --all-targets`, as this
+/// example's unit tests.
+#[cfg(test)]
+mod tests {
+    use super::{Options, run};
+    use std::time::Duration;
+
+    use kcpio_testkit::gopeer::{self, GoServer};
+
+    /// The game loop talks to a kcp-go echo server with `crypt` and `fec`;
+    /// every message comes back, in order.
+    async fn against_kcpgo(crypt: &str, fec: (usize, usize)) {
+        let Some(bin) = gopeer::binary() else {
+            return;
+        };
+        let flags = gopeer::fast3_stream_flags(crypt, fec);
+        let server = GoServer::spawn(&bin, "echo-server", &flags).await;
+        let opts = Options {
+            addr: server.addr().to_string(),
+            crypt: crypt.into(),
+            fec,
+            messages: 50,
+            // Bigger than one segment, so the echo crosses the ARQ in pieces.
+            size: 3000,
+            tick: Duration::from_millis(5),
+            timeout: Duration::from_secs(20),
+            quiet: true,
+            ..Options::default()
+        };
+        let run = tokio::task::spawn_blocking(move || run(&opts).map_err(|e| e.to_string()))
+            .await
+            .expect("the game loop panicked");
+        let summary =
+            run.unwrap_or_else(|e| panic!("{crypt} fec {fec:?}: {e}; {:?}", server.log()));
+        assert_eq!(summary.rtts.len(), 50);
+        assert!(summary.datagrams_in > 0 && summary.datagrams_out > 0);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn gameloop_aes128_fec_against_kcpgo() {
+        against_kcpgo("aes-128", (10, 3)).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn gameloop_plain_against_kcpgo() {
+        against_kcpgo("null", (0, 0)).await;
+    }
 }

@@ -272,7 +272,7 @@
 //! whole kcp-go-compatible session that any runtime or a game loop can drive:
 //! the repository's `kcpio/examples/gameloop.rs` runs one (cipher, FEC, ARQ)
 //! over a `std::net::UdpSocket` with a plain loop and no tokio, and
-//! `kcpio/tests/gameloop.rs` runs it against kcp-go.
+//! its own unit tests run it against kcp-go.
 //!
 //! One noun per object: a **session** is one KCP conversation ([`Conn`] is
 //! its state machine, [`SessionStats`] its counters, [`SessionError`] why
