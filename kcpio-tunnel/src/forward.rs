@@ -7,9 +7,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::Poll;
 use std::time::Duration;
 
+use bytes::{BufMut, BytesMut};
 use kcpio::mux::{MuxStream, OwnedWriteHalf};
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio_util::io::poll_read_buf;
 
 use crate::stats::Stats;
 
@@ -112,25 +114,24 @@ async fn second(
     }
 }
 
-/// Reads at most `limit` bytes from `from` into `buf`, which is allocated
-/// for the read and freed again if `from` has nothing yet.
+/// Reads at most `limit` bytes from `from` into `buf`, which takes its
+/// memory for the read (uninitialised: no 64 KiB fill per read) and gives
+/// it back if `from` has nothing yet.
 async fn read_lazy(
     from: &mut (impl AsyncRead + Unpin),
-    buf: &mut Vec<u8>,
+    buf: &mut BytesMut,
     limit: usize,
 ) -> io::Result<usize> {
     std::future::poll_fn(|cx| {
-        if buf.len() < limit {
-            *buf = vec![0; limit];
-        }
-        let mut rb = ReadBuf::new(&mut buf[..limit]);
-        match Pin::new(&mut *from).poll_read(cx, &mut rb) {
+        buf.clear();
+        buf.reserve(limit);
+        let mut room = BufMut::limit(&mut *buf, limit);
+        match poll_read_buf(Pin::new(&mut *from), cx, &mut room) {
             Poll::Pending => {
-                *buf = Vec::new();
+                *buf = BytesMut::new();
                 Poll::Pending
             }
-            Poll::Ready(Ok(())) => Poll::Ready(Ok(rb.filled().len())),
-            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            ready => ready,
         }
     })
     .await
@@ -143,7 +144,7 @@ async fn pipe(
     mut to: impl AsyncWrite + Unpin,
     counter: &AtomicU64,
 ) -> io::Result<u64> {
-    let mut buf = Vec::new();
+    let mut buf = BytesMut::new();
     let mut total = 0u64;
     loop {
         let n = read_lazy(&mut from, &mut buf, COPY_BUF).await?;
@@ -165,14 +166,14 @@ async fn pipe_in(
     mut to: OwnedWriteHalf,
     counter: &AtomicU64,
 ) -> io::Result<u64> {
-    let mut buf = Vec::new();
+    let mut buf = BytesMut::new();
     let mut total = 0u64;
     loop {
         // Wait for room; a stream that has none holds no buffer either.
         let room = std::future::poll_fn(|cx| {
             let r = to.poll_writable(cx);
             if r.is_pending() {
-                buf = Vec::new();
+                buf = BytesMut::new();
             }
             r
         })
