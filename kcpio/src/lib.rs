@@ -321,11 +321,12 @@ mod sys; // batched datagram syscalls: the only other place unsafe is allowed
 
 pub use arq::Congestion;
 pub use config::{
-    Config, ConfigBuilder, ConfigError, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_TIMEOUT,
-    DEFAULT_KEEPALIVE, Key, MIN_WRITE_CAPACITY, Preset,
+    Config, ConfigBuilder, ConfigError, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DATAGRAM_FEC_DEADLINE,
+    DEFAULT_DATAGRAM_FEC_RESIDUAL_PPM, DEFAULT_IDLE_TIMEOUT, DEFAULT_KEEPALIVE, Key,
+    MIN_WRITE_CAPACITY, Preset,
 };
 
-pub use conn::{Conn, ConnError, SessionError, SessionStats};
+pub use conn::{Conn, ConnError, DatagramFecStats, SessionError, SessionStats};
 pub use crypto::Method;
 pub use listener::{KcpListener, ListenerStats};
 pub use socket::KcpSocket;
