@@ -379,3 +379,48 @@ fn replayed_and_forged_extension_packets_are_bounded_and_counted() {
     let _ = pump(&mut client, &mut server, &cfg, 100, true);
     assert!(server.stats().datagram_fec.datagrams_in > before);
 }
+
+// ---------------------------------------------------------------- sockets
+
+/// Real sockets on loopback: `connect` returns with the extension
+/// negotiated (on the connect probe), 3,000-byte datagrams cross in
+/// fragments both ways, and the stats name it.
+#[test]
+fn kcpio_ends_negotiate_and_carry_large_datagrams_over_sockets() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let cfg = config(true);
+        let listener = kcpio::KcpListener::bind("127.0.0.1:0", &cfg).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            let (s, _) = listener.accept().await.unwrap();
+            let mut buf = vec![0u8; 65536];
+            // Echo 20 datagrams.
+            for _ in 0..20 {
+                let n = s.recv_datagram(&mut buf).await.unwrap();
+                s.send_datagram(&buf[..n]).await.unwrap();
+            }
+            s.stats().datagram_fec
+        });
+        let c = kcpio::KcpStream::connect(addr, &cfg).await.unwrap();
+        assert!(c.stats().datagram_fec.negotiated);
+        assert!(c.max_datagram_payload() >= 3000, "{}", c.max_datagram_payload());
+        let mut buf = vec![0u8; 65536];
+        for i in 0..20u8 {
+            let msg = vec![i; 3000];
+            c.send_datagram(&msg).await.unwrap();
+            let n = tokio::time::timeout(Duration::from_secs(10), c.recv_datagram(&mut buf))
+                .await
+                .expect("an echo within 10 s on loopback")
+                .unwrap();
+            assert_eq!(&buf[..n], &msg[..]);
+        }
+        let s = server.await.unwrap();
+        assert!(s.negotiated && s.datagrams_in == 20, "{s:?}");
+        let c = c.stats().datagram_fec;
+        assert!(c.datagrams_out == 20 && c.data_shards_out == 60, "{c:?}");
+    });
+}

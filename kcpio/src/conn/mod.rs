@@ -58,6 +58,42 @@
 //! cipher). Both directions queue at most [`DATAGRAM_QUEUE_LEN`] datagrams
 //! and [`DATAGRAM_QUEUE_BYTES`] payload bytes; received datagrams beyond
 //! that are dropped and counted ([`SessionStats::oob_dropped`]).
+//!
+//! ## FEC-protected datagrams between kcpio ends
+//!
+//! With [`ConfigBuilder::datagram_fec`](crate::ConfigBuilder::datagram_fec)
+//! on at both ends (FEC for the stream is then not needed), the same calls
+//! carry datagrams under a kcpio extension of the OOB packet, negotiated
+//! on the KCP window probe (the client offers on its connect probe; a
+//! listener's session answers only in kind, see
+//! [`answer_datagram_fec_only`](Conn::answer_datagram_fec_only)), so a
+//! kcp-go or kcptun peer sees exactly kcp-go's wire and gets plain OOB
+//! datagrams. Once [`datagram_fec_negotiated`](Conn::datagram_fec_negotiated):
+//!
+//! - each datagram leaves at once as a data shard; the group's parity
+//!   follows when it holds as many shards as arrive within the group
+//!   deadline ([`datagram_fec_deadline`](crate::ConfigBuilder::datagram_fec_deadline),
+//!   15 ms; at most 32) or at that deadline; a slow stream (one datagram
+//!   per 12 ms or more at the default) gets its parity right after each
+//!   datagram;
+//! - the receiver hands each datagram on as it arrives, and a rebuilt one
+//!   the moment it is rebuilt (nothing waits for a group);
+//! - the receiver reports the loss it sees (rate and burst length) every
+//!   50 ms; the sender picks the fewest parity shards meeting the residual
+//!   target ([`datagram_fec_residual_ppm`](crate::ConfigBuilder::datagram_fec_residual_ppm))
+//!   on a Gilbert-Elliott model for the group size at hand, paces data and
+//!   parity within the rate the path delivered, lowers parity when that
+//!   rate does not hold it, and drops the oldest queued datagrams (counted)
+//!   when even the data does not fit; a full send queue drops its oldest
+//!   instead of saying `WouldBlock`;
+//! - a datagram longer than one packet is cut into up to 16 fragments and
+//!   reassembled (4 at once, 1 s each), so
+//!   [`max_datagram_payload`](Conn::max_datagram_payload) grows: one packet
+//!   carries 1,353 bytes at the default mtu of 1400 under `aes-128-gcm`
+//!   (1,361 under a CFB cipher), the most a datagram may be is 16 times
+//!   that, capped at [`DATAGRAM_QUEUE_BYTES`];
+//! - a 1,024-shard replay window drops replays and duplicates; counters
+//!   are in [`SessionStats::datagram_fec`].
 #![deny(clippy::disallowed_methods, clippy::disallowed_types)]
 
 mod datagram;
@@ -1164,7 +1200,9 @@ impl Conn {
     /// datagram is never longer than the session's largest KCP datagram.
     /// With the default mtu of 1400 that is 1368 bytes under a CFB-family
     /// cipher, 1360 under AES-GCM and 1388 without crypto. 0 when FEC is
-    /// off (datagrams unsupported).
+    /// off (datagrams unsupported) unless the FEC datagram extension is
+    /// on; once it is negotiated, 16 fragments of 1,353 bytes at the
+    /// default mtu under AES-GCM (21,648; at most [`DATAGRAM_QUEUE_BYTES`]).
     #[must_use]
     pub fn max_datagram_payload(&self) -> usize {
         if self.dx_on {
@@ -1190,8 +1228,10 @@ impl Conn {
     /// beyond [`max_datagram_payload`](Self::max_datagram_payload),
     /// [`ConnError::WouldBlock`] while the send queue is full
     /// ([`DATAGRAM_QUEUE_LEN`] datagrams or [`DATAGRAM_QUEUE_BYTES`] bytes;
-    /// it empties at the next `poll_transmit`), [`ConnError::Closed`] once
-    /// the session failed.
+    /// it empties at the next `poll_transmit`; with the FEC datagram
+    /// extension negotiated the oldest queued datagrams are dropped instead,
+    /// counted in [`DatagramFecStats::dropped_overload`]),
+    /// [`ConnError::Closed`] once the session failed.
     pub fn send_datagram(&mut self, payload: &[u8]) -> Result<(), ConnError> {
         if let Some(e) = self.error {
             return Err(ConnError::Closed(e));
