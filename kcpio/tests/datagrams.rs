@@ -397,7 +397,11 @@ async fn rust_datagrams_to_kcpgo_oob_handler_and_back() {
     };
     // The last: kcpio's FEC datagram extension on, which kcp-go never
     // answers, so its datagrams stay kcp-go's OOB packets.
-    for (cipher, ext) in [("aes-128", false), ("aes-128-gcm", false), ("aes-128-gcm", true)] {
+    for (cipher, ext) in [
+        ("aes-128", false),
+        ("aes-128-gcm", false),
+        ("aes-128-gcm", true),
+    ] {
         let mut flags = go_flags(cipher, (10, 3));
         flags.extend(args(&["--oob-echo", "--idle", "4s", "--max-sessions", "1"]));
         let server = GoServer::spawn(&bin, "echo-server", &flags).await;

@@ -225,6 +225,30 @@ fn probe_frgs(plain: &[u8]) -> Vec<u8> {
     out
 }
 
+/// What a kcp-go peer with FEC (so OOB) runs: no extension.
+fn kcp_go_shaped() -> Config {
+    Config::builder()
+        .preset(Preset::Fast3)
+        .crypto(Method::Aes128Gcm, Key::passphrase("datagrams"))
+        .fec(10, 3)
+        .build()
+        .unwrap()
+}
+
+/// A client and a listener's session of `client_cfg` and `server_cfg`,
+/// the client's connect probe started.
+fn pair(conv: u32, client_cfg: &Config, server_cfg: &Config) -> (Conn, Conn) {
+    let client = {
+        let mut c = Conn::new(conv, client_cfg).unwrap();
+        c.connect(Duration::ZERO);
+        c
+    };
+    let mut server = Conn::new(conv, server_cfg).unwrap();
+    server.require_proof(Duration::ZERO);
+    server.answer_datagram_fec_only();
+    (client, server)
+}
+
 /// Pumps `a` (client) and `b` for `ms`, returning the plaintexts each sent.
 fn pump(a: &mut Conn, b: &mut Conn, cfg: &Config, ms: u64, send: bool) -> [Vec<Vec<u8>>; 2] {
     let crypto = cfg.packet_crypto();
@@ -264,16 +288,8 @@ fn a_kcp_go_shaped_server_never_receives_an_extension_packet() {
     // The client offers; the server (no extension, as kcp-go) ignores the
     // tag of the probe and answers plain: datagrams stay kcp-go OOB.
     let cc = config(true);
-    let sc = Config::builder()
-        .preset(Preset::Fast3)
-        .crypto(Method::Aes128Gcm, Key::passphrase("datagrams"))
-        .fec(10, 3)
-        .build()
-        .unwrap();
-    let mut client = Conn::new(5, &cc).unwrap();
-    let mut server = Conn::new(5, &sc).unwrap();
-    server.require_proof(Duration::ZERO);
-    client.connect(Duration::ZERO);
+    // answer_datagram_fec_only is a no-op without the extension.
+    let (mut client, mut server) = pair(5, &cc, &kcp_go_shaped());
     let [up, down] = pump(&mut client, &mut server, &cc, 400, true);
     assert!(!client.datagram_fec_negotiated());
     assert!(
@@ -292,18 +308,8 @@ fn a_kcp_go_shaped_server_never_receives_an_extension_packet() {
 fn a_listener_with_the_extension_answers_a_kcp_go_client_in_kind() {
     // A kcp-go-shaped client (FEC for OOB, no extension) and a listener
     // session with it on: nothing but kcp-go's wire comes back.
-    let cc = Config::builder()
-        .preset(Preset::Fast3)
-        .crypto(Method::Aes128Gcm, Key::passphrase("datagrams"))
-        .fec(10, 3)
-        .build()
-        .unwrap();
-    let sc = config(true);
-    let mut client = Conn::new(6, &cc).unwrap();
-    let mut server = Conn::new(6, &sc).unwrap();
-    server.require_proof(Duration::ZERO);
-    server.answer_datagram_fec_only();
-    client.connect(Duration::ZERO);
+    let cc = kcp_go_shaped();
+    let (mut client, mut server) = pair(6, &cc, &config(true));
     let [_, down] = pump(&mut client, &mut server, &cc, 400, true);
     assert!(!server.datagram_fec_negotiated());
     assert!(down.iter().all(|p| !is_extension(p)));
@@ -317,11 +323,7 @@ fn a_listener_with_the_extension_answers_a_kcp_go_client_in_kind() {
 #[test]
 fn two_kcpio_ends_negotiate_on_the_connect_probe() {
     let cfg = config(true);
-    let mut client = Conn::new(7, &cfg).unwrap();
-    let mut server = Conn::new(7, &cfg).unwrap();
-    server.require_proof(Duration::ZERO);
-    server.answer_datagram_fec_only();
-    client.connect(Duration::ZERO);
+    let (mut client, mut server) = pair(7, &cfg, &cfg);
     let [up, down] = pump(&mut client, &mut server, &cfg, 300, true);
     assert!(client.datagram_fec_negotiated() && server.datagram_fec_negotiated());
     assert!(up.iter().any(|p| is_extension(p)) && down.iter().any(|p| is_extension(p)));
@@ -331,12 +333,32 @@ fn two_kcpio_ends_negotiate_on_the_connect_probe() {
 }
 
 #[test]
+fn every_cipher_carries_the_extension() {
+    for method in Method::ALL {
+        let cfg = Config::builder()
+            .preset(Preset::Fast3)
+            .crypto(method, Key::passphrase("datagrams"))
+            .datagram_fec(true)
+            .build()
+            .unwrap();
+        let (mut client, mut server) = pair(9, &cfg, &cfg);
+        let _ = pump(&mut client, &mut server, &cfg, 200, true);
+        let (cs, ss) = (client.stats(), server.stats());
+        let (c, s) = (&cs.datagram_fec, &ss.datagram_fec);
+        assert!(c.negotiated && s.negotiated, "{method:?}");
+        // 40 datagrams each way, none lost on this link; the client's first
+        // left before the answer came, as kcp-go's OOB.
+        let got = |st: &kcpio::SessionStats| st.datagram_fec.datagrams_in + st.oob_received;
+        assert_eq!((got(&cs), got(&ss)), (40, 40), "{method:?}");
+        assert!(c.datagrams_in >= 39 && s.datagrams_in >= 39, "{method:?}");
+        assert_eq!(c.malformed + s.malformed, 0, "{method:?}");
+    }
+}
+
+#[test]
 fn replayed_and_forged_extension_packets_are_bounded_and_counted() {
     let cfg = config(true);
-    let mut client = Conn::new(8, &cfg).unwrap();
-    let mut server = Conn::new(8, &cfg).unwrap();
-    server.answer_datagram_fec_only();
-    client.connect(Duration::ZERO);
+    let (mut client, mut server) = pair(8, &cfg, &cfg);
     let [up, _] = pump(&mut client, &mut server, &cfg, 200, true);
     let delivered = server.stats().datagram_fec.datagrams_in;
     let now = Duration::from_millis(300);
@@ -407,7 +429,11 @@ fn kcpio_ends_negotiate_and_carry_large_datagrams_over_sockets() {
         });
         let c = kcpio::KcpStream::connect(addr, &cfg).await.unwrap();
         assert!(c.stats().datagram_fec.negotiated);
-        assert!(c.max_datagram_payload() >= 3000, "{}", c.max_datagram_payload());
+        assert!(
+            c.max_datagram_payload() >= 3000,
+            "{}",
+            c.max_datagram_payload()
+        );
         let mut buf = vec![0u8; 65536];
         for i in 0..20u8 {
             let msg = vec![i; 3000];
