@@ -159,6 +159,22 @@ fn bulk_at_four_point_six_percent_meets_loss_delay_and_overhead_bounds() {
 }
 
 #[test]
+fn bulk_at_nine_percent_stays_within_its_overhead_bound() {
+    // The field test's loss: 9% each way, 1.65x the bytes at most.
+    let (mut lost, mut sent) = (0, 0);
+    for seed in 11..=13 {
+        let p = probe(seed, field_link(0.09), RATE, 16_000, 1250, 1200);
+        eprintln!("bulk 9% {seed} {p:?}");
+        assert!(p.bytes_x <= 1.65, "{p:?}");
+        assert!(p.p99 <= 15_000, "{p:?}");
+        lost += p.lost;
+        sent += p.sent;
+    }
+    eprintln!("bulk 9% residual {lost} of {sent}");
+    assert!(lost * 10_000 <= sent * 3, "residual loss {lost} of {sent}");
+}
+
+#[test]
 fn game_stream_loses_nothing_with_little_delay() {
     // 100 datagrams/s × 200 B, 2,000 of them.
     let p = probe(2, field_link(0.046), RATE, 2_000, 10_000, 200);

@@ -97,7 +97,7 @@ const IP_UDP: usize = 28;
 const PRIOR_LOSS: f64 = 0.03;
 const PRIOR_WEIGHT: f64 = 20.0;
 /// Shards over which the loss estimate halves its memory.
-const LOSS_HALF_LIFE: f64 = 1000.0;
+const LOSS_HALF_LIFE: f64 = 2000.0;
 
 /// Counters and estimates of the datagram extension, in
 /// [`SessionStats::datagram_fec`](super::SessionStats::datagram_fec).
