@@ -195,7 +195,7 @@ struct Codecs {
 }
 
 impl Codecs {
-    const CAP: usize = 8;
+    const CAP: usize = 16;
 
     fn get(&mut self, k: usize, m: usize) -> Option<&mut VandermondeCodec> {
         let i = match self.list.iter().position(|(a, b, _)| *a == k && *b == m) {
