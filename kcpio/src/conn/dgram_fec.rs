@@ -39,7 +39,6 @@
 //! Either side starts sending extension packets once it heard the tag (or
 //! a valid extension packet); until then datagrams leave as kcp-go OOB
 //! packets.
-#![allow(clippy::cast_possible_truncation)]
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -350,6 +349,9 @@ struct TxGroup {
 /// The datagram extension of one session: sender and receiver.
 pub(crate) struct DgramFec {
     deadline: Duration,
+    /// Wire bytes of a packet beyond its plaintext: crypto header and
+    /// trailer, IPv4 and UDP.
+    wire_extra: usize,
     target: f64,
     stats: DatagramFecStats,
     codecs: Codecs,
@@ -429,9 +431,11 @@ pub(crate) struct Sink<'a> {
 }
 
 impl DgramFec {
-    pub(crate) fn new(deadline: Duration, target: f64) -> Self {
+    /// `overhead`: the crypto header and trailer of a packet.
+    pub(crate) fn new(deadline: Duration, target: f64, overhead: usize) -> Self {
         Self {
             deadline,
+            wire_extra: overhead + IP_UDP,
             target,
             stats: DatagramFecStats::default(),
             codecs: Codecs::default(),
@@ -581,7 +585,7 @@ impl DgramFec {
             }
         };
         if self.budget.is_some() {
-            self.tokens -= (n + IP_UDP + 28) as f64;
+            self.tokens -= (n + self.wire_extra) as f64;
         }
         Some(n)
     }
@@ -675,7 +679,7 @@ impl DgramFec {
         self.stats.data_shards_out += 1;
         self.frag_state = (idx + 1 < count).then_some((len, idx + 1, count, per));
         // The data rate, over windows of at least 50 ms.
-        self.window_bytes += (HDR + body_len + IP_UDP + 28) as f64;
+        self.window_bytes += (HDR + body_len + self.wire_extra) as f64;
         let since = *self.last_data_at.get_or_insert(now);
         let dt = now.saturating_sub(since).as_secs_f64();
         if dt >= 0.05 {
@@ -949,7 +953,9 @@ impl DgramFec {
         }
         Self::set_bit(&mut self.on_wire, seq, true);
         self.stats.data_shards_in += 1;
-        self.rx_bytes = self.rx_bytes.wrapping_add((p.len() + IP_UDP + 28) as u32);
+        self.rx_bytes = self
+            .rx_bytes
+            .wrapping_add((p.len() + self.wire_extra) as u32);
         self.arm_report(sink.now);
         // Queueing delay from the stamp.
         if let Some(stamp) = read_u16(body, 0) {
@@ -1140,7 +1146,9 @@ impl DgramFec {
         {
             return false;
         }
-        self.rx_bytes = self.rx_bytes.wrapping_add((p.len() + IP_UDP + 28) as u32);
+        self.rx_bytes = self
+            .rx_bytes
+            .wrapping_add((p.len() + self.wire_extra) as u32);
         self.stats.parity_in += 1;
         let Some(h) = self.highest else {
             return true;

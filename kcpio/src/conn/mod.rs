@@ -472,6 +472,7 @@ impl Conn {
             Box::new(DgramFec::new(
                 config.datagram_fec_deadline,
                 config.datagram_fec_residual,
+                header + trailer,
             ))
         });
         let dx_offer = config.datagram_fec;
