@@ -440,6 +440,10 @@ fn kcpio_ends_negotiate_and_carry_large_datagrams_over_sockets() {
         });
         let c = kcpio::KcpStream::connect(addr, &cfg).await.unwrap();
         assert!(c.stats().datagram_fec.negotiated);
+        // mtu 1400 - 28 (AES-GCM) - 19: a WireGuard packet of an inner MTU
+        // of 1,320 (1,352 bytes) fits one packet.
+        assert_eq!(c.stats().datagram_fec.single_packet_payload, 1353);
+        assert_eq!(c.max_datagram_payload(), 16 * 1353);
         assert!(
             c.max_datagram_payload() >= 3000,
             "{}",

@@ -105,6 +105,10 @@ const LOSS_HALF_LIFE: f64 = 2000.0;
 pub struct DatagramFecStats {
     /// The peer speaks the extension: datagrams are FEC-protected.
     pub negotiated: bool,
+    /// The largest payload one packet carries unfragmented (1,353 bytes at
+    /// the default mtu of 1400 under `aes-128-gcm`, 1,361 under a CFB
+    /// cipher): a WireGuard inner MTU of this minus 32 never fragments.
+    pub single_packet_payload: usize,
     /// Datagrams taken from the send queue and sent (whole, all fragments).
     pub datagrams_out: u64,
     /// Datagrams delivered to the receive queue (reassembled, recovered
@@ -431,13 +435,17 @@ pub(crate) struct Sink<'a> {
 }
 
 impl DgramFec {
-    /// `overhead`: the crypto header and trailer of a packet.
-    pub(crate) fn new(deadline: Duration, target: f64, overhead: usize) -> Self {
+    /// `overhead`: the crypto header and trailer of a packet; `plain`:
+    /// the plaintext room of one.
+    pub(crate) fn new(deadline: Duration, target: f64, overhead: usize, plain: usize) -> Self {
         Self {
             deadline,
             wire_extra: overhead + IP_UDP,
             target,
-            stats: DatagramFecStats::default(),
+            stats: DatagramFecStats {
+                single_packet_payload: Self::fragment_payload(plain),
+                ..DatagramFecStats::default()
+            },
             codecs: Codecs::default(),
             next_seq: 0,
             group: TxGroup {

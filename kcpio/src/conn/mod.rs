@@ -473,6 +473,10 @@ impl Conn {
                 config.datagram_fec_deadline,
                 config.datagram_fec_residual,
                 header + trailer,
+                config
+                    .mtu
+                    .clamp(1, MAX_DATAGRAM)
+                    .saturating_sub(header + trailer),
             ))
         });
         let dx_offer = config.datagram_fec;
