@@ -566,9 +566,10 @@ impl DgramFec {
     }
 
     /// Writes the next extension packet into `buf` (the plaintext room of
-    /// one slot, `plain` bytes usable): parity, a report, then the next
-    /// data shard of the queued datagrams. Datagrams that waited longer
-    /// than twice the group deadline are dropped first (counted).
+    /// one slot): a due report, then (within the pacing budget) the
+    /// closed group's parity, then the next data shard of the queued
+    /// datagrams. Datagrams that waited longer than twice the group
+    /// deadline are dropped first (counted).
     pub(crate) fn poll_transmit(
         &mut self,
         now: Duration,
