@@ -165,6 +165,9 @@
 //! | linger on shutdown / drop | [`linger`](ConfigBuilder::linger) | 5 s | — |
 //! | conversation id (client) | [`conv`](ConfigBuilder::conv) | random | random |
 //! | batched syscalls (`recvmmsg`/`sendmmsg`, GRO/GSO) | [`batching`](ConfigBuilder::batching) | on | on (Linux) |
+//! | FEC-protected datagrams between kcpio ends (kcpio-only, negotiated; kcp-go peers get plain OOB) | [`datagram_fec`](ConfigBuilder::datagram_fec) | off | — |
+//! | their group deadline (the latency knob) | [`datagram_fec_deadline`](ConfigBuilder::datagram_fec_deadline) | 15 ms | — |
+//! | their residual-loss target (ppm) | [`datagram_fec_residual_ppm`](ConfigBuilder::datagram_fec_residual_ppm) | 100 (10^-4) | — |
 //!
 //! The KCP MTU ([`Config::kcp_mtu`]) is the datagram MTU minus the crypto
 //! header (20 bytes, 12 for `aes-128-gcm`, 0 for `null`), the FEC header
@@ -200,7 +203,10 @@
 //! ratio it learns ([`fec::DEFAULT_MAX_SHARDS`], set with
 //! [`fec_max_shards`](ConfigBuilder::fec_max_shards);
 //! [`fec::FecDecoder::memory_bound`]), received datagrams by
-//! [`conn::DATAGRAM_QUEUE_BYTES`]; sessions per listener by
+//! [`conn::DATAGRAM_QUEUE_BYTES`], the FEC datagram extension (when on) by
+//! its fixed arenas (128 received shards, 32 parity shards, 4 partial
+//! datagrams of up to 16 fragments, 48 shards on the send side: at most
+//! about 0.5 MiB per session, allocated on first use); sessions per listener by
 //! [`max_sessions`](ConfigBuilder::max_sessions). A listener (see
 //! [`KcpListener`]) opens a session only on a datagram that begins a
 //! conversation, refuses replays of such datagrams, limits how fast one
@@ -321,11 +327,12 @@ mod sys; // batched datagram syscalls: the only other place unsafe is allowed
 
 pub use arq::Congestion;
 pub use config::{
-    Config, ConfigBuilder, ConfigError, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_TIMEOUT,
-    DEFAULT_KEEPALIVE, Key, MIN_WRITE_CAPACITY, Preset,
+    Config, ConfigBuilder, ConfigError, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DATAGRAM_FEC_DEADLINE,
+    DEFAULT_DATAGRAM_FEC_RESIDUAL_PPM, DEFAULT_IDLE_TIMEOUT, DEFAULT_KEEPALIVE, Key,
+    MIN_WRITE_CAPACITY, Preset,
 };
 
-pub use conn::{Conn, ConnError, SessionError, SessionStats};
+pub use conn::{Conn, ConnError, DatagramFecStats, SessionError, SessionStats};
 pub use crypto::Method;
 pub use listener::{KcpListener, ListenerStats};
 pub use socket::KcpSocket;

@@ -153,16 +153,32 @@ fn unbatched_transfer_does_not_allocate_per_packet() {
 /// `recv_datagram` both ways (queues, framing, sealing, routing, wakers).
 #[test]
 fn datagrams_do_not_allocate_per_packet() {
-    const WARM_UP_ROUNDS: usize = 2_000;
-    const MEASURED_ROUNDS: usize = 20_000;
-    let _serial = SERIAL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let config = base()
         .crypto(Method::Aes128, Key::passphrase("alloc test"))
         .fec(10, 3)
         .build()
         .unwrap();
+    datagram_ping_pong("datagrams", config, false);
+}
+
+/// The same with the FEC datagram extension negotiated: data shards,
+/// groups and their parity, reports, the replay window, recovery's arenas.
+#[test]
+fn fec_datagrams_do_not_allocate_per_packet() {
+    let config = base()
+        .crypto(Method::Aes128Gcm, Key::passphrase("alloc test"))
+        .datagram_fec(true)
+        .build()
+        .unwrap();
+    datagram_ping_pong("FEC datagrams", config, true);
+}
+
+fn datagram_ping_pong(name: &str, config: Config, extension: bool) {
+    const WARM_UP_ROUNDS: usize = 2_000;
+    const MEASURED_ROUNDS: usize = 20_000;
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -171,6 +187,7 @@ fn datagrams_do_not_allocate_per_packet() {
         let listener = KcpListener::bind("127.0.0.1:0", &config).await.unwrap();
         let addr = listener.local_addr().unwrap();
         let mut client = KcpStream::connect(addr, &config).await.unwrap();
+        assert_eq!(client.stats().datagram_fec.negotiated, extension);
         // Stream data opens the server's session; datagrams never do.
         client.write_all(b"x").await.unwrap();
         let (mut server, _) = listener.accept().await.unwrap();
@@ -197,7 +214,7 @@ fn datagrams_do_not_allocate_per_packet() {
         (region.unwrap().change(), rounds)
     });
     eprintln!(
-        "datagrams: {} allocations, {} reallocations over {rounds} round trips",
+        "{name}: {} allocations, {} reallocations over {rounds} round trips",
         change.allocations, change.reallocations
     );
     assert!(rounds > MEASURED_ROUNDS * 9 / 10, "{rounds} round trips");

@@ -45,6 +45,20 @@ fn config(cipher: &str, fec: Option<(usize, usize)>) -> Config {
     b.build().expect("valid config")
 }
 
+/// [`config`] with FEC 10/3 and kcpio's FEC datagram extension on.
+fn config_ext(cipher: &str) -> Config {
+    let method = Method::from_name(cipher).expect("a kcptun cipher name");
+    Config::builder()
+        .preset(Preset::Fast3)
+        .stream(true)
+        .window(256, 256)
+        .crypto(method, Key::passphrase("it's a secrect"))
+        .fec(10, 3)
+        .datagram_fec(true)
+        .build()
+        .expect("valid config")
+}
+
 /// The Go peer's payload pattern: byte `i` of the stream.
 fn pattern(i: u64) -> u8 {
     ((i as u32).wrapping_mul(2_654_435_761) >> 24) as u8
@@ -381,11 +395,21 @@ async fn rust_datagrams_to_kcpgo_oob_handler_and_back() {
     let Some(bin) = gopeer::binary() else {
         return;
     };
-    for cipher in ["aes-128", "aes-128-gcm"] {
+    // The last: kcpio's FEC datagram extension on, which kcp-go never
+    // answers, so its datagrams stay kcp-go's OOB packets.
+    for (cipher, ext) in [
+        ("aes-128", false),
+        ("aes-128-gcm", false),
+        ("aes-128-gcm", true),
+    ] {
         let mut flags = go_flags(cipher, (10, 3));
         flags.extend(args(&["--oob-echo", "--idle", "4s", "--max-sessions", "1"]));
         let server = GoServer::spawn(&bin, "echo-server", &flags).await;
-        let config = config(cipher, Some((10, 3)));
+        let config = if ext {
+            config_ext(cipher)
+        } else {
+            config(cipher, Some((10, 3)))
+        };
         let (r, w, got) = datagram_round(server.addr(), &config).await;
         let st = r.stats();
         drop((r, w));
@@ -396,6 +420,8 @@ async fn rust_datagrams_to_kcpgo_oob_handler_and_back() {
         );
         assert_eq!(st.oob_sent, u64::from(COUNT));
         assert_eq!(st.input_errors, 0, "{cipher}: {st:?}");
+        assert!(!st.datagram_fec.negotiated, "kcp-go never offers it");
+        assert_eq!(st.datagram_fec.data_shards_out, 0, "{st:?}");
         // kcp-go's handler counted them: its session-closed line (after
         // its 4 s idle time) says how many it received and echoed.
         let mut closed = None;
@@ -429,8 +455,15 @@ async fn kcpgo_oob_to_rust_recv_datagram_and_back() {
     let Some(bin) = gopeer::binary() else {
         return;
     };
-    for cipher in ["salsa20", "null"] {
-        let (addr, _server) = echo_server(&config(cipher, Some((10, 3)))).await;
+    // The last: a kcpio listener with the FEC datagram extension on
+    // answers a kcp-go client as kcp-go would (plain OOB).
+    for (cipher, ext) in [("salsa20", false), ("null", false), ("null", true)] {
+        let server_config = if ext {
+            config_ext(cipher)
+        } else {
+            config(cipher, Some((10, 3)))
+        };
+        let (addr, _server) = echo_server(&server_config).await;
         let mut client = go_flags(cipher, (10, 3));
         client.extend(args(&[
             "--addr",

@@ -56,6 +56,9 @@ pub struct ConfigBuilder {
     pub(super) fec: Option<(usize, usize)>,
     pub(super) fec_group_deadline: Option<Duration>,
     pub(super) fec_max_shards: usize,
+    pub(super) datagram_fec: bool,
+    pub(super) datagram_fec_deadline: Duration,
+    pub(super) datagram_fec_residual_ppm: u32,
     pub(super) nodelay: Option<(bool, u32, u32, bool)>,
     pub(super) write_delay: bool,
     pub(super) ack_nodelay: Option<bool>,
@@ -236,6 +239,58 @@ impl ConfigBuilder {
     #[must_use]
     pub fn fec_max_shards(mut self, shards: usize) -> Self {
         self.fec_max_shards = shards;
+        self
+    }
+
+    /// **kcpio-only**: FEC-protected unreliable datagrams between kcpio
+    /// ends (see [`Conn`](crate::Conn)'s "Unreliable datagrams"). Off by
+    /// default. On, a client offers the extension on its window probes
+    /// (the connect probe), and a listener's session answers in kind only
+    /// after hearing the offer; until both sides spoke, and always with a
+    /// kcp-go or kcptun peer, datagrams leave as kcp-go OOB packets and the
+    /// wire is exactly kcp-go's. On also allows datagrams without stream
+    /// FEC ([`fec`](Self::fec)).
+    #[must_use]
+    pub fn datagram_fec(mut self, on: bool) -> Self {
+        self.datagram_fec = on;
+        self
+    }
+
+    /// **kcpio-only**: the datagram extension's one latency knob, the
+    /// longest a group of data shards stays open before its parity leaves
+    /// (so about the largest delay a rebuilt datagram gets beyond the
+    /// path's). Groups hold as many shards as arrive in this time (at most
+    /// 32); a datagram stream slower than one per half of it gets parity
+    /// after every datagram. Default: 15 ms
+    /// ([`DEFAULT_DATAGRAM_FEC_DEADLINE`](crate::DEFAULT_DATAGRAM_FEC_DEADLINE)).
+    ///
+    /// Range: 1 ms..=1 s.
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Self::build) fails with [`ConfigError::OutOfRange`] outside
+    /// the range.
+    #[must_use]
+    pub fn datagram_fec_deadline(mut self, deadline: Duration) -> Self {
+        self.datagram_fec_deadline = deadline;
+        self
+    }
+
+    /// **kcpio-only**: the residual loss the datagram extension aims at
+    /// after FEC, in parts per million of datagrams; the sender picks the
+    /// fewest parity shards that meet it on the loss (and loss bursts) the
+    /// receiver reports. Default: 100 (10^-4,
+    /// [`DEFAULT_DATAGRAM_FEC_RESIDUAL_PPM`](crate::DEFAULT_DATAGRAM_FEC_RESIDUAL_PPM)).
+    ///
+    /// Range: 1..=100,000.
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Self::build) fails with [`ConfigError::OutOfRange`] outside
+    /// the range.
+    #[must_use]
+    pub fn datagram_fec_residual_ppm(mut self, ppm: u32) -> Self {
+        self.datagram_fec_residual_ppm = ppm;
         self
     }
 

@@ -40,8 +40,8 @@ mod validate;
 
 pub use builder::ConfigBuilder;
 pub use defaults::{
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_KEEPALIVE, MIN_WRITE_CAPACITY,
-    PROOF_TIMEOUT,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_DATAGRAM_FEC_DEADLINE, DEFAULT_DATAGRAM_FEC_RESIDUAL_PPM,
+    DEFAULT_IDLE_TIMEOUT, DEFAULT_KEEPALIVE, MIN_WRITE_CAPACITY, PROOF_TIMEOUT,
 };
 pub(crate) use defaults::{DEFAULT_RECV_BUFFER, DEFAULT_SOURCE_BURST, DEFAULT_SOURCE_RATE};
 pub use error::ConfigError;
@@ -87,6 +87,10 @@ pub(crate) struct ConfigInner {
     pub(crate) fec_group_deadline: Option<u32>,
     /// The largest FEC shape (data + parity) a receiving decoder learns.
     pub(crate) fec_max_shards: usize,
+    /// The FEC datagram extension: on, its group deadline, residual target.
+    pub(crate) datagram_fec: bool,
+    pub(crate) datagram_fec_deadline: Duration,
+    pub(crate) datagram_fec_residual: f64,
     pub(crate) rate_limit: u64,
     pub(crate) dscp: u8,
     pub(crate) recv_buffer: Option<usize>,
@@ -144,6 +148,8 @@ impl fmt::Debug for Config {
             .field("max_sessions", &c.max_sessions)
             .field("sessions_per_source", &c.sessions_per_source)
             .field("proof_timeout", &c.proof_timeout)
+            .field("datagram_fec", &c.datagram_fec)
+            .field("datagram_fec_deadline", &c.datagram_fec_deadline)
             .field("idle_timeout", &c.idle_timeout)
             .field("keepalive", &c.keepalive)
             .field("connect_probe", &c.connect_probe)

@@ -7,10 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::defaults::{
-    DEFAULT_KEEPALIVE, LIFECYCLE_RANGE_MS, MAX_ACCEPT_BACKLOG, MAX_BACKOFF_PERCENT, MAX_DATAGRAM,
-    MAX_DSCP, MAX_DURATION, MAX_FEC_GROUP, MAX_FEC_GROUP_DEADLINE, MAX_INTERVAL, MAX_REUSE_PORT,
-    MAX_RTO, MAX_SESSIONS, MAX_SHARDS, MAX_SOCKET_BUFFER, MIN_FEC_GROUP_DEADLINE,
-    MIN_FEC_MAX_SHARDS, MIN_IDLE_TIMEOUT, MIN_INTERVAL, MIN_KCP_MTU, MIN_RTO, MIN_WRITE_CAPACITY,
+    DATAGRAM_FEC_DEADLINE_RANGE, DEFAULT_KEEPALIVE, LIFECYCLE_RANGE_MS, MAX_ACCEPT_BACKLOG,
+    MAX_BACKOFF_PERCENT, MAX_DATAGRAM, MAX_DATAGRAM_FEC_RESIDUAL_PPM, MAX_DSCP, MAX_DURATION,
+    MAX_FEC_GROUP, MAX_FEC_GROUP_DEADLINE, MAX_INTERVAL, MAX_REUSE_PORT, MAX_RTO, MAX_SESSIONS,
+    MAX_SHARDS, MAX_SOCKET_BUFFER, MIN_FEC_GROUP_DEADLINE, MIN_FEC_MAX_SHARDS, MIN_IDLE_TIMEOUT,
+    MIN_INTERVAL, MIN_KCP_MTU, MIN_RTO, MIN_WRITE_CAPACITY,
 };
 use super::{Config, ConfigBuilder, ConfigError, ConfigInner};
 use crate::arq::{self, ArqConfig};
@@ -169,6 +170,9 @@ impl ConfigBuilder {
                 fec,
                 fec_group_deadline: fec_group_deadline.map(ms),
                 fec_max_shards: self.fec_max_shards,
+                datagram_fec: self.datagram_fec,
+                datagram_fec_deadline: self.datagram_fec_deadline,
+                datagram_fec_residual: f64::from(self.datagram_fec_residual_ppm) / 1e6,
                 rate_limit: self.rate_limit,
                 dscp: self.dscp,
                 recv_buffer: self.recv_buffer,
@@ -212,6 +216,20 @@ impl ConfigBuilder {
         if let Some(p) = self.rto_backoff_percent {
             range("rto_backoff_percent", p, 0, MAX_BACKOFF_PERCENT)?;
         }
+        let (min, max) = DATAGRAM_FEC_DEADLINE_RANGE;
+        time_range(
+            "datagram_fec_deadline (ms)",
+            self.datagram_fec_deadline,
+            min,
+            max,
+        )?;
+        let ppm = self.datagram_fec_residual_ppm;
+        range(
+            "datagram_fec_residual_ppm",
+            ppm,
+            1,
+            MAX_DATAGRAM_FEC_RESIDUAL_PPM,
+        )?;
         range("dscp", self.dscp, 0, MAX_DSCP)?;
         let recv = self.recv_buffer.unwrap_or(0);
         range("socket_buffers(recv)", recv, 0, MAX_SOCKET_BUFFER)?;

@@ -3,6 +3,7 @@
 //! storage grown on first use up to the bound and then reused.
 
 use std::collections::VecDeque;
+use std::time::Duration;
 
 /// Datagrams a session queues at most in each direction: sent ones waiting
 /// for [`Conn::poll_transmit`](super::Conn::poll_transmit), received ones
@@ -20,6 +21,8 @@ pub const DATAGRAM_QUEUE_BYTES: usize = 32 * 1024;
 pub(super) struct DatagramQueue {
     lens: VecDeque<u16>,
     bytes: VecDeque<u8>,
+    /// When each was queued (the caller's clock).
+    times: VecDeque<Duration>,
 }
 
 impl DatagramQueue {
@@ -30,7 +33,14 @@ impl DatagramQueue {
     }
 
     /// Appends `payload`; false (nothing taken) when it does not fit.
+    #[cfg(test)]
     pub(super) fn push(&mut self, payload: &[u8]) -> bool {
+        self.push_at(payload, Duration::ZERO)
+    }
+
+    /// Appends `payload` queued at `now`; false (nothing taken) when it
+    /// does not fit.
+    pub(super) fn push_at(&mut self, payload: &[u8], now: Duration) -> bool {
         if !self.has_room(payload.len()) {
             return false;
         }
@@ -48,8 +58,13 @@ impl DatagramQueue {
             let want = (self.lens.capacity() * 2).clamp(self.lens.len() + 1, DATAGRAM_QUEUE_LEN);
             self.lens.reserve_exact(want - self.lens.len());
         }
+        if self.times.capacity() == self.times.len() {
+            let want = (self.times.capacity() * 2).clamp(self.times.len() + 1, DATAGRAM_QUEUE_LEN);
+            self.times.reserve_exact(want - self.times.len());
+        }
         self.bytes.extend(payload);
         self.lens.push_back(len);
+        self.times.push_back(now);
         true
     }
 
@@ -70,7 +85,21 @@ impl DatagramQueue {
         dst_b.copy_from_slice(b.get(..len - from_a)?);
         self.bytes.drain(..len);
         self.lens.pop_front();
+        self.times.pop_front();
         Some(len)
+    }
+
+    /// When the oldest payload was queued.
+    pub(super) fn front_time(&self) -> Option<Duration> {
+        self.times.front().copied()
+    }
+
+    /// Drops the oldest payload.
+    pub(super) fn drop_front(&mut self) {
+        if let Some(len) = self.lens.pop_front() {
+            self.bytes.drain(..usize::from(len));
+            self.times.pop_front();
+        }
     }
 
     /// Datagrams queued.
@@ -86,7 +115,7 @@ impl DatagramQueue {
     /// Bytes of storage held (the memory bound's check).
     #[cfg(test)]
     pub(super) fn capacity(&self) -> usize {
-        self.bytes.capacity() + 2 * self.lens.capacity()
+        self.bytes.capacity() + 2 * self.lens.capacity() + 16 * self.times.capacity()
     }
 }
 
@@ -109,7 +138,7 @@ mod tests {
                 assert_eq!(q.pop_into(&mut out[..n]), Some(n));
             }
         }
-        assert!(q.capacity() <= DATAGRAM_QUEUE_BYTES + 2 * DATAGRAM_QUEUE_LEN);
+        assert!(q.capacity() <= DATAGRAM_QUEUE_BYTES + 18 * DATAGRAM_QUEUE_LEN);
     }
 
     #[test]
@@ -128,7 +157,7 @@ mod tests {
         assert!(!q.push(&big), "the byte bound");
         assert!(q.push(&big[..DATAGRAM_QUEUE_BYTES - fit * big.len()]));
         assert_eq!(q.len(), fit + 1);
-        assert!(q.capacity() <= DATAGRAM_QUEUE_BYTES + 2 * DATAGRAM_QUEUE_LEN);
+        assert!(q.capacity() <= DATAGRAM_QUEUE_BYTES + 18 * DATAGRAM_QUEUE_LEN);
         // A short buffer takes nothing.
         let mut small = [0u8; 999];
         assert_eq!(q.pop_into(&mut small), None);

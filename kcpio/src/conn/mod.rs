@@ -58,17 +58,56 @@
 //! cipher). Both directions queue at most [`DATAGRAM_QUEUE_LEN`] datagrams
 //! and [`DATAGRAM_QUEUE_BYTES`] payload bytes; received datagrams beyond
 //! that are dropped and counted ([`SessionStats::oob_dropped`]).
+//!
+//! ## FEC-protected datagrams between kcpio ends
+//!
+//! With [`ConfigBuilder::datagram_fec`](crate::ConfigBuilder::datagram_fec)
+//! on at both ends (FEC for the stream is then not needed), the same calls
+//! carry datagrams under a kcpio extension of the OOB packet, negotiated
+//! on the KCP window probe (the client offers on its connect probe; a
+//! listener's session answers only in kind, see
+//! [`answer_datagram_fec_only`](Conn::answer_datagram_fec_only)), so a
+//! kcp-go or kcptun peer sees exactly kcp-go's wire and gets plain OOB
+//! datagrams. Once [`datagram_fec_negotiated`](Conn::datagram_fec_negotiated):
+//!
+//! - each datagram leaves at once as a data shard; the group's parity
+//!   follows when it holds as many shards as arrive within the group
+//!   deadline ([`datagram_fec_deadline`](crate::ConfigBuilder::datagram_fec_deadline),
+//!   15 ms; at most 32) or at that deadline; a slow stream (one datagram
+//!   per 12 ms or more at the default) gets its parity right after each
+//!   datagram;
+//! - the receiver hands each datagram on as it arrives, and a rebuilt one
+//!   the moment it is rebuilt (nothing waits for a group);
+//! - the receiver reports the loss it sees (rate and burst length) every
+//!   50 ms; the sender picks the fewest parity shards meeting the residual
+//!   target ([`datagram_fec_residual_ppm`](crate::ConfigBuilder::datagram_fec_residual_ppm))
+//!   on a Gilbert-Elliott model for the group size at hand, paces data and
+//!   parity within the rate the path delivered, lowers parity when that
+//!   rate does not hold it, and drops the oldest queued datagrams (counted)
+//!   when even the data does not fit; a full send queue drops its oldest
+//!   instead of saying `WouldBlock`;
+//! - a datagram longer than one packet is cut into up to 16 fragments and
+//!   reassembled (4 at once, 1 s each), so
+//!   [`max_datagram_payload`](Conn::max_datagram_payload) grows: one packet
+//!   carries 1,353 bytes at the default mtu of 1400 under `aes-128-gcm`
+//!   (1,361 under a CFB cipher), the most a datagram may be is 16 times
+//!   that, capped at [`DATAGRAM_QUEUE_BYTES`];
+//! - a 1,024-shard replay window drops replays and duplicates; counters
+//!   are in [`SessionStats::datagram_fec`].
 #![deny(clippy::disallowed_methods, clippy::disallowed_types)]
 
 mod datagram;
+mod dgram_fec;
 mod error;
 #[cfg(test)]
 mod tests;
 
 pub use datagram::{DATAGRAM_QUEUE_BYTES, DATAGRAM_QUEUE_LEN};
+pub use dgram_fec::DatagramFecStats;
 pub use error::{ConnError, SessionError};
 
 use datagram::DatagramQueue;
+use dgram_fec::DgramFec;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -120,6 +159,12 @@ pub struct SessionStats {
     /// ([`DATAGRAM_QUEUE_LEN`], [`DATAGRAM_QUEUE_BYTES`]), or FEC is off on
     /// this side (datagrams unsupported, as in kcp-go).
     pub oob_dropped: u64,
+    /// The FEC datagram extension
+    /// ([`ConfigBuilder::datagram_fec`](crate::ConfigBuilder::datagram_fec)):
+    /// negotiated or not, datagrams and shards each way, rebuilt and lost
+    /// after FEC, redundancy in use, the loss and rate estimates, added
+    /// delay. Default when off.
+    pub datagram_fec: DatagramFecStats,
     /// What the model-based congestion controller
     /// ([`Congestion::Bbr`](crate::Congestion::Bbr)) estimates:
     /// bandwidth, minimum RTT, pacing rate, in-flight cap; `None` with the
@@ -347,6 +392,13 @@ pub struct Conn {
     /// plaintext kept in `held_buf`, sent first once the budget allows.
     held: Option<(usize, bool)>,
     held_buf: Vec<u8>,
+    /// The FEC datagram extension, when configured.
+    dx: Option<Box<DgramFec>>,
+    /// This side tags its window probes (a client with the extension on,
+    /// or any side once the peer offered it).
+    dx_offer: bool,
+    /// The peer speaks the extension.
+    dx_on: bool,
 }
 
 impl std::fmt::Debug for Conn {
@@ -416,6 +468,18 @@ impl Conn {
         let fec_header = config.fec_header();
         let kcp_mtu = config.arq.mtu;
         let trailer = config.crypto.trailer_len();
+        let dx = config.datagram_fec.then(|| {
+            Box::new(DgramFec::new(
+                config.datagram_fec_deadline,
+                config.datagram_fec_residual,
+                header + trailer,
+                config
+                    .mtu
+                    .clamp(1, MAX_DATAGRAM)
+                    .saturating_sub(header + trailer),
+            ))
+        });
+        let dx_offer = config.datagram_fec;
         Ok(Self {
             kcp,
             enc,
@@ -442,6 +506,9 @@ impl Conn {
             unproven: None,
             held: None,
             held_buf: Vec::new(),
+            dx,
+            dx_offer,
+            dx_on: false,
         })
     }
 
@@ -504,6 +571,45 @@ impl Conn {
                 wins_seen: self.kcp.stats().wins_in,
             });
             self.kcp.request_window_probe();
+        }
+    }
+
+    /// A listener's session: speaks the FEC datagram extension
+    /// ([`ConfigBuilder::datagram_fec`](crate::ConfigBuilder::datagram_fec))
+    /// only after the peer offered it, so a kcp-go client sees exactly
+    /// kcp-go's wire. The tokio listener calls it for every session it
+    /// accepts; no effect without the extension or once negotiated.
+    pub fn answer_datagram_fec_only(&mut self) {
+        if !self.dx_on {
+            self.dx_offer = false;
+        }
+    }
+
+    /// The peer speaks the FEC datagram extension (it offered it, or sent
+    /// an extension packet) and this side has it on: datagrams are
+    /// FEC-protected from now on.
+    #[must_use]
+    pub fn datagram_fec_negotiated(&self) -> bool {
+        self.dx_on
+    }
+
+    fn datagrams_supported(&self) -> bool {
+        self.enc.is_some() || self.dx.is_some()
+    }
+
+    /// The plaintext room of one slot.
+    fn plain_max(&self) -> usize {
+        self.datagram.saturating_sub(self.overhead)
+    }
+
+    /// The peer offered or spoke the extension.
+    fn dx_heard(&mut self) {
+        if let Some(dx) = self.dx.as_mut()
+            && !self.dx_on
+        {
+            self.dx_on = true;
+            self.dx_offer = true;
+            dx.set_negotiated();
         }
     }
 
@@ -587,6 +693,17 @@ impl Conn {
         }
         let kind = fec::classify(packet);
         let kcp_bytes = match kind {
+            PacketKind::Kcp | PacketKind::Data if self.dx.is_some() && !self.dx_on => {
+                let bytes = if kind == PacketKind::Kcp {
+                    Some(packet)
+                } else {
+                    fec::data_payload(packet)
+                };
+                if bytes.is_some_and(|b| probe_tagged(b, self.kcp.conv())) {
+                    self.dx_heard();
+                }
+                bytes
+            }
             PacketKind::Kcp => Some(packet),
             PacketKind::Data => fec::data_payload(packet),
             PacketKind::Parity => None,
@@ -650,11 +767,28 @@ impl Conn {
     /// carries this session's conv, datagrams are supported (FEC on) and
     /// the queue has room; else it is dropped and counted.
     fn handle_oob(&mut self, packet: &[u8], out: &mut Received) {
+        if self.dx.is_some() && dgram_fec::ext_type(packet).is_some() {
+            if fec::oob_payload(packet).is_some_and(|(c, _)| c == self.kcp.conv()) {
+                out.accepted = true;
+                self.dx_heard();
+                if let Some(dx) = self.dx.as_mut() {
+                    let mut sink = dgram_fec::Sink {
+                        queue: &mut self.oob_in,
+                        now: self.now,
+                        dropped: &mut self.wire.oob_dropped,
+                    };
+                    let _ = dx.handle(packet, &mut sink);
+                }
+            } else {
+                out.bad_kcp += 1;
+            }
+            return;
+        }
         match fec::oob_payload(packet) {
             Some((conv, payload)) if conv == self.kcp.conv() => {
                 // Valid input of this session: the peer is alive.
                 out.accepted = true;
-                if self.enc.is_some() && self.oob_in.push(payload) {
+                if self.datagrams_supported() && self.oob_in.push_at(payload, self.now) {
                     self.wire.oob_received += 1;
                 } else {
                     self.wire.oob_dropped += 1;
@@ -696,6 +830,11 @@ impl Conn {
         {
             enc.handle_timeout(now_ts);
         }
+        if self.dx_on
+            && let Some(dx) = self.dx.as_mut()
+        {
+            dx.handle_timeout(self.now);
+        }
     }
 
     /// Writes the next datagram body into `slot` (at least
@@ -729,7 +868,15 @@ impl Conn {
         {
             return self.emit(slot.get(hc..hc + p)?, true);
         }
-        if let Some(len) = self.poll_oob(slot) {
+        if self.dx_on {
+            let plain = self.plain_max();
+            let conv = self.kcp.conv();
+            if let (Some(dx), Some(body)) = (self.dx.as_mut(), slot.get_mut(hc..hc + plain))
+                && let Some(len) = dx.poll_transmit(self.now, body, &mut self.oob_out, conv)
+            {
+                return self.emit(slot.get(hc..hc + len)?, false);
+            }
+        } else if let Some(len) = self.poll_oob(slot) {
             self.wire.oob_sent += 1;
             return self.emit(slot.get(hc..hc + len)?, false);
         }
@@ -739,6 +886,11 @@ impl Conn {
             self.check_liveness();
             return None;
         };
+        if self.dx_offer
+            && let Some(packet) = kcp_buf.get_mut(..n)
+        {
+            tag_probes(packet);
+        }
         let len = match (self.enc.as_mut(), slot.get_mut(hc..)) {
             (Some(enc), Some(buf)) => enc.encode(now_ts, buf, n),
             _ => n,
@@ -835,7 +987,7 @@ impl Conn {
         }
         if self.shutdown == Linger::Requested
             || self.release == Linger::Requested
-            || !self.oob_out.is_empty()
+            || (!self.dx_on && !self.oob_out.is_empty())
         {
             return Some(self.now);
         }
@@ -853,6 +1005,11 @@ impl Conn {
             next,
             self.enc.as_ref().and_then(FecEncoder::poll_timeout).map(at),
         );
+        if self.dx_on
+            && let Some(dx) = self.dx.as_ref()
+        {
+            next = earliest(next, dx.poll_timeout(self.oob_out.is_empty()));
+        }
         if let Some(p) = self.connecting {
             next = earliest(next, Some(p.next));
             next = earliest(next, p.deadline);
@@ -1048,12 +1205,18 @@ impl Conn {
     /// datagram is never longer than the session's largest KCP datagram.
     /// With the default mtu of 1400 that is 1368 bytes under a CFB-family
     /// cipher, 1360 under AES-GCM and 1388 without crypto. 0 when FEC is
-    /// off (datagrams unsupported).
+    /// off (datagrams unsupported) unless the FEC datagram extension is
+    /// on; once it is negotiated, 16 fragments of 1,353 bytes at the
+    /// default mtu under AES-GCM (21,648; at most [`DATAGRAM_QUEUE_BYTES`]).
     #[must_use]
     pub fn max_datagram_payload(&self) -> usize {
-        match self.enc {
-            Some(_) => self.kcp_mtu.saturating_sub(4),
-            None => 0,
+        if self.dx_on {
+            DgramFec::max_payload(self.plain_max()).min(DATAGRAM_QUEUE_BYTES)
+        } else if self.datagrams_supported() {
+            // kcp-go's OOB packet: its 8-byte FEC header and the conv.
+            self.plain_max().saturating_sub(fec::DATA_HEADER + 4)
+        } else {
+            0
         }
     }
 
@@ -1070,13 +1233,15 @@ impl Conn {
     /// beyond [`max_datagram_payload`](Self::max_datagram_payload),
     /// [`ConnError::WouldBlock`] while the send queue is full
     /// ([`DATAGRAM_QUEUE_LEN`] datagrams or [`DATAGRAM_QUEUE_BYTES`] bytes;
-    /// it empties at the next `poll_transmit`), [`ConnError::Closed`] once
-    /// the session failed.
+    /// it empties at the next `poll_transmit`; with the FEC datagram
+    /// extension negotiated the oldest queued datagrams are dropped instead,
+    /// counted in [`DatagramFecStats::dropped_overload`]),
+    /// [`ConnError::Closed`] once the session failed.
     pub fn send_datagram(&mut self, payload: &[u8]) -> Result<(), ConnError> {
         if let Some(e) = self.error {
             return Err(ConnError::Closed(e));
         }
-        if self.enc.is_none() {
+        if !self.datagrams_supported() {
             return Err(ConnError::DatagramsUnsupported);
         }
         let max = self.max_datagram_payload();
@@ -1086,11 +1251,24 @@ impl Conn {
                 max,
             });
         }
-        if self.oob_out.push(payload) {
-            Ok(())
-        } else {
-            Err(ConnError::WouldBlock)
+        if self.oob_out.push_at(payload, self.now) {
+            return Ok(());
         }
+        if self.dx_on {
+            // The extension drops the oldest instead (counted): a newer
+            // datagram is worth more than an older one to a game or a VPN.
+            while !self.oob_out.push_at(payload, self.now) {
+                if self.oob_out.is_empty() {
+                    return Err(ConnError::WouldBlock);
+                }
+                self.oob_out.drop_front();
+                if let Some(dx) = self.dx.as_mut() {
+                    dx.count_dropped();
+                }
+            }
+            return Ok(());
+        }
+        Err(ConnError::WouldBlock)
     }
 
     /// Takes the oldest received datagram into `buf`; returns its length.
@@ -1104,7 +1282,7 @@ impl Conn {
     /// [`ConnError::WouldBlock`] when none is queued,
     /// [`ConnError::Closed`] once the session failed and none is left.
     pub fn recv_datagram(&mut self, buf: &mut [u8]) -> Result<usize, ConnError> {
-        if self.enc.is_none() {
+        if !self.datagrams_supported() {
             return Err(ConnError::DatagramsUnsupported);
         }
         if let Some(needed) = self.oob_in.front_len() {
@@ -1124,7 +1302,7 @@ impl Conn {
     /// unsupported.
     #[must_use]
     pub fn datagram_readable(&self) -> bool {
-        !self.oob_in.is_empty() || self.error.is_some() || self.enc.is_none()
+        !self.oob_in.is_empty() || self.error.is_some() || !self.datagrams_supported()
     }
 
     /// [`send_datagram`](Self::send_datagram) of a largest payload would
@@ -1132,8 +1310,9 @@ impl Conn {
     #[must_use]
     pub fn datagram_writable(&self) -> bool {
         self.oob_out.has_room(self.max_datagram_payload())
+            || self.dx_on
             || self.error.is_some()
-            || self.enc.is_none()
+            || !self.datagrams_supported()
     }
 
     // -------------------------------------------------------------- state
@@ -1211,7 +1390,38 @@ impl Conn {
             oob_sent: self.wire.oob_sent,
             oob_received: self.wire.oob_received,
             oob_dropped: self.wire.oob_dropped,
+            datagram_fec: self.dx.as_ref().map(|d| d.stats()).unwrap_or_default(),
             congestion: self.kcp.congestion_state(),
         }
+    }
+}
+
+/// Whether a KCP packet of conversation `conv` holds a window probe or
+/// answer (WASK, WINS) whose `frg` is the extension's tag.
+fn probe_tagged(packet: &[u8], conv: u32) -> bool {
+    use crate::arq::segment::{Command, Segments};
+    Segments::new(packet).any(|seg| {
+        seg.is_ok_and(|s| {
+            s.conv() == conv
+                && matches!(s.command(), Some(Command::Wask | Command::Wins))
+                && s.frg() == dgram_fec::PROBE_TAG
+        })
+    })
+}
+
+/// Sets `frg` of every WASK and WINS segment of an outgoing KCP packet to
+/// the extension's tag (kcp-go reads `frg` of PUSH segments only).
+fn tag_probes(packet: &mut [u8]) {
+    use crate::arq::segment::field;
+    let mut at = 0usize;
+    while let Some(h) = packet.get(at..at + field::HEADER_LEN) {
+        let cmd = h[field::CMD];
+        let len = u32::from_le_bytes([h[20], h[21], h[22], h[23]]) as usize;
+        if (cmd == 83 || cmd == 84)
+            && let Some(f) = packet.get_mut(at + field::FRG)
+        {
+            *f = dgram_fec::PROBE_TAG;
+        }
+        at = at.saturating_add(field::HEADER_LEN).saturating_add(len);
     }
 }

@@ -180,6 +180,8 @@ impl Driver {
         let proven = self.role == Role::Client;
         if !proven {
             conn.require_proof(now);
+            // A listener speaks the datagram extension only in kind.
+            conn.answer_datagram_fec_only();
         }
         let mut st = SessionState::new(conn);
         st.queued = true;

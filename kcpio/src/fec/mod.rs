@@ -65,7 +65,7 @@
 
 #![deny(clippy::disallowed_methods, clippy::disallowed_types)]
 
-mod codec;
+pub(crate) mod codec;
 mod decoder;
 mod encoder;
 

@@ -293,6 +293,11 @@ impl KcpStream {
     /// The largest payload [`send_datagram`](Self::send_datagram) takes:
     /// the KCP mtu minus 4 (kcp-go's `GetOOBMaxSize`), e.g. 1368 bytes with
     /// the default mtu of 1400 and a CFB-family cipher; 0 when FEC is off.
+    /// With the FEC datagram extension
+    /// ([`ConfigBuilder::datagram_fec`](crate::ConfigBuilder::datagram_fec))
+    /// negotiated (by the time `connect` or `accept` returns, between kcpio
+    /// ends) datagrams are fragmented: 16 packets' worth, 21,648 bytes at
+    /// the default mtu under `aes-128-gcm` (one packet carries 1,353).
     #[must_use]
     pub fn max_datagram_payload(&self) -> usize {
         self.session().with_conn(Conn::max_datagram_payload)
@@ -304,7 +309,10 @@ impl KcpStream {
     /// receives it). It is sent once, never retransmitted, and may be lost,
     /// duplicated or reordered; the stream's reliability and order are not
     /// affected. Needs FEC on ([`ConfigBuilder::fec`](crate::ConfigBuilder::fec)),
-    /// as in kcp-go. Waits only while the session's send queue is full
+    /// as in kcp-go, or the FEC datagram extension
+    /// ([`ConfigBuilder::datagram_fec`](crate::ConfigBuilder::datagram_fec)),
+    /// which between kcpio ends protects datagrams with adaptive FEC and
+    /// never waits (a full queue drops its oldest, counted). Waits only while the session's send queue is full
     /// ([`DATAGRAM_QUEUE_LEN`](crate::conn::DATAGRAM_QUEUE_LEN) datagrams or
     /// [`DATAGRAM_QUEUE_BYTES`](crate::conn::DATAGRAM_QUEUE_BYTES) bytes,
     /// drained by the driver at once); see

@@ -53,6 +53,9 @@ pub(crate) const IP_UDP: u64 = 28;
 pub(crate) struct Link {
     /// Probability a datagram is dropped.
     pub(crate) loss: f64,
+    /// Mean length of a loss burst in datagrams (Gilbert-Elliott, the
+    /// stationary loss staying `loss`); at most 1 means independent losses.
+    pub(crate) burst: f64,
     /// Probability a datagram arrives twice.
     pub(crate) dup: f64,
     /// Probability a datagram is held back an extra 3 × jitter.
@@ -132,6 +135,7 @@ impl Link {
     pub(crate) fn clean(delay: u64) -> Self {
         Self {
             loss: 0.0,
+            burst: 0.0,
             dup: 0.0,
             reorder: 0.0,
             delay,
@@ -153,6 +157,7 @@ impl Link {
     pub(crate) fn lossy(loss: f64, mtu_cap: usize) -> Self {
         Self {
             loss,
+            burst: 0.0,
             dup: 0.01,
             reorder: 0.02,
             delay: 20,
@@ -189,6 +194,8 @@ pub(crate) struct Node {
     pub(crate) wire_bytes: u64,
     /// Datagrams that failed to open.
     pub(crate) bad_open: u64,
+    /// The last datagram sent was lost (for bursty links).
+    lost_last: bool,
     /// Lifecycle as last logged: failure reason, finished.
     seen: (Option<SessionError>, bool),
 }
@@ -298,6 +305,7 @@ impl Sim {
             sent: 0,
             wire_bytes: 0,
             bad_open: 0,
+            lost_last: false,
             seen: (None, false),
         });
         id
@@ -386,7 +394,15 @@ impl Sim {
                     None => continue,
                 }
             }
-            if link.dark(elapsed) || self.rng.random_bool(link.loss) {
+            let lost = if link.burst > 1.0 {
+                let r = 1.0 - 1.0 / link.burst;
+                let q = link.loss * (1.0 - r) / (1.0 - link.loss);
+                self.rng.random_bool(if node.lost_last { r } else { q })
+            } else {
+                self.rng.random_bool(link.loss)
+            };
+            node.lost_last = lost;
+            if link.dark(elapsed) || lost {
                 continue;
             }
             let copies = if chance(&mut self.rng, link.dup) {

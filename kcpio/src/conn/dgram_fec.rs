@@ -1,0 +1,1345 @@
+//! FEC-protected unreliable datagrams between kcpio ends: a versioned
+//! extension of kcp-go's out-of-band packet, sans-IO.
+//!
+//! # Wire (version 1)
+//!
+//! Every packet keeps kcp-go's OOB framing where a receiver demultiplexes
+//! (flag `0x00F3` at offset 4, the conv at offset 8), so the driver's table
+//! routes it as it routes OOB packets. kcp-go writes `size = 2 + 4 + m <
+//! 0x0600` at offset 6; an extension packet has its high byte (offset 7)
+//! `0x80 | version << 2 | type`, which no OOB packet has:
+//!
+//! ```text
+//! data:   | seq u32 | F3 00 | frag u8 | 0x85 | conv u32 | body                     |
+//! parity: | first u32 | F3 00 | idx u8 | 0x86 | conv u32 | k u8 | m u8 | parity (L) |
+//! report: | 0 u32   | F3 00 | 0 u8   | 0x87 | conv u32 | counters (26 bytes)       |
+//! body:   | stamp u16 | frag u8 | dlen u16 | payload (dlen) |   (Reed-Solomon input)
+//! ```
+//!
+//! `seq` numbers data shards (wrapping); a group is the `k` shards from
+//! `first`, and its `m` parity shards are rows `k..k+m` of kcp-go's
+//! systematic Reed-Solomon code over the bodies zero-padded to `L`, the
+//! longest body. `frag` is `(count - 1) << 4 | index` of a datagram cut
+//! into up to 16 consecutive shards. `stamp` is the sender's clock in ms
+//! (mod 2^16), for the receiver's queueing-delay and added-delay figures.
+//! The report carries the receiver's cumulative counters: shards received,
+//! lost on the wire, loss runs, lost after FEC, bytes received, its clock
+//! (ms) and the queueing delay it sees (ms).
+//!
+//! # Negotiation
+//!
+//! kcp-go feeds an unknown flag to KCP (a conv mismatch; on a listener a
+//! different conv with `sn` 0 even replaces the session) and hands OOB
+//! packets to the application's handler, so nothing here may reach a peer
+//! that has not said it speaks it. The offer rides on the KCP window probe:
+//! kcp-go ignores `frg` of WASK and WINS segments, and a side with the
+//! extension on sets it to [`PROBE_TAG`]. A client offers on its connect
+//! probe (and keepalive probes); a listener's session only answers in kind
+//! after it heard the tag, so a kcp-go client sees exactly what it saw.
+//! Either side starts sending extension packets once it heard the tag (or
+//! a valid extension packet); until then datagrams leave as kcp-go OOB
+//! packets.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use super::datagram::DatagramQueue;
+use crate::fec::codec::{ErasureCodec, VandermondeCodec};
+use crate::fec::{FLAG_OOB, grow_arena, read_u16, read_u32};
+
+/// `frg` of the WASK and WINS segments of a side that speaks the extension.
+pub(crate) const PROBE_TAG: u8 = 0xD1;
+/// The extension's version.
+pub(crate) const VERSION: u8 = 1;
+const TYPE_DATA: u8 = 1;
+const TYPE_PARITY: u8 = 2;
+const TYPE_REPORT: u8 = 3;
+/// Fixed header of every extension packet.
+const HDR: usize = 12;
+/// The parity header: [`HDR`] plus `k` and `m`.
+const PARITY_HDR: usize = HDR + 2;
+/// The body's own header: stamp, frag, dlen.
+const BODY_HDR: usize = 5;
+const REPORT_LEN: usize = HDR + 26;
+/// Data shards per group at most.
+pub(crate) const MAX_K: usize = 32;
+/// Parity shards per group at most.
+pub(crate) const MAX_M: usize = 16;
+/// Fragments per datagram at most.
+pub(crate) const MAX_FRAGMENTS: usize = 16;
+/// Arena stride of one shard body.
+const STRIDE: usize = 1504;
+/// Received data shards kept for recovery.
+const RING: usize = 128;
+/// Parity shards kept waiting for their group.
+const PSLOTS: usize = 32;
+/// Partial datagrams reassembled at once, and how long one may take.
+const REASM_SLOTS: usize = 4;
+const REASM_TIMEOUT: Duration = Duration::from_secs(1);
+/// The replay window, in data shards.
+const WINDOW: u32 = 1024;
+/// Shards behind the newest before one is counted lost on the wire (and,
+/// with no recovery by then, after FEC).
+const ACCOUNT_LAG: u32 = 64;
+/// How often a receiver reports while shards arrive.
+const REPORT_EVERY: Duration = Duration::from_millis(50);
+/// Queueing delay (ms) the receiver reports beyond which the path is
+/// taken as overloaded.
+const QUEUE_HIGH_MS: u16 = 10;
+/// How long an overload keeps the budget at the delivered rate.
+const CONGESTED_HOLD: Duration = Duration::from_secs(2);
+/// The smallest pacing budget, bytes per second.
+const MIN_BUDGET: f64 = 64_000.0;
+/// Wire bytes per datagram beyond its plaintext: IPv4 and UDP.
+const IP_UDP: usize = 28;
+/// The loss rate assumed before the first report, and its weight in shards.
+const PRIOR_LOSS: f64 = 0.03;
+const PRIOR_WEIGHT: f64 = 20.0;
+/// Shards over which the loss estimate halves its memory.
+const LOSS_HALF_LIFE: f64 = 2000.0;
+
+/// Counters and estimates of the datagram extension, in
+/// [`SessionStats::datagram_fec`](super::SessionStats::datagram_fec).
+#[derive(Clone, Debug, Default, PartialEq)]
+#[non_exhaustive]
+pub struct DatagramFecStats {
+    /// The peer speaks the extension: datagrams are FEC-protected.
+    pub negotiated: bool,
+    /// The largest payload one packet carries unfragmented (1,353 bytes at
+    /// the default mtu of 1400 under `aes-128-gcm`, 1,361 under a CFB
+    /// cipher): a WireGuard inner MTU of this minus 32 never fragments.
+    pub single_packet_payload: usize,
+    /// Datagrams taken from the send queue and sent (whole, all fragments).
+    pub datagrams_out: u64,
+    /// Datagrams delivered to the receive queue (reassembled, recovered
+    /// or not).
+    pub datagrams_in: u64,
+    /// Data shards and parity shards sent.
+    pub data_shards_out: u64,
+    /// Parity shards sent.
+    pub parity_out: u64,
+    /// Data shards received from the wire.
+    pub data_shards_in: u64,
+    /// Parity shards received.
+    pub parity_in: u64,
+    /// Data shards rebuilt from parity.
+    pub recovered: u64,
+    /// Data shards never received nor rebuilt (counted `64` shards behind
+    /// the newest).
+    pub lost_after_fec: u64,
+    /// Data shards lost on the wire (before FEC), counted the same way.
+    pub lost_on_wire: u64,
+    /// Queued datagrams dropped unsent, oldest first: the path's rate
+    /// estimate could not carry them in time, or the send queue was full.
+    pub dropped_overload: u64,
+    /// Groups whose parity was cut below the loss target by the rate
+    /// budget (the reduction in redundancy, logged here).
+    pub redundancy_limited: u64,
+    /// Parity per data shard of the last group sent (`m / k`).
+    pub redundancy: f64,
+    /// The peer's loss rate this side estimates from its reports.
+    pub loss_estimate: f64,
+    /// The mean loss burst (shards) this side estimates.
+    pub burst_estimate: f64,
+    /// The pacing budget in bytes per second (`None`: no estimate yet).
+    pub rate_budget: Option<u64>,
+    /// Added delay of rebuilt datagrams (beyond the path's least delay):
+    /// sum and largest.
+    pub added_delay_sum: Duration,
+    /// The largest added delay of a rebuilt datagram.
+    pub added_delay_max: Duration,
+    /// Data shards refused as replays or duplicates (already delivered,
+    /// or older than the 1,024-shard window).
+    pub replays: u64,
+    /// Extension packets refused as malformed or inconsistent (forged
+    /// groups, impossible shapes or lengths).
+    pub malformed: u64,
+    /// Partial datagrams dropped: timed out or evicted by newer ones.
+    pub fragments_dropped: u64,
+    /// Reports sent and received.
+    pub reports_out: u64,
+    /// Reports received.
+    pub reports_in: u64,
+}
+
+/// The extension packet type of an opened OOB-flagged packet: `Some` for
+/// an extension packet (of any version), `None` for kcp-go's OOB packet.
+pub(crate) fn ext_type(packet: &[u8]) -> Option<(u8, u8)> {
+    let b = *packet.get(7)?;
+    (b & 0x80 != 0).then_some(((b >> 2) & 0x1F, b & 3))
+}
+
+fn marker(t: u8) -> u8 {
+    0x80 | (VERSION << 2) | t
+}
+
+fn put_header(buf: &mut [u8], word: u32, b6: u8, t: u8, conv: u32) {
+    buf[..4].copy_from_slice(&word.to_le_bytes());
+    buf[4..6].copy_from_slice(&FLAG_OOB.to_le_bytes());
+    buf[6] = b6;
+    buf[7] = marker(t);
+    buf[8..12].copy_from_slice(&conv.to_le_bytes());
+}
+
+fn seq_diff(a: u32, b: u32) -> i32 {
+    a.wrapping_sub(b) as i32
+}
+
+fn ms16(now: Duration) -> u16 {
+    now.as_millis() as u16
+}
+
+/// A few Reed-Solomon codecs by shape, reused (a shape's matrix is built
+/// once; a new shape evicts round robin).
+#[derive(Default)]
+struct Codecs {
+    list: Vec<(usize, usize, VandermondeCodec)>,
+    victim: usize,
+}
+
+impl Codecs {
+    const CAP: usize = 16;
+
+    fn get(&mut self, k: usize, m: usize) -> Option<&mut VandermondeCodec> {
+        let i = match self.list.iter().position(|(a, b, _)| *a == k && *b == m) {
+            Some(i) => i,
+            None => {
+                let c = VandermondeCodec::new(k, m)?;
+                if self.list.len() < Self::CAP {
+                    self.list.push((k, m, c));
+                    self.list.len() - 1
+                } else {
+                    let v = self.victim;
+                    self.victim = (v + 1) % Self::CAP;
+                    *self.list.get_mut(v)? = (k, m, c);
+                    v
+                }
+            }
+        };
+        self.list.get_mut(i).map(|(_, _, c)| c)
+    }
+}
+
+/// The sender's loss model: Gilbert-Elliott from the reported loss rate
+/// and mean loss run, and the parity each group size needs.
+#[derive(Clone, Debug)]
+struct LossModel {
+    lost: f64,
+    seen: f64,
+    runs: f64,
+    p: f64,
+    burst: f64,
+    /// Parity for a group of `k` data shards, index `k`.
+    table: [u8; MAX_K + 1],
+}
+
+impl LossModel {
+    fn new(target: f64) -> Self {
+        let mut m = Self {
+            lost: 0.0,
+            seen: 0.0,
+            runs: 0.0,
+            p: PRIOR_LOSS,
+            burst: 1.0 / (1.0 - PRIOR_LOSS),
+            table: [0; MAX_K + 1],
+        };
+        m.rebuild(target, true);
+        m
+    }
+
+    fn update(&mut self, seen: u32, lost: u32, runs: u32, target: f64) {
+        let (seen, lost, runs) = (f64::from(seen), f64::from(lost), f64::from(runs));
+        let decay = 0.5f64.powf(seen / LOSS_HALF_LIFE);
+        self.lost = self.lost * decay + lost;
+        self.seen = self.seen * decay + seen;
+        self.runs = self.runs * decay + runs;
+        self.p =
+            ((self.lost + PRIOR_LOSS * PRIOR_WEIGHT) / (self.seen + PRIOR_WEIGHT)).clamp(0.0, 0.5);
+        self.burst = if self.runs >= 1.0 {
+            (self.lost / self.runs).max(1.0)
+        } else {
+            1.0 / (1.0 - self.p)
+        };
+        self.rebuild(target, false);
+    }
+
+    /// Parity per group size for the target; with hysteresis against the
+    /// estimate's noise: a size's parity rises only when its residual
+    /// exceeds the target by more than `2 / (k + m)` of it (a step that
+    /// costs a third more bytes, as for single datagrams, needs a clear
+    /// case; one that costs a sixteenth, little), and falls as soon as one
+    /// fewer meets the target.
+    fn rebuild(&mut self, target: f64, fresh: bool) {
+        let p = self.p;
+        let r = (1.0 - 1.0 / self.burst).clamp(0.0, 0.95);
+        let q = (p * (1.0 - r) / (1.0 - p).max(1e-9)).clamp(0.0, 1.0);
+        let mut m = 0usize;
+        for k in 1..=MAX_K {
+            // The fewest parity shards meeting the target (never fewer
+            // than the last size's: a larger group needs at least as many).
+            while m < MAX_M && residual(k, m, p, r, q) > target {
+                m += 1;
+            }
+            let old = usize::from(self.table[k]);
+            let new = if fresh || m > old {
+                let slack = 1.0 + 2.0 / (k + old) as f64;
+                if !fresh && m > old && residual(k, old, p, r, q) <= slack * target {
+                    old
+                } else {
+                    m
+                }
+            } else {
+                m
+            };
+            self.table[k] = new as u8;
+        }
+    }
+}
+
+/// The share of data shards a `k + m` group loses after decoding on a
+/// Gilbert-Elliott channel: loss after a loss with probability `r`, after
+/// a delivery with `q` (stationary loss `p`). Data shards go first.
+fn residual(k: usize, m: usize, p: f64, r: f64, q: f64) -> f64 {
+    if p <= 0.0 {
+        return 0.0;
+    }
+    let n = k + m;
+    let cap = m + 1;
+    // prob[losses][last lost], and the expected lost-data mass.
+    let mut prob = [[0.0f64; 2]; MAX_M + 2];
+    let mut mass = [[0.0f64; 2]; MAX_M + 2];
+    prob[0][0] = 1.0 - p;
+    prob[1.min(cap)][1] = p;
+    mass[1.min(cap)][1] = p;
+    for pos in 1..n {
+        let data = pos < k;
+        let mut np = [[0.0f64; 2]; MAX_M + 2];
+        let mut nm = [[0.0f64; 2]; MAX_M + 2];
+        for l in 0..=cap {
+            for s in 0..2 {
+                let (pr, ms) = (prob[l][s], mass[l][s]);
+                if pr == 0.0 && ms == 0.0 {
+                    continue;
+                }
+                let pl = if s == 1 { r } else { q };
+                let l2 = (l + 1).min(cap);
+                np[l][0] += pr * (1.0 - pl);
+                nm[l][0] += ms * (1.0 - pl);
+                np[l2][1] += pr * pl;
+                nm[l2][1] += ms * pl + if data { pr * pl } else { 0.0 };
+            }
+        }
+        prob = np;
+        mass = nm;
+    }
+    (mass[cap][0] + mass[cap][1]) / k as f64
+}
+
+/// A stored parity shard: its group's first data shard, `k`, `m`, its
+/// index and length.
+type ParitySlot = Option<(u32, u8, u8, u8, u16)>;
+
+/// The open group and its parity on the send side.
+struct TxGroup {
+    first: u32,
+    count: usize,
+    opened: Duration,
+    target: usize,
+    len: usize,
+    /// `first, k, m, next index, len` of parity waiting to leave.
+    pending: Option<(u32, usize, usize, usize, usize)>,
+}
+
+/// The datagram extension of one session: sender and receiver.
+pub(crate) struct DgramFec {
+    deadline: Duration,
+    /// Wire bytes of a packet beyond its plaintext: crypto header and
+    /// trailer, IPv4 and UDP.
+    wire_extra: usize,
+    target: f64,
+    stats: DatagramFecStats,
+    codecs: Codecs,
+    // ---- sender
+    next_seq: u32,
+    group: TxGroup,
+    /// `MAX_K` data bodies then `MAX_M` parity rows, `STRIDE` apart.
+    tx_arena: Vec<u8>,
+    /// The datagram being cut into fragments: bytes, its length, the next
+    /// fragment, their count, the per-fragment size.
+    frag: Vec<u8>,
+    frag_state: Option<(usize, usize, usize, usize)>,
+    gap_us: f64,
+    last_fresh: Option<Duration>,
+    data_rate: f64,
+    window_bytes: f64,
+    last_data_at: Option<Duration>,
+    model: LossModel,
+    budget: Option<f64>,
+    tokens: f64,
+    refilled: Duration,
+    congested_until: Duration,
+    /// The path's rate as measured under the last standing queue.
+    path_rate: f64,
+    /// Reported counters last seen: received, lost, runs, bytes, clock.
+    last_report: Option<[u32; 5]>,
+    delivered_rates: VecDeque<f64>,
+    // ---- receiver
+    highest: Option<u32>,
+    /// Delivered (or recovered) bits and wire-arrival bits of the window.
+    delivered: Vec<u64>,
+    on_wire: Vec<u64>,
+    accounted: u32,
+    last_lost: bool,
+    loss_runs: u32,
+    /// `RING` data bodies then `PSLOTS` parity rows, `STRIDE` apart.
+    rx_arena: Vec<u8>,
+    ring_seq: [Option<u32>; RING],
+    ring_len: [u16; RING],
+    /// Parity slots: `first, k, m, idx, len`.
+    pslots: [ParitySlot; PSLOTS],
+    pvictim: usize,
+    scratch: Vec<u8>,
+    reasm: Vec<Reasm>,
+    rx_bytes: u32,
+    owd_base: Option<u16>,
+    owd_win_min: Option<u16>,
+    owd_win_start: Duration,
+    queue_min: Option<u16>,
+    report_due: Option<Duration>,
+}
+
+/// One datagram being reassembled.
+struct Reasm {
+    first: u32,
+    count: usize,
+    got: u16,
+    lens: [u16; MAX_FRAGMENTS],
+    started: Duration,
+    buf: Vec<u8>,
+}
+
+impl std::fmt::Debug for DgramFec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DgramFec")
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Where the caller's datagrams go: the receive queue and `now`.
+pub(crate) struct Sink<'a> {
+    pub(crate) queue: &'a mut DatagramQueue,
+    pub(crate) now: Duration,
+    /// Datagrams that found the receive queue full.
+    pub(crate) dropped: &'a mut u64,
+}
+
+impl DgramFec {
+    /// `overhead`: the crypto header and trailer of a packet; `plain`:
+    /// the plaintext room of one.
+    pub(crate) fn new(deadline: Duration, target: f64, overhead: usize, plain: usize) -> Self {
+        Self {
+            deadline,
+            wire_extra: overhead + IP_UDP,
+            target,
+            stats: DatagramFecStats {
+                single_packet_payload: Self::fragment_payload(plain),
+                ..DatagramFecStats::default()
+            },
+            codecs: Codecs::default(),
+            next_seq: 0,
+            group: TxGroup {
+                first: 0,
+                count: 0,
+                opened: Duration::ZERO,
+                target: 1,
+                len: 0,
+                pending: None,
+            },
+            tx_arena: Vec::new(),
+            frag: Vec::new(),
+            frag_state: None,
+            gap_us: 0.0,
+            last_fresh: None,
+            data_rate: 0.0,
+            window_bytes: 0.0,
+            last_data_at: None,
+            model: LossModel::new(target),
+            budget: None,
+            tokens: 0.0,
+            refilled: Duration::ZERO,
+            congested_until: Duration::ZERO,
+            path_rate: 0.0,
+            last_report: None,
+            delivered_rates: VecDeque::with_capacity(8),
+            highest: None,
+            delivered: vec![0; WINDOW as usize / 64],
+            on_wire: vec![0; WINDOW as usize / 64],
+            accounted: 0,
+            last_lost: false,
+            loss_runs: 0,
+            rx_arena: Vec::new(),
+            ring_seq: [None; RING],
+            ring_len: [0; RING],
+            pslots: [None; PSLOTS],
+            pvictim: 0,
+            scratch: Vec::new(),
+            reasm: Vec::new(),
+            rx_bytes: 0,
+            owd_base: None,
+            owd_win_min: None,
+            owd_win_start: Duration::ZERO,
+            queue_min: None,
+            report_due: None,
+        }
+    }
+
+    pub(crate) fn stats(&self) -> DatagramFecStats {
+        let mut s = self.stats.clone();
+        s.loss_estimate = self.model.p;
+        s.burst_estimate = self.model.burst;
+        s.rate_budget = self.budget.map(|b| b as u64);
+        s
+    }
+
+    /// A queued datagram dropped for a newer one (the queue was full).
+    pub(crate) fn count_dropped(&mut self) {
+        self.stats.dropped_overload += 1;
+    }
+
+    pub(crate) fn set_negotiated(&mut self) {
+        self.stats.negotiated = true;
+    }
+
+    /// The largest datagram payload for a plaintext of `plain` bytes.
+    pub(crate) fn max_payload(plain: usize) -> usize {
+        Self::fragment_payload(plain) * MAX_FRAGMENTS
+    }
+
+    fn fragment_payload(plain: usize) -> usize {
+        plain
+            .min(STRIDE + HDR)
+            .saturating_sub(PARITY_HDR + BODY_HDR)
+    }
+
+    // ================================================================ send
+
+    /// When the open group's deadline passes, a report is due, or paced
+    /// output may leave.
+    pub(crate) fn poll_timeout(&self, queue_empty: bool) -> Option<Duration> {
+        let mut next = self.report_due;
+        let mut at = |d: Duration| next = Some(next.map_or(d, |n: Duration| n.min(d)));
+        if self.group.count > 0 {
+            at(self.group.opened + self.deadline);
+        }
+        if self.group.pending.is_some() || self.frag_state.is_some() || !queue_empty {
+            at(self.next_send_at());
+        }
+        next
+    }
+
+    fn next_send_at(&self) -> Duration {
+        match self.budget {
+            Some(b) if self.tokens < -1.0 => {
+                // Rounded up to the µs, so the refill then covers the debt.
+                let us = (-self.tokens / b * 1e6).min(1e6).ceil() as u64;
+                self.refilled + Duration::from_micros(us + 1)
+            }
+            _ => self.refilled,
+        }
+    }
+
+    fn refill(&mut self, now: Duration) {
+        if let Some(b) = self.budget {
+            let dt = now.saturating_sub(self.refilled).as_secs_f64();
+            let cap = b * 0.010 + 3000.0;
+            self.tokens = (self.tokens + dt * b).min(cap);
+        }
+        self.refilled = self.refilled.max(now);
+    }
+
+    /// Closes the open group when its deadline passed.
+    pub(crate) fn handle_timeout(&mut self, now: Duration) {
+        if self.group.count > 0 && now >= self.group.opened + self.deadline {
+            self.close_group(now);
+        }
+    }
+
+    /// Writes the next extension packet into `buf` (the plaintext room of
+    /// one slot): a due report, then (within the pacing budget) the
+    /// closed group's parity, then the next data shard of the queued
+    /// datagrams. Datagrams that waited longer than twice the group
+    /// deadline are dropped first (counted).
+    pub(crate) fn poll_transmit(
+        &mut self,
+        now: Duration,
+        buf: &mut [u8],
+        queue: &mut DatagramQueue,
+        conv: u32,
+    ) -> Option<usize> {
+        let plain = buf.len().min(STRIDE + HDR);
+        if let Some(n) = self.poll_report(now, buf, conv) {
+            return Some(n);
+        }
+        self.refill(now);
+        if self.budget.is_some() && self.tokens < -1.0 {
+            self.drop_stale(now, queue);
+            return None;
+        }
+        let n = match self.poll_parity(buf, conv) {
+            Some(n) => n,
+            None => {
+                self.drop_stale(now, queue);
+                self.poll_data(now, buf, plain, queue, conv)?
+            }
+        };
+        if self.budget.is_some() {
+            self.tokens -= (n + self.wire_extra) as f64;
+        }
+        Some(n)
+    }
+
+    fn drop_stale(&mut self, now: Duration, queue: &mut DatagramQueue) {
+        let limit = self.deadline * 2;
+        while queue
+            .front_time()
+            .is_some_and(|t| now.saturating_sub(t) > limit)
+        {
+            queue.drop_front();
+            self.stats.dropped_overload += 1;
+        }
+    }
+
+    fn poll_parity(&mut self, buf: &mut [u8], conv: u32) -> Option<usize> {
+        let (first, k, m, idx, len) = self.group.pending?;
+        let out = buf.get_mut(..PARITY_HDR + len)?;
+        let row = self
+            .tx_arena
+            .get((MAX_K + idx) * STRIDE..(MAX_K + idx) * STRIDE + len)?;
+        put_header(out, first, idx as u8, TYPE_PARITY, conv);
+        out[HDR] = k as u8;
+        out[HDR + 1] = m as u8;
+        out[PARITY_HDR..].copy_from_slice(row);
+        self.group.pending = (idx + 1 < m).then_some((first, k, m, idx + 1, len));
+        self.stats.parity_out += 1;
+        Some(PARITY_HDR + len)
+    }
+
+    fn poll_data(
+        &mut self,
+        now: Duration,
+        buf: &mut [u8],
+        plain: usize,
+        queue: &mut DatagramQueue,
+        conv: u32,
+    ) -> Option<usize> {
+        let per = Self::fragment_payload(plain);
+        if per == 0 {
+            return None;
+        }
+        let (len, idx, count, per) = match self.frag_state {
+            Some(s) => s,
+            None => {
+                let len = queue.front_len()?;
+                self.frag.resize(len.max(1), 0);
+                queue.pop_into(&mut self.frag)?;
+                let count = len.div_ceil(per).max(1);
+                if count > MAX_FRAGMENTS {
+                    self.stats.malformed += 1;
+                    return None;
+                }
+                self.stats.datagrams_out += 1;
+                self.note_fresh(now);
+                (len, 0, count, per)
+            }
+        };
+        let from = idx * per;
+        let piece_len = len.saturating_sub(from).min(per);
+        let piece = self.frag.get(from..from + piece_len)?;
+        let seq = self.next_seq;
+        if self.group.count == 0 {
+            self.group.first = seq;
+            self.group.opened = now;
+            self.group.target = self.k_target();
+        }
+        let frg = (((count - 1) << 4) | idx) as u8;
+        let body_len = BODY_HDR + piece_len;
+        let out = buf.get_mut(..HDR + body_len)?;
+        put_header(out, seq, frg, TYPE_DATA, conv);
+        let body = &mut out[HDR..];
+        body[..2].copy_from_slice(&ms16(now).to_le_bytes());
+        body[2] = frg;
+        body[3..5].copy_from_slice(&(piece_len as u16).to_le_bytes());
+        body[BODY_HDR..].copy_from_slice(piece);
+        // Into the group's arena, zero-padded to the stride.
+        grow_arena(
+            &mut self.tx_arena,
+            (MAX_K + MAX_M) * STRIDE,
+            (MAX_K + MAX_M) * STRIDE,
+        );
+        let slot = self
+            .tx_arena
+            .get_mut(self.group.count * STRIDE..(self.group.count + 1) * STRIDE)?;
+        slot[..body_len].copy_from_slice(&out[HDR..]);
+        slot[body_len..].fill(0);
+        self.group.count += 1;
+        self.group.len = self.group.len.max(body_len);
+        self.next_seq = seq.wrapping_add(1);
+        self.stats.data_shards_out += 1;
+        self.frag_state = (idx + 1 < count).then_some((len, idx + 1, count, per));
+        // The data rate, over windows of at least 50 ms.
+        self.window_bytes += (HDR + body_len + self.wire_extra) as f64;
+        let since = *self.last_data_at.get_or_insert(now);
+        let dt = now.saturating_sub(since).as_secs_f64();
+        if dt >= 0.05 {
+            let rate = self.window_bytes / dt;
+            self.data_rate = if self.data_rate > 0.0 {
+                self.data_rate * 0.75 + rate * 0.25
+            } else {
+                rate
+            };
+            self.window_bytes = 0.0;
+            self.last_data_at = Some(now);
+        }
+        if self.group.count >= self.group.target.min(MAX_K) {
+            self.close_group(now);
+        }
+        Some(HDR + body_len)
+    }
+
+    fn note_fresh(&mut self, now: Duration) {
+        if let Some(prev) = self.last_fresh {
+            let gap = now.saturating_sub(prev).as_micros() as f64;
+            self.gap_us = if self.gap_us > 0.0 {
+                self.gap_us * 0.875 + gap * 0.125
+            } else {
+                gap
+            };
+        }
+        self.last_fresh = Some(now);
+    }
+
+    /// Data shards expected within the group deadline.
+    fn k_target(&self) -> usize {
+        let d = self.deadline.as_micros() as f64;
+        if self.gap_us <= 0.0 {
+            return 1;
+        }
+        ((d / self.gap_us.max(1.0) + 0.25).floor() as usize).clamp(1, MAX_K)
+    }
+
+    fn close_group(&mut self, _now: Duration) {
+        let k = self.group.count;
+        self.group.count = 0;
+        let len = std::mem::take(&mut self.group.len);
+        if k == 0 || self.group.pending.is_some() {
+            return;
+        }
+        let want = usize::from(self.model.table.get(k).copied().unwrap_or(0));
+        let mut m = want;
+        if let Some(b) = self.budget
+            && self.data_rate > 0.0
+        {
+            let room = (b / self.data_rate - 1.0).max(0.0);
+            let allowed = (k as f64 * room).floor() as usize;
+            if allowed < m {
+                m = allowed;
+                self.stats.redundancy_limited += 1;
+            }
+        }
+        self.stats.redundancy = m as f64 / k as f64;
+        if m == 0 {
+            return;
+        }
+        let Some(codec) = self.codecs.get(k, m) else {
+            return;
+        };
+        let (data, parity) = self.tx_arena.split_at_mut(MAX_K * STRIDE);
+        if codec.encode(data, STRIDE, len, parity).is_ok() {
+            self.group.pending = Some((self.group.first, k, m, 0, len));
+        }
+    }
+
+    // ============================================================ feedback
+
+    fn poll_report(&mut self, now: Duration, buf: &mut [u8], conv: u32) -> Option<usize> {
+        if self.report_due.is_none_or(|d| now < d) {
+            return None;
+        }
+        self.account(false);
+        let out = buf.get_mut(..REPORT_LEN)?;
+        put_header(out, 0, 0, TYPE_REPORT, conv);
+        let queue = self.queue_min.take().unwrap_or(0);
+        let received = self.stats.data_shards_in as u32;
+        let fields = [
+            received,
+            self.stats.lost_on_wire as u32,
+            self.loss_runs,
+            self.stats.lost_after_fec as u32,
+            self.rx_bytes,
+            now.as_millis() as u32,
+        ];
+        for (i, f) in fields.iter().enumerate() {
+            out[HDR + 4 * i..HDR + 4 * i + 4].copy_from_slice(&f.to_le_bytes());
+        }
+        out[HDR + 24..HDR + 26].copy_from_slice(&queue.to_le_bytes());
+        self.report_due = None;
+        self.stats.reports_out += 1;
+        Some(REPORT_LEN)
+    }
+
+    fn handle_report(&mut self, now: Duration, p: &[u8]) -> bool {
+        let Some(body) = p.get(HDR..REPORT_LEN) else {
+            return false;
+        };
+        let f = |i: usize| read_u32(body, 4 * i).unwrap_or(0);
+        let cur = [f(0), f(1), f(2), f(4), f(5)];
+        let queue = read_u16(body, 24).unwrap_or(0);
+        self.stats.reports_in += 1;
+        let Some(last) = self.last_report.replace(cur) else {
+            return true;
+        };
+        let d = |i: usize| cur[i].wrapping_sub(last[i]);
+        let (recv, lost, runs, bytes, dt) = (d(0), d(1), d(2), d(3), d(4));
+        if seq_diff(cur[4], last[4]) <= 0 || recv > 1 << 24 || lost > 1 << 24 {
+            // Old, reordered or absurd: keep the earlier counters.
+            self.last_report = Some(last);
+            return true;
+        }
+        if recv + lost > 0 {
+            self.model
+                .update(recv + lost, lost, runs.min(lost), self.target);
+        }
+        let secs = f64::from(dt) / 1000.0;
+        if secs >= 0.01 {
+            // What reached the peer; what we sent was more by the loss,
+            // which may sit before the bottleneck or after it.
+            let delivered = f64::from(bytes) / secs;
+            if self.delivered_rates.len() == 8 {
+                self.delivered_rates.pop_front();
+            }
+            self.delivered_rates.push_back(delivered);
+            let max = self.delivered_rates.iter().copied().fold(0.0, f64::max);
+            let lossless = (1.0 - self.model.p).max(0.5);
+            let budget = if queue > QUEUE_HIGH_MS {
+                // A standing queue: what the path delivered now is its
+                // rate; below it, by more the longer the queue, until the
+                // queue drains.
+                self.congested_until = now + CONGESTED_HOLD;
+                self.path_rate = delivered / lossless;
+                self.path_rate * (1.0 - (f64::from(queue) / 200.0).min(0.3))
+            } else if now < self.congested_until {
+                // Recently overloaded, the queue gone: just under the rate
+                // the path showed.
+                0.97 * self.path_rate
+            } else {
+                max / (1.0 - self.model.p).max(0.5) * 1.25
+            };
+            self.budget = Some(budget.max(MIN_BUDGET));
+        }
+        true
+    }
+
+    /// Counts shards far enough behind the newest as received or lost (on
+    /// the wire, and after FEC); `all` counts up to the newest.
+    fn account(&mut self, all: bool) {
+        let Some(h) = self.highest else { return };
+        self.account_upto(if all { h } else { h.wrapping_sub(ACCOUNT_LAG) });
+    }
+
+    /// Counts every shard from the last counted to `upto`, whose bits must
+    /// still be in the window.
+    fn account_upto(&mut self, upto: u32) {
+        while seq_diff(upto, self.accounted) >= 0 {
+            let s = self.accounted;
+            let wire = self.bit(&self.on_wire, s);
+            if !wire {
+                self.stats.lost_on_wire += 1;
+                if !self.last_lost {
+                    self.loss_runs = self.loss_runs.wrapping_add(1);
+                }
+                if !self.bit(&self.delivered, s) {
+                    self.stats.lost_after_fec += 1;
+                }
+            }
+            self.last_lost = !wire;
+            self.accounted = s.wrapping_add(1);
+        }
+    }
+
+    /// A bit of the window; shards beyond the newest have none yet.
+    fn bit(&self, bits: &[u64], s: u32) -> bool {
+        if self.highest.is_none_or(|h| seq_diff(s, h) > 0) {
+            return false;
+        }
+        let i = (s % WINDOW) as usize;
+        bits.get(i / 64).is_some_and(|w| w & (1 << (i % 64)) != 0)
+    }
+
+    fn set_bit(bits: &mut [u64], s: u32, v: bool) {
+        let i = (s % WINDOW) as usize;
+        if let Some(w) = bits.get_mut(i / 64) {
+            if v {
+                *w |= 1 << (i % 64);
+            } else {
+                *w &= !(1 << (i % 64));
+            }
+        }
+    }
+
+    // ============================================================= receive
+
+    /// One extension packet (conv already checked). Returns false when it
+    /// is malformed (counted).
+    pub(crate) fn handle(&mut self, packet: &[u8], sink: &mut Sink<'_>) -> bool {
+        let ok = match ext_type(packet) {
+            Some((VERSION, TYPE_DATA)) => self.handle_data(packet, sink),
+            Some((VERSION, TYPE_PARITY)) => self.handle_parity(packet, sink),
+            Some((VERSION, TYPE_REPORT)) => self.handle_report(sink.now, packet),
+            _ => false,
+        };
+        if !ok {
+            self.stats.malformed += 1;
+        }
+        ok
+    }
+
+    /// Moves the window to take `seq`; false when `seq` is too old.
+    fn admit(&mut self, seq: u32) -> bool {
+        let Some(h) = self.highest else {
+            self.highest = Some(seq);
+            self.accounted = seq;
+            self.delivered.fill(0);
+            self.on_wire.fill(0);
+            return true;
+        };
+        let ahead = seq_diff(seq, h);
+        if ahead <= 0 {
+            return -ahead < WINDOW as i32;
+        }
+        if ahead as u32 >= WINDOW {
+            // A jump past the whole window (a long outage, or a forgery
+            // under a cipher without authentication): restart it.
+            self.account(true);
+            self.delivered.fill(0);
+            self.on_wire.fill(0);
+            self.accounted = seq;
+        } else {
+            // What leaves the window is counted before its bits are reused.
+            if seq_diff(self.accounted, h.wrapping_sub(WINDOW)) > 0 {
+                self.account_upto(seq.wrapping_sub(WINDOW));
+            } else {
+                self.accounted = seq.wrapping_sub(WINDOW).wrapping_add(1);
+            }
+            let mut s = h.wrapping_add(1);
+            while seq_diff(seq, s) >= 0 {
+                Self::set_bit(&mut self.delivered, s, false);
+                Self::set_bit(&mut self.on_wire, s, false);
+                s = s.wrapping_add(1);
+            }
+        }
+        self.highest = Some(seq);
+        true
+    }
+
+    fn handle_data(&mut self, p: &[u8], sink: &mut Sink<'_>) -> bool {
+        let (Some(seq), Some(body)) = (read_u32(p, 0), p.get(HDR..)) else {
+            return false;
+        };
+        if body.len() < BODY_HDR || body.len() > STRIDE {
+            return false;
+        }
+        if !self.admit(seq) {
+            self.stats.replays += 1;
+            return true;
+        }
+        if self.bit(&self.on_wire, seq) || self.bit(&self.delivered, seq) {
+            if !self.bit(&self.on_wire, seq) {
+                Self::set_bit(&mut self.on_wire, seq, true);
+            }
+            self.stats.replays += 1;
+            return true;
+        }
+        Self::set_bit(&mut self.on_wire, seq, true);
+        self.stats.data_shards_in += 1;
+        self.rx_bytes = self
+            .rx_bytes
+            .wrapping_add((p.len() + self.wire_extra) as u32);
+        self.arm_report(sink.now);
+        // Queueing delay from the stamp.
+        if let Some(stamp) = read_u16(body, 0) {
+            let owd = ms16(sink.now).wrapping_sub(stamp);
+            self.sample_owd(sink.now, owd);
+        }
+        self.store(seq, body);
+        self.deliver(seq, body, sink, false);
+        self.try_groups_with(seq, sink);
+        true
+    }
+
+    fn sample_owd(&mut self, now: Duration, owd: u16) {
+        let lower = |a: Option<u16>, b: u16| match a {
+            Some(a) if (b.wrapping_sub(a) as i16) >= 0 => Some(a),
+            _ => Some(b),
+        };
+        if now.saturating_sub(self.owd_win_start) > Duration::from_secs(10) {
+            self.owd_base = self.owd_win_min.or(self.owd_base);
+            self.owd_win_min = None;
+            self.owd_win_start = now;
+        }
+        self.owd_win_min = lower(self.owd_win_min, owd);
+        self.owd_base = lower(self.owd_base, owd);
+        if let Some(b) = self.owd_base {
+            // The least over the report's interval: a standing queue, not
+            // jitter or reordering.
+            let q = owd.wrapping_sub(b).min(30_000);
+            self.queue_min = Some(self.queue_min.map_or(q, |m| m.min(q)));
+        }
+    }
+
+    fn arm_report(&mut self, now: Duration) {
+        if self.report_due.is_none() {
+            self.report_due = Some(now + REPORT_EVERY);
+        }
+    }
+
+    fn store(&mut self, seq: u32, body: &[u8]) {
+        let full = (RING + PSLOTS) * STRIDE;
+        grow_arena(&mut self.rx_arena, full, full);
+        let i = seq as usize % RING;
+        if let Some(slot) = self.rx_arena.get_mut(i * STRIDE..(i + 1) * STRIDE) {
+            slot[..body.len()].copy_from_slice(body);
+            slot[body.len()..].fill(0);
+            self.ring_seq[i] = Some(seq);
+            self.ring_len[i] = body.len() as u16;
+        }
+    }
+
+    /// Hands a data body's payload on: whole, or into its reassembly.
+    fn deliver(&mut self, seq: u32, body: &[u8], sink: &mut Sink<'_>, recovered: bool) {
+        Self::set_bit(&mut self.delivered, seq, true);
+        let (Some(&frg), Some(dlen)) = (body.get(2), read_u16(body, 3)) else {
+            return;
+        };
+        let Some(payload) = body.get(BODY_HDR..BODY_HDR + usize::from(dlen)) else {
+            self.stats.malformed += 1;
+            return;
+        };
+        if recovered && let (Some(stamp), Some(base)) = (read_u16(body, 0), self.owd_base) {
+            let owd = ms16(sink.now).wrapping_sub(stamp);
+            let added = Duration::from_millis(u64::from(owd.wrapping_sub(base).min(30_000)));
+            self.stats.added_delay_sum += added;
+            self.stats.added_delay_max = self.stats.added_delay_max.max(added);
+        }
+        let count = usize::from(frg >> 4) + 1;
+        let idx = usize::from(frg & 0xF);
+        if idx >= count {
+            self.stats.malformed += 1;
+            return;
+        }
+        if count == 1 {
+            self.push(payload, sink);
+            return;
+        }
+        self.reassemble(seq.wrapping_sub(idx as u32), count, idx, payload, sink);
+    }
+
+    fn push(&mut self, payload: &[u8], sink: &mut Sink<'_>) {
+        if sink.queue.push_at(payload, sink.now) {
+            self.stats.datagrams_in += 1;
+        } else {
+            *sink.dropped += 1;
+        }
+    }
+
+    fn reassemble(
+        &mut self,
+        first: u32,
+        count: usize,
+        idx: usize,
+        payload: &[u8],
+        sink: &mut Sink<'_>,
+    ) {
+        let now = sink.now;
+        // Expired partials go first.
+        let before = self.reasm.len();
+        self.reasm
+            .retain(|r| now.saturating_sub(r.started) < REASM_TIMEOUT || r.got == 0);
+        self.stats.fragments_dropped += (before - self.reasm.len()) as u64;
+        let pos = match self
+            .reasm
+            .iter()
+            .position(|r| r.got != 0 && r.first == first && r.count == count)
+        {
+            Some(i) => i,
+            None => {
+                let i = match self.reasm.iter().position(|r| r.got == 0) {
+                    Some(i) => i,
+                    None if self.reasm.len() < REASM_SLOTS => {
+                        self.reasm.push(Reasm {
+                            first,
+                            count,
+                            got: 0,
+                            lens: [0; MAX_FRAGMENTS],
+                            started: now,
+                            buf: Vec::new(),
+                        });
+                        self.reasm.len() - 1
+                    }
+                    None => {
+                        // Evict the oldest partial.
+                        let i = self
+                            .reasm
+                            .iter()
+                            .enumerate()
+                            .min_by_key(|(_, r)| r.started)
+                            .map_or(0, |(i, _)| i);
+                        self.stats.fragments_dropped += 1;
+                        i
+                    }
+                };
+                let Some(r) = self.reasm.get_mut(i) else {
+                    return;
+                };
+                r.first = first;
+                r.count = count;
+                r.got = 0;
+                r.started = now;
+                i
+            }
+        };
+        let Some(r) = self.reasm.get_mut(pos) else {
+            return;
+        };
+        let full = MAX_FRAGMENTS * STRIDE;
+        grow_arena(&mut r.buf, full, full);
+        if r.got & (1 << idx) != 0 {
+            return;
+        }
+        if let Some(dst) = r.buf.get_mut(idx * STRIDE..idx * STRIDE + payload.len()) {
+            dst.copy_from_slice(payload);
+        }
+        r.lens[idx] = payload.len() as u16;
+        r.got |= 1 << idx;
+        if r.got.count_ones() as usize == r.count {
+            // Compact in place, then queue.
+            let mut at = 0;
+            for i in 0..r.count {
+                let l = usize::from(r.lens[i]);
+                r.buf.copy_within(i * STRIDE..i * STRIDE + l, at);
+                at += l;
+            }
+            r.got = 0;
+            let done = std::mem::take(&mut r.buf);
+            if let Some(d) = done.get(..at) {
+                self.push(d, sink);
+            }
+            if let Some(r) = self.reasm.get_mut(pos) {
+                r.buf = done;
+            }
+        }
+    }
+
+    fn handle_parity(&mut self, p: &[u8], sink: &mut Sink<'_>) -> bool {
+        let (Some(first), Some(&idx), Some(&k), Some(&m)) =
+            (read_u32(p, 0), p.get(6), p.get(HDR), p.get(HDR + 1))
+        else {
+            return false;
+        };
+        let len = p.len().saturating_sub(PARITY_HDR);
+        let (ku, mu) = (usize::from(k), usize::from(m));
+        if !(1..=MAX_K).contains(&ku)
+            || !(1..=MAX_M).contains(&mu)
+            || idx >= m
+            || !(BODY_HDR..=STRIDE).contains(&len)
+        {
+            return false;
+        }
+        self.rx_bytes = self
+            .rx_bytes
+            .wrapping_add((p.len() + self.wire_extra) as u32);
+        self.stats.parity_in += 1;
+        let Some(h) = self.highest else {
+            return true;
+        };
+        // The group must lie in the recovery ring around the newest shard.
+        let last = first.wrapping_add(u32::from(k) - 1);
+        if seq_diff(h, first) >= RING as i32 || seq_diff(last, h) > RING as i32 {
+            return true;
+        }
+        if (0..ku).all(|i| self.bit(&self.delivered, first.wrapping_add(i as u32))) {
+            return true;
+        }
+        // Conflicting shapes for one group: keep the first seen.
+        let same = |s: &ParitySlot| s.is_some_and(|s| s.0 == first);
+        if self
+            .pslots
+            .iter()
+            .any(|s| same(s) && s.is_some_and(|s| (s.1, s.2) != (k, m)))
+        {
+            return false;
+        }
+        if self
+            .pslots
+            .iter()
+            .any(|s| same(s) && s.is_some_and(|s| s.3 == idx))
+        {
+            return true;
+        }
+        let slot = match self.pslots.iter().position(Option::is_none) {
+            Some(i) => i,
+            None => {
+                let v = self.pvictim;
+                self.pvictim = (v + 1) % PSLOTS;
+                v
+            }
+        };
+        let full = (RING + PSLOTS) * STRIDE;
+        grow_arena(&mut self.rx_arena, full, full);
+        let at = (RING + slot) * STRIDE;
+        if let Some(dst) = self.rx_arena.get_mut(at..at + STRIDE) {
+            dst[..len].copy_from_slice(p.get(PARITY_HDR..).unwrap_or_default());
+            dst[len..].fill(0);
+        }
+        self.pslots[slot] = Some((first, k, m, idx, len as u16));
+        self.try_group(first, sink);
+        true
+    }
+
+    /// After a data shard: the stored parity groups that hold it.
+    fn try_groups_with(&mut self, seq: u32, sink: &mut Sink<'_>) {
+        for i in 0..PSLOTS {
+            if let Some((first, k, ..)) = self.pslots[i] {
+                let off = seq_diff(seq, first);
+                if off >= 0 && off < i32::from(k) {
+                    self.try_group(first, sink);
+                }
+            }
+        }
+    }
+
+    /// Rebuilds what group `first` is missing once it holds enough shards.
+    fn try_group(&mut self, first: u32, sink: &mut Sink<'_>) {
+        let Some((_, k, m, _, _)) = self.pslots.iter().flatten().find(|s| s.0 == first).copied()
+        else {
+            return;
+        };
+        let (k, m) = (usize::from(k), usize::from(m));
+        let mut present = [false; MAX_K + MAX_M];
+        let mut at = [0usize; MAX_K + MAX_M];
+        let mut len = 0usize;
+        let mut missing = 0;
+        for (i, (p, a)) in present.iter_mut().zip(at.iter_mut()).take(k).enumerate() {
+            let s = first.wrapping_add(i as u32);
+            let r = s as usize % RING;
+            if self.ring_seq[r] == Some(s) {
+                *p = true;
+                *a = r * STRIDE;
+                len = len.max(usize::from(self.ring_len[r]));
+            } else if self.bit(&self.delivered, s) {
+                // Delivered but no longer stored: nothing to rebuild it from.
+                return self.clear_group(first);
+            } else {
+                missing += 1;
+            }
+        }
+        if missing == 0 {
+            return self.clear_group(first);
+        }
+        let mut have = k - missing;
+        for (i, slot) in self.pslots.iter().enumerate() {
+            if let Some((f, _, _, idx, l)) = *slot
+                && f == first
+            {
+                let j = k + usize::from(idx);
+                present[j] = true;
+                at[j] = (RING + i) * STRIDE;
+                len = len.max(usize::from(l));
+                have += 1;
+            }
+        }
+        if have < k {
+            return;
+        }
+        grow_arena(&mut self.scratch, MAX_K * STRIDE, MAX_K * STRIDE);
+        let Some(codec) = self.codecs.get(k, m) else {
+            return;
+        };
+        let ok = codec
+            .reconstruct_data(
+                &self.rx_arena,
+                &at[..k + m],
+                len,
+                &present[..k + m],
+                &mut self.scratch,
+                STRIDE,
+            )
+            .is_ok();
+        self.clear_group(first);
+        if !ok {
+            self.stats.malformed += 1;
+            return;
+        }
+        let mut n = 0;
+        let scratch = std::mem::take(&mut self.scratch);
+        for (i, p) in present.iter().take(k).enumerate() {
+            if *p {
+                continue;
+            }
+            let s = first.wrapping_add(i as u32);
+            let body = scratch
+                .get(n * STRIDE..n * STRIDE + len)
+                .unwrap_or_default();
+            n += 1;
+            let dlen = read_u16(body, 3).map_or(usize::MAX, usize::from);
+            if dlen > len.saturating_sub(BODY_HDR) || self.bit(&self.delivered, s) {
+                self.stats.malformed += 1;
+                continue;
+            }
+            let body = &body[..BODY_HDR + dlen];
+            // A rebuilt shard beyond the newest moves the window first.
+            if !self.admit(s) {
+                continue;
+            }
+            self.stats.recovered += 1;
+            self.store(s, body);
+            self.deliver(s, body, sink, true);
+        }
+        self.scratch = scratch;
+    }
+
+    fn clear_group(&mut self, first: u32) {
+        for s in &mut self.pslots {
+            if s.is_some_and(|s| s.0 == first) {
+                *s = None;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn residual_matches_the_binomial_bound_without_bursts() {
+        // k = 1, m = 2, i.i.d.: a shard is lost only with both copies.
+        let p = 0.046;
+        let r = residual(1, 2, p, p, p);
+        assert!((r - p * p * p).abs() < 1e-9, "{r}");
+        // More parity never hurts; bursts hurt.
+        assert!(residual(12, 4, p, p, p) < residual(12, 3, p, p, p));
+        let burst = residual(12, 4, p, 0.5, p * 0.5 / (1.0 - p));
+        assert!(burst > residual(12, 4, p, p, p));
+    }
+
+    #[test]
+    fn the_model_picks_the_fewest_parity_meeting_the_target() {
+        let mut m = LossModel::new(1e-4);
+        m.update(100_000, 4_600, 4_390, 1e-4);
+        assert_eq!(m.table[1], 2, "{:?}", m.table);
+        let k12 = usize::from(m.table[12]);
+        assert!((3..=5).contains(&k12), "{:?}", m.table);
+        assert!(residual(12, k12, m.p, m.p, m.p) <= 2e-4);
+    }
+}
