@@ -206,9 +206,9 @@ pub(crate) struct Common {
     /// config from json file, which will override the command from shell
     #[arg(short = 'c', default_value = "")]
     pub(crate) c: String,
-    /// kcpio only, server: streams forwarded at once (each holds a descriptor to the target), all sessions together; keep it below the descriptor limit (ulimit -n). Streams beyond are closed at once (a FIN)
-    #[arg(long, default_value_t = 8192)]
-    pub(crate) maxstreams: usize,
+    /// kcpio only, server: streams forwarded at once (each holds a descriptor to the target), all sessions together. Streams beyond are closed at once (a FIN) [default: the descriptor limit (ulimit -n) less 128, at most 8192]
+    #[arg(long)]
+    pub(crate) maxstreams: Option<usize>,
     /// kcpio only, server: the most of --maxstreams one session may hold [default: half of --maxstreams]
     #[arg(long)]
     pub(crate) sessionstreams: Option<usize>,

@@ -19,6 +19,38 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 /// The longest back-off.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
+/// `--maxstreams`'s ceiling, and its value where the descriptor limit
+/// cannot be read.
+const MAX_STREAMS_DEFAULT: usize = 8192;
+/// Descriptors left to the process itself (sockets, log, the tunnel's own)
+/// below the descriptor limit.
+const RESERVED_FDS: usize = 128;
+
+/// `--maxstreams`'s default: the soft descriptor limit (`ulimit -n`, read
+/// from `/proc/self/limits`) less [`RESERVED_FDS`], at least 1, at most
+/// [`MAX_STREAMS_DEFAULT`] (also the value where the limit is unknown or
+/// unlimited).
+pub(crate) fn default_max_streams() -> usize {
+    std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|t| soft_nofile(&t))
+        .map_or(MAX_STREAMS_DEFAULT, |soft| {
+            soft.saturating_sub(RESERVED_FDS)
+                .clamp(1, MAX_STREAMS_DEFAULT)
+        })
+}
+
+/// The soft limit of open files in the text of `/proc/self/limits`
+/// (`None` for "unlimited" or a line it cannot read).
+fn soft_nofile(limits: &str) -> Option<usize> {
+    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+    line["Max open files".len()..]
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
 /// The limits as configured (see `--maxstreams`, `--sessionstreams`,
 /// `--maxdials`, `--dialtimeout`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,8 +71,8 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Self {
-            max_streams: 8192,
-            session_streams: 4096,
+            max_streams: MAX_STREAMS_DEFAULT,
+            session_streams: MAX_STREAMS_DEFAULT / 2,
             max_dials: 128,
             session_dials: 64,
             dial_timeout: Duration::from_secs(10),
@@ -179,5 +211,23 @@ impl Gate {
             }
         }
         r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_descriptor_limit_sets_the_default_stream_limit() {
+        let t = "Limit                     Soft Limit           Hard Limit           Units     \n\
+                 Max processes             95651                95651                processes \n\
+                 Max open files            1024                 524288               files     \n";
+        assert_eq!(soft_nofile(t), Some(1024));
+        let unlimited = t.replace("1024 ", "unlimited ");
+        assert_eq!(soft_nofile(&unlimited), None);
+        assert_eq!(soft_nofile("garbage"), None);
+        let d = default_max_streams();
+        assert!((1..=MAX_STREAMS_DEFAULT).contains(&d), "{d}");
     }
 }

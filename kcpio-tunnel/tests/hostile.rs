@@ -188,7 +188,9 @@ async fn two_thousand_slow_readers_hold_one_session_budget() {
         let target = download_server(4 * 1024 * 1024).await;
         let log = scratch("slow.log");
         let server = start(
-            &format!("t server -l 127.0.0.1:0 -t {target} --quiet --snmpperiod 1"),
+            &format!(
+                "t server -l 127.0.0.1:0 -t {target} --quiet --snmpperiod 1 --maxstreams 8192"
+            ),
             log.to_str().unwrap(),
         )
         .await;

@@ -199,6 +199,35 @@ fn json_refuses_unknown_keys_by_name() {
     std::fs::remove_file(&path).unwrap();
 }
 
+/// The server's limits have `-c` keys named as their flags, which
+/// override the flags as kcptun's keys do.
+#[test]
+fn json_sets_the_server_limits() {
+    let path = scratch("limits.json");
+    std::fs::write(
+        &path,
+        r#"{"maxstreams": 300, "sessionstreams": 100, "maxdials": 8, "dialtimeout": 3}"#,
+    )
+    .unwrap();
+    let s = tunnel::parse(words(&format!(
+        "t server --maxstreams 9 --maxdials 2 -c {}",
+        path.display()
+    )))
+    .unwrap();
+    let l = s.limits;
+    assert_eq!(
+        (
+            l.max_streams,
+            l.session_streams,
+            l.max_dials,
+            l.session_dials
+        ),
+        (300, 100, 8, 4)
+    );
+    assert_eq!(l.dial_timeout, Duration::from_secs(3));
+    std::fs::remove_file(&path).unwrap();
+}
+
 #[test]
 fn startup_summary_lists_what_is_used() {
     let s = tunnel::parse(words(
