@@ -15,8 +15,9 @@
 # The kernel's count is printed per server; a run where it moved measured
 # the host, not the tunnel.
 #
-#   lab/scripts/hostile-streams.sh [N] [PACE] [HOLD]
-#     2000 500 10: 2,000 slow readers;  20000 0 10: a stream-open flood
+#   lab/scripts/hostile-streams.sh [N] [PACE] [HOLD] [SESSIONS]
+#     2000 500 10: 2,000 slow readers;  20000 0 10: a stream-open flood;
+#     10000 500 10 200: 200 sessions x 50 streams
 #
 # Needs kcptun (scripts/install-kcptun.sh) and python3. Loopback only.
 set -euo pipefail
@@ -24,6 +25,7 @@ cd "$(dirname "$0")/../.."
 N=${1:-2000}
 PACE=${2:-500}
 HOLD=${3:-10}
+SESSIONS=${4:-1}
 cargo build --release --quiet -p kcpio-tunnel -p kcpio-lab --bin kcpio-tunnel --bin attack
 BIN=${CARGO_TARGET_DIR:-target}/release
 command -v kcptun-server >/dev/null || { echo "kcptun missing: scripts/install-kcptun.sh" >&2; exit 1; }
@@ -56,7 +58,7 @@ for name in kcptun kcpio; do
     SP=$!
     sleep 1
     aborts=$(nstat -az TcpExtTCPAbortOnMemory 2>/dev/null | awk '/TcpExt/{print $2}')
-    "$BIN/attack" streams 127.0.0.1:39878 aes "$N" "$PACE" "$HOLD" nocomp >"$TMP/$name.out" 2>&1 &
+    "$BIN/attack" streams 127.0.0.1:39878 aes "$N" "$PACE" "$HOLD" nocomp "sessions=$SESSIONS" >"$TMP/$name.out" 2>&1 &
     AP=$!
     peak=0; peakfd=0
     while kill -0 "$AP" 2>/dev/null; do

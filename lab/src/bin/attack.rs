@@ -9,7 +9,7 @@
 //! attack takeover ADDR                     forged datagrams from a live session's address (null crypto)
 //! attack flood    ADDR CRYPT SECS          forged openers from fresh addresses; a real client connects meanwhile
 //! attack late     ADDR CRYPT IDLE AT,.. [LOG]  a conversation, silence, then its late datagrams
-//! attack streams  ADDR CRYPT N PACE HOLD [nocomp] [v2]  smux streams on one session (flood, slow readers)
+//! attack streams  ADDR CRYPT N PACE HOLD [nocomp] [v2] [sessions=S]  smux streams on S sessions (flood, slow readers)
 //! ```
 //!
 //! `streams` is for a tunnel server (kcpio-tunnel or kcptun, mode fast,
@@ -22,7 +22,8 @@
 //! descriptors are read beside it (`lab/scripts/tunnel-vs-kcptun.sh`), and
 //! a server pointed at a target that never accepts shows whether its dials
 //! time out and its slots come back. `nocomp` for a server run with
-//! `--nocomp`, `v2` for `--smuxver 2`.
+//! `--nocomp`, `v2` for `--smuxver 2`; `sessions=S` spreads the N streams
+//! over S attacking sessions (many sessions x streams).
 //!
 //! `late`: a client echoes once, then falls silent while the server's
 //! application ends the session (after IDLE seconds without input, as both
@@ -377,6 +378,7 @@ async fn ended(s: &mut MuxStream) -> bool {
     )
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn streams(
     addr: SocketAddr,
     crypt: &str,
@@ -385,14 +387,19 @@ async fn streams(
     hold: u64,
     nocomp: bool,
     v2: bool,
+    sessions: usize,
 ) {
-    let attacker = tunnel_session(addr, crypt, nocomp, v2).await;
+    let mut attackers = Vec::with_capacity(sessions);
+    for _ in 0..sessions.max(1) {
+        attackers.push(tunnel_session(addr, crypt, nocomp, v2).await);
+    }
     let started = Instant::now();
     let mut held = Vec::with_capacity(n);
     let mut open_errors = 0usize;
     while held.len() + open_errors < n {
         let batch = if pace == 0 { n } else { pace };
         for _ in 0..batch.min(n - held.len() - open_errors) {
+            let attacker = &attackers[(held.len() + open_errors) % attackers.len()];
             match attacker.open_stream().await {
                 Ok(s) => held.push(s),
                 Err(_) => open_errors += 1,
@@ -428,10 +435,11 @@ async fn streams(
     }
     println!(
         "{{\"attack\":\"streams\",\"crypt\":\"{crypt}\",\"n\":{n},\"pace\":{pace},\"hold_s\":{hold},\
-         \"open_errors\":{open_errors},\"ended_while_held\":{fin},\"opening_s\":{:.1},\
+         \"sessions\":{},\"open_errors\":{open_errors},\"ended_while_held\":{fin},\"opening_s\":{:.1},\
          \"attacker_mux\":\"{:?}\",\"legit_bytes\":{bytes},\"legit_end\":\"{legit_end}\",\"legit_mux\":\"{:?}\",\"legit_s\":{:.1}}}",
+        attackers.len(),
         (legit_started - started).as_secs_f64() - hold as f64,
-        attacker.stats(),
+        attackers[0].stats(),
         legit.stats(),
         legit_started.elapsed().as_secs_f64(),
     );
@@ -455,6 +463,11 @@ async fn main() {
         }
         "streams" => {
             let flag = |f: &str| args.iter().skip(6).any(|a| a == f);
+            let sessions = args
+                .iter()
+                .skip(6)
+                .find_map(|a| a.strip_prefix("sessions=")?.parse().ok())
+                .unwrap_or(1);
             streams(
                 addr,
                 arg(2),
@@ -463,6 +476,7 @@ async fn main() {
                 arg(5).parse().unwrap_or(10),
                 flag("nocomp"),
                 flag("v2"),
+                sessions,
             )
             .await;
         }
