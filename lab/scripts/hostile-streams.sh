@@ -50,7 +50,7 @@ async def main():
         await srv.serve_forever()
 asyncio.run(main())
 PY
-python3 "$TMP/target.py" 39877 &
+python3 "$TMP/target.py" 39877 2>"$TMP/target.log" &
 sleep 0.5
 for name in kcptun kcpio; do
     if [ "$name" = kcptun ]; then SERVER=(kcptun-server); else SERVER=("$BIN/kcpio-tunnel" server); fi

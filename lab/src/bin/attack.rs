@@ -17,7 +17,8 @@
 //! connection: one session opens N streams, PACE per 0.6 s (0: all at
 //! once, a stream-open flood), and never reads them (slow readers); after
 //! HOLD seconds a second session's stream downloads what the target sends
-//! for at most 20 s. It prints the streams the server ended (FIN) while
+//! for at most 20 s (from 127.0.0.2: another client, where a server
+//! shares its slots per source address). It prints the streams the server ended (FIN) while
 //! held and the second session's bytes; the server's memory and
 //! descriptors are read beside it (`lab/scripts/tunnel-vs-kcptun.sh`), and
 //! a server pointed at a target that never accepts shows whether its dials
@@ -47,7 +48,7 @@ use std::time::Duration;
 use kcpio::arq::segment::{Command, Header, Segments};
 use kcpio::crypto::PacketCrypto;
 use kcpio::mux::{Mux, MuxConfig, MuxStream, Snappy, Version};
-use kcpio::{Config, ConfigBuilder, Conn, KcpStream, Key, Method, Preset};
+use kcpio::{Config, ConfigBuilder, Conn, KcpSocket, KcpStream, Key, Method, Preset};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UdpSocket;
 use tokio::time::{Instant, timeout, timeout_at};
@@ -351,8 +352,9 @@ async fn late(addr: SocketAddr, crypt: &str, idle: u64, at: &[u64], log: Option<
     );
 }
 
-/// A kcptun client's session with the tunnel defaults (mode fast, FEC 10/3).
-async fn tunnel_session(addr: SocketAddr, crypt: &str, nocomp: bool, v2: bool) -> Mux {
+/// A kcptun client's session with the tunnel defaults (mode fast, FEC 10/3),
+/// from `from` (a server may share its slots per source address).
+async fn tunnel_session(addr: SocketAddr, from: &str, crypt: &str, nocomp: bool, v2: bool) -> Mux {
     let cfg = builder(crypt, Preset::from_name("fast").expect("the fast preset"))
         .fec(10, 3)
         .build()
@@ -361,7 +363,12 @@ async fn tunnel_session(addr: SocketAddr, crypt: &str, nocomp: bool, v2: bool) -
         .version(if v2 { Version::V2 } else { Version::V1 })
         .build()
         .expect("a valid mux configuration");
-    let kcp = KcpStream::connect(addr, &cfg).await.expect("a KCP session");
+    let from = from.parse().expect("a loopback address");
+    let kcp = KcpSocket::bind(from, &cfg)
+        .expect("a socket")
+        .connect(addr)
+        .await
+        .expect("a KCP session");
     if nocomp {
         Mux::client(kcp, &mux_cfg)
     } else {
@@ -391,7 +398,7 @@ async fn streams(
 ) {
     let mut attackers = Vec::with_capacity(sessions);
     for _ in 0..sessions.max(1) {
-        attackers.push(tunnel_session(addr, crypt, nocomp, v2).await);
+        attackers.push(tunnel_session(addr, "127.0.0.1:0", crypt, nocomp, v2).await);
     }
     let started = Instant::now();
     let mut held = Vec::with_capacity(n);
@@ -417,7 +424,8 @@ async fn streams(
             fin += 1;
         }
     }
-    let legit = tunnel_session(addr, crypt, nocomp, v2).await;
+    // Another client: its own source address.
+    let legit = tunnel_session(addr, "127.0.0.2:0", crypt, nocomp, v2).await;
     let legit_started = Instant::now();
     let mut bytes = 0u64;
     let mut legit_end = String::from("open failed");
