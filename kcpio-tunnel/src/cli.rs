@@ -206,13 +206,13 @@ pub(crate) struct Common {
     /// config from json file, which will override the command from shell
     #[arg(short = 'c', default_value = "")]
     pub(crate) c: String,
-    /// kcpio only, server: streams forwarded at once (each holds a descriptor to the target), all sessions together; keep it below the descriptor limit (ulimit -n). Streams beyond are closed at once (a FIN)
-    #[arg(long, default_value_t = 8192)]
-    pub(crate) maxstreams: usize,
-    /// kcpio only, server: the most of --maxstreams one session may hold [default: half of --maxstreams]
+    /// kcpio only, server: streams forwarded at once (each holds a descriptor to the target), all sessions together. Streams beyond are closed at once (a FIN) [default: the descriptor limit (ulimit -n) less 128, at most 8192]
+    #[arg(long)]
+    pub(crate) maxstreams: Option<usize>,
+    /// kcpio only, server: the most of --maxstreams one client (a source address, all its sessions together) may hold [default: half of --maxstreams]
     #[arg(long)]
     pub(crate) sessionstreams: Option<usize>,
-    /// kcpio only, server: dials to the target in flight at once, all sessions together; one session may have half. A target that refuses or times out makes new streams be refused for a back-off of 0.1 s doubling to 5 s
+    /// kcpio only, server: dials to the target in flight at once, all sessions together; one client (source address) may have half. A target that refuses or times out makes new streams be refused for a back-off of 0.1 s doubling to 5 s
     #[arg(long, default_value_t = 128)]
     pub(crate) maxdials: usize,
     /// kcpio only, server: seconds a stream may wait for a dial slot and its dial to the target together

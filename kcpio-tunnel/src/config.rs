@@ -62,6 +62,11 @@ struct JsonConfig {
     quiet: Option<bool>,
     tcp: Option<bool>,
     pprof: Option<bool>,
+    // kcpio's server limits, named as their flags.
+    maxstreams: Option<usize>,
+    sessionstreams: Option<usize>,
+    maxdials: Option<usize>,
+    dialtimeout: Option<u64>,
 }
 
 /// Which end of the tunnel this process is.
@@ -194,7 +199,14 @@ pub(crate) fn resolve(cli: Cli) -> Result<Settings, String> {
             keepalive => c.keepalive, closewait => closewait, ratelimit => c.ratelimit,
             log => c.log, snmplog => c.snmplog, snmpperiod => c.snmpperiod,
             quiet => quiet, tcp => tcp, pprof => pprof,
+            maxdials => c.maxdials, dialtimeout => c.dialtimeout,
         );
+        if let Some(n) = j.maxstreams {
+            c.maxstreams = Some(n);
+        }
+        if let Some(n) = j.sessionstreams {
+            c.sessionstreams = Some(n);
+        }
     }
     let mut warnings = Vec::new();
     if tcp {
@@ -300,15 +312,18 @@ pub(crate) fn resolve(cli: Cli) -> Result<Settings, String> {
         Version::V1 => Version::V2,
         Version::V2 => Version::V1,
     })?;
-    if c.maxstreams == 0 || c.maxdials == 0 || c.dialtimeout == 0 {
+    let maxstreams = c
+        .maxstreams
+        .unwrap_or_else(crate::limits::default_max_streams);
+    if maxstreams == 0 || c.maxdials == 0 || c.dialtimeout == 0 {
         return Err("--maxstreams, --maxdials and --dialtimeout must be positive".to_owned());
     }
     let limits = crate::Limits {
-        max_streams: c.maxstreams,
+        max_streams: maxstreams,
         session_streams: c
             .sessionstreams
-            .unwrap_or(c.maxstreams / 2)
-            .clamp(1, c.maxstreams),
+            .unwrap_or(maxstreams / 2)
+            .clamp(1, maxstreams),
         max_dials: c.maxdials,
         session_dials: (c.maxdials / 2).max(1),
         dial_timeout: Duration::from_secs(c.dialtimeout),

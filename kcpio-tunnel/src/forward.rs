@@ -26,6 +26,11 @@ pub(crate) const COPY_BUF: usize = 64 * 1024;
 /// that ends cleanly is half-closed on the other side (TCP shutdown, or a
 /// FIN); the other direction then runs until it ends, or for at most
 /// `closewait` when that is set. An error in either ends both.
+///
+/// A TCP connection that fails (a reset: its peer's kernel may have
+/// discarded bytes its application wrote) is counted in `tcp_errors`: the
+/// stream still ends with a FIN, because smux has no reset frame, so the
+/// far end sees an end of stream, not an error (kcptun does the same).
 pub(crate) async fn forward(
     conn: Conn,
     stream: MuxStream,
@@ -82,8 +87,8 @@ async fn halves(
     stats: &Stats,
 ) -> io::Result<(u64, u64)> {
     let (sr, sw) = stream.into_split();
-    let up = pipe_in(tr, sw, &stats.tcp_in);
-    let down = pipe(sr, tw, &stats.tcp_out);
+    let up = pipe_in(tr, sw, &stats.tcp_in, &stats.tcp_errors);
+    let down = pipe(sr, tw, &stats.tcp_out, &stats.tcp_errors);
     tokio::pin!(up, down);
     let wait = |first: io::Result<u64>| async move {
         let n = first?;
@@ -137,34 +142,46 @@ async fn read_lazy(
     .await
 }
 
-/// Copies `from` into `to` until EOF, then shuts `to` down (a FIN or a TCP
-/// half-close).
+/// `r`, with a failure counted in `errors`.
+fn counted<T>(r: io::Result<T>, errors: &AtomicU64) -> io::Result<T> {
+    if r.is_err() {
+        errors.fetch_add(1, Ordering::Relaxed);
+    }
+    r
+}
+
+/// Copies a stream (`from`) into a TCP connection (`to`) until EOF, then
+/// shuts `to` down (a TCP half-close); the connection's failures are
+/// counted in `tcp_errors`.
 async fn pipe(
     mut from: impl AsyncRead + Unpin,
     mut to: impl AsyncWrite + Unpin,
     counter: &AtomicU64,
+    tcp_errors: &AtomicU64,
 ) -> io::Result<u64> {
     let mut buf = BytesMut::new();
     let mut total = 0u64;
     loop {
         let n = read_lazy(&mut from, &mut buf, COPY_BUF).await?;
         if n == 0 {
-            to.shutdown().await?;
+            counted(to.shutdown().await, tcp_errors)?;
             return Ok(total);
         }
-        to.write_all(&buf[..n]).await?;
+        counted(to.write_all(&buf[..n]).await, tcp_errors)?;
         total += n as u64;
         counter.fetch_add(n as u64, Ordering::Relaxed);
     }
 }
 
-/// [`pipe`] into a stream: reads from `from` only what the stream can take
-/// at once, so when the peer stops reading, this stops reading `from`
-/// (which pushes back on the TCP sender) and holds no buffer.
+/// [`pipe`] the other way, from a TCP connection into a stream: reads from
+/// `from` only what the stream can take at once, so when the peer stops
+/// reading, this stops reading `from` (which pushes back on the TCP sender)
+/// and holds no buffer.
 async fn pipe_in(
     mut from: impl AsyncRead + Unpin,
     mut to: OwnedWriteHalf,
     counter: &AtomicU64,
+    tcp_errors: &AtomicU64,
 ) -> io::Result<u64> {
     let mut buf = BytesMut::new();
     let mut total = 0u64;
@@ -178,7 +195,10 @@ async fn pipe_in(
             r
         })
         .await?;
-        let n = read_lazy(&mut from, &mut buf, room.min(COPY_BUF)).await?;
+        let n = counted(
+            read_lazy(&mut from, &mut buf, room.min(COPY_BUF)).await,
+            tcp_errors,
+        )?;
         if n == 0 {
             to.shutdown().await?;
             return Ok(total);

@@ -84,7 +84,7 @@ async fn accept_loop(
             };
             let mux = Arc::new(Mux::server(io, mux_config));
             stats.watch_mux(&mux);
-            let share = Arc::new(gate.session());
+            let share = gate.client(from.ip());
             loop {
                 let stream = match mux.accept_stream().await {
                     Ok(s) => s,

@@ -27,6 +27,9 @@ pub(crate) struct Stats {
     /// TCP bytes into the tunnel, and out of it.
     pub(crate) tcp_in: AtomicU64,
     pub(crate) tcp_out: AtomicU64,
+    /// Forwarded TCP connections that failed (reset) while their stream
+    /// was open: each stream still ended with a FIN (smux has no reset).
+    pub(crate) tcp_errors: AtomicU64,
     /// Bytes through the KCP byte streams (after compression).
     pub(crate) kcp_in: AtomicU64,
     pub(crate) kcp_out: AtomicU64,
@@ -63,7 +66,7 @@ pub(crate) struct LimitStats {
 impl Stats {
     /// What an operator would call activity: sessions, streams, TCP bytes
     /// and rejected datagrams (keepalives alone do not count).
-    fn activity(&self) -> [u64; 13] {
+    fn activity(&self) -> [u64; 14] {
         let l = self.limits();
         [
             l.mux_buffered as u64,
@@ -78,6 +81,7 @@ impl Stats {
             self.streams_open.load(Ordering::Relaxed) as u64,
             self.tcp_in.load(Ordering::Relaxed),
             self.tcp_out.load(Ordering::Relaxed),
+            self.tcp_errors.load(Ordering::Relaxed),
             self.bad_crypto(),
         ]
     }
@@ -136,7 +140,7 @@ impl Stats {
         }
         format!(
             "stats: sessions {} open / {} total, streams {} open / {} total, \
-             tcp in {} B out {} B, kcp stream in {} B out {} B, \
+             tcp in {} B out {} B ({} connections reset), kcp stream in {} B out {} B, \
              udp in {dgin} pkts {bin} B out {dgout} pkts {bout} B, retransmits {rexmit}, fec recovered {fec_rec}{}{}",
             self.sessions_open.load(Ordering::Relaxed),
             self.sessions_opened.load(Ordering::Relaxed),
@@ -144,6 +148,7 @@ impl Stats {
             self.streams_opened.load(Ordering::Relaxed),
             self.tcp_in.load(Ordering::Relaxed),
             self.tcp_out.load(Ordering::Relaxed),
+            self.tcp_errors.load(Ordering::Relaxed),
             self.kcp_in.load(Ordering::Relaxed),
             self.kcp_out.load(Ordering::Relaxed),
             self.limits_line(),

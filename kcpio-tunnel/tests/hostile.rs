@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use kcpio::KcpStream;
+use kcpio::KcpSocket;
 use kcpio::mux::{Mux, MuxStream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
@@ -60,14 +60,17 @@ async fn download_server(len: usize) -> SocketAddr {
     addr
 }
 
-/// An attacker's session: the key and mode of a default client, its own
-/// KCP session and smux client, streams it opens and never reads.
+/// An attacker's session from 127.0.0.2 (the legitimate clients use
+/// 127.0.0.1, another client to the server): the key and mode of a
+/// default client, its own KCP session and smux client, streams it opens
+/// and never reads.
 async fn attacker(server: SocketAddr) -> Mux {
     let s = tunnel::parse(words(&format!(
         "t client -l 127.0.0.1:0 -r {server} --nocomp"
     )))
     .unwrap();
-    let kcp = KcpStream::connect(server, &s.kcp).await.unwrap();
+    let sock = KcpSocket::bind("127.0.0.2:0".parse().unwrap(), &s.kcp).unwrap();
+    let kcp = sock.connect(server).await.unwrap();
     Mux::client(kcp, &s.mux)
 }
 
@@ -180,6 +183,44 @@ async fn open_flood_and_slow_readers_leave_a_legitimate_download_alone() {
     .expect("timed out");
 }
 
+/// Two sessions from one source address share one client's slots: the
+/// second session adds none, and a client at another address still gets
+/// its download.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_from_one_address_share_one_clients_slots() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        const DOWNLOAD: usize = 1024 * 1024;
+        let target = download_server(DOWNLOAD).await;
+        let log = scratch("share.log");
+        let server = start(
+            &format!("t server -l 127.0.0.1:0 -t {target} --quiet --snmpperiod 1 --maxstreams 64"),
+            log.to_str().unwrap(),
+        )
+        .await;
+        let entry = start(
+            &format!("t client -l 127.0.0.1:0 -r {server} --quiet --snmpperiod 0"),
+            "",
+        )
+        .await;
+        let (a, b) = (attacker(server).await, attacker(server).await);
+        let mut held = Vec::new();
+        for _ in 0..50 {
+            held.push(a.open_stream().await.unwrap());
+            held.push(b.open_stream().await.unwrap());
+        }
+        let l = wait_stats(&log, Duration::from_secs(20), |l| l[0] >= 32 && l[1] >= 68).await;
+        assert_eq!(l[0], 32, "two sessions of one address hold {l:?}");
+        let mut c = TcpStream::connect(entry).await.unwrap();
+        let mut got = Vec::new();
+        c.read_to_end(&mut got).await.unwrap();
+        assert_eq!(got.len(), DOWNLOAD);
+        drop(held);
+        let _ = std::fs::remove_file(&log);
+    })
+    .await
+    .expect("timed out");
+}
+
 /// 2,000 streams that request a download and never read: the server's
 /// muxes hold at most the session send budget, not 2,000 stream buffers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -188,7 +229,9 @@ async fn two_thousand_slow_readers_hold_one_session_budget() {
         let target = download_server(4 * 1024 * 1024).await;
         let log = scratch("slow.log");
         let server = start(
-            &format!("t server -l 127.0.0.1:0 -t {target} --quiet --snmpperiod 1"),
+            &format!(
+                "t server -l 127.0.0.1:0 -t {target} --quiet --snmpperiod 1 --maxstreams 8192"
+            ),
             log.to_str().unwrap(),
         )
         .await;

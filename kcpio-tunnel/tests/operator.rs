@@ -199,6 +199,35 @@ fn json_refuses_unknown_keys_by_name() {
     std::fs::remove_file(&path).unwrap();
 }
 
+/// The server's limits have `-c` keys named as their flags, which
+/// override the flags as kcptun's keys do.
+#[test]
+fn json_sets_the_server_limits() {
+    let path = scratch("limits.json");
+    std::fs::write(
+        &path,
+        r#"{"maxstreams": 300, "sessionstreams": 100, "maxdials": 8, "dialtimeout": 3}"#,
+    )
+    .unwrap();
+    let s = tunnel::parse(words(&format!(
+        "t server --maxstreams 9 --maxdials 2 -c {}",
+        path.display()
+    )))
+    .unwrap();
+    let l = s.limits;
+    assert_eq!(
+        (
+            l.max_streams,
+            l.session_streams,
+            l.max_dials,
+            l.session_dials
+        ),
+        (300, 100, 8, 4)
+    );
+    assert_eq!(l.dial_timeout, Duration::from_secs(3));
+    std::fs::remove_file(&path).unwrap();
+}
+
 #[test]
 fn startup_summary_lists_what_is_used() {
     let s = tunnel::parse(words(
@@ -556,6 +585,63 @@ async fn write_then_close_target_delivers_every_byte_through_loss() {
             assert!(got == data, "iteration {i}: bytes differ");
         }
         assert!(relay.stats().to_server.lost + relay.stats().to_client.lost > 0);
+    })
+    .await
+    .expect("timed out");
+}
+
+/// The stats line's count of forwarded TCP connections that were reset.
+fn tcp_resets(text: &str) -> Option<u64> {
+    let line = text
+        .lines()
+        .rev()
+        .find(|l| l.contains("connections reset)"))?;
+    let (head, _) = line.split_once(" connections reset)")?;
+    head.rsplit_once('(')?.1.parse().ok()
+}
+
+/// A target whose kernel resets the connection (a zero linger here; a host
+/// out of TCP memory does the same to a connection closed with bytes
+/// unsent) loses what it had not sent. smux has no reset, so the client
+/// sees an end of stream; the server counts the reset in its stats line
+/// and logs it, so a short download is never silent at both ends.
+#[tokio::test]
+async fn target_reset_is_counted_not_silent() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let target = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let target_addr = target.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut c, _)) = target.accept().await {
+                let _ = c.write_all(&pattern(100_000, 9)).await;
+                // Once the dial is long done, a reset: SO_LINGER 0, close.
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                c.set_zero_linger().unwrap();
+            }
+        });
+        let log = scratch("reset.log");
+        let server = start(
+            &format!("t server -l 127.0.0.1:0 -t {target_addr} --snmpperiod 1"),
+            log.to_str().unwrap(),
+        )
+        .await;
+        let entry = start(
+            &format!("t client -l 127.0.0.1:0 -r {server} --quiet --snmpperiod 0"),
+            "",
+        )
+        .await;
+        let mut c = TcpStream::connect(entry).await.unwrap();
+        let mut got = Vec::new();
+        let end = c.read_to_end(&mut got).await;
+        assert!(got.len() <= 100_000, "{} B", got.len());
+        assert!(got == pattern(100_000, 9)[..got.len()], "bytes differ");
+        eprintln!("client read {} B, then {end:?}", got.len());
+        let text = wait_for_log(&log, "(1 connections reset)", Duration::from_secs(10)).await;
+        assert_eq!(tcp_resets(&text), Some(1), "{text}");
+        assert!(
+            text.contains("Connection reset by peer"),
+            "the stream's close line does not say why:\n{text}"
+        );
+        let _ = std::fs::remove_file(&log);
     })
     .await
     .expect("timed out");

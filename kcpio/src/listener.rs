@@ -89,7 +89,13 @@ fn accepted(taken: Taken) -> Option<io::Result<(KcpStream, SocketAddr)>> {
 ///   ([`ConfigBuilder::proof_timeout`](crate::ConfigBuilder::proof_timeout))
 ///   fails with [`SessionError::DeadLink`](crate::SessionError::DeadLink); at the
 ///   session cap, the oldest such session is evicted for a newcomer
-///   (`evicted_unproven`), so forged openers cannot lock real clients out.
+///   (`evicted_unproven`), so forged openers cannot lock real clients out,
+///   but only once 3 × `max_sessions` openers have come after it (its
+///   proof may be queued behind that many: a 4 MiB receive buffer holds
+///   about 10,000 small datagrams); until then newcomers are refused
+///   (`refused_cap`) and remembered (at most 65,536 (peer, conv), about
+///   4 MiB), and a remembered peer's retransmitted opener evicts at once,
+///   as a real client retransmits and a one-shot forged opener does not.
 ///   A flood of them holds at most `max_sessions` unproven sessions, each
 ///   as small as a session that received one datagram (a few KiB: at the
 ///   default cap of 4,096, tens of MiB in all); the queue of them is at

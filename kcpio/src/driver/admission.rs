@@ -9,7 +9,7 @@
 //! |---|---|---|
 //! | the same (peer, conv) closed less than [`TOMBSTONE_TTL`] ago | `Tombstoned` | tombstones ([`MAX_TOMBSTONES`], oldest forgotten first) |
 //! | the same datagram opened a session within [`REPLAY_HORIZON`], from any address | `Replay` | keyed 64-bit fingerprints ([`MAX_REPLAY`], oldest first) |
-//! | the session cap, unless the oldest session that never proved its return path can be evicted | `SessionCap` | the unproven queue (at most 2 × sessions + 64 ids) |
+//! | the session cap, unless the oldest session that never proved its return path can be evicted (once it has had time to prove itself, or for the retransmitted opener of a peer refused so) | `SessionCap` | the unproven queue (at most 2 × sessions + 64 ids), refused openers ([`MAX_REFUSED`], oldest first) |
 //! | the accept backlog | `Backlog` | (the backlog's own bound) |
 //! | the source IP's token bucket (burst, then per second) | `RateLimited` | buckets ([`MAX_RATE_SOURCES`], oldest first) |
 //!
@@ -42,6 +42,24 @@ pub(crate) const MAX_REPLAY: usize = 65_536;
 /// bucket again).
 pub(crate) const MAX_RATE_SOURCES: usize = 65_536;
 
+/// Openers that must reach the cap check after an unproven session was
+/// admitted before it may be evicted for a newcomer, per session of the
+/// cap (12,288 at the default cap of 4,096). Its peer's proof comes back
+/// behind whatever the socket queued meanwhile (the default 4 MiB receive
+/// buffer holds about 10,000 small datagrams), so a session evicted after
+/// fewer openers could not have proved itself, and a flood that keeps the
+/// queue full would evict every real client. Refusing the newcomer instead
+/// is cheap, so the driver also drains a flood faster; a real client whose
+/// opener is refused retransmits it.
+const EVICT_AFTER_PER_SESSION: u64 = 3;
+
+/// (peer, conv) of openers refused because the oldest unproven session
+/// could not be evicted yet, remembered (about 4 MiB when full, oldest
+/// first) so that the peer's retransmitted opener may evict it: a real
+/// client retransmits its opener, a flood of one-shot forged openers does
+/// not.
+pub(crate) const MAX_REFUSED: usize = 65_536;
+
 /// A source address's session-creation allowance (a token bucket in
 /// thousandths of a session).
 #[derive(Clone, Copy, Debug)]
@@ -62,9 +80,18 @@ pub(crate) struct Admission {
     /// Sessions a source IP may open at once, and per second after that.
     rate_burst: u32,
     rate_per_sec: u32,
-    /// Sessions that have not proved they receive, oldest first (ids of
-    /// proven or removed sessions are skipped lazily).
-    unproven: VecDeque<SessionId>,
+    /// Sessions that have not proved they receive, oldest first, each with
+    /// the count of openers seen when it was admitted (ids of proven or
+    /// removed sessions are skipped lazily).
+    unproven: VecDeque<(SessionId, u64)>,
+    /// Openers that reached the session cap's check.
+    openers: u64,
+    /// (peer, conv) of openers refused while the oldest unproven session
+    /// was too young to evict.
+    refused: BoundedMap<(SocketAddr, u32), ()>,
+    /// Openers that must follow an unproven session before it may be
+    /// evicted.
+    evict_after: u64,
     max_sessions: usize,
     backlog_cap: usize,
 }
@@ -86,6 +113,9 @@ impl Admission {
             rate_burst,
             rate_per_sec,
             unproven: VecDeque::new(),
+            openers: 0,
+            refused: BoundedMap::new(MAX_REFUSED),
+            evict_after: EVICT_AFTER_PER_SESSION.saturating_mul(max_sessions as u64),
             max_sessions,
             backlog_cap,
         }
@@ -109,7 +139,11 @@ impl Admission {
     /// 3. the session cap (`live` sessions now; a takeover, `replaces`,
     ///    frees its slot): when it is reached, the oldest session that
     ///    never proved it receives is evicted for the newcomer, so forged
-    ///    openers cannot hold the table;
+    ///    openers cannot hold the table, but only once
+    ///    `EVICT_AFTER_PER_SESSION` × the cap openers have come since its
+    ///    own (its proof could not have been read before), else the
+    ///    newcomer is refused and remembered: its retransmitted opener
+    ///    (same peer and conv) evicts the oldest unproven session at once;
     /// 4. the accept backlog (`backlog()`, asked only here);
     /// 5. the source address's creation rate (a burst, then a rate per
     ///    second), charged last so refused openers cost nothing.
@@ -145,13 +179,20 @@ impl Admission {
             return Err(Refusal::Replay);
         }
         let mut evicts = None;
+        self.openers += 1;
         if live - usize::from(replaces.is_some()) >= self.max_sessions {
-            evicts = self
+            let Some((id, seen)) = self
                 .oldest_unproven(is_unproven)
-                .filter(|&id| Some(id) != replaces);
-            if evicts.is_none() {
+                .filter(|&(id, _)| Some(id) != replaces)
+            else {
+                return Err(Refusal::SessionCap);
+            };
+            let retry = self.refused.contains_key(&(peer, conv));
+            if self.openers - seen <= self.evict_after && !retry {
+                self.refused.insert((peer, conv), ());
                 return Err(Refusal::SessionCap);
             }
+            evicts = Some(id);
         }
         if backlog() >= self.backlog_cap {
             return Err(Refusal::Backlog);
@@ -172,9 +213,9 @@ impl Admission {
         unproven_live: usize,
         is_unproven: impl Fn(SessionId) -> bool,
     ) {
-        self.unproven.push_back(id);
+        self.unproven.push_back((id, self.openers));
         if self.unproven.len() > 2 * unproven_live + 64 {
-            self.unproven.retain(|&id| is_unproven(id));
+            self.unproven.retain(|&(id, _)| is_unproven(id));
         }
     }
 
@@ -184,11 +225,15 @@ impl Admission {
         self.tombstones.insert((peer, conv), now + TOMBSTONE_TTL);
     }
 
-    /// The oldest session that has not proved it receives.
-    fn oldest_unproven(&mut self, is_unproven: impl Fn(SessionId) -> bool) -> Option<SessionId> {
-        while let Some(&id) = self.unproven.front() {
+    /// The oldest session that has not proved it receives, and the count
+    /// of openers when it was admitted.
+    fn oldest_unproven(
+        &mut self,
+        is_unproven: impl Fn(SessionId) -> bool,
+    ) -> Option<(SessionId, u64)> {
+        while let Some(&(id, seen)) = self.unproven.front() {
             if is_unproven(id) {
-                return Some(id);
+                return Some((id, seen));
             }
             self.unproven.pop_front();
         }
@@ -233,6 +278,8 @@ impl Admission {
     pub(crate) fn check(&self) {
         assert!(self.unproven.len() <= 2 * self.max_sessions + 64);
         self.tombstones.check();
+        self.refused.check();
+        assert!(self.refused.len() <= MAX_REFUSED);
         self.replay.check();
         self.sources.check();
         assert!(self.tombstones.len() <= MAX_TOMBSTONES);

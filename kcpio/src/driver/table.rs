@@ -1064,6 +1064,15 @@ mod tests {
         assert_eq!(much_later, 3);
     }
 
+    /// `n` openers of new conversations from new addresses (from `first`
+    /// on), each refused at the cap.
+    fn refused_openers(t: &mut Table<u32>, first: u32, n: u32) {
+        for k in first..first + n {
+            let r = route(t, ip(k), &push(k, 0, false), 0);
+            assert_eq!(r, Route::Drop(Refusal::SessionCap), "opener {k}");
+        }
+    }
+
     /// At the session cap, the oldest session that never proved
     /// it receives makes room for a newcomer; proven sessions are never
     /// evicted, and an unproven session leaves no tombstone.
@@ -1082,6 +1091,9 @@ mod tests {
         let Route::Deliver(third) = route(&mut t, ip(3), &push(3, 1, false), 0) else {
             panic!()
         };
+        // Not before 3 x the cap openers came after it: its proof could
+        // still be queued behind them.
+        refused_openers(&mut t, 100, 10);
         // The oldest unproven goes.
         let r = feed_as(&mut t, ip(5), &push(5, 0, false), at, false);
         assert_eq!(
@@ -1096,6 +1108,7 @@ mod tests {
         // No tombstone: its real peer, retransmitting its opener, gets in.
         t.set_proven(third);
         assert_eq!(t.unproven(), 1);
+        refused_openers(&mut t, 200, 12);
         let r = feed_as(&mut t, ip(2), &seg(81, 2, 0, 0, false, 1), at, true);
         assert!(
             matches!(
@@ -1112,6 +1125,30 @@ mod tests {
         assert_eq!(
             route(&mut t, ip(6), &push(6, 0, false), 0),
             Route::Drop(Refusal::SessionCap)
+        );
+    }
+
+    /// A peer whose opener was refused because the oldest unproven
+    /// session was too young to evict gets in with its retransmission (a
+    /// flood's one-shot openers never come again).
+    #[test]
+    fn a_refused_openers_retransmission_evicts_a_young_unproven_session() {
+        let mut t = Table::new(true, 2, 100);
+        let at = Duration::ZERO;
+        feed_as(&mut t, ip(1), &push(1, 0, false), at, false);
+        feed_as(&mut t, ip(2), &push(2, 0, false), at, false);
+        let Route::Deliver(first) = route(&mut t, ip(1), &push(1, 1, false), 0) else {
+            panic!()
+        };
+        refused_openers(&mut t, 100, 2);
+        let again = feed_as(&mut t, ip(100), &push(100, 0, false), at, false);
+        assert_eq!(
+            again,
+            Route::Accept {
+                conv: 100,
+                replaces: None,
+                evicts: Some(first),
+            }
         );
     }
 

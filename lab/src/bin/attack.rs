@@ -9,7 +9,7 @@
 //! attack takeover ADDR                     forged datagrams from a live session's address (null crypto)
 //! attack flood    ADDR CRYPT SECS          forged openers from fresh addresses; a real client connects meanwhile
 //! attack late     ADDR CRYPT IDLE AT,.. [LOG]  a conversation, silence, then its late datagrams
-//! attack streams  ADDR CRYPT N PACE HOLD [nocomp] [v2]  smux streams on one session (flood, slow readers)
+//! attack streams  ADDR CRYPT N PACE HOLD [nocomp] [v2] [sessions=S]  smux streams on S sessions (flood, slow readers)
 //! ```
 //!
 //! `streams` is for a tunnel server (kcpio-tunnel or kcptun, mode fast,
@@ -17,12 +17,14 @@
 //! connection: one session opens N streams, PACE per 0.6 s (0: all at
 //! once, a stream-open flood), and never reads them (slow readers); after
 //! HOLD seconds a second session's stream downloads what the target sends
-//! for at most 20 s. It prints the streams the server ended (FIN) while
+//! for at most 20 s (from 127.0.0.2: another client, where a server
+//! shares its slots per source address). It prints the streams the server ended (FIN) while
 //! held and the second session's bytes; the server's memory and
 //! descriptors are read beside it (`lab/scripts/tunnel-vs-kcptun.sh`), and
 //! a server pointed at a target that never accepts shows whether its dials
 //! time out and its slots come back. `nocomp` for a server run with
-//! `--nocomp`, `v2` for `--smuxver 2`.
+//! `--nocomp`, `v2` for `--smuxver 2`; `sessions=S` spreads the N streams
+//! over S attacking sessions (many sessions x streams).
 //!
 //! `late`: a client echoes once, then falls silent while the server's
 //! application ends the session (after IDLE seconds without input, as both
@@ -46,7 +48,7 @@ use std::time::Duration;
 use kcpio::arq::segment::{Command, Header, Segments};
 use kcpio::crypto::PacketCrypto;
 use kcpio::mux::{Mux, MuxConfig, MuxStream, Snappy, Version};
-use kcpio::{Config, ConfigBuilder, Conn, KcpStream, Key, Method, Preset};
+use kcpio::{Config, ConfigBuilder, Conn, KcpSocket, KcpStream, Key, Method, Preset};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UdpSocket;
 use tokio::time::{Instant, timeout, timeout_at};
@@ -350,8 +352,9 @@ async fn late(addr: SocketAddr, crypt: &str, idle: u64, at: &[u64], log: Option<
     );
 }
 
-/// A kcptun client's session with the tunnel defaults (mode fast, FEC 10/3).
-async fn tunnel_session(addr: SocketAddr, crypt: &str, nocomp: bool, v2: bool) -> Mux {
+/// A kcptun client's session with the tunnel defaults (mode fast, FEC 10/3),
+/// from `from` (a server may share its slots per source address).
+async fn tunnel_session(addr: SocketAddr, from: &str, crypt: &str, nocomp: bool, v2: bool) -> Mux {
     let cfg = builder(crypt, Preset::from_name("fast").expect("the fast preset"))
         .fec(10, 3)
         .build()
@@ -360,7 +363,12 @@ async fn tunnel_session(addr: SocketAddr, crypt: &str, nocomp: bool, v2: bool) -
         .version(if v2 { Version::V2 } else { Version::V1 })
         .build()
         .expect("a valid mux configuration");
-    let kcp = KcpStream::connect(addr, &cfg).await.expect("a KCP session");
+    let from = from.parse().expect("a loopback address");
+    let kcp = KcpSocket::bind(from, &cfg)
+        .expect("a socket")
+        .connect(addr)
+        .await
+        .expect("a KCP session");
     if nocomp {
         Mux::client(kcp, &mux_cfg)
     } else {
@@ -377,6 +385,7 @@ async fn ended(s: &mut MuxStream) -> bool {
     )
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn streams(
     addr: SocketAddr,
     crypt: &str,
@@ -385,14 +394,19 @@ async fn streams(
     hold: u64,
     nocomp: bool,
     v2: bool,
+    sessions: usize,
 ) {
-    let attacker = tunnel_session(addr, crypt, nocomp, v2).await;
+    let mut attackers = Vec::with_capacity(sessions);
+    for _ in 0..sessions.max(1) {
+        attackers.push(tunnel_session(addr, "127.0.0.1:0", crypt, nocomp, v2).await);
+    }
     let started = Instant::now();
     let mut held = Vec::with_capacity(n);
     let mut open_errors = 0usize;
     while held.len() + open_errors < n {
         let batch = if pace == 0 { n } else { pace };
         for _ in 0..batch.min(n - held.len() - open_errors) {
+            let attacker = &attackers[(held.len() + open_errors) % attackers.len()];
             match attacker.open_stream().await {
                 Ok(s) => held.push(s),
                 Err(_) => open_errors += 1,
@@ -410,7 +424,8 @@ async fn streams(
             fin += 1;
         }
     }
-    let legit = tunnel_session(addr, crypt, nocomp, v2).await;
+    // Another client: its own source address.
+    let legit = tunnel_session(addr, "127.0.0.2:0", crypt, nocomp, v2).await;
     let legit_started = Instant::now();
     let mut bytes = 0u64;
     let mut legit_end = String::from("open failed");
@@ -428,10 +443,11 @@ async fn streams(
     }
     println!(
         "{{\"attack\":\"streams\",\"crypt\":\"{crypt}\",\"n\":{n},\"pace\":{pace},\"hold_s\":{hold},\
-         \"open_errors\":{open_errors},\"ended_while_held\":{fin},\"opening_s\":{:.1},\
+         \"sessions\":{},\"open_errors\":{open_errors},\"ended_while_held\":{fin},\"opening_s\":{:.1},\
          \"attacker_mux\":\"{:?}\",\"legit_bytes\":{bytes},\"legit_end\":\"{legit_end}\",\"legit_mux\":\"{:?}\",\"legit_s\":{:.1}}}",
+        attackers.len(),
         (legit_started - started).as_secs_f64() - hold as f64,
-        attacker.stats(),
+        attackers[0].stats(),
         legit.stats(),
         legit_started.elapsed().as_secs_f64(),
     );
@@ -455,6 +471,11 @@ async fn main() {
         }
         "streams" => {
             let flag = |f: &str| args.iter().skip(6).any(|a| a == f);
+            let sessions = args
+                .iter()
+                .skip(6)
+                .find_map(|a| a.strip_prefix("sessions=")?.parse().ok())
+                .unwrap_or(1);
             streams(
                 addr,
                 arg(2),
@@ -463,6 +484,7 @@ async fn main() {
                 arg(5).parse().unwrap_or(10),
                 flag("nocomp"),
                 flag("v2"),
+                sessions,
             )
             .await;
         }
