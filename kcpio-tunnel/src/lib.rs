@@ -207,42 +207,32 @@ impl Bound {
         ));
         log.line(format!("listening on: {listening}"));
         log.line(settings.summary.as_str());
+        // Started once the server's listeners are watched.
+        let report = |stats: &Arc<Stats>| {
+            tokio::spawn(report_stats(
+                Arc::clone(stats),
+                log.clone(),
+                settings.stats_period,
+            ))
+        };
         match self {
             Self::Client(tcp, settings) => {
-                tokio::spawn(report_stats(
-                    Arc::clone(&stats),
-                    log.clone(),
-                    settings.stats_period,
-                ));
+                report(&stats);
                 client::run_client(tcp, settings, stats, log).await
             }
-            Self::Server(listeners, settings) => {
-                let listeners = Arc::new(listeners);
-                stats.watch_listeners(Arc::clone(&listeners));
-                tokio::spawn(report_stats(
-                    Arc::clone(&stats),
-                    log.clone(),
-                    settings.stats_period,
-                ));
-                server::run_server(listeners, settings, stats, log).await
-            }
             Self::UdpClient(sock, settings, _) => {
-                tokio::spawn(report_stats(
-                    Arc::clone(&stats),
-                    log.clone(),
-                    settings.stats_period,
-                ));
+                report(&stats);
                 udp::client::run_udp_client(sock, settings, stats, log).await
             }
-            Self::UdpServer(listeners, settings, _) => {
+            Self::Server(listeners, s) | Self::UdpServer(listeners, s, _) => {
                 let listeners = Arc::new(listeners);
                 stats.watch_listeners(Arc::clone(&listeners));
-                tokio::spawn(report_stats(
-                    Arc::clone(&stats),
-                    log.clone(),
-                    settings.stats_period,
-                ));
-                udp::server::run_udp_server(listeners, settings, stats, log).await
+                report(&stats);
+                if s.udp.enabled {
+                    udp::server::run_udp_server(listeners, s, stats, log).await
+                } else {
+                    server::run_server(listeners, s, stats, log).await
+                }
             }
         }
     }
