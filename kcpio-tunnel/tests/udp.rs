@@ -381,6 +381,21 @@ async fn flows_carry_on_over_a_new_session_after_the_path_was_cut() {
                 false
             }
         };
+        // Enough datagrams each way that a receiver which kept the old
+        // session's numbering would refuse the new one's as too old.
+        for i in 0..1100 {
+            app.send(b"numbering").await.unwrap();
+            if i % 20 == 19 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+        assert!(
+            until(Duration::from_secs(20), || get(&c_udp.local_out) >= 1030).await,
+            "{c_udp:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let mut b = [0u8; 64];
+        while app.try_recv(&mut b).is_ok() {}
         assert!(echo(b"before").await);
         // Cut the path until the session times out (kcpio's idle timeout,
         // 30 s), then mend it: the client opens a new session by itself.
@@ -403,6 +418,11 @@ async fn flows_carry_on_over_a_new_session_after_the_path_was_cut() {
             get(&s_udp.flows_opened),
             2,
             "a new socket toward the target"
+        );
+        assert_eq!(
+            c_udp.dropped(UdpDropReason::Duplicate) + c_udp.dropped(UdpDropReason::TooOld),
+            0,
+            "the new session's numbering is accepted: {c_udp:?}"
         );
     })
     .await

@@ -95,6 +95,15 @@ impl Flows {
         self.by_id.get_mut(&id).map(|f| (id, f))
     }
 
+    /// Forgets what each flow received: for a new session, whose server
+    /// end numbers every flow from 0 again. Their gaps so far count as lost.
+    fn restart(&mut self, stats: &UdpStats) {
+        for f in self.by_id.values_mut() {
+            stats.lost.fetch_add(f.window.missing(), Ordering::Relaxed);
+            f.window = Window::default();
+        }
+    }
+
     /// Ages every flow by one tick and closes those idle for `idle` ticks.
     fn expire(&mut self, idle: u64, stats: &UdpStats, log: &Log) {
         let by_addr = &mut self.by_addr;
@@ -143,6 +152,8 @@ pub(crate) async fn run_udp_client(
         let kcp = connect(&local, &remote, &settings, &udp, &log, &mut up).await;
         let max = kcp.max_datagram_payload();
         report_mtu(&log, max);
+        // The server numbers each flow afresh on a new session.
+        flows.restart(&udp);
         stats.watch_session(&kcp);
         loop {
             tokio::select! {

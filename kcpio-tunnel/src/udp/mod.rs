@@ -240,7 +240,8 @@ pub struct UdpStats {
     pub tunnel_in: AtomicU64,
     /// Datagrams written to the local side.
     pub local_out: AtomicU64,
-    /// Sequence numbers missing at flows that ended (their "lost").
+    /// Sequence numbers missing at flows that ended, or (client) whose
+    /// session was replaced: their "lost".
     pub lost: AtomicU64,
     dropped: [AtomicU64; DropReason::ALL.len()],
 }
