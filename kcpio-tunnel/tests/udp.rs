@@ -24,13 +24,22 @@ fn words(s: &str) -> Vec<String> {
     s.split_whitespace().map(str::to_owned).collect()
 }
 
-/// Starts a tunnel end in-process; its address and UDP counters.
+/// Starts a tunnel end in-process; its address and UDP counters. A client
+/// is returned once its session is up (datagrams before are dropped as
+/// `no session`).
 async fn start(cmd: &str) -> (SocketAddr, Arc<UdpStats>) {
     let settings = tunnel::parse(words(cmd)).unwrap();
+    let client = settings.role == tunnel::Role::Client;
     let bound = tunnel::Bound::bind(settings).await.unwrap();
     let addr = bound.local_addr().unwrap();
     let udp = bound.udp_stats().expect("a --udp tunnel");
     tokio::spawn(bound.run(tunnel::Log::open("", true).unwrap()));
+    if client {
+        assert!(
+            until(Duration::from_secs(20), || get(&udp.sessions_opened) > 0).await,
+            "the client's session did not come up"
+        );
+    }
     (addr, udp)
 }
 
@@ -419,6 +428,7 @@ async fn flows_carry_on_over_a_new_session_after_the_path_was_cut() {
             2,
             "a new socket toward the target"
         );
+        assert_eq!(get(&c_udp.sessions_opened), 2, "one replacement session");
         assert_eq!(
             c_udp.dropped(UdpDropReason::Duplicate) + c_udp.dropped(UdpDropReason::TooOld),
             0,

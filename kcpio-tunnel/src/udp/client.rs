@@ -154,6 +154,7 @@ pub(crate) async fn run_udp_client(
         report_mtu(&log, max);
         // The server numbers each flow afresh on a new session.
         flows.restart(&udp);
+        udp.sessions_opened.fetch_add(1, Ordering::Relaxed);
         stats.watch_session(&kcp);
         loop {
             tokio::select! {

@@ -225,6 +225,9 @@ impl DropReason {
 /// what entered this end, `_out` what it passed on.
 #[derive(Debug, Default)]
 pub struct UdpStats {
+    /// Sessions that carried flows (client: connects, the first and each
+    /// replacement; server: sessions accepted).
+    pub sessions_opened: AtomicU64,
     /// Flows opened since start, open now, and expired for idleness.
     pub flows_opened: AtomicU64,
     /// Flows open now.
@@ -278,8 +281,9 @@ impl UdpStats {
     /// The `udp:` part of the stats line.
     pub(crate) fn line(&self) -> String {
         let mut s = format!(
-            "udp flows {} open / {} total / {} expired, datagrams local in {} tunnel out {}, \
+            "udp sessions {}, flows {} open / {} total / {} expired, datagrams local in {} tunnel out {}, \
              tunnel in {} local out {}, lost (ended flows) {}, dropped {}",
+            self.sessions_opened.load(Ordering::Relaxed),
             self.flows_open.load(Ordering::Relaxed),
             self.flows_opened.load(Ordering::Relaxed),
             self.flows_expired.load(Ordering::Relaxed),

@@ -123,6 +123,7 @@ async fn serve_session(kcp: KcpStream, from: SocketAddr, shared: Arc<Shared>) {
     log.line(format!("{from}: udp session opened, flows go to {target}"));
     report_mtu(log, kcp.max_datagram_payload());
     shared.stats.watch_session(&kcp);
+    udp.sessions_opened.fetch_add(1, Ordering::Relaxed);
     let mut flows: HashMap<u32, Flow> = HashMap::new();
     let mut buf = vec![0u8; HEADER_LEN + MAX_UDP];
     let idle_ticks = shared.settings.udp.idle.as_secs().max(1);
