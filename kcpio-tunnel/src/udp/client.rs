@@ -167,8 +167,7 @@ pub(crate) async fn run_udp_client(
                     };
                     flow.active = true;
                     if HEADER_LEN + n > max {
-                        flow.counters.dropped.fetch_add(1, Ordering::Relaxed);
-                        udp.count_drop(DropReason::TooLarge);
+                        flow.counters.drop_one(&udp, DropReason::TooLarge);
                         continue;
                     }
                     put_header(&mut up, id, flow.seq);
@@ -179,12 +178,10 @@ pub(crate) async fn run_udp_client(
                             udp.tunnel_out.fetch_add(1, Ordering::Relaxed);
                         }
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                            flow.counters.dropped.fetch_add(1, Ordering::Relaxed);
-                            udp.count_drop(DropReason::QueueFull);
+                            flow.counters.drop_one(&udp, DropReason::QueueFull);
                         }
                         Err(e) => {
-                            flow.counters.dropped.fetch_add(1, Ordering::Relaxed);
-                            udp.count_drop(DropReason::NoSession);
+                            flow.counters.drop_one(&udp, DropReason::NoSession);
                             log.line(format!("udp session lost: {e}; reconnecting"));
                             break;
                         }
@@ -224,12 +221,10 @@ async fn deliver(local: &UdpSocket, d: &[u8], flows: &mut Flows, udp: &UdpStats)
     match flow.window.accept(seq) {
         Seen::New => {}
         Seen::Duplicate => {
-            flow.counters.dropped.fetch_add(1, Ordering::Relaxed);
-            return udp.count_drop(DropReason::Duplicate);
+            return flow.counters.drop_one(udp, DropReason::Duplicate);
         }
         Seen::TooOld => {
-            flow.counters.dropped.fetch_add(1, Ordering::Relaxed);
-            return udp.count_drop(DropReason::TooOld);
+            return flow.counters.drop_one(udp, DropReason::TooOld);
         }
     }
     // A datagram socket's send does not wait for room: it is sent or
@@ -240,8 +235,7 @@ async fn deliver(local: &UdpSocket, d: &[u8], flows: &mut Flows, udp: &UdpStats)
             udp.local_out.fetch_add(1, Ordering::Relaxed);
         }
         Err(_) => {
-            flow.counters.dropped.fetch_add(1, Ordering::Relaxed);
-            udp.count_drop(DropReason::SendFailed);
+            flow.counters.drop_one(udp, DropReason::SendFailed);
         }
     }
 }

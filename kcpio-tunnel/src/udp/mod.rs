@@ -315,18 +315,39 @@ impl UdpStats {
 pub(crate) struct FlowCounters {
     pub(crate) up: AtomicU64,
     pub(crate) down: AtomicU64,
-    pub(crate) dropped: AtomicU64,
+    dropped: [AtomicU64; DropReason::ALL.len()],
 }
 
 impl FlowCounters {
-    /// `up N, down M, dropped D, lost L` for a flow's closing line.
+    /// Counts a datagram of this flow dropped for `why`, here and in the
+    /// end's totals.
+    pub(crate) fn drop_one(&self, udp: &UdpStats, why: DropReason) {
+        self.dropped[why as usize].fetch_add(1, Ordering::Relaxed);
+        udp.count_drop(why);
+    }
+
+    /// `N up, M down, D dropped (reasons), L lost` for a flow's closing line.
     pub(crate) fn summary(&self, lost: u64) -> String {
-        format!(
-            "{} up, {} down, {} dropped, {lost} lost",
+        let mut s = format!(
+            "{} up, {} down, ",
             self.up.load(Ordering::Relaxed),
             self.down.load(Ordering::Relaxed),
-            self.dropped.load(Ordering::Relaxed),
-        )
+        );
+        let total: u64 = self.dropped.iter().map(|d| d.load(Ordering::Relaxed)).sum();
+        let _ = write!(s, "{total} dropped");
+        let mut sep = " (";
+        for d in DropReason::ALL {
+            let n = self.dropped[d as usize].load(Ordering::Relaxed);
+            if n > 0 {
+                let _ = write!(s, "{sep}{} {n}", d.name());
+                sep = ", ";
+            }
+        }
+        if sep == ", " {
+            s.push(')');
+        }
+        let _ = write!(s, ", {lost} lost");
+        s
     }
 }
 
@@ -383,6 +404,25 @@ mod tests {
             assert_eq!(w.accept(2 + WINDOW + 6 + s), Seen::New);
         }
         assert_eq!(w.missing(), before);
+    }
+
+    #[test]
+    fn a_flows_drops_are_counted_by_reason_in_its_line_and_the_totals() {
+        let (flow, udp) = (FlowCounters::default(), UdpStats::default());
+        flow.up.fetch_add(5, Ordering::Relaxed);
+        flow.drop_one(&udp, DropReason::Duplicate);
+        flow.drop_one(&udp, DropReason::Duplicate);
+        flow.drop_one(&udp, DropReason::QueueFull);
+        assert_eq!(
+            flow.summary(3),
+            "5 up, 0 down, 3 dropped (send queue full 1, duplicate 2), 3 lost"
+        );
+        assert_eq!(udp.dropped(DropReason::Duplicate), 2);
+        assert_eq!(udp.dropped_total(), 3);
+        assert!(
+            udp.line()
+                .ends_with("dropped 3 (send queue full 1, duplicate 2)")
+        );
     }
 
     #[test]

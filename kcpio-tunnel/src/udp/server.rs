@@ -167,8 +167,7 @@ async fn serve_session(kcp: KcpStream, from: SocketAddr, shared: Arc<Shared>) {
                     Seen::Duplicate => DropReason::Duplicate,
                     Seen::TooOld => DropReason::TooOld,
                 };
-                flow.counters.dropped.fetch_add(1, Ordering::Relaxed);
-                udp.count_drop(why);
+                flow.counters.drop_one(udp, why);
             }
             _ = tick.tick() => {
                 flows.retain(|id, f| {
@@ -290,8 +289,7 @@ async fn read_target(
         udp.local_in.fetch_add(1, Ordering::Relaxed);
         active.store(true, Ordering::Relaxed);
         if HEADER_LEN + n > kcp.max_datagram_payload() {
-            counters.dropped.fetch_add(1, Ordering::Relaxed);
-            udp.count_drop(DropReason::TooLarge);
+            counters.drop_one(&udp, DropReason::TooLarge);
             continue;
         }
         put_header(&mut buf, id, seq);
@@ -302,12 +300,10 @@ async fn read_target(
                 udp.tunnel_out.fetch_add(1, Ordering::Relaxed);
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                counters.dropped.fetch_add(1, Ordering::Relaxed);
-                udp.count_drop(DropReason::QueueFull);
+                counters.drop_one(&udp, DropReason::QueueFull);
             }
             Err(_) => {
-                counters.dropped.fetch_add(1, Ordering::Relaxed);
-                udp.count_drop(DropReason::NoSession);
+                counters.drop_one(&udp, DropReason::NoSession);
                 return;
             }
         }
