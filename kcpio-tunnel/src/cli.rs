@@ -73,9 +73,9 @@ pub(crate) enum CongestionArg {
 /// Which end of the tunnel.
 #[derive(Subcommand, Debug)]
 pub(crate) enum Cmd {
-    /// Accept TCP, carry each connection as a stream to the server.
+    /// Accept TCP (UDP with --udp), carry each connection (flow) to the server.
     Client(ClientArgs),
-    /// Accept KCP sessions, dial the target for each stream.
+    /// Accept KCP sessions, dial the target for each stream (flow with --udp).
     Server(ServerArgs),
     /// Print the manual page (roff) to stdout.
     #[command(hide = true)]
@@ -85,7 +85,7 @@ pub(crate) enum Cmd {
 /// `kcpio-tunnel client` flags (kcptun-client's).
 #[derive(Args, Debug)]
 pub(crate) struct ClientArgs {
-    /// local listen address
+    /// local listen address (UDP with --udp)
     #[arg(short = 'l', long, default_value = ":12948")]
     pub(crate) localaddr: String,
     /// kcp server address: host:port, or host:min-max for a random port of the range per session (resolved on each connect)
@@ -110,7 +110,7 @@ pub(crate) struct ServerArgs {
     /// kcp server listen address: host:port, or host:min-max to listen on every port of the range
     #[arg(short = 'l', long, default_value = ":29900")]
     pub(crate) listen: String,
-    /// target server address (host:port, or a unix socket path)
+    /// target server address (host:port, or a unix socket path; a UDP host:port with --udp)
     #[arg(short = 't', long, default_value = "127.0.0.1:12948")]
     pub(crate) target: String,
     /// start profiling server on :6060 (not supported, ignored)
@@ -221,6 +221,15 @@ pub(crate) struct Common {
     /// kcpio only: congestion controller (model is an alias of bbr) [default: bbr; with --mode manual, --nc decides]
     #[arg(long, value_enum)]
     pub(crate) congestion: Option<CongestionArg>,
+    /// kcpio only: carry UDP instead of TCP. The client listens on UDP -l and gives each source address a flow; the server sends each flow to UDP -t from a socket of its own. All flows of a client cross one session as datagrams (needs FEC: --datashard above 0)
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub(crate) udp: Option<bool>,
+    /// kcpio only, --udp: the most flows at once (client: source addresses; server: per session, and --maxstreams over all sessions, each flow holding a descriptor). Datagrams of a new flow beyond it are dropped and counted
+    #[arg(long, default_value_t = 1024)]
+    pub(crate) udpflows: usize,
+    /// kcpio only, --udp: seconds without a datagram either way after which a flow expires (its server socket closes); the next datagram from that source opens a new flow
+    #[arg(long, default_value_t = 180)]
+    pub(crate) udpidle: u64,
     /// kcpio only: windows grow from --sndwnd/--rcvwnd up to this many segments as the path needs, at most about 2 x maxwnd x mtu bytes each way per session; 0 keeps them fixed, as kcptun [default: 16384 with the model controller, else 0]
     #[arg(long)]
     pub(crate) maxwnd: Option<u16>,

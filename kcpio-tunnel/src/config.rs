@@ -67,6 +67,9 @@ struct JsonConfig {
     sessionstreams: Option<usize>,
     maxdials: Option<usize>,
     dialtimeout: Option<u64>,
+    udp: Option<bool>,
+    udpflows: Option<usize>,
+    udpidle: Option<u64>,
 }
 
 /// Which end of the tunnel this process is.
@@ -115,10 +118,24 @@ pub struct Settings {
     /// Server: the bounds on streams, dials and the dial timeout
     /// (`--maxstreams`, `--sessionstreams`, `--maxdials`, `--dialtimeout`).
     pub limits: crate::Limits,
+    /// The UDP mode (`--udp`, `--udpflows`, `--udpidle`).
+    pub udp: UdpSettings,
     /// What the startup line says.
     pub summary: String,
     /// Warnings about accepted but ignored flags.
     pub warnings: Vec<String>,
+}
+
+/// The UDP mode's settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UdpSettings {
+    /// Whether the tunnel carries UDP flows instead of TCP (`--udp`).
+    pub enabled: bool,
+    /// The most flows at once (`--udpflows`): the client's source
+    /// addresses, the server's flows per session.
+    pub flows: usize,
+    /// How long a flow may go without a datagram (`--udpidle`).
+    pub idle: Duration,
 }
 
 macro_rules! over {
@@ -172,6 +189,7 @@ pub(crate) fn resolve(cli: Cli) -> Result<Settings, String> {
     let mut acknodelay = c.acknodelay.unwrap_or(false);
     let mut quiet = c.quiet.unwrap_or(false);
     let mut tcp = c.tcp.unwrap_or(false);
+    let mut udp = c.udp.unwrap_or(false);
     if !c.c.is_empty() {
         let text = std::fs::read_to_string(&c.c).map_err(|e| format!("-c {}: {e}", c.c))?;
         let mut j: JsonConfig =
@@ -200,6 +218,7 @@ pub(crate) fn resolve(cli: Cli) -> Result<Settings, String> {
             log => c.log, snmplog => c.snmplog, snmpperiod => c.snmpperiod,
             quiet => quiet, tcp => tcp, pprof => pprof,
             maxdials => c.maxdials, dialtimeout => c.dialtimeout,
+            udp => udp, udpflows => c.udpflows, udpidle => c.udpidle,
         );
         if let Some(n) = j.maxstreams {
             c.maxstreams = Some(n);
@@ -235,14 +254,35 @@ pub(crate) fn resolve(cli: Cli) -> Result<Settings, String> {
         Role::Client => {
             let l = HostPorts::parse(&listen).map_err(|e| format!("--localaddr {listen}: {e}"))?;
             if l.min != l.max {
-                return Err(format!(
-                    "--localaddr {listen}: a TCP listener takes one port"
-                ));
+                return Err(format!("--localaddr {listen}: a listener takes one port"));
             }
             HostPorts::parse(&peer).map_err(|e| format!("--remoteaddr {peer}: {e}"))?;
         }
         Role::Server => {
             HostPorts::parse(&listen).map_err(|e| format!("--listen {listen}: {e}"))?;
+        }
+    }
+    if udp {
+        if c.udpflows == 0 || c.udpidle == 0 {
+            return Err("--udpflows and --udpidle must be positive".to_owned());
+        }
+        if c.datashard == 0 {
+            return Err(
+                "--udp: kcpio carries datagrams only with FEC on: --datashard must be above 0"
+                    .to_owned(),
+            );
+        }
+        if role == Role::Server {
+            let t = HostPorts::parse(&peer).map_err(|e| format!("--target {peer}: {e}"))?;
+            if t.min != t.max {
+                return Err(format!("--target {peer}: --udp sends to one port"));
+            }
+        }
+        if role == Role::Client && (conn != 1 || autoexpire != 0) {
+            warnings.push(
+                "--conn and --autoexpire are not used with --udp: one session carries every flow"
+                    .to_owned(),
+            );
         }
     }
     if conn == 0 {
@@ -338,13 +378,21 @@ pub(crate) fn resolve(cli: Cli) -> Result<Settings, String> {
         Some(Congestion::Kcp) => "kcp",
         _ => "mode's nc",
     };
+    let udp_summary = if udp {
+        format!(
+            ", udp: true, udpflows: {}, udpidle: {}",
+            c.udpflows, c.udpidle
+        )
+    } else {
+        String::new()
+    };
     let summary = format!(
         "{local_name}: {}, {peer_name}: {peer}, encryption: {} ({}), mode: {}, \
          nodelay: {nodelay}, interval: {interval}, resend: {resend}, nc: {nc}, \
          mtu: {}, sndwnd: {sndwnd}, rcvwnd: {rcvwnd}, datashard: {}, parityshard: {}, \
          keepalive: {}, sockbuf: {}, dscp: {}, acknodelay: {acknodelay}, compression: {}, \
          smuxver: {}, smuxbuf: {}, streambuf: {}, framesize: {}, conn: {conn}, \
-         congestion: {congestion_name}, maxwnd: {maxwnd}",
+         congestion: {congestion_name}, maxwnd: {maxwnd}{udp_summary}",
         go_addr(&listen),
         c.crypt,
         method.name(),
@@ -378,6 +426,11 @@ pub(crate) fn resolve(cli: Cli) -> Result<Settings, String> {
         mux,
         mux_other,
         limits,
+        udp: UdpSettings {
+            enabled: udp,
+            flows: c.udpflows,
+            idle: Duration::from_secs(c.udpidle),
+        },
         summary,
         warnings,
     })

@@ -18,6 +18,11 @@
 //! [`Bound::run`] them logging to a [`Log`]; [`run`] does all of it for
 //! `main`; [`man_page`] renders the manual from the same clap definition.
 //!
+//! With `--udp` (kcpio only) the tunnel carries UDP flows instead of TCP:
+//! every flow of a client crosses one session as datagrams behind an 8-byte
+//! flow header (module `udp` documents the header and the bounds;
+//! [`Bound::udp_stats`] reads its counters).
+//!
 //! Modules, one per concern: `cli` (clap definitions), `config` (flags, the
 //! `-c` file and the mode resolved into [`Settings`]), `client`, `server`,
 //! `detect` (the peer's smux version and snappy framing), `forward`
@@ -62,7 +67,7 @@ use std::sync::Arc;
 
 use clap::{CommandFactory as _, Parser as _};
 use kcpio::KcpListener;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, UdpSocket};
 
 mod cli;
 mod client;
@@ -74,12 +79,17 @@ mod log;
 mod pool;
 mod server;
 mod stats;
+mod udp;
 
 use config::HostPorts;
-pub use config::{Role, Settings, parse};
+pub use config::{Role, Settings, UdpSettings, parse};
 pub use limits::Limits;
 pub use log::Log;
 use stats::{Stats, report_stats};
+pub use udp::{
+    DropReason as UdpDropReason, HEADER_LEN as UDP_HEADER_LEN, UdpStats, WINDOW as UDP_WINDOW,
+    WIREGUARD_OVERHEAD, wireguard_mtu,
+};
 
 /// A bound tunnel end, ready to [`run`](Bound::run).
 pub enum Bound {
@@ -87,6 +97,10 @@ pub enum Bound {
     Client(TcpListener, Settings),
     /// The server's KCP listeners: one per port of `-l`'s range.
     Server(Vec<KcpListener>, Settings),
+    /// `--udp`: the client's UDP socket, and the counters of its flows.
+    UdpClient(UdpSocket, Settings, Arc<UdpStats>),
+    /// `--udp`: the server's KCP listeners, and the counters of its flows.
+    UdpServer(Vec<KcpListener>, Settings, Arc<UdpStats>),
 }
 
 impl Bound {
@@ -98,6 +112,12 @@ impl Bound {
     /// The address is malformed or cannot be bound.
     pub async fn bind(settings: Settings) -> io::Result<Self> {
         match settings.role {
+            Role::Client if settings.udp.enabled => {
+                let udp = UdpSocket::bind(&settings.listen)
+                    .await
+                    .map_err(|e| flag_error("--localaddr", &settings.listen, e))?;
+                Ok(Self::UdpClient(udp, settings, Arc::default()))
+            }
             Role::Client => {
                 let tcp = TcpListener::bind(&settings.listen)
                     .await
@@ -118,6 +138,9 @@ impl Bound {
                         .map_err(|e| flag_error("--listen", &addr, e))?;
                     listeners.push(l);
                 }
+                if settings.udp.enabled {
+                    return Ok(Self::UdpServer(listeners, settings, Arc::default()));
+                }
                 Ok(Self::Server(listeners, settings))
             }
         }
@@ -132,10 +155,21 @@ impl Bound {
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         match self {
             Self::Client(l, _) => l.local_addr(),
-            Self::Server(ls, _) => ls
+            Self::UdpClient(s, ..) => s.local_addr(),
+            Self::Server(ls, _) | Self::UdpServer(ls, ..) => ls
                 .first()
                 .ok_or_else(|| io::Error::other("no listener"))?
                 .local_addr(),
+        }
+    }
+
+    /// The UDP mode's counters (flows, datagrams, drops by reason); `None`
+    /// for a TCP tunnel.
+    #[must_use]
+    pub fn udp_stats(&self) -> Option<Arc<UdpStats>> {
+        match self {
+            Self::UdpClient(.., u) | Self::UdpServer(.., u) => Some(Arc::clone(u)),
+            Self::Client(..) | Self::Server(..) => None,
         }
     }
 
@@ -147,11 +181,18 @@ impl Bound {
     pub async fn run(self, log: Log) -> io::Result<()> {
         let stats = Arc::new(Stats::default());
         let settings = match &self {
-            Self::Client(_, s) | Self::Server(_, s) => s.clone(),
+            Self::Client(_, s)
+            | Self::Server(_, s)
+            | Self::UdpClient(_, s, _)
+            | Self::UdpServer(_, s, _) => s.clone(),
         };
+        if let Some(u) = self.udp_stats() {
+            stats.set_udp(u);
+        }
         let listening = match &self {
             Self::Client(l, _) => l.local_addr()?.to_string(),
-            Self::Server(ls, _) => ls
+            Self::UdpClient(s, ..) => format!("{} (udp)", s.local_addr()?),
+            Self::Server(ls, _) | Self::UdpServer(ls, ..) => ls
                 .iter()
                 .map(|l| l.local_addr().map(|a| a.to_string()))
                 .collect::<io::Result<Vec<_>>>()?
@@ -166,24 +207,32 @@ impl Bound {
         ));
         log.line(format!("listening on: {listening}"));
         log.line(settings.summary.as_str());
+        // Started once the server's listeners are watched.
+        let report = |stats: &Arc<Stats>| {
+            tokio::spawn(report_stats(
+                Arc::clone(stats),
+                log.clone(),
+                settings.stats_period,
+            ))
+        };
         match self {
             Self::Client(tcp, settings) => {
-                tokio::spawn(report_stats(
-                    Arc::clone(&stats),
-                    log.clone(),
-                    settings.stats_period,
-                ));
+                report(&stats);
                 client::run_client(tcp, settings, stats, log).await
             }
-            Self::Server(listeners, settings) => {
+            Self::UdpClient(sock, settings, _) => {
+                report(&stats);
+                udp::client::run_udp_client(sock, settings, stats, log).await
+            }
+            Self::Server(listeners, s) | Self::UdpServer(listeners, s, _) => {
                 let listeners = Arc::new(listeners);
                 stats.watch_listeners(Arc::clone(&listeners));
-                tokio::spawn(report_stats(
-                    Arc::clone(&stats),
-                    log.clone(),
-                    settings.stats_period,
-                ));
-                server::run_server(listeners, settings, stats, log).await
+                report(&stats);
+                if s.udp.enabled {
+                    udp::server::run_udp_server(listeners, s, stats, log).await
+                } else {
+                    server::run_server(listeners, s, stats, log).await
+                }
             }
         }
     }

@@ -15,6 +15,7 @@ use tokio::time::Instant;
 
 use crate::limits::Gate;
 use crate::log::Log;
+use crate::udp::{UdpStats, session_datagram_line};
 
 /// Counters of one tunnel process, printed every `--snmpperiod` and on
 /// SIGUSR1.
@@ -48,6 +49,8 @@ pub(crate) struct Stats {
     gate: OnceLock<Arc<Gate>>,
     /// The live muxes, for their buffered bytes and refusal counters.
     muxes: Mutex<Vec<Weak<Mux>>>,
+    /// The UDP mode's counters (set in UDP mode only).
+    udp: OnceLock<Arc<UdpStats>>,
 }
 
 /// What the stats line reports of the limits (see [`Stats::limits`]).
@@ -66,9 +69,14 @@ pub(crate) struct LimitStats {
 impl Stats {
     /// What an operator would call activity: sessions, streams, TCP bytes
     /// and rejected datagrams (keepalives alone do not count).
-    fn activity(&self) -> [u64; 14] {
+    fn activity(&self) -> [u64; 18] {
         let l = self.limits();
+        let udp = self.udp.get().map_or([0; 4], |u| u.activity());
         [
+            udp[0],
+            udp[1],
+            udp[2],
+            udp[3],
             l.mux_buffered as u64,
             l.mux_send_buffered as u64,
             l.streams_in_use as u64,
@@ -97,6 +105,35 @@ impl Stats {
     /// Lets the stats line report the server's listeners.
     pub(crate) fn watch_listeners(&self, listeners: Arc<Vec<KcpListener>>) {
         let _ = self.listeners.set(listeners);
+    }
+
+    /// Puts the UDP mode's counters in the stats line.
+    pub(crate) fn set_udp(&self, udp: Arc<UdpStats>) {
+        let _ = self.udp.set(udp);
+    }
+
+    /// The UDP mode's counters (a fresh set if none was given).
+    pub(crate) fn udp(&self) -> &Arc<UdpStats> {
+        self.udp.get_or_init(Arc::default)
+    }
+
+    /// Counts a session that is not under a mux (the UDP mode's) and lets
+    /// the stats line report it.
+    pub(crate) fn watch_session(&self, kcp: &KcpStream) {
+        self.sessions_opened.fetch_add(1, Ordering::Relaxed);
+        self.sessions_open.fetch_add(1, Ordering::Relaxed);
+        self.lock_kcp().push(kcp.stats_handle());
+    }
+
+    /// The end of a session [`watch_session`](Self::watch_session) counted.
+    pub(crate) fn unwatch_session(&self, kcp: &KcpStream) {
+        self.sessions_open.fetch_sub(1, Ordering::Relaxed);
+        let conv = kcp.conv();
+        self.lock_kcp().retain(|h| h.conv() != conv);
+    }
+
+    fn lock_kcp(&self) -> std::sync::MutexGuard<'_, Vec<StatsHandle>> {
+        self.kcp.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Lets the stats line report the server's slots.
@@ -128,7 +165,7 @@ impl Stats {
     }
 
     fn line(&self) -> String {
-        let kcp = self.kcp.lock().unwrap_or_else(PoisonError::into_inner);
+        let kcp = self.lock_kcp();
         let (mut dgin, mut dgout, mut bin, mut bout, mut rexmit, mut fec_rec) = (0, 0, 0, 0, 0, 0);
         for s in kcp.iter().filter_map(StatsHandle::stats) {
             dgin += s.datagrams_in;
@@ -138,10 +175,18 @@ impl Stats {
             rexmit += s.arq.retransmit_rto + s.arq.retransmit_fast + s.arq.retransmit_early;
             fec_rec += s.fec_in.recovered;
         }
+        let udp = match self.udp.get() {
+            Some(u) => format!(
+                ", {}, {}",
+                u.line(),
+                session_datagram_line(kcp.iter().filter_map(StatsHandle::stats))
+            ),
+            None => String::new(),
+        };
         format!(
             "stats: sessions {} open / {} total, streams {} open / {} total, \
              tcp in {} B out {} B ({} connections reset), kcp stream in {} B out {} B, \
-             udp in {dgin} pkts {bin} B out {dgout} pkts {bout} B, retransmits {rexmit}, fec recovered {fec_rec}{}{}",
+             udp in {dgin} pkts {bin} B out {dgout} pkts {bout} B, retransmits {rexmit}, fec recovered {fec_rec}{udp}{}{}",
             self.sessions_open.load(Ordering::Relaxed),
             self.sessions_opened.load(Ordering::Relaxed),
             self.streams_open.load(Ordering::Relaxed),
@@ -244,11 +289,7 @@ impl Metered {
     pub(crate) fn new(kcp: KcpStream, stats: Arc<Stats>) -> Self {
         stats.sessions_opened.fetch_add(1, Ordering::Relaxed);
         stats.sessions_open.fetch_add(1, Ordering::Relaxed);
-        stats
-            .kcp
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(kcp.stats_handle());
+        stats.lock_kcp().push(kcp.stats_handle());
         Self {
             kcp,
             stats,
@@ -270,11 +311,7 @@ impl Drop for Metered {
         }
         self.stats.sessions_open.fetch_sub(1, Ordering::Relaxed);
         let conv = self.kcp.conv();
-        self.stats
-            .kcp
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .retain(|h| h.conv() != conv);
+        self.stats.lock_kcp().retain(|h| h.conv() != conv);
     }
 }
 

@@ -283,6 +283,15 @@ fn shipped_configs_parse() {
     )))
     .unwrap();
     assert_eq!(s.role, tunnel::Role::Server);
+    for (role, file) in [("client", "client-udp.json"), ("server", "server-udp.json")] {
+        let u = tunnel::parse(words(&format!(
+            "kcpio-tunnel {role} -c {}",
+            dir.join(file).display()
+        )))
+        .unwrap();
+        assert!(u.udp.enabled, "{file}");
+        assert_eq!((u.udp.flows, u.udp.idle.as_secs()), (1024, 180), "{file}");
+    }
     for unit in ["kcpio-tunnel-client.service", "kcpio-tunnel-server.service"] {
         let text = std::fs::read_to_string(dir.join(unit)).unwrap();
         assert!(text.contains("/etc/kcpio-tunnel/"), "{unit}");

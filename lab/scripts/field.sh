@@ -14,6 +14,15 @@
 #          --reps N (3) --cap SECONDS (120) --size-mib N (100) --only REGEX (rows whose name matches)
 #          --compete bbr|cubic (one competing TCP download beside each row; reports Jain's index)
 #          --probe-hz N (10; the concurrent ping probe) --no-kcpio (no cargo build, kcpio rows n/a)
+#          --udp-probe (instead of downloads: lab's udpprobe bulk and game loads, direct / over
+#          kcpio-tunnel --udp / over UDPspeeder, on 20 Mbit/s, 200 ms, 4.6% each way; --probe-secs N (20))
+#
+# The WireGuard rows (wireguard-go, userspace) download through a WireGuard
+# tunnel direct, over kcpio-tunnel --udp, and over UDPspeeder -f20:10 --mode 0:
+#   sudo lab/scripts/field.sh --only WireGuard --size-mib 50 --path lossy9
+# UDPspeeder is never part of this repository: build it yourself for a
+# measurement and give its path as SPEEDER_BIN=/path/to/speederv2 (or put
+# speederv2 on PATH); without it its rows say n/a.
 #
 # Topology (four private namespaces, nothing else):
 #   srv [s0] -- [rs0] rs [rs1] --tbf--> [rc1] rc [rc0] -- [c0] cli
@@ -33,6 +42,7 @@ source "$(dirname "$0")/bench-lib.sh"
 PATHS=both
 RATE="" RTT="" LOSS_DOWN="" LOSS_UP="" JITTER=0 QUEUE=1
 REPS=3 CAP=120 SIZE_MIB=100 ONLY="" COMPETE="" PROBE_HZ=10
+UDP_PROBE=0 PROBE_SECS=20
 NO_KCPIO=0 GRID=0 GRID_RATES="20 100" GRID_RTTS="50 200" GRID_LOSSES="0 1 5 9" GRID_QUEUES="0.5 2"
 while [ $# -gt 0 ]; do
 	case $1 in
@@ -51,12 +61,14 @@ while [ $# -gt 0 ]; do
 	--compete) COMPETE=$2; shift ;;
 	--probe-hz) PROBE_HZ=$2; shift ;;
 	--no-kcpio) NO_KCPIO=1 ;;
+	--udp-probe) UDP_PROBE=1 ;;
+	--probe-secs) PROBE_SECS=$2; shift ;;
 	--grid) GRID=1 ;;
 	--grid-rates) GRID_RATES=$2; GRID=1; shift ;;
 	--grid-rtts) GRID_RTTS=$2; GRID=1; shift ;;
 	--grid-losses) GRID_LOSSES=$2; GRID=1; shift ;;
 	--grid-queues) GRID_QUEUES=$2; GRID=1; shift ;;
-	-h | --help) sed -n '2,30p' "$0"; exit 0 ;;
+	-h | --help) sed -n '2,40p' "$0"; exit 0 ;;
 	*) die "unknown argument $1" ;;
 	esac
 	shift
@@ -71,7 +83,7 @@ FIELDPY=(python3 "$LAB/scripts/field.py")
 
 # --- tools ------------------------------------------------------------------
 "$ROOT/scripts/install-kcptun.sh" >&2 || loud "kcptun could not be installed: its rows will fail"
-for t in ping:iputils-ping ethtool:ethtool curl:curl; do
+for t in ping:iputils-ping ethtool:ethtool curl:curl wireguard-go:wireguard-go wg:wireguard-tools; do
 	command -v "${t%%:*}" >/dev/null || { log "installing ${t#*:}"; apt-get install -y -qq "${t#*:}" >&2; }
 done
 build_impairer
@@ -83,6 +95,10 @@ else
 	build_rust
 	if build_example kcpio-tunnel; then TUNNEL=$EXAMPLE_BIN; fi
 fi
+PROBE=""
+if [ $UDP_PROBE = 1 ] && build_example udpprobe; then PROBE=$EXAMPLE_BIN; fi
+SPEEDER=${SPEEDER_BIN:-$(command -v speederv2 || true)}
+[ -n "$SPEEDER" ] && [ -x "$SPEEDER" ] || { SPEEDER=""; loud "no UDPspeeder (SPEEDER_BIN unset, speederv2 not on PATH): its rows are n/a"; }
 # kcpio-tunnel speaks kcptun's flags; a checkout whose tunnel does not
 # know --smuxver (the old own-framing one) gets n/a in the kcpio tunnel rows.
 TUNNEL_COMPAT=0
@@ -308,6 +324,179 @@ if not j.get("pass"): print("note", str(j.get("error", "client failed"))[:120])
 PY
 }
 
+# --- UDP carriers: WireGuard and the probe's loads ------------------------------
+# udp_carrier F KIND TARGET_PORT: starts a UDP carrier whose server end (in srv)
+# sends to 127.0.0.1:TARGET_PORT: kcpio (kcpio-tunnel --udp, kcptun's default
+# flags with --mtu 1400 so that WireGuard's 1280 fits) or speeder (UDPspeeder
+# -f20:10 --mode 0, as published, defaults otherwise); "direct" starts none.
+# Leaves the client end's address in CARRIER_AT (in cli), the processes in
+# CARRIER_PIDS, and for kcpio the MTU it prints for WireGuard in CARRIER_WG_MTU.
+# Returns 1 after writing n/a or failed to F.res.
+CARRIER_AT="" CARRIER_PIDS=() CARRIER_WG_MTU=""
+udp_carrier() {
+	local f=$1 kind=$2 port=$3 sp cp
+	CARRIER_PIDS=() CARRIER_WG_MTU=""
+	case $kind in
+	direct)
+		CARRIER_AT="$SRV_IP:$port"
+		return 0
+		;;
+	kcpio)
+		[ -n "$TUNNEL" ] || { printf 'status n/a\nnote kcpio-tunnel did not build\n' >>"$f.res"; return 1; }
+		ip netns exec "$S" "$TUNNEL" server --udp -l "$SRV_IP:29901" -t "127.0.0.1:$port" --mtu 1400 >"$f.srv" 2>&1 &
+		sp=$!
+		ip netns exec "$C" "$TUNNEL" client --udp -l 127.0.0.1:29911 -r "$SRV_IP:29901" --mtu 1400 >"$f.cli" 2>&1 &
+		cp=$!
+		CARRIER_AT=127.0.0.1:29911
+		;;
+	speeder)
+		[ -n "$SPEEDER" ] || { printf 'status n/a\nnote no UDPspeeder binary (SPEEDER_BIN)\n' >>"$f.res"; return 1; }
+		ip netns exec "$S" "$SPEEDER" -s -l "$SRV_IP:29902" -r "127.0.0.1:$port" -f20:10 --mode 0 -k passwd >"$f.srv" 2>&1 &
+		sp=$!
+		ip netns exec "$C" "$SPEEDER" -c -l 127.0.0.1:29912 -r "$SRV_IP:29902" -f20:10 --mode 0 -k passwd >"$f.cli" 2>&1 &
+		cp=$!
+		CARRIER_AT=127.0.0.1:29912
+		;;
+	*) die "unknown carrier $kind" ;;
+	esac
+	CHILDREN+=("$sp" "$cp")
+	CARRIER_PIDS=("$sp" "$cp")
+	if ! wait_listen "$C" udp "${CARRIER_AT##*:}"; then
+		printf 'status failed\nnote carrier did not start: %s\n' "$(tail -c 200 "$f.srv" "$f.cli" | tr '\n' ' ')" >>"$f.res"
+		udp_carrier_stop; return 1
+	fi
+	if [ "$kind" = kcpio ]; then
+		CARRIER_WG_MTU=$(wait_line "$f.cli" 'set MTU = [0-9]+' 10 | sed -nE 's/.*set MTU = ([0-9]+).*/\1/p')
+		[ -n "$CARRIER_WG_MTU" ] || { printf 'status failed\nnote no session: %s\n' "$(tail -c 200 "$f.cli" | tr '\n' ' ')" >>"$f.res"; udp_carrier_stop; return 1; }
+	fi
+}
+udp_carrier_stop() {
+	local p
+	for p in "${CARRIER_PIDS[@]}"; do stop "$p"; done
+	CARRIER_PIDS=()
+}
+
+# WireGuard keys, made once per run; interfaces named per process (the UAPI
+# socket directory is shared by every namespace).
+WG_S="kwgs$$" WG_C="kwgc$$"
+wg_keys() {
+	[ -f "$RUN/wg-s.key" ] && return 0
+	(umask 077; wg genkey >"$RUN/wg-s.key"; wg genkey >"$RUN/wg-c.key")
+	wg pubkey <"$RUN/wg-s.key" >"$RUN/wg-s.pub"
+	wg pubkey <"$RUN/wg-c.key" >"$RUN/wg-c.pub"
+}
+# wg_end NS IFACE ADDR KEY PEER_PUB PEER_IP MTU [ENDPOINT]: one wireguard-go end (its PID in WG_PID)
+WG_PID=""
+wg_end() {
+	local ns=$1 ifc=$2 addr=$3 key=$4 pub=$5 peer=$6 mtu=$7 ep=${8:-} i
+	WG_PROCESS_FOREGROUND=1 ip netns exec "$ns" wireguard-go -f "$ifc" >"$RUN/$ifc.log" 2>&1 &
+	WG_PID=$!
+	CHILDREN+=("$WG_PID")
+	for i in $(seq 50); do ip -n "$ns" link show "$ifc" >/dev/null 2>&1 && break; sleep 0.1; done
+	ip -n "$ns" addr add "$addr/24" dev "$ifc"
+	if [ -n "$ep" ]; then
+		ip netns exec "$ns" wg set "$ifc" private-key "$key" peer "$(cat "$pub")" allowed-ips "$peer/32" endpoint "$ep" persistent-keepalive 25
+	else
+		ip netns exec "$ns" wg set "$ifc" listen-port 51820 private-key "$key" peer "$(cat "$pub")" allowed-ips "$peer/32"
+	fi
+	ip -n "$ns" link set "$ifc" mtu "$mtu" up
+}
+
+# row_wg F KIND: the download through WireGuard (MTU 1420 direct, 1280 over
+# UDPspeeder as in its published WireGuard runs, what kcpio-tunnel prints over it).
+row_wg() {
+	local f=$1 kind=$2 mtu ws wc
+	command -v wireguard-go >/dev/null || { printf 'status n/a\nnote no wireguard-go\n' >"$f.res"; return; }
+	wg_keys
+	udp_carrier "$f" "$kind" 51820 || return 0
+	case $kind in direct) mtu=1420 ;; speeder) mtu=1280 ;; kcpio) mtu=$CARRIER_WG_MTU ;; esac
+	wg_end "$S" "$WG_S" 10.99.0.1 "$RUN/wg-s.key" "$RUN/wg-c.pub" 10.99.0.2 "$mtu"
+	ws=$WG_PID
+	wg_end "$C" "$WG_C" 10.99.0.2 "$RUN/wg-c.key" "$RUN/wg-s.pub" 10.99.0.1 "$mtu" "$CARRIER_AT"
+	wc=$WG_PID
+	local c0; c0=$(cpu_of "${CARRIER_PIDS[@]}" "$ws" "$wc")
+	# the handshake first (bounded), then the download
+	ip netns exec "$C" ping -n -c 1 -w 10 10.99.0.1 >/dev/null 2>&1 || true
+	http_fetch "$f" "http://10.99.0.1:8080/file.bin"
+	echo "cpu_s $(python3 -c 'import sys; print(float(sys.argv[1])-float(sys.argv[2]))' "$(cpu_of "${CARRIER_PIDS[@]}" "$ws" "$wc")" "$c0")" >>"$f.res"
+	echo "note WireGuard MTU $mtu" >>"$f.res"
+	stop "$wc"; stop "$ws"
+	ip -n "$C" link del "$WG_C" 2>/dev/null || true
+	ip -n "$S" link del "$WG_S" 2>/dev/null || true
+	udp_carrier_stop
+}
+
+# run_probe REP LOAD KIND: the probe's LOAD (bulk|game) for PROBE_SECS over
+# KIND; one JSON line appended to $RUN/probe.jsonl.
+run_probe() {
+	local rep=$1 load=$2 kind=$3
+	N=$((N + 1))
+	local f="$RUN/$N" rp
+	: >"$f.res"
+	log "[probe rep $rep] $load over $kind"
+	start_impairers "$f" "$((rep * 2 + 1))"
+	if udp_carrier "$f" "$kind" 9000; then
+		ip netns exec "$S" "$PROBE" recv --listen 0.0.0.0:9000 --secs "$((PROBE_SECS + 30))" --idle 3 --json >"$f.recv" 2>&1 &
+		rp=$!; CHILDREN+=("$rp")
+		wait_listen "$S" udp 9000 || die "the probe receiver did not start"
+		local c0; c0=$(cpu_of "${CARRIER_PIDS[@]}")
+		snap >"$f.snap0"
+		ip netns exec "$C" "$PROBE" send --to "$CARRIER_AT" --preset "$load" --secs "$PROBE_SECS" --json >"$f.send" 2>&1 || true
+		wait "$rp" || true
+		forget "$rp"
+		snap >"$f.snap1"
+		echo "cpu_s $(python3 -c 'import sys; print(float(sys.argv[1])-float(sys.argv[2]))' "$(cpu_of "${CARRIER_PIDS[@]}")" "$c0")" >>"$f.res"
+		udp_carrier_stop
+	fi
+	stop_impairers
+	python3 - "$f" "$load" "$kind" "$rep" "$(cut -d' ' -f1-3 /proc/loadavg)" >>"$RUN/probe.jsonl" <<'PY'
+import json, sys
+f, load, kind, rep, la = sys.argv[1:]
+r = {"load": load, "kind": kind, "rep": int(rep), "load_avg": la}
+res = dict(l.strip().partition(" ")[::2] for l in open(f + ".res") if l.strip())
+r["note"] = res.get("note", "")
+try:
+    s = json.loads(open(f + ".send").read().strip().splitlines()[-1])
+    v = json.loads(open(f + ".recv").read().strip().splitlines()[-1])
+    a = json.loads(open(f + ".snap0").read()); b = json.loads(open(f + ".snap1").read())
+    r.update({k: v[k] for k in ("expected", "received", "lost", "loss", "duplicates", "reordered",
+                               "delay_ms_p50", "delay_ms_p99", "delay_ms_max")})
+    sent = s["sent"]
+    r["wire_pkts_x"] = (b["cli_tx_pkts"] - a["cli_tx_pkts"]) / sent
+    r["wire_bytes_x"] = (b["cli_tx_ip_bytes"] - a["cli_tx_ip_bytes"]) / (sent * (s["size"] + 28))
+    r["cpu_s"] = float(res.get("cpu_s", 0) or 0)
+    r["status"] = "ok"
+except Exception as e:
+    r["status"] = res.get("status", "failed")
+    r["note"] = (r["note"] + f" ({e})").strip()
+print(json.dumps(r))
+PY
+	sleep 1
+}
+
+# probe_table: medians per load and carrier, as markdown.
+probe_table() {
+	python3 - "$RUN/probe.jsonl" <<'PY'
+import json, sys, statistics as st
+runs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+print("| load | carrier | runs | loss % | one-way delay p50 / p99 / max, ms (base 100) | wire pkts × | wire bytes × | CPU c+s, s |")
+print("|---|---|---:|---:|---|---:|---:|---:|")
+seen = []
+for r in runs:
+    if (r["load"], r["kind"]) not in seen:
+        seen.append((r["load"], r["kind"]))
+for load, kind in seen:
+    rs = [r for r in runs if r["load"] == load and r["kind"] == kind and r["status"] == "ok"]
+    if not rs:
+        notes = {r.get("note", "") for r in runs if r["load"] == load and r["kind"] == kind}
+        print(f"| {load} | {kind} | 0 | n/a: {'; '.join(sorted(notes))} | | | | |")
+        continue
+    m = lambda k: st.median(r[k] for r in rs)
+    print(f"| {load} | {kind} | {len(rs)} | {m('loss') * 100:.3f} | {m('delay_ms_p50'):.1f} / {m('delay_ms_p99'):.1f} / {m('delay_ms_max'):.1f} "
+          f"| {m('wire_pkts_x'):.2f} | {m('wire_bytes_x'):.2f} | {m('cpu_s'):.2f} |")
+PY
+}
+
 KCP_NC1="--nodelay fast3 --sndwnd 1024 --rcvwnd 1024"
 KCP_NC0="--nodelay 1,10,2,0 --sndwnd 1024 --rcvwnd 1024"
 # kcpio's model-based controller (--congestion model, kcpio only): fast3's
@@ -353,6 +542,9 @@ ROWS=(
 	"kcpio client ↔ kcptun server default|row_tunnel kcpio kcptun"
 	"kcptun client ↔ kcpio server default|row_tunnel kcptun kcpio"
 	"kcptun client ↔ kcpio server kcptun nc=1|row_tunnel kcptun kcpio '' '$TUNNEL_NC1'"
+	"WireGuard direct|row_wg direct"
+	"WireGuard over kcpio-tunnel --udp|row_wg kcpio"
+	"WireGuard over UDPspeeder -f20:10 --mode 0|row_wg speeder"
 )
 
 # --- one run ------------------------------------------------------------------
@@ -415,6 +607,29 @@ log "results in $RUN; load average $(cut -d' ' -f1-3 /proc/loadavg); kcpio tunne
 	echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(uname -sr); $(date -u '+%Y-%m-%d %H:%M UTC')"
 	echo "kcptun: $(dpkg-query -W -f '${Version}' kcptun 2>/dev/null || echo none); load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 } | tee "$RUN/machine.txt" >&2
+
+if [ $UDP_PROBE = 1 ]; then
+	[ -n "$PROBE" ] || die "udpprobe did not build"
+	set_path "probe (4.6% each way)" 20 200 0.046 0.046 "$JITTER" "$QUEUE"
+	for rep in $(seq "$REPS"); do
+		for load in bulk game; do
+			for kind in direct kcpio speeder; do
+				if [ -n "$ONLY" ] && ! grep -qE "$ONLY" <<<"$load $kind"; then continue; fi
+				run_probe "$rep" "$load" "$kind"
+			done
+		done
+	done
+	{
+		cat "$RUN/machine.txt"
+		echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
+		echo
+		echo "### udpprobe: ${P_RATE} Mbit/s, RTT ${P_RTT} ms, loss ${P_LD} each way, ${PROBE_SECS} s a run"
+		echo
+		probe_table
+	} | tee "$RUN/table.md"
+	rm -f "$RUN/www/file.bin"
+	exit 0
+fi
 
 if [ $GRID = 1 ]; then
 	for rate in $GRID_RATES; do for rtt in $GRID_RTTS; do for loss in $GRID_LOSSES; do for q in $GRID_QUEUES; do

@@ -1,0 +1,319 @@
+//! The UDP mode's client: one task owns the local socket, the flow table
+//! and the session, so a datagram crosses it with no lock and no
+//! allocation. A lost session is replaced (retried every second) and the
+//! flows carry on over the new one.
+
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use kcpio::KcpStream;
+use tokio::net::UdpSocket;
+
+use super::{
+    DropReason, FlowCounters, HEADER_LEN, MAX_FLOW_ID, MAX_UDP, Seen, UdpStats, Window,
+    parse_header, put_header, wireguard_mtu,
+};
+use crate::config::{HostPorts, Settings};
+use crate::log::Log;
+use crate::stats::Stats;
+
+/// One local source address's flow.
+struct Flow {
+    addr: SocketAddr,
+    /// The next sequence number toward the server.
+    seq: u32,
+    /// Sequence numbers received from the server.
+    window: Window,
+    /// A datagram passed since the last tick.
+    active: bool,
+    /// Ticks (seconds) without a datagram.
+    idle: u64,
+    counters: FlowCounters,
+}
+
+/// The client's flows: by source address, and by id for the way back.
+struct Flows {
+    by_addr: HashMap<SocketAddr, u32>,
+    by_id: HashMap<u32, Flow>,
+    next_id: u32,
+    max: usize,
+}
+
+impl Flows {
+    fn new(max: usize) -> Self {
+        Self {
+            by_addr: HashMap::new(),
+            by_id: HashMap::new(),
+            next_id: 0,
+            max,
+        }
+    }
+
+    /// The flow of `addr`, opened when new; `None` when the table is full.
+    fn flow_of(
+        &mut self,
+        addr: SocketAddr,
+        stats: &UdpStats,
+        log: &Log,
+    ) -> Option<(u32, &mut Flow)> {
+        let id = match self.by_addr.entry(addr) {
+            Entry::Occupied(e) => *e.get(),
+            Entry::Vacant(v) => {
+                if self.by_id.len() >= self.max {
+                    return None;
+                }
+                // Ids are not reused while live; the table is far smaller
+                // than the id space, so this ends within `max` steps.
+                let mut id = self.next_id;
+                while self.by_id.contains_key(&id) {
+                    id = (id + 1) & MAX_FLOW_ID;
+                }
+                self.next_id = (id + 1) & MAX_FLOW_ID;
+                v.insert(id);
+                self.by_id.insert(
+                    id,
+                    Flow {
+                        addr,
+                        seq: 0,
+                        window: Window::default(),
+                        active: true,
+                        idle: 0,
+                        counters: FlowCounters::default(),
+                    },
+                );
+                stats.flows_opened.fetch_add(1, Ordering::Relaxed);
+                stats.flows_open.fetch_add(1, Ordering::Relaxed);
+                log.stream(format!("udp flow {id} opened: {addr}"));
+                id
+            }
+        };
+        self.by_id.get_mut(&id).map(|f| (id, f))
+    }
+
+    /// Forgets what each flow received: for a new session, whose server
+    /// end numbers every flow from 0 again. Their gaps so far count as lost.
+    fn restart(&mut self, stats: &UdpStats) {
+        for f in self.by_id.values_mut() {
+            stats.lost.fetch_add(f.window.missing(), Ordering::Relaxed);
+            f.window = Window::default();
+        }
+    }
+
+    /// Ages every flow by one tick and closes those idle for `idle` ticks.
+    fn expire(&mut self, idle: u64, stats: &UdpStats, log: &Log) {
+        let by_addr = &mut self.by_addr;
+        self.by_id.retain(|id, f| {
+            if std::mem::take(&mut f.active) {
+                f.idle = 0;
+            } else {
+                f.idle += 1;
+            }
+            if f.idle < idle {
+                return true;
+            }
+            by_addr.remove(&f.addr);
+            stats.flows_open.fetch_sub(1, Ordering::Relaxed);
+            stats.flows_expired.fetch_add(1, Ordering::Relaxed);
+            let lost = f.window.missing();
+            stats.lost.fetch_add(lost, Ordering::Relaxed);
+            log.stream(format!(
+                "udp flow {id} expired: {}, {}",
+                f.addr,
+                f.counters.summary(lost)
+            ));
+            false
+        });
+    }
+}
+
+/// Runs the client: reads the local socket, carries each source's flow to
+/// the server over one session, and writes what comes back to the source.
+pub(crate) async fn run_udp_client(
+    local: UdpSocket,
+    settings: Settings,
+    stats: Arc<Stats>,
+    log: Log,
+) -> io::Result<()> {
+    let remote = HostPorts::parse(&settings.peer)
+        .map_err(|e| io::Error::other(format!("--remoteaddr {}: {e}", settings.peer)))?;
+    let udp = Arc::clone(stats.udp());
+    let mut flows = Flows::new(settings.udp.flows);
+    let idle_ticks = settings.udp.idle.as_secs().max(1);
+    // Both buffers live as long as the client: no allocation per datagram.
+    let mut up = vec![0u8; HEADER_LEN + MAX_UDP];
+    let mut down = vec![0u8; HEADER_LEN + MAX_UDP];
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        let kcp = connect(&local, &remote, &settings, &udp, &log, &mut up).await;
+        let max = kcp.max_datagram_payload();
+        report_mtu(&log, max);
+        // The server numbers each flow afresh on a new session.
+        flows.restart(&udp);
+        udp.sessions_opened.fetch_add(1, Ordering::Relaxed);
+        stats.watch_session(&kcp);
+        loop {
+            tokio::select! {
+                r = local.recv_from(&mut up[HEADER_LEN..]) => {
+                    let Ok((n, from)) = r else { continue };
+                    udp.local_in.fetch_add(1, Ordering::Relaxed);
+                    let Some((id, flow)) = flows.flow_of(from, &udp, &log) else {
+                        udp.count_drop(DropReason::TableFull);
+                        continue;
+                    };
+                    flow.active = true;
+                    if HEADER_LEN + n > max {
+                        flow.counters.drop_one(&udp, DropReason::TooLarge);
+                        continue;
+                    }
+                    put_header(&mut up, id, flow.seq);
+                    flow.seq = flow.seq.wrapping_add(1);
+                    match kcp.try_send_datagram(&up[..HEADER_LEN + n]) {
+                        Ok(()) => {
+                            flow.counters.up.fetch_add(1, Ordering::Relaxed);
+                            udp.tunnel_out.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                            flow.counters.drop_one(&udp, DropReason::QueueFull);
+                        }
+                        Err(e) => {
+                            flow.counters.drop_one(&udp, DropReason::NoSession);
+                            log.line(format!("udp session lost: {e}; reconnecting"));
+                            break;
+                        }
+                    }
+                }
+                r = kcp.recv_datagram(&mut down) => {
+                    let n = match r {
+                        Ok(n) => n,
+                        Err(e) => {
+                            log.line(format!("udp session lost: {e}; reconnecting"));
+                            break;
+                        }
+                    };
+                    udp.tunnel_in.fetch_add(1, Ordering::Relaxed);
+                    deliver(&local, &down[..n], &mut flows, &udp).await;
+                }
+                _ = tick.tick() => {
+                    flows.expire(idle_ticks, &udp, &log);
+                }
+            }
+        }
+        stats.unwatch_session(&kcp);
+    }
+}
+
+/// Hands a datagram from the server to its flow's source.
+async fn deliver(local: &UdpSocket, d: &[u8], flows: &mut Flows, udp: &UdpStats) {
+    let Some((id, seq)) = parse_header(d) else {
+        udp.count_drop(DropReason::BadHeader);
+        return;
+    };
+    let Some(flow) = flows.by_id.get_mut(&id) else {
+        udp.count_drop(DropReason::UnknownFlow);
+        return;
+    };
+    flow.active = true;
+    match flow.window.accept(seq) {
+        Seen::New => {}
+        Seen::Duplicate => {
+            return flow.counters.drop_one(udp, DropReason::Duplicate);
+        }
+        Seen::TooOld => {
+            return flow.counters.drop_one(udp, DropReason::TooOld);
+        }
+    }
+    // A datagram socket's send does not wait for room: it is sent or
+    // dropped by the kernel.
+    match local.send_to(&d[HEADER_LEN..], flow.addr).await {
+        Ok(_) => {
+            flow.counters.down.fetch_add(1, Ordering::Relaxed);
+            udp.local_out.fetch_add(1, Ordering::Relaxed);
+        }
+        Err(_) => {
+            flow.counters.drop_one(udp, DropReason::SendFailed);
+        }
+    }
+}
+
+/// A session to the server, retried every second; meanwhile the local
+/// socket is drained and its datagrams counted as dropped (`no session`).
+async fn connect(
+    local: &UdpSocket,
+    remote: &HostPorts,
+    settings: &Settings,
+    udp: &UdpStats,
+    log: &Log,
+    buf: &mut [u8],
+) -> KcpStream {
+    loop {
+        let attempt = async {
+            let name = remote.pick();
+            let addr = tokio::net::lookup_host(&name)
+                .await
+                .map_err(|e| io::Error::new(e.kind(), format!("--remoteaddr {name}: {e}")))?
+                .next()
+                .ok_or_else(|| io::Error::other(format!("--remoteaddr {name}: no address")))?;
+            let kcp = KcpStream::connect(addr, &settings.kcp).await?;
+            log.line(format!(
+                "udp session: {} -> {addr}",
+                kcp.local_addr()
+                    .map_or_else(|e| e.to_string(), |a| a.to_string())
+            ));
+            io::Result::Ok(kcp)
+        };
+        tokio::pin!(attempt);
+        let r = loop {
+            tokio::select! {
+                r = &mut attempt => break r,
+                r = local.recv_from(buf) => {
+                    if r.is_ok() {
+                        udp.local_in.fetch_add(1, Ordering::Relaxed);
+                        udp.count_drop(DropReason::NoSession);
+                    }
+                }
+            }
+        };
+        match r {
+            Ok(kcp) if kcp.max_datagram_payload() > HEADER_LEN => return kcp,
+            Ok(_) => log.line(
+                "udp: this session carries no datagrams (kcpio needs FEC on for them: \
+                 --datashard above 0); retrying",
+            ),
+            Err(e) => log.line(format!("re-connecting: {e}")),
+        }
+        // Keep draining while waiting.
+        let pause = tokio::time::sleep(Duration::from_secs(1));
+        tokio::pin!(pause);
+        loop {
+            tokio::select! {
+                () = &mut pause => break,
+                r = local.recv_from(buf) => {
+                    if r.is_ok() {
+                        udp.local_in.fetch_add(1, Ordering::Relaxed);
+                        udp.count_drop(DropReason::NoSession);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The start line of a session: what it carries and the WireGuard MTU.
+pub(crate) fn report_mtu(log: &Log, max_datagram: usize) {
+    let payload = max_datagram.saturating_sub(HEADER_LEN);
+    let wg = wireguard_mtu(max_datagram);
+    let warn = if wg < 1280 {
+        " (below 1280, WireGuard's IPv6 minimum: raise --mtu)"
+    } else {
+        ""
+    };
+    log.line(format!(
+        "udp: datagrams of up to {payload} B cross this session; \
+         for WireGuard through it set MTU = {wg}{warn}"
+    ));
+}

@@ -1,0 +1,433 @@
+//! The UDP mode (`--udp`): UDP flows carried as datagrams of one KCP
+//! session, each behind an 8-byte flow header.
+//!
+//! The client listens on a UDP port and gives each local source address its
+//! own flow; the server opens one UDP socket per flow toward its target.
+//! Every flow of a client crosses one session as kcpio datagrams
+//! ([`KcpStream::send_datagram`](kcpio::KcpStream::send_datagram)); the
+//! session's byte stream is not used (TCP forwarding is another tunnel
+//! process beside this one: see the README).
+//!
+//! # Flow header, version 1 (8 bytes, big endian, before every payload)
+//!
+//! ```text
+//! 0      1              4                              8
+//! +------+--------------+------------------------------+---------
+//! | 0x10 | flow id (24) | sequence (32)                | payload
+//! +------+--------------+------------------------------+---------
+//! ```
+//!
+//! - byte 0: version in the high nibble (1), kind in the low one (0: data;
+//!   no other kind is defined). Anything else is dropped and counted
+//!   (`bad header`), so a later version can be told apart.
+//! - flow id: chosen by the client for a local source address, never reused
+//!   by one client process (it wraps after 2^24 flows, skipping live ones);
+//!   the server creates a flow the first time an id arrives on a session.
+//! - sequence: per flow and direction, from 0, wrapping. The receiver keeps
+//!   a window of the last [`WINDOW`] sequence numbers: a duplicate (a
+//!   replayed or twice-delivered datagram) or one older than the window is
+//!   dropped and counted; gaps that never fill are the flow's loss after
+//!   the session's recovery ("lost").
+//!
+//! # Bounds
+//!
+//! - Client: at most `--udpflows` local source addresses hold a flow; a new
+//!   source beyond that is dropped (`table full`) until a flow expires.
+//! - Server: at most `--udpflows` flows per session, and at most
+//!   `--maxstreams` flows over all sessions (each holds a descriptor); a new
+//!   flow id beyond either is dropped (`table full`).
+//! - A flow with no datagram either way for `--udpidle` seconds expires (its
+//!   server socket is closed); a later datagram from the same source opens a
+//!   new flow.
+//! - Memory: a flow holds its addresses, counters and a 128-byte window; the
+//!   server adds a socket and a 64 KiB receive buffer per flow. No buffer is
+//!   allocated per datagram.
+
+pub(crate) mod client;
+pub(crate) mod server;
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+/// Bytes of the flow header.
+pub const HEADER_LEN: usize = 8;
+/// Byte 0 of a version 1 data datagram.
+const V1_DATA: u8 = 0x10;
+/// The largest flow id (24 bits).
+pub(crate) const MAX_FLOW_ID: u32 = 0x00ff_ffff;
+/// Sequence numbers a receiver remembers, for duplicates and late arrivals.
+pub const WINDOW: u32 = 1024;
+/// WireGuard's bytes around an inner packet inside its UDP payload: the
+/// 16-byte data message header and the 16-byte Poly1305 tag.
+pub const WIREGUARD_OVERHEAD: usize = 32;
+/// The largest UDP payload (and receive buffer) a flow handles.
+pub(crate) const MAX_UDP: usize = 65_535;
+
+/// Writes a version 1 data header for `flow`, `seq` into `buf[..8]`.
+pub(crate) fn put_header(buf: &mut [u8], flow: u32, seq: u32) {
+    let id = (flow & MAX_FLOW_ID).to_be_bytes();
+    buf[0] = V1_DATA;
+    buf[1..4].copy_from_slice(&id[1..4]);
+    buf[4..8].copy_from_slice(&seq.to_be_bytes());
+}
+
+/// Reads a header: `(flow id, sequence)`, or `None` when `buf` is shorter
+/// than a header or is not a version 1 data datagram.
+pub(crate) fn parse_header(buf: &[u8]) -> Option<(u32, u32)> {
+    let h: &[u8; HEADER_LEN] = buf.get(..HEADER_LEN)?.try_into().ok()?;
+    if h[0] != V1_DATA {
+        return None;
+    }
+    let flow = u32::from_be_bytes([0, h[1], h[2], h[3]]);
+    let seq = u32::from_be_bytes([h[4], h[5], h[6], h[7]]);
+    Some((flow, seq))
+}
+
+/// The MTU to give WireGuard's interface when its UDP goes through a tunnel
+/// whose session carries datagrams of up to `max_datagram` bytes.
+pub fn wireguard_mtu(max_datagram: usize) -> usize {
+    max_datagram.saturating_sub(HEADER_LEN + WIREGUARD_OVERHEAD)
+}
+
+/// What a window says of a sequence number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Seen {
+    /// Not seen before: deliver it.
+    New,
+    /// Seen already (a duplicate or a replay).
+    Duplicate,
+    /// Older than the window: cannot tell, dropped.
+    TooOld,
+}
+
+/// The receive side of one direction of a flow: which of the last
+/// [`WINDOW`] sequence numbers arrived, and how many are missing.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Window {
+    bits: [u64; (WINDOW / 64) as usize],
+    top: u32,
+    started: bool,
+    /// Sequence numbers from the first to `top`.
+    span: u64,
+    /// Distinct ones received.
+    unique: u64,
+}
+
+impl Window {
+    fn bit(&mut self, seq: u32) -> (&mut u64, u64) {
+        let i = (seq % WINDOW) as usize;
+        (&mut self.bits[i / 64], 1 << (i % 64))
+    }
+
+    /// Records `seq`.
+    pub(crate) fn accept(&mut self, seq: u32) -> Seen {
+        if !self.started {
+            self.started = true;
+            self.top = seq;
+            self.span = 1;
+            self.unique = 1;
+            let (w, m) = self.bit(seq);
+            *w |= m;
+            return Seen::New;
+        }
+        let ahead = seq.wrapping_sub(self.top);
+        if ahead != 0 && ahead < u32::MAX / 2 {
+            if ahead >= WINDOW {
+                self.bits = [0; (WINDOW / 64) as usize];
+            } else {
+                for s in 1..=ahead {
+                    let (w, m) = self.bit(self.top.wrapping_add(s));
+                    *w &= !m;
+                }
+            }
+            self.top = seq;
+            self.span += u64::from(ahead);
+        } else {
+            let back = self.top.wrapping_sub(seq);
+            if back >= WINDOW {
+                return Seen::TooOld;
+            }
+            let (w, m) = self.bit(seq);
+            if *w & m != 0 {
+                return Seen::Duplicate;
+            }
+        }
+        let (w, m) = self.bit(seq);
+        *w |= m;
+        self.unique += 1;
+        Seen::New
+    }
+
+    /// Sequence numbers below the newest that never arrived.
+    pub(crate) fn missing(&self) -> u64 {
+        self.span.saturating_sub(self.unique)
+    }
+}
+
+/// Why a datagram was dropped. Each has a counter in [`UdpStats`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(usize)]
+pub enum DropReason {
+    /// A new flow beyond `--udpflows` (or the server's `--maxstreams`).
+    TableFull,
+    /// The session's datagram send queue was full (the path is slower than
+    /// the offered load).
+    QueueFull,
+    /// Longer than the session carries (see the `udp:` start line).
+    TooLarge,
+    /// The client had no session (connecting or reconnecting).
+    NoSession,
+    /// Not a version 1 flow header.
+    BadHeader,
+    /// Client: a flow id it does not hold (expired, or forged by the peer).
+    UnknownFlow,
+    /// A sequence number seen already: a duplicate or a replay.
+    Duplicate,
+    /// A sequence number older than the window.
+    TooOld,
+    /// The local application or the target's socket refused it.
+    SendFailed,
+}
+
+impl DropReason {
+    /// Every reason, in counter order.
+    pub const ALL: [DropReason; 9] = [
+        DropReason::TableFull,
+        DropReason::QueueFull,
+        DropReason::TooLarge,
+        DropReason::NoSession,
+        DropReason::BadHeader,
+        DropReason::UnknownFlow,
+        DropReason::Duplicate,
+        DropReason::TooOld,
+        DropReason::SendFailed,
+    ];
+
+    /// The reason's name in the stats line.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            DropReason::TableFull => "table full",
+            DropReason::QueueFull => "send queue full",
+            DropReason::TooLarge => "too large",
+            DropReason::NoSession => "no session",
+            DropReason::BadHeader => "bad header",
+            DropReason::UnknownFlow => "unknown flow",
+            DropReason::Duplicate => "duplicate",
+            DropReason::TooOld => "too old",
+            DropReason::SendFailed => "send failed",
+        }
+    }
+}
+
+/// One tunnel end's UDP counters (all flows, all sessions). "Up" is toward
+/// the server's target, "down" toward the client's applications; `_in` is
+/// what entered this end, `_out` what it passed on.
+#[derive(Debug, Default)]
+pub struct UdpStats {
+    /// Sessions that carried flows (client: connects, the first and each
+    /// replacement; server: sessions accepted).
+    pub sessions_opened: AtomicU64,
+    /// Flows opened since start, open now, and expired for idleness.
+    pub flows_opened: AtomicU64,
+    /// Flows open now.
+    pub flows_open: AtomicUsize,
+    /// Flows closed after `--udpidle` seconds without a datagram.
+    pub flows_expired: AtomicU64,
+    /// Datagrams read from the local side (client: applications; server:
+    /// the target's sockets).
+    pub local_in: AtomicU64,
+    /// Datagrams handed to the session.
+    pub tunnel_out: AtomicU64,
+    /// Datagrams taken from the session.
+    pub tunnel_in: AtomicU64,
+    /// Datagrams written to the local side.
+    pub local_out: AtomicU64,
+    /// Sequence numbers missing at flows that ended, or (client) whose
+    /// session was replaced: their "lost".
+    pub lost: AtomicU64,
+    dropped: [AtomicU64; DropReason::ALL.len()],
+}
+
+impl UdpStats {
+    /// Counts one datagram dropped for `why`.
+    pub(crate) fn count_drop(&self, why: DropReason) {
+        self.dropped[why as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Datagrams dropped for `why` so far.
+    #[must_use]
+    pub fn dropped(&self, why: DropReason) -> u64 {
+        self.dropped[why as usize].load(Ordering::Relaxed)
+    }
+
+    /// Datagrams dropped for any reason so far.
+    #[must_use]
+    pub fn dropped_total(&self) -> u64 {
+        DropReason::ALL.iter().map(|&d| self.dropped(d)).sum()
+    }
+
+    /// Changes an operator would see, for the "log only when something
+    /// changed" rule.
+    pub(crate) fn activity(&self) -> [u64; 4] {
+        [
+            self.flows_opened.load(Ordering::Relaxed),
+            self.local_in.load(Ordering::Relaxed),
+            self.tunnel_in.load(Ordering::Relaxed),
+            self.dropped_total(),
+        ]
+    }
+
+    /// The `udp:` part of the stats line.
+    pub(crate) fn line(&self) -> String {
+        let mut s = format!(
+            "udp sessions {}, flows {} open / {} total / {} expired, datagrams local in {} tunnel out {}, \
+             tunnel in {} local out {}, lost (ended flows) {}, dropped {}",
+            self.sessions_opened.load(Ordering::Relaxed),
+            self.flows_open.load(Ordering::Relaxed),
+            self.flows_opened.load(Ordering::Relaxed),
+            self.flows_expired.load(Ordering::Relaxed),
+            self.local_in.load(Ordering::Relaxed),
+            self.tunnel_out.load(Ordering::Relaxed),
+            self.tunnel_in.load(Ordering::Relaxed),
+            self.local_out.load(Ordering::Relaxed),
+            self.lost.load(Ordering::Relaxed),
+            self.dropped_total(),
+        );
+        let mut sep = " (";
+        for d in DropReason::ALL {
+            let n = self.dropped(d);
+            if n > 0 {
+                let _ = write!(s, "{sep}{} {n}", d.name());
+                sep = ", ";
+            }
+        }
+        if sep == ", " {
+            s.push(')');
+        }
+        s
+    }
+}
+
+/// One flow's counters, for its closing line. Atomics: on the server the
+/// flow's task and its session's task both count.
+#[derive(Debug, Default)]
+pub(crate) struct FlowCounters {
+    pub(crate) up: AtomicU64,
+    pub(crate) down: AtomicU64,
+    dropped: [AtomicU64; DropReason::ALL.len()],
+}
+
+impl FlowCounters {
+    /// Counts a datagram of this flow dropped for `why`, here and in the
+    /// end's totals.
+    pub(crate) fn drop_one(&self, udp: &UdpStats, why: DropReason) {
+        self.dropped[why as usize].fetch_add(1, Ordering::Relaxed);
+        udp.count_drop(why);
+    }
+
+    /// `N up, M down, D dropped (reasons), L lost` for a flow's closing line.
+    pub(crate) fn summary(&self, lost: u64) -> String {
+        let mut s = format!(
+            "{} up, {} down, ",
+            self.up.load(Ordering::Relaxed),
+            self.down.load(Ordering::Relaxed),
+        );
+        let total: u64 = self.dropped.iter().map(|d| d.load(Ordering::Relaxed)).sum();
+        let _ = write!(s, "{total} dropped");
+        let mut sep = " (";
+        for d in DropReason::ALL {
+            let n = self.dropped[d as usize].load(Ordering::Relaxed);
+            if n > 0 {
+                let _ = write!(s, "{sep}{} {n}", d.name());
+                sep = ", ";
+            }
+        }
+        if sep == ", " {
+            s.push(')');
+        }
+        let _ = write!(s, ", {lost} lost");
+        s
+    }
+}
+
+/// The datagram part of the stats line, summed over the live sessions
+/// from the library's counters. kcpio's datagrams are becoming
+/// FEC-protected; once its `SessionStats` reports datagrams recovered, lost
+/// after recovery, the redundancy in use and the delay recovery adds, they
+/// are summed and printed here.
+pub(crate) fn session_datagram_line(sessions: impl Iterator<Item = kcpio::SessionStats>) -> String {
+    let (mut sent, mut received, mut dropped) = (0, 0, 0);
+    for s in sessions {
+        sent += s.oob_sent;
+        received += s.oob_received;
+        dropped += s.oob_dropped;
+    }
+    format!("session datagrams sent {sent} received {received} dropped by the session {dropped}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_round_trip_and_rejects() {
+        let mut b = [0u8; 12];
+        put_header(&mut b, 0x00ab_cdef, 0xdead_beef);
+        assert_eq!(b[..8], [0x10, 0xab, 0xcd, 0xef, 0xde, 0xad, 0xbe, 0xef]);
+        assert_eq!(parse_header(&b), Some((0x00ab_cdef, 0xdead_beef)));
+        assert_eq!(parse_header(&b[..7]), None, "short");
+        b[0] = 0x20;
+        assert_eq!(parse_header(&b), None, "version 2");
+        b[0] = 0x11;
+        assert_eq!(parse_header(&b), None, "unknown kind");
+    }
+
+    #[test]
+    fn window_counts_duplicates_old_and_missing() {
+        let mut w = Window::default();
+        assert_eq!(w.accept(u32::MAX - 1), Seen::New);
+        assert_eq!(w.accept(u32::MAX - 1), Seen::Duplicate);
+        // Wraps, skips 0 and 1.
+        assert_eq!(w.accept(2), Seen::New);
+        assert_eq!(w.missing(), 3);
+        assert_eq!(w.accept(0), Seen::New, "late, inside the window");
+        assert_eq!(w.accept(0), Seen::Duplicate);
+        assert_eq!(w.missing(), 2);
+        assert_eq!(w.accept(2 + WINDOW + 5), Seen::New);
+        assert_eq!(w.accept(2), Seen::TooOld);
+        assert_eq!(w.accept(2 + WINDOW + 5 - (WINDOW - 1)), Seen::New);
+        assert_eq!(w.accept(2 + WINDOW + 5 - WINDOW), Seen::TooOld);
+        // In order from here: nothing more missing.
+        let before = w.missing();
+        for s in 0..5000u32 {
+            assert_eq!(w.accept(2 + WINDOW + 6 + s), Seen::New);
+        }
+        assert_eq!(w.missing(), before);
+    }
+
+    #[test]
+    fn a_flows_drops_are_counted_by_reason_in_its_line_and_the_totals() {
+        let (flow, udp) = (FlowCounters::default(), UdpStats::default());
+        flow.up.fetch_add(5, Ordering::Relaxed);
+        flow.drop_one(&udp, DropReason::Duplicate);
+        flow.drop_one(&udp, DropReason::Duplicate);
+        flow.drop_one(&udp, DropReason::QueueFull);
+        assert_eq!(
+            flow.summary(3),
+            "5 up, 0 down, 3 dropped (send queue full 1, duplicate 2), 3 lost"
+        );
+        assert_eq!(udp.dropped(DropReason::Duplicate), 2);
+        assert_eq!(udp.dropped_total(), 3);
+        assert!(
+            udp.line()
+                .ends_with("dropped 3 (send queue full 1, duplicate 2)")
+        );
+    }
+
+    #[test]
+    fn wireguard_mtu_leaves_room_for_both_headers() {
+        assert_eq!(wireguard_mtu(1368), 1368 - 8 - 32);
+        assert_eq!(wireguard_mtu(10), 0);
+    }
+}

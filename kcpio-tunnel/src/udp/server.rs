@@ -1,0 +1,311 @@
+//! The UDP mode's server: per session, one task reads the session's
+//! datagrams and writes each to its flow's socket (opening the flow's
+//! socket toward the target on its first datagram); per flow, one task
+//! reads the target's replies and sends them into the session.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use kcpio::{KcpListener, KcpStream};
+use tokio::net::UdpSocket;
+use tokio::task::JoinHandle;
+
+use super::client::report_mtu;
+use super::{
+    DropReason, FlowCounters, HEADER_LEN, MAX_UDP, Seen, UdpStats, Window, parse_header, put_header,
+};
+use crate::config::Settings;
+use crate::log::Log;
+use crate::stats::Stats;
+
+/// What every session's flows share: the settings, the counters and the
+/// descriptor budget (`--maxstreams` flows over all sessions).
+struct Shared {
+    settings: Settings,
+    stats: Arc<Stats>,
+    udp: Arc<UdpStats>,
+    log: Log,
+    /// Flows open over all sessions.
+    open: AtomicUsize,
+}
+
+/// A flow's share of the descriptor budget, returned when it is dropped.
+struct Slot(Arc<Shared>);
+
+impl Slot {
+    fn take(shared: &Arc<Shared>) -> Option<Self> {
+        let max = shared.settings.limits.max_streams;
+        shared
+            .open
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Self(Arc::clone(shared)))
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// One flow of a session: its socket toward the target and the task that
+/// reads it.
+struct Flow {
+    sock: Arc<UdpSocket>,
+    reader: JoinHandle<()>,
+    /// Sequence numbers received from the client.
+    window: Window,
+    /// Set by either direction on every datagram; cleared each tick.
+    active: Arc<AtomicBool>,
+    idle: u64,
+    counters: Arc<FlowCounters>,
+    _slot: Slot,
+}
+
+/// Serves the sessions of every listener until one fails to accept.
+pub(crate) async fn run_udp_server(
+    listeners: Arc<Vec<KcpListener>>,
+    settings: Settings,
+    stats: Arc<Stats>,
+    log: Log,
+) -> io::Result<()> {
+    let shared = Arc::new(Shared {
+        udp: Arc::clone(stats.udp()),
+        settings,
+        stats,
+        log,
+        open: AtomicUsize::new(0),
+    });
+    let mut set = tokio::task::JoinSet::new();
+    for i in 0..listeners.len() {
+        let listeners = Arc::clone(&listeners);
+        let shared = Arc::clone(&shared);
+        set.spawn(async move {
+            loop {
+                let (kcp, from) = listeners[i].accept().await?;
+                tokio::spawn(serve_session(kcp, from, Arc::clone(&shared)));
+            }
+        });
+    }
+    match set.join_next().await {
+        Some(Ok(r)) => r,
+        Some(Err(e)) => Err(io::Error::other(e)),
+        None => Ok(()),
+    }
+}
+
+/// Carries one session's flows until the session fails.
+async fn serve_session(kcp: KcpStream, from: SocketAddr, shared: Arc<Shared>) {
+    let log = &shared.log;
+    let udp = &shared.udp;
+    let target = match tokio::net::lookup_host(&shared.settings.peer).await {
+        Ok(mut a) => a.next(),
+        Err(e) => {
+            log.line(format!("{from}: --target {}: {e}", shared.settings.peer));
+            return;
+        }
+    };
+    let Some(target) = target else {
+        log.line(format!(
+            "{from}: --target {}: no address",
+            shared.settings.peer
+        ));
+        return;
+    };
+    let kcp = Arc::new(kcp);
+    log.line(format!("{from}: udp session opened, flows go to {target}"));
+    report_mtu(log, kcp.max_datagram_payload());
+    shared.stats.watch_session(&kcp);
+    udp.sessions_opened.fetch_add(1, Ordering::Relaxed);
+    let mut flows: HashMap<u32, Flow> = HashMap::new();
+    let mut buf = vec![0u8; HEADER_LEN + MAX_UDP];
+    let idle_ticks = shared.settings.udp.idle.as_secs().max(1);
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let why = loop {
+        tokio::select! {
+            r = kcp.recv_datagram(&mut buf) => {
+                let n = match r {
+                    Ok(n) => n,
+                    Err(e) => break e,
+                };
+                udp.tunnel_in.fetch_add(1, Ordering::Relaxed);
+                let d = &buf[..n];
+                let Some((id, seq)) = parse_header(d) else {
+                    udp.count_drop(DropReason::BadHeader);
+                    continue;
+                };
+                if !flows.contains_key(&id) {
+                    match open_flow(&kcp, id, target, &shared, flows.len()).await {
+                        Some(f) => {
+                            log.stream(format!("{from}: udp flow {id} opened"));
+                            flows.insert(id, f);
+                        }
+                        None => {
+                            udp.count_drop(DropReason::TableFull);
+                            continue;
+                        }
+                    }
+                }
+                let Some(flow) = flows.get_mut(&id) else { continue };
+                flow.active.store(true, Ordering::Relaxed);
+                let why = match flow.window.accept(seq) {
+                    Seen::New => match flow.sock.try_send(&d[HEADER_LEN..]) {
+                        Ok(_) => {
+                            flow.counters.up.fetch_add(1, Ordering::Relaxed);
+                            udp.local_out.fetch_add(1, Ordering::Relaxed);
+                            continue;
+                        }
+                        Err(_) => DropReason::SendFailed,
+                    },
+                    Seen::Duplicate => DropReason::Duplicate,
+                    Seen::TooOld => DropReason::TooOld,
+                };
+                flow.counters.drop_one(udp, why);
+            }
+            _ = tick.tick() => {
+                flows.retain(|id, f| {
+                    if f.active.swap(false, Ordering::Relaxed) {
+                        f.idle = 0;
+                    } else {
+                        f.idle += 1;
+                    }
+                    if f.idle < idle_ticks {
+                        return true;
+                    }
+                    udp.flows_expired.fetch_add(1, Ordering::Relaxed);
+                    close_flow(*id, f, &from, "expired", &shared);
+                    false
+                });
+            }
+        }
+    };
+    log.line(format!("{from}: udp session ended: {why}"));
+    for (id, f) in &flows {
+        close_flow(*id, f, &from, "closed with its session", &shared);
+    }
+    shared.stats.unwatch_session(&kcp);
+}
+
+/// Opens flow `id`'s socket toward `target` and its reader; `None` when
+/// the session holds `--udpflows` flows, all sessions `--maxstreams`, or
+/// the socket cannot be made.
+async fn open_flow(
+    kcp: &Arc<KcpStream>,
+    id: u32,
+    target: SocketAddr,
+    shared: &Arc<Shared>,
+    in_session: usize,
+) -> Option<Flow> {
+    if in_session >= shared.settings.udp.flows {
+        return None;
+    }
+    let slot = Slot::take(shared)?;
+    let any: SocketAddr = if target.is_ipv4() {
+        (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
+    } else {
+        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+    };
+    let sock = match UdpSocket::bind(any).await {
+        Ok(s) => s,
+        Err(e) => {
+            shared.log.line(format!("udp flow {id}: bind: {e}"));
+            return None;
+        }
+    };
+    if let Err(e) = sock.connect(target).await {
+        shared
+            .log
+            .line(format!("udp flow {id}: connect {target}: {e}"));
+        return None;
+    }
+    // A new socket's readiness is unknown to tokio until the reactor has
+    // seen it: without this, `try_send` says `WouldBlock` at first.
+    if let Err(e) = sock.writable().await {
+        shared.log.line(format!("udp flow {id}: {e}"));
+        return None;
+    }
+    let sock = Arc::new(sock);
+    let active = Arc::new(AtomicBool::new(true));
+    let counters = Arc::new(FlowCounters::default());
+    shared.udp.flows_opened.fetch_add(1, Ordering::Relaxed);
+    shared.udp.flows_open.fetch_add(1, Ordering::Relaxed);
+    let reader = tokio::spawn(read_target(
+        Arc::clone(&sock),
+        Arc::clone(kcp),
+        id,
+        Arc::clone(&active),
+        Arc::clone(&counters),
+        Arc::clone(&shared.udp),
+    ));
+    Some(Flow {
+        sock,
+        reader,
+        window: Window::default(),
+        active,
+        idle: 0,
+        counters,
+        _slot: slot,
+    })
+}
+
+/// Stops a flow's reader and logs its counters (the caller drops it).
+fn close_flow(id: u32, f: &Flow, from: &SocketAddr, how: &str, shared: &Shared) {
+    f.reader.abort();
+    let lost = f.window.missing();
+    shared.udp.lost.fetch_add(lost, Ordering::Relaxed);
+    shared.udp.flows_open.fetch_sub(1, Ordering::Relaxed);
+    shared.log.stream(format!(
+        "{from}: udp flow {id} {how}: {}",
+        f.counters.summary(lost)
+    ));
+}
+
+/// Reads the target's datagrams for flow `id` and sends them into the
+/// session, until the flow is closed or the session fails.
+async fn read_target(
+    sock: Arc<UdpSocket>,
+    kcp: Arc<KcpStream>,
+    id: u32,
+    active: Arc<AtomicBool>,
+    counters: Arc<FlowCounters>,
+    udp: Arc<UdpStats>,
+) {
+    // One buffer per flow, for its life.
+    let mut buf = vec![0u8; HEADER_LEN + MAX_UDP];
+    let mut seq = 0u32;
+    loop {
+        // An ICMP error from the target (nothing listening yet) is not the
+        // end of the flow.
+        let Ok(n) = sock.recv(&mut buf[HEADER_LEN..]).await else {
+            continue;
+        };
+        udp.local_in.fetch_add(1, Ordering::Relaxed);
+        active.store(true, Ordering::Relaxed);
+        if HEADER_LEN + n > kcp.max_datagram_payload() {
+            counters.drop_one(&udp, DropReason::TooLarge);
+            continue;
+        }
+        put_header(&mut buf, id, seq);
+        seq = seq.wrapping_add(1);
+        match kcp.try_send_datagram(&buf[..HEADER_LEN + n]) {
+            Ok(()) => {
+                counters.down.fetch_add(1, Ordering::Relaxed);
+                udp.tunnel_out.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                counters.drop_one(&udp, DropReason::QueueFull);
+            }
+            Err(_) => {
+                counters.drop_one(&udp, DropReason::NoSession);
+                return;
+            }
+        }
+    }
+}

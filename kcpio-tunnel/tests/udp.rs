@@ -1,0 +1,440 @@
+//! The UDP mode (`--udp`): many flows through a lossy relay with every
+//! datagram accounted for, hostile peers (forged flow ids, bad headers,
+//! replays, a flood of new flows) bounded and counted, idle flows expiring,
+//! and flows that carry on over a new session after the old one was lost.
+//!
+//! kcpio on both ends, in-process; loopback only; every test bounded by a
+//! timeout.
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use kcpio::{KcpListener, KcpStream};
+use kcpio_testkit::relay::{LinkConfig, Relay, RelayConfig};
+use tokio::net::UdpSocket;
+
+use kcpio_tunnel::{self as tunnel, UDP_HEADER_LEN, UdpDropReason, UdpStats};
+
+const TEST_TIMEOUT: Duration = Duration::from_secs(150);
+
+fn words(s: &str) -> Vec<String> {
+    s.split_whitespace().map(str::to_owned).collect()
+}
+
+/// Starts a tunnel end in-process; its address and UDP counters. A client
+/// is returned once its session is up (datagrams before are dropped as
+/// `no session`).
+async fn start(cmd: &str) -> (SocketAddr, Arc<UdpStats>) {
+    let settings = tunnel::parse(words(cmd)).unwrap();
+    let client = settings.role == tunnel::Role::Client;
+    let bound = tunnel::Bound::bind(settings).await.unwrap();
+    let addr = bound.local_addr().unwrap();
+    let udp = bound.udp_stats().expect("a --udp tunnel");
+    tokio::spawn(bound.run(tunnel::Log::open("", true).unwrap()));
+    if client {
+        assert!(
+            until(Duration::from_secs(20), || get(&udp.sessions_opened) > 0).await,
+            "the client's session did not come up"
+        );
+    }
+    (addr, udp)
+}
+
+/// A UDP echo server counting what it received (and so sent back).
+async fn echo_server() -> (
+    SocketAddr,
+    Arc<AtomicU64>,
+    Arc<std::sync::Mutex<HashSet<SocketAddr>>>,
+) {
+    let s = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let addr = s.local_addr().unwrap();
+    let count = Arc::new(AtomicU64::new(0));
+    let peers = Arc::new(std::sync::Mutex::new(HashSet::new()));
+    let (c, p) = (Arc::clone(&count), Arc::clone(&peers));
+    tokio::spawn(async move {
+        let mut buf = vec![0u8; 65_536];
+        while let Ok((n, from)) = s.recv_from(&mut buf).await {
+            c.fetch_add(1, Ordering::Relaxed);
+            p.lock().unwrap().insert(from);
+            let _ = s.send_to(&buf[..n], from).await;
+        }
+    });
+    (addr, count, peers)
+}
+
+/// Waits until `f` holds, or `within` passed; whether it holds.
+async fn until(within: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let end = tokio::time::Instant::now() + within;
+    while tokio::time::Instant::now() < end {
+        if f() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    f()
+}
+
+fn get(c: &AtomicU64) -> u64 {
+    c.load(Ordering::Relaxed)
+}
+
+/// Every datagram one end took in left it, or was dropped with a reason.
+fn assert_balanced(name: &str, u: &UdpStats) {
+    let taken = get(&u.local_in) + get(&u.tunnel_in);
+    let passed = get(&u.tunnel_out) + get(&u.local_out) + u.dropped_total();
+    assert_eq!(taken, passed, "{name}: in = out + dropped: {u:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_flows_through_a_lossy_relay_every_datagram_accounted_for() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        const FLOWS: usize = 50;
+        const EACH: u32 = 60;
+        let (target, echoed, peers) = echo_server().await;
+        let (server, s_udp) = start(&format!(
+            "t server --udp -l 127.0.0.1:0 -t {target} --mode fast3 --crypt aes-128-gcm"
+        ))
+        .await;
+        let relay = Relay::start(server, RelayConfig::symmetric(27, LinkConfig::lossy(0.05)))
+            .await
+            .unwrap();
+        let (entry, c_udp) = start(&format!(
+            "t client --udp -l 127.0.0.1:0 -r {} --mode fast3 --crypt aes-128-gcm",
+            relay.local_addr()
+        ))
+        .await;
+
+        let mut tasks = Vec::new();
+        for f in 0..FLOWS {
+            tasks.push(tokio::spawn(async move {
+                let s = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+                s.connect(entry).await.unwrap();
+                let mut back = HashSet::new();
+                let mut buf = [0u8; 2048];
+                for i in 0..EACH {
+                    let mut msg = [0u8; 300];
+                    msg[..4].copy_from_slice(&(f as u32).to_be_bytes());
+                    msg[4..8].copy_from_slice(&i.to_be_bytes());
+                    s.send(&msg[..100 + (i as usize * 7) % 200]).await.unwrap();
+                    // Paced at ~100 datagrams/s a flow: 5,000/s in all.
+                    let pause = tokio::time::sleep(Duration::from_millis(10));
+                    tokio::pin!(pause);
+                    loop {
+                        tokio::select! {
+                            () = &mut pause => break,
+                            r = s.recv(&mut buf) => {
+                                let n = r.unwrap();
+                                assert_eq!(&buf[..4], &(f as u32).to_be_bytes(), "echo of another flow");
+                                let seq = u32::from_be_bytes(buf[4..8].try_into().unwrap());
+                                assert_eq!(n, 100 + (seq as usize * 7) % 200, "echo of {seq}");
+                                back.insert(seq);
+                            }
+                        }
+                    }
+                }
+                // Late echoes.
+                while let Ok(Ok(_)) =
+                    tokio::time::timeout(Duration::from_millis(1500), s.recv(&mut buf)).await
+                {
+                    back.insert(u32::from_be_bytes(buf[4..8].try_into().unwrap()));
+                }
+                back.len() as u64
+            }));
+        }
+        let mut received = 0;
+        for t in tasks {
+            received += t.await.unwrap();
+        }
+        let sent = FLOWS as u64 * u64::from(EACH);
+        // Quiet now: every counter has settled.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let r = relay.stats();
+        assert_balanced("client", &c_udp);
+        assert_balanced("server", &s_udp);
+        assert_eq!(get(&c_udp.local_in), sent, "the client read every datagram");
+        assert_eq!(get(&c_udp.local_out), received, "what the client wrote arrived");
+        assert_eq!(get(&s_udp.local_out), get(&echoed), "what the server wrote arrived");
+        assert_eq!(get(&s_udp.local_in), get(&echoed), "every echo was read");
+        // What the session sent and the other end did not take was lost on
+        // the path: never more than the relay dropped.
+        let lost_up = get(&c_udp.tunnel_out) - get(&s_udp.tunnel_in);
+        let lost_down = get(&s_udp.tunnel_out) - get(&c_udp.tunnel_in);
+        assert!(lost_up <= r.to_server.lost, "{lost_up} > {:?}", r.to_server);
+        assert!(lost_down <= r.to_client.lost, "{lost_down} > {:?}", r.to_client);
+        assert_eq!(get(&c_udp.flows_opened), FLOWS as u64, "one flow per source");
+        assert_eq!(get(&s_udp.flows_opened), FLOWS as u64);
+        assert_eq!(peers.lock().unwrap().len(), FLOWS, "one server socket per flow");
+        assert_eq!(c_udp.dropped(UdpDropReason::UnknownFlow), 0);
+        assert_eq!(s_udp.dropped(UdpDropReason::BadHeader), 0);
+        // 5% each way without datagram FEC: most of it arrives.
+        assert!(received * 10 >= sent * 8, "{received} of {sent} echoed");
+    })
+    .await
+    .expect("test timed out");
+}
+
+/// The tunnel's KCP configuration for `cmd`, for a hand-made peer.
+fn kcp_config(cmd: &str) -> kcpio::Config {
+    tunnel::parse(words(cmd)).unwrap().kcp
+}
+
+fn datagram(flow: u32, seq: u32, payload: &[u8]) -> Vec<u8> {
+    let mut d = vec![0x10, (flow >> 16) as u8, (flow >> 8) as u8, flow as u8];
+    d.extend_from_slice(&seq.to_be_bytes());
+    d.extend_from_slice(payload);
+    assert_eq!(UDP_HEADER_LEN, 8);
+    d
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_flows_bad_headers_and_replays_at_the_server_are_bounded_and_counted() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let (target, echoed, peers) = echo_server().await;
+        let cmd = format!("t server --udp -l 127.0.0.1:0 -t {target} --udpflows 40");
+        let (server, s_udp) = start(&cmd).await;
+        let kcp = KcpStream::connect(server, &kcp_config(&cmd)).await.unwrap();
+        // 500 new flows: 40 are opened, the rest dropped as "table full".
+        for id in 0..500u32 {
+            kcp.send_datagram(&datagram(id, 0, b"hello")).await.unwrap();
+            if id % 50 == 49 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        // A replay of an accepted one, garbage, and a version 2 header.
+        kcp.send_datagram(&datagram(0, 0, b"hello")).await.unwrap();
+        kcp.send_datagram(b"\x10\x00").await.unwrap();
+        let mut v2 = datagram(1, 1, b"v2");
+        v2[0] = 0x20;
+        kcp.send_datagram(&v2).await.unwrap();
+        assert!(
+            until(Duration::from_secs(10), || get(&s_udp.tunnel_in) == 503).await,
+            "{s_udp:?}"
+        );
+        assert_eq!(get(&s_udp.flows_opened), 40);
+        assert_eq!(s_udp.flows_open.load(Ordering::Relaxed), 40);
+        assert_eq!(s_udp.dropped(UdpDropReason::TableFull), 460);
+        assert_eq!(s_udp.dropped(UdpDropReason::Duplicate), 1);
+        assert_eq!(s_udp.dropped(UdpDropReason::BadHeader), 2);
+        assert!(until(Duration::from_secs(5), || get(&echoed) == 40).await);
+        assert_eq!(
+            peers.lock().unwrap().len(),
+            40,
+            "one socket per admitted flow"
+        );
+        // The echoes come back on the admitted flows only.
+        let mut buf = [0u8; 256];
+        let mut flows = HashSet::new();
+        for _ in 0..40 {
+            let n = tokio::time::timeout(Duration::from_secs(5), kcp.recv_datagram(&mut buf))
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(&buf[8..n], b"hello");
+            flows.insert(u32::from_be_bytes([0, buf[1], buf[2], buf[3]]));
+        }
+        assert_eq!(flows.len(), 40);
+        assert_balanced("server", &s_udp);
+    })
+    .await
+    .expect("test timed out");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_flow_ids_bad_headers_and_replays_at_the_client_are_dropped_and_counted() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        // The test is the (hostile) server.
+        let cmd = "t server --udp -l 127.0.0.1:0 -t 127.0.0.1:9";
+        let listener = KcpListener::bind("127.0.0.1:0", &kcp_config(cmd))
+            .await
+            .unwrap();
+        let (entry, c_udp) = start(&format!(
+            "t client --udp -l 127.0.0.1:0 -r {}",
+            listener.local_addr().unwrap()
+        ))
+        .await;
+        let app = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        app.connect(entry).await.unwrap();
+        app.send(b"open").await.unwrap();
+        let (kcp, _) = tokio::time::timeout(Duration::from_secs(10), listener.accept())
+            .await
+            .unwrap()
+            .unwrap();
+        let mut buf = [0u8; 256];
+        let n = kcp.recv_datagram(&mut buf).await.unwrap();
+        let flow = u32::from_be_bytes([0, buf[1], buf[2], buf[3]]);
+        assert_eq!(&buf[8..n], b"open");
+        // Forged ids, a bad header, then one real datagram sent three times.
+        for id in 1..=100u32 {
+            kcp.send_datagram(&datagram(flow + id, 0, b"forged"))
+                .await
+                .unwrap();
+        }
+        kcp.send_datagram(b"\x11\x00\x00\x00\x00\x00\x00\x00kind")
+            .await
+            .unwrap();
+        for _ in 0..3 {
+            kcp.send_datagram(&datagram(flow, 7, b"real"))
+                .await
+                .unwrap();
+        }
+        let n = tokio::time::timeout(Duration::from_secs(5), app.recv(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(&buf[..n], b"real");
+        assert!(until(Duration::from_secs(5), || get(&c_udp.tunnel_in) == 104).await);
+        assert_eq!(c_udp.dropped(UdpDropReason::UnknownFlow), 100);
+        assert_eq!(c_udp.dropped(UdpDropReason::BadHeader), 1);
+        assert_eq!(c_udp.dropped(UdpDropReason::Duplicate), 2);
+        assert_eq!(get(&c_udp.local_out), 1);
+        assert!(
+            tokio::time::timeout(Duration::from_millis(300), app.recv(&mut buf))
+                .await
+                .is_err(),
+            "nothing else reached the application"
+        );
+        assert_balanced("client", &c_udp);
+    })
+    .await
+    .expect("test timed out");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_flows_expire_on_both_ends_and_a_source_that_speaks_again_gets_a_new_flow() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let (target, echoed, peers) = echo_server().await;
+        let (server, s_udp) = start(&format!(
+            "t server --udp -l 127.0.0.1:0 -t {target} --udpidle 1"
+        ))
+        .await;
+        let (entry, c_udp) = start(&format!(
+            "t client --udp -l 127.0.0.1:0 -r {server} --udpidle 2"
+        ))
+        .await;
+        let apps: Vec<UdpSocket> = {
+            let mut v = Vec::new();
+            for _ in 0..5 {
+                let s = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+                s.connect(entry).await.unwrap();
+                v.push(s);
+            }
+            v
+        };
+        let mut buf = [0u8; 64];
+        for a in &apps {
+            a.send(b"ping").await.unwrap();
+            tokio::time::timeout(Duration::from_secs(5), a.recv(&mut buf))
+                .await
+                .unwrap()
+                .unwrap();
+        }
+        assert_eq!(s_udp.flows_open.load(Ordering::Relaxed), 5);
+        assert_eq!(c_udp.flows_open.load(Ordering::Relaxed), 5);
+        assert!(
+            until(Duration::from_secs(8), || {
+                get(&s_udp.flows_expired) == 5 && get(&c_udp.flows_expired) == 5
+            })
+            .await,
+            "{s_udp:?} {c_udp:?}"
+        );
+        assert_eq!(s_udp.flows_open.load(Ordering::Relaxed), 0);
+        assert_eq!(c_udp.flows_open.load(Ordering::Relaxed), 0);
+        // Speaking again opens new flows, with new server sockets.
+        for a in &apps {
+            a.send(b"again").await.unwrap();
+            let n = tokio::time::timeout(Duration::from_secs(5), a.recv(&mut buf))
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(&buf[..n], b"again");
+        }
+        assert_eq!(get(&c_udp.flows_opened), 10);
+        assert_eq!(get(&s_udp.flows_opened), 10);
+        assert_eq!(get(&echoed), 10);
+        assert_eq!(peers.lock().unwrap().len(), 10);
+    })
+    .await
+    .expect("test timed out");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flows_carry_on_over_a_new_session_after_the_path_was_cut() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let (target, _echoed, _) = echo_server().await;
+        let (server, s_udp) = start(&format!("t server --udp -l 127.0.0.1:0 -t {target}")).await;
+        let relay = Relay::start(server, RelayConfig::symmetric(3, LinkConfig::clean()))
+            .await
+            .unwrap();
+        let (entry, c_udp) = start(&format!(
+            "t client --udp -l 127.0.0.1:0 -r {}",
+            relay.local_addr()
+        ))
+        .await;
+        let app = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        app.connect(entry).await.unwrap();
+        let echo = |msg: &'static [u8]| {
+            let app = &app;
+            async move {
+                for _ in 0..200 {
+                    app.send(msg).await.unwrap();
+                    let mut b = [0u8; 64];
+                    let r =
+                        tokio::time::timeout(Duration::from_millis(250), app.recv(&mut b)).await;
+                    if matches!(r, Ok(Ok(n)) if &b[..n] == msg) {
+                        return true;
+                    }
+                }
+                false
+            }
+        };
+        // Enough datagrams each way that a receiver which kept the old
+        // session's numbering would refuse the new one's as too old.
+        for i in 0..1100 {
+            app.send(b"numbering").await.unwrap();
+            if i % 20 == 19 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+        assert!(
+            until(Duration::from_secs(20), || get(&c_udp.local_out) >= 1030).await,
+            "{c_udp:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let mut b = [0u8; 64];
+        while app.try_recv(&mut b).is_ok() {}
+        assert!(echo(b"before").await);
+        // Cut the path until the session times out (kcpio's idle timeout,
+        // 30 s), then mend it: the client opens a new session by itself.
+        relay.set_blackhole(true);
+        let lost_session = until(Duration::from_secs(60), || {
+            // The client says so by counting a datagram it could not send.
+            let _ = app.try_send(b"while cut");
+            c_udp.dropped(UdpDropReason::NoSession) > 0
+        })
+        .await;
+        assert!(lost_session, "{c_udp:?}");
+        relay.set_blackhole(false);
+        assert!(echo(b"after").await, "the flow carries on: {c_udp:?}");
+        assert_eq!(
+            get(&c_udp.flows_opened),
+            1,
+            "the same flow, over the new session"
+        );
+        assert_eq!(
+            get(&s_udp.flows_opened),
+            2,
+            "a new socket toward the target"
+        );
+        assert_eq!(get(&c_udp.sessions_opened), 2, "one replacement session");
+        assert_eq!(
+            c_udp.dropped(UdpDropReason::Duplicate) + c_udp.dropped(UdpDropReason::TooOld),
+            0,
+            "the new session's numbering is accepted: {c_udp:?}"
+        );
+    })
+    .await
+    .expect("test timed out");
+}
