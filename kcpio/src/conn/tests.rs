@@ -897,3 +897,76 @@ fn a_held_unproven_session_still_idles_out() {
     assert!(out <= AMPLIFICATION_FACTOR * wire_in, "{out} vs {wire_in}");
     assert_eq!(end, Some(SessionError::IdleTimeout));
 }
+
+/// Port-unreachable reports: refused while connecting; once established
+/// one stray report (the peer answering meanwhile) never fails the
+/// session, a streak with nothing valid in between does, probing as it
+/// goes; with `icmp_reset(false)` reports change nothing.
+#[test]
+fn port_unreachable_streaks_fail_an_established_session_and_strays_do_not() {
+    let c = config(Config::builder());
+    let mut pair = Pair::new(c.clone(), 0);
+    pair.conns[0].connect(Duration::ZERO);
+    pair.conns[0].handle_unreachable(Duration::ZERO);
+    assert_eq!(pair.conns[0].error(), Some(SessionError::Refused));
+
+    let mut pair = Pair::new(c.clone(), 0);
+    stream(&mut pair, 10_000, 5_000);
+    // Strays: one report every second, the peer alive in between.
+    for _ in 0..5 {
+        let now = pair.now;
+        pair.conns[0].handle_unreachable(now);
+        for _ in 0..1000 {
+            pair.step();
+        }
+        assert_eq!(pair.conns[0].error(), None);
+    }
+    stream(&mut pair, 10_000, 5_000);
+    // Two quick reports, then the peer answers the probe: no failure.
+    let now = pair.now;
+    pair.conns[0].handle_unreachable(now);
+    pair.conns[0].handle_unreachable(now);
+    for _ in 0..100 {
+        pair.step();
+    }
+    pair.conns[0].handle_unreachable(pair.now);
+    assert_eq!(pair.conns[0].error(), None, "the answer ended the streak");
+    for _ in 0..100 {
+        pair.step();
+    }
+
+    // The peer is gone: a report every 50 ms fails the session once the
+    // streak spans UNREACHABLE_SPAN, with probes every 250 ms meanwhile.
+    pair.blackout = true;
+    for _ in 0..2000 {
+        pair.step();
+    }
+    let start = pair.now;
+    let wask = pair.conns[0].stats().arq.wask_out;
+    while pair.conns[0].error().is_none() {
+        assert!(pair.now - start < UNREACHABLE_MAX_SPAN + Duration::from_millis(100));
+        let now = pair.now;
+        pair.conns[0].handle_unreachable(now);
+        for _ in 0..50 {
+            pair.step();
+        }
+    }
+    assert_eq!(pair.conns[0].error(), Some(SessionError::PortUnreachable));
+    assert!(pair.now - start >= UNREACHABLE_SPAN);
+    assert!(pair.conns[0].stats().arq.wask_out > wask, "probed");
+    let e = std::io::Error::from(ConnError::Closed(SessionError::PortUnreachable));
+    assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset);
+
+    // Switched off: nothing but the idle timeout ends it.
+    let mut pair = Pair::new(config(Config::builder().icmp_reset(false)), 0);
+    stream(&mut pair, 10_000, 5_000);
+    pair.blackout = true;
+    for _ in 0..20 {
+        let now = pair.now;
+        pair.conns[0].handle_unreachable(now);
+        for _ in 0..50 {
+            pair.step();
+        }
+    }
+    assert_eq!(pair.conns[0].error(), None);
+}

@@ -262,8 +262,7 @@ impl Driver {
         bump(&counters.datagrams_in);
         add(&counters.bytes_in, d.end - d.start);
         let Some(range) = self.io.open(d) else {
-            bump(&counters.bad_crypto);
-            tracing::trace!(peer = %d.peer, "datagram failed to open");
+            counters.bad_crypto(d.peer, &mut self.refused_peers);
             return;
         };
         let route = match Inbound::parse(self.io.rx(range.clone())) {
@@ -403,10 +402,11 @@ impl Driver {
         }
     }
 
-    /// A client socket reported the peer's port unreachable: a session
-    /// still probing fails with `Refused` (later reports are counted only:
-    /// an established peer may be restarting, and its idle timeout rules).
-    fn take_refusal(&mut self) {
+    /// A client socket reported the peer's port unreachable: the session
+    /// decides ([`Conn::handle_unreachable`]: a probing session fails with
+    /// `Refused`; an established one probes, and fails with
+    /// `PortUnreachable` when the reports go on), and is serviced now.
+    fn take_refusal(&mut self, now: Duration) {
         if !std::mem::take(&mut self.io.refused) || self.role != Role::Client {
             return;
         }
@@ -414,13 +414,13 @@ impl Driver {
             return;
         };
         let mut st = lock(&session.state);
-        if st.conn.is_connecting() {
-            st.conn.abort(SessionError::Refused);
+        st.conn.handle_unreachable(now);
+        if st.conn.error().is_some() {
             st.wake_all();
-            if !st.queued {
-                st.queued = true;
-                self.ready.push_back(session.id);
-            }
+        }
+        if !st.queued {
+            st.queued = true;
+            self.ready.push_back(session.id);
         }
     }
 
@@ -558,7 +558,7 @@ impl Future for Driver {
                     Poll::Pending => break,
                 }
             }
-            this.take_refusal();
+            this.take_refusal(now);
             this.fire_timers(now);
             let unblocked =
                 this.service_ready(cx, now) && this.io.poll_flush(cx, now, &this.shared);
