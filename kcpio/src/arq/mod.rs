@@ -1515,7 +1515,6 @@ impl Kcp {
     /// flush would write it now (our window and `una`), without touching
     /// the ARQ's state: the driver's path probe toward an address the peer
     /// may have moved to. Returns its length, or `None` when `buf` is short.
-    #[allow(dead_code)] // MIGRATION-TEMP
     pub(crate) fn write_window_probe(&self, now: Timestamp, buf: &mut [u8]) -> Option<usize> {
         let out: &mut [u8; HEADER_LEN] = buf.get_mut(..HEADER_LEN)?.try_into().ok()?;
         Header {
@@ -1533,7 +1532,6 @@ impl Kcp {
     /// The path to the peer changed (a new IP address): the RTT estimate
     /// and the congestion controller start over; what is in flight stays
     /// and is retransmitted on the new path at the initial RTO.
-    #[allow(dead_code)] // MIGRATION-TEMP
     pub(crate) fn reset_path(&mut self) {
         self.rtt.reset();
         self.cc = self.cc.restarted(self.mss as u32, self.p.interval);

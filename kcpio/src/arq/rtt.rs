@@ -84,7 +84,6 @@ impl Rtt {
 
     /// Forgets the samples (a new network path): the estimates start over
     /// from the initial RTO, the options stay.
-    #[allow(dead_code)] // MIGRATION-TEMP
     pub(crate) fn reset(&mut self) {
         self.srtt = 0;
         self.rttvar = 0;

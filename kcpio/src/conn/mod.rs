@@ -969,7 +969,6 @@ impl Conn {
     /// this session never received ([`Kcp::is_fresh`]): what may make a new
     /// address a migration candidate. Parity, OOB and other conversations'
     /// packets are not.
-    #[allow(dead_code)] // MIGRATION-TEMP
     pub(crate) fn is_fresh(&self, packet: &[u8]) -> bool {
         let kcp = match fec::classify(packet) {
             PacketKind::Kcp => Some(packet),
@@ -984,7 +983,6 @@ impl Conn {
     /// send to an address the peer may have moved to. The peer's WINS
     /// answer, from there, proves it receives there. Changes nothing in the
     /// ARQ; counted as output.
-    #[allow(dead_code)] // MIGRATION-TEMP
     pub(crate) fn poll_path_probe(&mut self, now: Duration, slot: &mut [u8]) -> Option<Transmit> {
         self.advance(now);
         if self.error.is_some() {
@@ -1003,9 +1001,14 @@ impl Conn {
         Some(self.sent(len, false))
     }
 
+    /// The wire size of a [`poll_path_probe`](Self::poll_path_probe)
+    /// datagram.
+    pub(crate) fn path_probe_wire_len(&self) -> usize {
+        crate::arq::segment::HEADER_LEN + self.fec_header + self.overhead
+    }
+
     /// The peer moved to another IP address: the RTT estimate and the
     /// congestion window start over on the new path.
-    #[allow(dead_code)] // MIGRATION-TEMP
     pub(crate) fn reset_path(&mut self) {
         self.kcp.reset_path();
     }

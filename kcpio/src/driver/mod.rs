@@ -53,7 +53,7 @@ use self::shared::{
     Accept, DriverShared, Inbox, SessionShared, SessionState, lock, register, wake,
 };
 use self::stats::{add, bump};
-use self::table::{Inbound, Route, SessionId, Table};
+use self::table::{Inbound, Refusal, Route, SessionId, Table};
 use crate::config::ConfigInner;
 use crate::conn::{Conn, SessionError};
 use crate::sys::UdpState;
@@ -132,6 +132,7 @@ impl Driver {
         let mut table = Table::new(listener, config.max_sessions, config.accept_backlog);
         let (burst, per_second) = config.sessions_per_source;
         table.set_source_rate(burst, per_second);
+        table.set_migration(listener && config.migration);
         let slots_needed = 1 + config.fec.map_or(0, |(_, p)| p);
         let now = Instant::now();
         let shared = Arc::new(DriverShared {
@@ -284,6 +285,12 @@ impl Driver {
         };
         let id = match route {
             Route::Deliver(id) => id,
+            Route::Migrate(id) => {
+                let Some(id) = self.datagram_from_elsewhere(id, d, range.clone(), now) else {
+                    return;
+                };
+                id
+            }
             Route::Drop(r) => {
                 let episode = &mut self.refused_peers;
                 self.shared.counters.refused(r, d.peer, episode);
@@ -314,6 +321,62 @@ impl Driver {
             start: range.start,
             end: range.end,
         });
+    }
+
+    /// A datagram of session `id`'s conversation from an address that is
+    /// not the session's (migration on). Fresh (newer than anything the
+    /// session received): its address becomes the candidate, the datagram
+    /// goes to the session, and a path probe (a WASK) goes to the
+    /// candidate within its budget. From the candidate, after a probe, with
+    /// a WINS in it: the answer; the session moves there. Anything else is
+    /// dropped as stale (a replay moves nothing). Returns the session to
+    /// deliver to.
+    fn datagram_from_elsewhere(
+        &mut self,
+        id: SessionId,
+        d: io::Datagram,
+        range: std::ops::Range<usize>,
+        now: Duration,
+    ) -> Option<SessionId> {
+        let session = self.table.get(id)?.clone();
+        let mut st = lock(&session.state);
+        let plain = self.io.rx(range);
+        let answer = Inbound::parse(plain).is_ok_and(|i| i.has_wins());
+        let fresh = st.conn.error().is_none() && st.conn.is_fresh(plain);
+        let wire = d.end - d.start;
+        if !self.table.candidate_seen(id, d.peer, wire, fresh) {
+            let episode = &mut self.refused_peers;
+            self.shared
+                .counters
+                .refused(Refusal::Stale, d.peer, episode);
+            return None;
+        }
+        if answer && let Some((old, new)) = self.table.migrate(id, now) {
+            // NAT rebinding (same IP) keeps the path's estimates.
+            if old.ip() != new.ip() {
+                st.conn.reset_path();
+            }
+            st.moved_to = Some(new);
+            bump(&self.shared.counters.migrations);
+            tracing::info!(%old, %new, conv = session.conv, "kcp session moved to its peer's new address");
+            return Some(id);
+        }
+        if !fresh {
+            let episode = &mut self.refused_peers;
+            self.shared
+                .counters
+                .refused(Refusal::Stale, d.peer, episode);
+            return None;
+        }
+        let probe = st.conn.path_probe_wire_len();
+        if self.io.free_slots() >= self.slots_needed
+            && self.table.probe_candidate(id, probe, now)
+            && let Some(t) = st.conn.poll_path_probe(now, self.io.next_slot())
+        {
+            self.io.push(d.peer, t.len);
+            bump(&self.shared.counters.path_probes);
+        }
+        Some(id)
     }
 
     /// Feeds the packets routed in this receive batch to their sessions:
@@ -464,6 +527,7 @@ impl Driver {
             return Serviced::Done;
         };
         let finished;
+        let dest = self.table.peer(id).unwrap_or(session.peer);
         {
             let mut guard = lock(&session.state);
             let st = &mut *guard;
@@ -475,7 +539,7 @@ impl Driver {
                 let Some(t) = st.conn.poll_transmit(now, self.io.next_slot()) else {
                     break;
                 };
-                self.io.push(session.peer, t.len);
+                self.io.push(dest, t.len);
             }
             finished = st.conn.is_finished();
             if let Some(e) = st.conn.error() {

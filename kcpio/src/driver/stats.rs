@@ -112,6 +112,15 @@ socket_counters! {
     /// New peers refused: their source address opened sessions faster than
     /// the per-source limit.
     refused_rate,
+    /// Datagrams of a live session from another address that were not newer
+    /// than what the session had received (replays, duplicates): dropped,
+    /// they move nothing.
+    migration_stale,
+    /// Window probes sent to an address a session's peer may have moved to
+    /// (each within 3 times the bytes received from there).
+    path_probes,
+    /// Sessions moved to their peer's new address after it answered there.
+    migrations,
     /// Sessions that never proved their peer receives, evicted at the
     /// session cap to make room for a newcomer.
     evicted_unproven,
@@ -202,6 +211,7 @@ impl Counters {
             Refusal::NotOpener => (&self.not_opener, None),
             Refusal::Replay => (&self.replayed, None),
             Refusal::RateLimited => (&self.refused_rate, None),
+            Refusal::Stale => (&self.migration_stale, None),
         };
         bump(datagrams);
         if !episode.first(peer, r as u8) {

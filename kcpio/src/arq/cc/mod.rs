@@ -112,7 +112,6 @@ impl Controller {
     /// The controller `choice` names, for segments of `mss` bytes and a
     /// flush every `interval` ms.
     /// The same kind of controller, started over (a new network path).
-    #[allow(dead_code)] // MIGRATION-TEMP
     pub(crate) fn restarted(&self, mss: u32, interval: u32) -> Self {
         let choice = match self {
             Self::None => Congestion::None,
