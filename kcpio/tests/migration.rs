@@ -5,6 +5,11 @@
 //! fresh datagrams sent from a third address gets at most 3 times its bytes
 //! back and moves nothing either.
 //!
+//! kcp-go v5.6.72 as the client (`testkit/interop/kcpgo-peer`, which has
+//! `aes-128-gcm`) migrates too: it answers the listener's window probe with
+//! a WINS and needs nothing new. Without Go that test prints `SKIPPED` and
+//! passes (`KCPIO_REQUIRE_GO=1` makes it fail).
+//!
 //! Every wait is bounded by `tokio::time::timeout`; the stall figures are
 //! printed (`--nocapture`) and only loosely bounded (a shared machine).
 
@@ -15,7 +20,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use kcpio::{Config, KcpListener, KcpStream, Key, Method};
+use kcpio::{Config, KcpListener, KcpStream, Key, Method, Preset};
+use support::gopeer;
 use support::pattern::{Verifier, fill};
 use support::relay::{Relay, RelayConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -331,4 +337,68 @@ async fn a_mirror_of_fresh_datagrams_gets_at_most_3x_and_moves_nothing() {
     assert_eq!(st.migrations, 0);
     assert!(got <= 3 * sent);
     assert!(st.path_probes > 0, "the mirror was a candidate");
+}
+
+/// kcp-go as the client through the relay, rebinding mid-transfer (a new
+/// port, then a new IP), FEC off and 10/3: its echo verifies every byte.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kcpgo_client_follows_its_nat_rebinding() {
+    let Some(bin) = gopeer::binary() else {
+        return;
+    };
+    const BYTES: u64 = 8 << 20;
+    for fec in [(0, 0), (10, 3)] {
+        let mut b = Config::builder()
+            .preset(Preset::Fast3)
+            .stream(true)
+            .window(256, 256)
+            .crypto(Method::Aes128Gcm, Key::passphrase("it's a secrect"));
+        if fec.0 > 0 {
+            b = b.fec(fec.0, fec.1);
+        }
+        let config = b.build().unwrap();
+        let l = Arc::new(KcpListener::bind("127.0.0.1:0", &config).await.unwrap());
+        serve_echo(l.clone());
+        let relay = Relay::start(l.local_addr().unwrap(), RelayConfig::default())
+            .await
+            .unwrap();
+        let mut flags = gopeer::fast3_stream_flags("aes-128-gcm", fec);
+        flags.extend(gopeer::args(&[
+            "--sndwnd",
+            "256",
+            "--rcvwnd",
+            "256",
+            "--addr",
+            &relay.local_addr().to_string(),
+            "--bytes",
+            &BYTES.to_string(),
+        ]));
+        let go = bin.clone();
+        let run =
+            tokio::spawn(
+                async move { gopeer::run_client(&go, &flags, Duration::from_secs(120)).await },
+            );
+        // Rebind at a third and two thirds of the upload.
+        let new_ip: IpAddr = "127.0.0.2".parse().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        for (k, ip) in [(1u64, None), (2, Some(new_ip))] {
+            while relay.stats().to_server.bytes_sent < BYTES * k / 3 && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            relay.rebind(ip);
+        }
+        let run = run.await.unwrap();
+        let s = l.stats();
+        eprintln!(
+            "figure: kcp-go fec {fec:?}: {} bytes echoed in {:?} ms across two rebindings; migrations {}, probes {}",
+            BYTES,
+            run.number("elapsed_ms"),
+            s.migrations,
+            s.path_probes
+        );
+        assert!(run.passed(), "{run:?}");
+        assert_eq!(run.number("bytes_verified"), Some(BYTES as f64));
+        assert_eq!(s.migrations, 2, "{s:?}");
+        assert_eq!(s.sessions_opened, 1);
+    }
 }
