@@ -385,6 +385,10 @@ pub struct Kcp {
     started: bool,
     /// The latest `now` seen.
     last_now: Timestamp,
+    /// The newest `ts` of a PUSH received: the peer stamps every
+    /// transmission, retransmissions included, with its clock, so a PUSH
+    /// stamped later was sent later (migration's freshness).
+    push_ts_max: Option<u32>,
 
     stats: ArqStats,
 }
@@ -458,6 +462,7 @@ impl Kcp {
             parked: true,
             started: false,
             last_now: Timestamp::from_millis(0),
+            push_ts_max: None,
             stats: ArqStats::default(),
         })
     }
@@ -715,6 +720,12 @@ impl Kcp {
                 }
                 Command::Push => {
                     self.stats.push_in += 1;
+                    if self
+                        .push_ts_max
+                        .is_none_or(|m| (ts.wrapping_sub(m) as i32) > 0)
+                    {
+                        self.push_ts_max = Some(ts);
+                    }
                     let mut repeat = true;
                     let rcv_nxt = self.rcv.nxt;
                     if (sn.wrapping_sub(rcv_nxt.wrapping_add(self.p.rcv_wnd)) as i32) < 0 {
@@ -1478,7 +1489,8 @@ impl Kcp {
     /// Whether `packet` (KCP segments of this conversation, as
     /// [`handle_datagram`](Self::handle_datagram) takes them) tells this
     /// side something it never received: a PUSH inside the receive window
-    /// that is neither delivered nor held, an ACK of a segment still
+    /// that is neither delivered nor held, a PUSH (a retransmission) stamped
+    /// later than every PUSH received, an ACK of a segment still
     /// unacknowledged, or a `una` past the oldest unacknowledged segment
     /// (and not beyond what was sent). A replay of any packet received
     /// before does none of these, since its effect is already here. Reads
@@ -1500,6 +1512,14 @@ impl Kcp {
                 Some(Command::Push) => {
                     let off = sn.wrapping_sub(self.rcv.nxt);
                     if off < self.p.rcv_wnd && !self.rcv.holds(sn) {
+                        fresh = true;
+                    }
+                    // A retransmission sent after everything received.
+                    let ts = seg.ts();
+                    if self
+                        .push_ts_max
+                        .is_none_or(|m| (ts.wrapping_sub(m) as i32) > 0)
+                    {
                         fresh = true;
                     }
                 }

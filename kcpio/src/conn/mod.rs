@@ -965,6 +965,16 @@ impl Conn {
         }
     }
 
+    /// This side's address changed (a client rebound to a new local
+    /// address): a window probe goes out at once, so the peer hears from
+    /// the new address, and the retransmissions follow on their timers.
+    pub fn path_changed(&mut self, now: Duration) {
+        self.advance(now);
+        if self.error.is_none() {
+            self.kcp.probe_window();
+        }
+    }
+
     /// Whether an opened datagram of this conversation carries something
     /// this session never received ([`Kcp::is_fresh`]): what may make a new
     /// address a migration candidate. Parity, OOB and other conversations'

@@ -63,6 +63,8 @@ use crate::sys::UdpState;
 const MAX_ROUNDS: usize = 8;
 /// Sessions serviced per round at most.
 const SESSIONS_PER_ROUND: usize = 256;
+/// A client rebinds its socket at most this often.
+const REBIND_SPACING: Duration = Duration::from_millis(200);
 
 /// Whose socket this is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -114,6 +116,8 @@ pub(crate) struct Driver {
     refused_peers: stats::RefusedPeers,
     /// Keys the fingerprints of session-opening datagrams (replay refusal).
     fingerprint: RandomState,
+    /// When a client last rebound its socket.
+    rebound_at: Option<Duration>,
 }
 
 impl Driver {
@@ -158,6 +162,7 @@ impl Driver {
             slots_needed,
             refused_peers: stats::RefusedPeers::default(),
             fingerprint: RandomState::new(),
+            rebound_at: None,
         })
     }
 
@@ -487,6 +492,55 @@ impl Driver {
         }
     }
 
+    /// A client's send failed because its local address stopped working
+    /// (`ENETUNREACH`, `EADDRNOTAVAIL`, `ENETDOWN`: the interface went
+    /// away, the network changed): a new socket, bound to the unspecified
+    /// address and connected to the peer (the route picks the new local
+    /// address), replaces it, at most once per [`REBIND_SPACING`]; the
+    /// session keeps its `Conn` and sends a probe at once, so the peer sees
+    /// the new address (a migrating listener follows at the first fresh
+    /// datagram). `local_addr` keeps reporting the first address.
+    fn take_path_failure(&mut self, now: Duration) {
+        if !std::mem::take(&mut self.io.path_failed) || self.role != Role::Client {
+            return;
+        }
+        if self
+            .rebound_at
+            .is_some_and(|t| now.saturating_sub(t) < REBIND_SPACING)
+        {
+            return;
+        }
+        self.rebound_at = Some(now);
+        let Some(session) = self.table.sessions().next().cloned() else {
+            return;
+        };
+        let peer = self.table.peer(session.id).unwrap_or(session.peer);
+        let any = if peer.is_ipv4() {
+            SocketAddr::from(([0, 0, 0, 0], 0))
+        } else {
+            SocketAddr::from(([0u16; 8], 0))
+        };
+        let config = &self.shared.config;
+        let socket = io::bind_socket(any, config, false)
+            .and_then(|s| s.connect(&peer.into()).map(|()| s))
+            .and_then(|s| wrap_socket(s, config));
+        match socket {
+            Ok((socket, _)) => {
+                let local = socket.local_addr().ok();
+                self.io.replace_socket(socket);
+                bump(&self.shared.counters.rebinds);
+                tracing::info!(%peer, ?local, "kcp client rebound: its local address stopped working");
+                let mut st = lock(&session.state);
+                st.conn.path_changed(now);
+                if !st.queued {
+                    st.queued = true;
+                    self.ready.push_back(session.id);
+                }
+            }
+            Err(e) => tracing::debug!(%peer, "kcp client could not rebind: {e}"),
+        }
+    }
+
     /// Moves sessions whose deadline passed to the ready queue.
     fn fire_timers(&mut self, now: Duration) {
         while let Some(id) = self.table.pop_due(now) {
@@ -623,6 +677,7 @@ impl Future for Driver {
                 }
             }
             this.take_refusal(now);
+            this.take_path_failure(now);
             this.fire_timers(now);
             let unblocked =
                 this.service_ready(cx, now) && this.io.poll_flush(cx, now, &this.shared);
@@ -630,7 +685,7 @@ impl Future for Driver {
                 more = true;
             }
             // A send just reported the peer's port unreachable: act now.
-            more |= this.io.refused;
+            more |= this.io.refused || this.io.path_failed;
             if this.finished() {
                 return Poll::Ready(());
             }

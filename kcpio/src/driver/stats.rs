@@ -121,6 +121,9 @@ socket_counters! {
     path_probes,
     /// Sessions moved to their peer's new address after it answered there.
     migrations,
+    /// Client sockets replaced because their local address stopped
+    /// working (the session kept).
+    rebinds,
     /// Sessions that never proved their peer receives, evicted at the
     /// session cap to make room for a newcomer.
     evicted_unproven,
