@@ -970,3 +970,55 @@ fn port_unreachable_streaks_fail_an_established_session_and_strays_do_not() {
     }
     assert_eq!(pair.conns[0].error(), None);
 }
+
+/// Migration's freshness: every datagram a session received is stale
+/// afterwards (a replay moves nothing), while new data, and a
+/// retransmission stamped later, are fresh.
+#[test]
+fn received_datagrams_are_stale_and_new_ones_fresh() {
+    let c = config(Config::builder().window(64, 64).stream(true));
+    let crypto = c.packet_crypto();
+    let mut pair = Pair::new(c.clone(), 0);
+    pair.delay = Duration::ZERO;
+    let mut seen = [Vec::new(), Vec::new()];
+    let run = |pair: &mut Pair, ms: u64, seen: &mut [Vec<Vec<u8>>; 2], fresh_first: bool| {
+        for _ in 0..ms {
+            for k in 0..2 {
+                pair.conns[k].handle_timeout(pair.now);
+            }
+            pair.transmit();
+            while let Some((_, to, mut d)) = pair.flight.pop_front() {
+                let r = crypto.open(&mut d).unwrap();
+                let plain = d[r].to_vec();
+                if fresh_first && to == 1 && seen[1].is_empty() {
+                    assert!(pair.conns[1].is_fresh(&plain), "new data is fresh");
+                }
+                let got = pair.conns[to].handle_packet(pair.now, &plain);
+                assert_eq!(got.bad_kcp, 0);
+                seen[to].push(plain);
+            }
+            pair.now += Duration::from_millis(1);
+        }
+    };
+    pair.conns[0].write(&[7u8; 30_000]).unwrap();
+    run(&mut pair, 300, &mut seen, true);
+    let mut buf = vec![0u8; 65536];
+    assert_eq!(pair.conns[1].read(&mut buf), Ok(30_000));
+    run(&mut pair, 100, &mut seen, false);
+    for (to, list) in seen.iter().enumerate() {
+        assert!(!list.is_empty());
+        for p in list {
+            assert!(!pair.conns[to].is_fresh(p), "a replay to {to} is stale");
+        }
+    }
+    // A retransmission: the same segment stamped later is fresh again for
+    // a receiver that lost the ACK's way back.
+    let mut retrans = seen[1]
+        .iter()
+        .find(|p| p.get(4) == Some(&81))
+        .expect("a PUSH")
+        .clone();
+    let ts = u32::from_le_bytes(retrans[8..12].try_into().unwrap());
+    retrans[8..12].copy_from_slice(&ts.wrapping_add(100_000).to_le_bytes());
+    assert!(pair.conns[1].is_fresh(&retrans));
+}
