@@ -441,14 +441,12 @@ impl<S> Table<S> {
                 _ => Route::Drop(Refusal::UnknownSession),
             };
         };
-        let current = self.entry(id).map(|e| e.conv);
-        if let Some(e) = self.entry_mut(id)
-            && e.candidate.is_some()
-        {
+        let current = self.entry_mut(id).map(|e| {
             // The peer still sends from its address: whatever sent from
             // the candidate (a copy relayed from elsewhere) does not move it.
             e.candidate = None;
-        }
+            e.conv
+        });
         match (inbound.conv, current) {
             (Some(conv), Some(cur)) if conv != cur => {
                 // kcp-go: a new conversation from the same address replaces
