@@ -74,8 +74,10 @@
 //!   flush), resends it with back-off, and returns once any valid datagram of
 //!   the conversation arrives. After `connect_timeout` (**5 s**,
 //!   [`ConfigBuilder::connect_timeout`](ConfigBuilder::connect_timeout)) it fails with `TimedOut`: a missing
-//!   server, a different key or cipher and a blocked path look alike from the
-//!   client, and the error says so. A kcpio or kcp-go listener creates the
+//!   server, a different key or cipher, a blocked path, a server at its
+//!   session cap and a client over the server's per-source rate look alike
+//!   from the client, and the error names them all; the server's
+//!   [`ListenerStats`] counts each and logs the first of each peer. A kcpio or kcp-go listener creates the
 //!   session when the probe arrives, so `accept` returns at connect time and
 //!   protocols where the server speaks first work. `connect_probe(false)`
 //!   (**on** by default, [`ConfigBuilder::connect_probe`](ConfigBuilder::connect_probe)) gives KCP's bare
@@ -105,7 +107,18 @@
 //!   `TimedOut` ([`SessionError::IdleTimeout`]). `None` turns either off. An
 //!   idle session costs one small datagram each way per keepalive interval.
 //!   kcp-go answers probes but sends none, so a kcpio end keeps a pair with
-//!   kcp-go alive and notices when kcp-go goes away. The dead-link limit
+//!   kcp-go alive and notices when kcp-go goes away. A client whose server
+//!   process is gone hears ICMP port unreachable for what it sends; repeated
+//!   reports with nothing valid in between fail it with `ConnectionReset`
+//!   ([`SessionError::PortUnreachable`]) within about half a second of the
+//!   first, as TCP's RST would ([`icmp_reset`](ConfigBuilder::icmp_reset),
+//!   **on**; one stray report never does).
+//! - **Address changes.** A TCP connection dies when the client's address
+//!   changes. A kcpio listener with `aes-128-gcm` follows a session's peer
+//!   to a new address (NAT rebinding, Wi-Fi to mobile data) once the peer
+//!   answers a probe there ([`migration`](ConfigBuilder::migration), **on
+//!   with `aes-128-gcm`**, off with every other cipher; kcp-go and kcptun
+//!   clients need nothing new). `peer_addr` then names the new address. The dead-link limit
 //!   ([`dead_link`](ConfigBuilder::dead_link), **0**: never) fails a session
 //!   once one segment was sent that many times unacknowledged.
 //! - **Capacity.** TCP buffers in the kernel and sizes its windows itself. A
@@ -162,6 +175,8 @@
 //! | keepalive (a WASK when nothing was sent) | [`keepalive`](ConfigBuilder::keepalive) | 10 s; kcp-go: none | smux keepalive (10 s) above KCP |
 //! | idle timeout | [`idle_timeout`](ConfigBuilder::idle_timeout) | 30 s; kcp-go: off | smux timeout (30 s) above KCP |
 //! | dead link (transmissions of one segment) | [`dead_link`](ConfigBuilder::dead_link) | 0 = never (kcp-go's behaviour) | never |
+//! | ICMP port unreachable fails an established client session | [`icmp_reset`](ConfigBuilder::icmp_reset) | on (3 reports over ≥ 250 ms with nothing valid between); kcp-go: ignored | ignored |
+//! | listener follows a session's peer to a new address | [`migration`](ConfigBuilder::migration) | on with `aes-128-gcm`, off otherwise (refused); kcp-go: never | never |
 //! | linger on shutdown / drop | [`linger`](ConfigBuilder::linger) | 5 s | — |
 //! | conversation id (client) | [`conv`](ConfigBuilder::conv) | random | random |
 //! | batched syscalls (`recvmmsg`/`sendmmsg`, GRO/GSO) | [`batching`](ConfigBuilder::batching) | on | on (Linux) |
@@ -240,6 +255,38 @@
 //! bounds held per session for as long as it keeps the session alive,
 //! open streams at the permitted rate, and, in smux v1 (no per-stream
 //! window), stall every stream of *its own* session by not reading.
+//!
+//! **Migration** ([`migration`](ConfigBuilder::migration), `aes-128-gcm`
+//! only). A listener moves a session to a new peer address only when all
+//! three hold: the datagram from there opens under the key (authentic); it
+//! carries something the session never received, a new data segment, an
+//! acknowledgement of a segment in flight or a `una` beyond what was
+//! acknowledged (fresh: a replay of anything received is not, wherever it
+//! comes from); and after a window probe sent there, a window update
+//! (WINS) comes back from there while nothing arrived from the old address
+//! meanwhile. Until then the new address is sent at most 3× the bytes
+//! received from it, and one probe per 100 ms. So replayed datagrams move
+//! nothing and are sent nothing (`migration_stale` counts them), and an
+//! attacker who copies the client's fresh datagrams from a third address
+//! gets at most 3× its bytes back and moves nothing while the client keeps
+//! talking from its own. The other ciphers cannot offer this: without a
+//! MAC an attacker who never held the key can alter a captured datagram to
+//! look fresh and forge the answer, and point the session's traffic at a
+//! third party. What remains with `aes-128-gcm`: an attacker on the path
+//! that drops the client's datagrams and relays them from another address
+//! can move the session there (it could cut the session anyway); once the
+//! client is heard from its own address again, the session moves back. A
+//! new IP address resets the session's RTT estimate and congestion window;
+//! a new port on the same IP (NAT rebinding) keeps them. With migration on,
+//! a live session's conv belongs to it from any address: a replay of its
+//! opening datagrams from elsewhere opens no second session.
+//!
+//! **ICMP** ([`icmp_reset`](ConfigBuilder::icmp_reset)). ICMP is not
+//! authenticated: an attacker who can send it to the client and knows both
+//! ends' addresses and ports can end a client session whose peer answers
+//! slower than the streak lasts (250 ms, or the RTO up to 1 s), as a forged
+//! RST ends a TCP connection. Turn it off where that matters more than
+//! noticing a dead server quickly.
 //!
 //! The proof is what the KCP wire allows: there is no secret for a peer to
 //! echo, so an attacker who holds the key (or anyone under `null`, `none`,

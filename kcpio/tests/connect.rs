@@ -319,8 +319,10 @@ async fn a_vanished_peer_fails_pending_reads_and_writes_on_both_ends() {
         why(&gone.write(b"x").await.unwrap_err()),
         Some(SessionError::IdleTimeout)
     );
-    // The server goes away (listener and streams dropped): the client's
-    // pending read fails within the idle timeout.
+    // The server goes away (listener and streams dropped, its socket
+    // closed once the session's linger ends): the client's keepalive meets
+    // the port unreachable, and its pending read fails well within the
+    // idle timeout.
     drop(server);
     drop(l);
     let t = Instant::now();
@@ -332,6 +334,116 @@ async fn a_vanished_peer_fails_pending_reads_and_writes_on_both_ends() {
         "figure: client noticed the vanished server after {:?}",
         t.elapsed()
     );
+    assert_eq!(why(&e), Some(SessionError::PortUnreachable), "{e}");
+    assert_eq!(e.kind(), io::ErrorKind::ConnectionReset);
+}
+
+/// A server on its own runtime, on its own thread, that reads and discards
+/// what each session sends until it is killed (its runtime dropped, so its
+/// sockets close as a killed process's would).
+struct Server {
+    addr: SocketAddr,
+    kill: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Server {
+    fn start(config: Config) -> Self {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (kill, killed) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let l = KcpListener::bind("127.0.0.1:0", &config).await.unwrap();
+                tx.send(l.local_addr().unwrap()).unwrap();
+                let sink = async move {
+                    while let Ok((mut s, _)) = l.accept().await {
+                        tokio::spawn(async move {
+                            let mut buf = vec![0u8; 65536];
+                            while s.read(&mut buf).await.is_ok_and(|n| n > 0) {}
+                        });
+                    }
+                };
+                tokio::select! {
+                    _ = sink => {}
+                    _ = killed => {}
+                }
+            });
+            drop(rt);
+        });
+        let addr = rx.recv().unwrap();
+        Self {
+            addr,
+            kill: Some(kill),
+            thread: Some(thread),
+        }
+    }
+
+    fn kill(&mut self) {
+        if let Some(k) = self.kill.take() {
+            let _ = k.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            t.join().unwrap();
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Writes until the session fails; the error and how long after `from`.
+async fn write_until_failure(c: &mut KcpStream, bound: Duration) -> (io::Error, Duration) {
+    let chunk = vec![7u8; 16 * 1024];
+    let t = Instant::now();
+    let e = timeout(bound, async {
+        loop {
+            if let Err(e) = c.write_all(&chunk).await {
+                return e;
+            }
+        }
+    })
+    .await
+    .expect("the session failed within the bound");
+    (e, t.elapsed())
+}
+
+#[tokio::test]
+async fn a_killed_server_resets_the_client_mid_transfer() {
+    let config = builder().build().unwrap();
+    let mut server = Server::start(config.clone());
+    let mut c = KcpStream::connect(server.addr, &config).await.unwrap();
+    c.write_all(&vec![1u8; 256 * 1024]).await.unwrap();
+    let killed = Instant::now();
+    server.kill();
+    let (e, _) = write_until_failure(&mut c, Duration::from_secs(10)).await;
+    let took = killed.elapsed();
+    eprintln!("figure: ConnectionReset {took:?} after the server was killed");
+    assert_eq!(e.kind(), io::ErrorKind::ConnectionReset, "{e}");
+    assert_eq!(why(&e), Some(SessionError::PortUnreachable));
+    assert!(took < Duration::from_secs(2), "{took:?}");
+}
+
+#[tokio::test]
+async fn with_icmp_reset_off_a_killed_server_is_left_to_the_idle_timeout() {
+    let idle = Duration::from_secs(2);
+    let config = builder()
+        .idle_timeout(idle)
+        .icmp_reset(false)
+        .build()
+        .unwrap();
+    let mut server = Server::start(config.clone());
+    let mut c = KcpStream::connect(server.addr, &config).await.unwrap();
+    c.write_all(b"hello").await.unwrap();
+    server.kill();
+    let (e, took) = write_until_failure(&mut c, idle * 4).await;
+    eprintln!("figure: icmp_reset off: failed after {took:?}");
     assert_eq!(why(&e), Some(SessionError::IdleTimeout), "{e}");
 }
 
@@ -397,4 +509,74 @@ async fn departed_clients_are_reaped_so_the_cap_never_locks_out() {
     echo_once(&mut c, b"room again").await;
     let st = l.stats();
     assert!(st.sessions_closed >= 2, "{st:?}");
+}
+
+/// An ICMP port unreachable for the UDP flow `from -> to`, as the host of
+/// `to` would send it (type 3 code 3, quoting the IP and UDP headers).
+fn port_unreachable(from: SocketAddr, to: SocketAddr) -> Vec<u8> {
+    let (SocketAddr::V4(f), SocketAddr::V4(t)) = (from, to) else {
+        panic!("IPv4 only")
+    };
+    let mut m = vec![3u8, 3, 0, 0, 0, 0, 0, 0];
+    let mut ip = [0u8; 20];
+    ip[0] = 0x45;
+    ip[2..4].copy_from_slice(&48u16.to_be_bytes());
+    ip[8] = 64;
+    ip[9] = 17;
+    ip[12..16].copy_from_slice(&f.ip().octets());
+    ip[16..20].copy_from_slice(&t.ip().octets());
+    m.extend_from_slice(&ip);
+    m.extend_from_slice(&f.port().to_be_bytes());
+    m.extend_from_slice(&t.port().to_be_bytes());
+    m.extend_from_slice(&28u16.to_be_bytes());
+    m.extend_from_slice(&[0, 0]);
+    m.extend_from_slice(&[0u8; 20]);
+    let mut sum = 0u32;
+    for pair in m.chunks(2) {
+        sum += u32::from(u16::from_be_bytes([pair[0], *pair.get(1).unwrap_or(&0)]));
+    }
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    m[2..4].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+    m
+}
+
+/// One forged or stray ICMP port unreachable (root: a raw socket) on a
+/// live session changes nothing; the session carries on.
+#[tokio::test]
+async fn one_stray_port_unreachable_does_not_fail_a_session() {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let raw = match Socket::new(Domain::IPV4, Type::RAW, Some(Protocol::ICMPV4)) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("SKIPPED: a raw ICMP socket needs root ({e})");
+            return;
+        }
+    };
+    let config = builder().build().unwrap();
+    let (l, addr) = listener(&config).await;
+    let l = std::sync::Arc::new(l);
+    serve_echo(l.clone());
+    let mut c = KcpStream::connect(addr, &config).await.unwrap();
+    echo_once(&mut c, b"before").await;
+    let icmp = port_unreachable(c.local_addr().unwrap(), addr);
+    let to: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    raw.send_to(&icmp, &to.into()).unwrap();
+    // The report reaches the socket; the session probes, the peer answers.
+    let until = Instant::now() + Duration::from_millis(1500);
+    let mut n = 0u32;
+    while Instant::now() < until {
+        echo_once(&mut c, &n.to_le_bytes()).await;
+        n += 1;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Reports spread over time with the peer answering in between: none
+    // ends the session either.
+    for _ in 0..5 {
+        raw.send_to(&icmp, &to.into()).unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        echo_once(&mut c, b"still here").await;
+    }
+    assert!(c.stats().datagrams_in > 0);
 }

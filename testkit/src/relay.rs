@@ -218,6 +218,12 @@ struct Shared {
     refused_clients: AtomicU64,
     /// Live-adjustable impairments: (to_server, to_client).
     links: Mutex<(LinkConfig, LinkConfig)>,
+    /// Rebinding requests (a NAT giving every client a new mapping): how
+    /// many, and the source IP the latest asks for (`None`: the same).
+    rebinds: AtomicU64,
+    rebind_ip: Mutex<Option<std::net::IpAddr>>,
+    /// Each client's upstream source address.
+    sources: Mutex<Vec<SocketAddr>>,
 }
 
 /// A running relay; dropping it stops the task and closes its sockets.
@@ -256,6 +262,7 @@ impl Relay {
             to_client: Direction::new(config.seed ^ 0x9e37_79b9_7f4a_7c15),
             shared: Arc::clone(&shared),
             seq: 0,
+            rebinds: 0,
         };
         let task = tokio::spawn(state.run());
         Ok(Relay {
@@ -306,6 +313,29 @@ impl Relay {
             .unwrap_or_else(PoisonError::into_inner);
         links.0.blackhole = on;
         links.1.blackhole = on;
+    }
+
+    /// Every client gets a new upstream socket, as a NAT rebinding gives a
+    /// flow a new mapping: a new source port, on `ip` when given (another
+    /// loopback address such as 127.0.0.2: a client that changed networks),
+    /// else on the same IP. The old sockets close, so what the server sends
+    /// to the old address is lost. Takes effect within about 20 ms.
+    pub fn rebind(&self, ip: Option<std::net::IpAddr>) {
+        *self
+            .shared
+            .rebind_ip
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = ip;
+        self.shared.rebinds.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The source addresses the relay sends to the server from now.
+    pub fn upstream_sources(&self) -> Vec<SocketAddr> {
+        self.shared
+            .sources
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// True while the relay task runs (it only ends on a socket error or drop).
@@ -455,13 +485,61 @@ struct RelayTask {
     to_client: Direction,
     shared: Arc<Shared>,
     seq: u64,
+    /// Rebinding requests handled.
+    rebinds: u64,
 }
 
 impl RelayTask {
+    /// A new upstream socket towards the server, bound on `ip`'s port 0.
+    fn upstream_socket(&self, ip: std::net::IpAddr) -> io::Result<(StdUdpSocket, UdpSocket)> {
+        let s = bind_udp(SocketAddr::new(ip, 0))?;
+        s.connect(self.upstream)?;
+        Ok((s.try_clone()?, UdpSocket::from_std(s)?))
+    }
+
+    /// Handles a pending [`Relay::rebind`].
+    fn rebind(&mut self) {
+        let wanted = self.shared.rebinds.load(Ordering::Relaxed);
+        if wanted == self.rebinds {
+            return;
+        }
+        self.rebinds = wanted;
+        let ip = self
+            .shared
+            .rebind_ip
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .unwrap_or(self.bind.ip());
+        self.bind = SocketAddr::new(ip, 0);
+        for i in 0..self.clients.len() {
+            if let Ok((tx, rx)) = self.upstream_socket(ip)
+                && let Some(c) = self.clients.get_mut(i)
+            {
+                c.upstream = rx;
+                c.upstream_tx = tx;
+            }
+        }
+        self.publish_sources();
+    }
+
+    fn publish_sources(&self) {
+        let list = self
+            .clients
+            .iter()
+            .filter_map(|c| c.upstream_tx.local_addr().ok())
+            .collect();
+        *self
+            .shared
+            .sources
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = list;
+    }
+
     async fn run(mut self) {
         let mut buf = vec![0u8; MAX_DATAGRAM];
         let mut sleep: Pin<Box<Sleep>> = Box::pin(tokio::time::sleep(Duration::from_secs(3600)));
         loop {
+            self.rebind();
             let now = Instant::now();
             self.release_due(now);
             let links = {
@@ -530,7 +608,9 @@ impl RelayTask {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
             };
-            let deadline = next.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
+            // At most 20 ms idle, so a rebinding request is seen soon.
+            let cap = Instant::now() + Duration::from_millis(20);
+            let deadline = next.map_or(cap, |n| n.min(cap));
             if sleep.deadline() != deadline {
                 sleep.as_mut().reset(deadline);
             }
@@ -568,9 +648,7 @@ impl RelayTask {
             self.shared.refused_clients.fetch_add(1, Ordering::Relaxed);
             return None;
         }
-        let socket = bind_udp(self.bind)
-            .and_then(|s| s.connect(self.upstream).map(|()| s))
-            .and_then(|s| Ok((s.try_clone()?, UdpSocket::from_std(s)?)));
+        let socket = self.upstream_socket(self.bind.ip());
         let Ok((upstream_tx, upstream)) = socket else {
             self.shared.refused_clients.fetch_add(1, Ordering::Relaxed);
             return None;
@@ -582,6 +660,7 @@ impl RelayTask {
         });
         let i = self.clients.len() - 1;
         self.by_addr.insert(from, i);
+        self.publish_sources();
         self.shared.clients.fetch_add(1, Ordering::Relaxed);
         Some(i)
     }

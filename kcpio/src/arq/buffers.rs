@@ -239,6 +239,14 @@ impl SendRing {
         self.metas.get_mut(i)
     }
 
+    /// Segment `sn` is in flight and not acknowledged yet.
+    pub(crate) fn unacked(&self, sn: u32) -> bool {
+        if sn.wrapping_sub(self.una) >= self.in_flight() {
+            return false;
+        }
+        self.metas.get(self.idx(sn)).is_some_and(|m| !m.acked)
+    }
+
     /// Metadata and payload of in-flight segment `sn`.
     pub(crate) fn get_with_data(&mut self, sn: u32) -> Option<(&mut SendMeta, &[u8])> {
         if sn.wrapping_sub(self.una) >= self.in_flight() {
@@ -388,6 +396,16 @@ impl RecvRing {
             }
             None => true,
         }
+    }
+
+    /// Segment `sn` (at or after `nxt`) is already held out of order.
+    pub(crate) fn holds(&self, sn: u32) -> bool {
+        if sn.wrapping_sub(self.head) as usize >= self.slots.len() {
+            return false;
+        }
+        self.slots
+            .get((sn & self.mask) as usize)
+            .is_some_and(|s| s.present)
     }
 
     /// Move in-order segments into the queue while it has room (kcp-go's

@@ -385,6 +385,10 @@ pub struct Kcp {
     started: bool,
     /// The latest `now` seen.
     last_now: Timestamp,
+    /// The newest `ts` of a PUSH received: the peer stamps every
+    /// transmission, retransmissions included, with its clock, so a PUSH
+    /// stamped later was sent later (migration's freshness).
+    push_ts_max: Option<u32>,
 
     stats: ArqStats,
 }
@@ -458,6 +462,7 @@ impl Kcp {
             parked: true,
             started: false,
             last_now: Timestamp::from_millis(0),
+            push_ts_max: None,
             stats: ArqStats::default(),
         })
     }
@@ -715,6 +720,12 @@ impl Kcp {
                 }
                 Command::Push => {
                     self.stats.push_in += 1;
+                    if self
+                        .push_ts_max
+                        .is_none_or(|m| (ts.wrapping_sub(m) as i32) > 0)
+                    {
+                        self.push_ts_max = Some(ts);
+                    }
                     let mut repeat = true;
                     let rcv_nxt = self.rcv.nxt;
                     if (sn.wrapping_sub(rcv_nxt.wrapping_add(self.p.rcv_wnd)) as i32) < 0 {
@@ -1473,6 +1484,77 @@ impl Kcp {
             self.pending
                 .map_or(Flush::AckOnly, |k| k.max(Flush::AckOnly)),
         );
+    }
+
+    /// Whether `packet` (KCP segments of this conversation, as
+    /// [`handle_datagram`](Self::handle_datagram) takes them) tells this
+    /// side something it never received: a PUSH inside the receive window
+    /// that is neither delivered nor held, a PUSH (a retransmission) stamped
+    /// later than every PUSH received, an ACK of a segment still
+    /// unacknowledged, or a `una` past the oldest unacknowledged segment
+    /// (and not beyond what was sent). A replay of any packet received
+    /// before does none of these, since its effect is already here. Reads
+    /// only; a malformed packet or another conv is not fresh.
+    #[must_use]
+    pub fn is_fresh(&self, packet: &[u8]) -> bool {
+        let mut fresh = false;
+        for seg in Segments::new(packet) {
+            let Ok(seg) = seg else { return false };
+            if seg.conv() != self.conv {
+                return false;
+            }
+            let (sn, una) = (seg.sn(), seg.una());
+            let ahead = una.wrapping_sub(self.snd.una) as i32;
+            if ahead > 0 && (una.wrapping_sub(self.snd.nxt) as i32) <= 0 {
+                fresh = true;
+            }
+            match seg.command() {
+                Some(Command::Push) => {
+                    let off = sn.wrapping_sub(self.rcv.nxt);
+                    if off < self.p.rcv_wnd && !self.rcv.holds(sn) {
+                        fresh = true;
+                    }
+                    // A retransmission sent after everything received.
+                    let ts = seg.ts();
+                    if self
+                        .push_ts_max
+                        .is_none_or(|m| (ts.wrapping_sub(m) as i32) > 0)
+                    {
+                        fresh = true;
+                    }
+                }
+                Some(Command::Ack) => fresh |= self.snd.unacked(sn),
+                Some(_) => {}
+                None => return false,
+            }
+        }
+        fresh
+    }
+
+    /// A window probe (WASK) alone, written at `buf[..HEADER_LEN]` as a
+    /// flush would write it now (our window and `una`), without touching
+    /// the ARQ's state: the driver's path probe toward an address the peer
+    /// may have moved to. Returns its length, or `None` when `buf` is short.
+    pub(crate) fn write_window_probe(&self, now: Timestamp, buf: &mut [u8]) -> Option<usize> {
+        let out: &mut [u8; HEADER_LEN] = buf.get_mut(..HEADER_LEN)?.try_into().ok()?;
+        Header {
+            conv: self.conv,
+            cmd: Command::Wask as u8,
+            wnd: self.wnd_unused(),
+            ts: now.as_millis(),
+            una: self.rcv.nxt,
+            ..Default::default()
+        }
+        .encode(out);
+        Some(HEADER_LEN)
+    }
+
+    /// The path to the peer changed (a new IP address): the RTT estimate
+    /// and the congestion controller start over; what is in flight stays
+    /// and is retransmitted on the new path at the initial RTO.
+    pub(crate) fn reset_path(&mut self) {
+        self.rtt.reset();
+        self.cc = self.cc.restarted(self.mss as u32, self.p.interval);
     }
 
     /// The peer asked for our window (a WASK arrived) and the WINS answer

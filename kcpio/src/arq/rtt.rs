@@ -82,6 +82,14 @@ impl Rtt {
         self
     }
 
+    /// Forgets the samples (a new network path): the estimates start over
+    /// from the initial RTO, the options stay.
+    pub(crate) fn reset(&mut self) {
+        self.srtt = 0;
+        self.rttvar = 0;
+        self.rto = RTO_DEFAULT.max(self.min_rto);
+    }
+
     /// Smoothed RTT in ms (kcp-go `rx_srtt`).
     pub(crate) fn srtt(&self) -> i32 {
         self.srtt

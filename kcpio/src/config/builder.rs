@@ -82,6 +82,9 @@ pub struct ConfigBuilder {
     pub(super) keepalive: Option<Option<Duration>>,
     pub(super) connect_probe: bool,
     pub(super) connect_timeout: Option<Duration>,
+    pub(super) icmp_reset: bool,
+    /// `None`: the default (on where the cipher authenticates).
+    pub(super) migration: Option<bool>,
     pub(super) dead_link: u32,
     pub(super) linger: Duration,
     pub(super) conv: Option<u32>,
@@ -633,6 +636,65 @@ impl ConfigBuilder {
     #[must_use]
     pub fn connect_probe(mut self, on: bool) -> Self {
         self.connect_probe = on;
+        self
+    }
+
+    /// Whether an established client session fails with `ConnectionReset`
+    /// ([`SessionError::PortUnreachable`](crate::SessionError::PortUnreachable))
+    /// when its peer's host keeps reporting the port unreachable (ICMP),
+    /// instead of retransmitting until the idle timeout (kcp-go's
+    /// behaviour). Default: on.
+    ///
+    /// One report never fails a session: it starts a streak, and the
+    /// session sends a window probe at once and every 250 ms while the
+    /// streak lasts. Any valid datagram ends the streak. The session fails
+    /// at the third report once the streak is at least
+    /// [`UNREACHABLE_SPAN`](crate::conn::UNREACHABLE_SPAN) or the session's
+    /// RTO old, whichever is longer (capped at 1 s): a live peer has
+    /// answered a probe by then. A killed server is noticed within about
+    /// 300 ms of the first send that reaches its host.
+    ///
+    /// The trade-off: ICMP is not authenticated. An attacker who can send
+    /// ICMP to the client and knows both addresses and ports (on the path,
+    /// or guessing them) can end a session whose peer answers more slowly
+    /// than the streak lasts, as it can a TCP connection with a forged RST.
+    /// Turn it off where that matters more than noticing a dead peer fast;
+    /// the idle timeout still ends the session. Only a client socket
+    /// (connected to its peer) receives these reports.
+    #[must_use]
+    pub fn icmp_reset(mut self, on: bool) -> Self {
+        self.icmp_reset = on;
+        self
+    }
+
+    /// Whether a listener moves a session to the new address of its peer
+    /// (NAT rebinding, a phone leaving Wi-Fi for mobile data): an
+    /// authentic datagram of the session from another address that is
+    /// newer than anything the session received makes that address a
+    /// candidate; the listener sends it a window probe (at most 3 times
+    /// the bytes it received from there) and moves the session when the
+    /// answer, an authentic window update (WINS), comes back from there. A
+    /// kcp-go or kcptun client answers such a probe, so it needs nothing
+    /// new. Same IP address, new port: the congestion and RTT state stays;
+    /// a new IP address resets the path's RTT estimate and congestion
+    /// window.
+    ///
+    /// Default: on with `aes-128-gcm`, the one cipher whose datagrams an
+    /// attacker without the key can neither forge nor bend; off otherwise.
+    /// With the other ciphers an attacker who never held the key can alter
+    /// a captured datagram (CFB/CTR-style ciphers and `xor` with a CRC32
+    /// that is not a MAC, or no integrity at all with `none` and `null`)
+    /// so that it looks newer, and point the session at an address of its
+    /// choice after one forged answer. Nothing changes on the wire toward
+    /// peers that never change their address.
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Self::build) fails with [`ConfigError::Requires`] when
+    /// turned on with another cipher.
+    #[must_use]
+    pub fn migration(mut self, on: bool) -> Self {
+        self.migration = Some(on);
         self
     }
 

@@ -112,6 +112,8 @@ impl Default for ConfigBuilder {
             keepalive: None,
             connect_probe: true,
             connect_timeout: Some(DEFAULT_CONNECT_TIMEOUT),
+            icmp_reset: true,
+            migration: None,
             dead_link: 0,
             linger: DEFAULT_LINGER,
             conv: None,

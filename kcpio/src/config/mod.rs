@@ -105,6 +105,10 @@ pub(crate) struct ConfigInner {
     pub(crate) keepalive: Option<Duration>,
     pub(crate) connect_probe: bool,
     pub(crate) connect_timeout: Option<Duration>,
+    /// Repeated ICMP port-unreachable reports fail an established client session.
+    pub(crate) icmp_reset: bool,
+    /// A listener moves a session to its peer's validated new address.
+    pub(crate) migration: bool,
     pub(crate) linger: Duration,
     pub(crate) conv: Option<u32>,
     pub(crate) batching: bool,
@@ -154,6 +158,8 @@ impl fmt::Debug for Config {
             .field("keepalive", &c.keepalive)
             .field("connect_probe", &c.connect_probe)
             .field("connect_timeout", &c.connect_timeout)
+            .field("icmp_reset", &c.icmp_reset)
+            .field("migration", &c.migration)
             .field("linger", &c.linger)
             .field("conv", &c.conv)
             .field("batching", &c.batching)

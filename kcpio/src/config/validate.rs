@@ -15,7 +15,7 @@ use super::defaults::{
 };
 use super::{Config, ConfigBuilder, ConfigError, ConfigInner};
 use crate::arq::{self, ArqConfig};
-use crate::crypto::PacketCrypto;
+use crate::crypto::{Method, PacketCrypto};
 use crate::fec;
 
 impl ConfigBuilder {
@@ -88,6 +88,12 @@ impl ConfigBuilder {
             (None, Some(_)) => preset_fec.map(|(_, d)| d),
             (None, None) => None,
         };
+        if self.migration == Some(true) && self.method != Method::Aes128Gcm {
+            return Err(ConfigError::Requires {
+                name: "migration",
+                needs: "crypto(Method::Aes128Gcm, ..): the one cipher whose datagrams cannot be forged or altered without the key",
+            });
+        }
         let need = self.method.key_len();
         // No PBKDF2 run (4096 rounds) for a method that takes no key.
         let mut key = if need == 0 {
@@ -188,6 +194,8 @@ impl ConfigBuilder {
                 }),
                 connect_probe: self.connect_probe,
                 connect_timeout: self.connect_timeout,
+                icmp_reset: self.icmp_reset,
+                migration: self.migration.unwrap_or(self.method == Method::Aes128Gcm),
                 linger: self.linger,
                 conv: self.conv,
                 batching: self.batching,

@@ -43,13 +43,26 @@ pub enum SessionError {
     /// The connect probe got no answer within
     /// [`ConfigBuilder::connect_timeout`](crate::ConfigBuilder::connect_timeout):
     /// no server at that address, a server with another key or cipher
-    /// (its datagrams and ours fail to open), or a path that drops UDP.
+    /// (its datagrams and ours fail to open), a path that drops UDP, a
+    /// server at its session cap
+    /// ([`ConfigBuilder::max_sessions`](crate::ConfigBuilder::max_sessions)),
+    /// or this client's address over the server's per-source rate
+    /// ([`ConfigBuilder::sessions_per_source`](crate::ConfigBuilder::sessions_per_source)).
+    /// They look the same from the client; the server's
+    /// [`ListenerStats`](crate::ListenerStats) counts and logs each.
     /// `io::ErrorKind::TimedOut`.
     ConnectTimeout,
     /// The peer's host reported the port unreachable (ICMP) while the
     /// connect probe ran: nothing listens there.
     /// `io::ErrorKind::ConnectionRefused`.
     Refused,
+    /// The peer's host kept reporting the port unreachable (ICMP) on an
+    /// established session, and nothing valid came from the peer in
+    /// between: the server process is gone. Only client sessions see
+    /// these reports; see
+    /// [`ConfigBuilder::icmp_reset`](crate::ConfigBuilder::icmp_reset).
+    /// `io::ErrorKind::ConnectionReset`.
+    PortUnreachable,
 }
 
 impl SessionError {
@@ -59,7 +72,7 @@ impl SessionError {
         match self {
             Self::DeadLink | Self::IdleTimeout | Self::ConnectTimeout => io::ErrorKind::TimedOut,
             Self::Refused => io::ErrorKind::ConnectionRefused,
-            Self::Reset => io::ErrorKind::ConnectionReset,
+            Self::Reset | Self::PortUnreachable => io::ErrorKind::ConnectionReset,
             Self::Aborted => io::ErrorKind::ConnectionAborted,
         }
     }
@@ -74,11 +87,17 @@ impl fmt::Display for SessionError {
             Self::Aborted => "kcp session stopped: its driver went away",
             Self::ConnectTimeout => {
                 "kcp connect timed out: no answer to the connect probe within connect_timeout \
-                 (no server at that address, a server with a different key or cipher, \
-                 or a path that blocks UDP)"
+                 (no server at that address, a server with a different key, cipher or FEC \
+                 setting, a path that blocks UDP, a server at its session cap, or this \
+                 client's address over the server's per-source session rate; the server's \
+                 listener stats and logs tell these apart)"
             }
             Self::Refused => {
                 "kcp connect refused: the peer's host reports nothing listening on that UDP port"
+            }
+            Self::PortUnreachable => {
+                "kcp peer gone: its host keeps reporting the UDP port unreachable \
+                 (the server process stopped)"
             }
         })
     }

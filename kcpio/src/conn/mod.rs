@@ -244,6 +244,27 @@ struct Probe {
     deadline: Option<Duration>,
 }
 
+/// Port-unreachable reports (ICMP) on an established client session that
+/// fail it ([`SessionError::PortUnreachable`]) when no valid datagram came
+/// in between (see [`Conn::handle_unreachable`]).
+pub const UNREACHABLE_REPORTS: u32 = 3;
+/// The shortest streak of such reports that fails a session (or the
+/// session's RTO when longer, up to [`UNREACHABLE_MAX_SPAN`]): a live peer
+/// answers the probes sent meanwhile, which ends the streak.
+pub const UNREACHABLE_SPAN: Duration = Duration::from_millis(250);
+/// The longest streak asked for, however slow the path.
+pub const UNREACHABLE_MAX_SPAN: Duration = Duration::from_secs(1);
+/// While a streak lasts, a window probe goes out this often.
+pub const UNREACHABLE_PROBE_EVERY: Duration = Duration::from_millis(250);
+
+/// Port-unreachable reports since the last valid datagram.
+#[derive(Clone, Copy, Debug)]
+struct Unreachable {
+    since: Duration,
+    reports: u32,
+    next_probe: Duration,
+}
+
 /// How much a peer that has not proved it receives may be sent: this many
 /// times the bytes it sent us (QUIC's anti-amplification factor).
 pub const AMPLIFICATION_FACTOR: u64 = 3;
@@ -375,6 +396,9 @@ pub struct Conn {
     connecting: Option<Probe>,
     /// A keepalive probe went out and nothing valid came in since.
     keepalive_unanswered: bool,
+    /// The peer's host reported its port unreachable and nothing valid
+    /// came in since.
+    unreachable: Option<Unreachable>,
     error: Option<SessionError>,
     write_closed: bool,
     shutdown: Linger,
@@ -495,6 +519,7 @@ impl Conn {
             last_output: now,
             connecting: None,
             keepalive_unanswered: false,
+            unreachable: None,
             error: None,
             write_closed: false,
             shutdown: Linger::Off,
@@ -758,6 +783,7 @@ impl Conn {
             self.last_input = self.now;
             self.connecting = None;
             self.keepalive_unanswered = false;
+            self.unreachable = None;
         }
         self.check_proof();
         out
@@ -921,6 +947,12 @@ impl Conn {
     /// The connect probe and the keepalive, when due: a WASK (see
     /// [`Kcp::probe_window`]) the peer answers with a WINS.
     fn run_probes(&mut self) {
+        if let Some(u) = self.unreachable.as_mut()
+            && self.now >= u.next_probe
+        {
+            u.next_probe = self.now.saturating_add(UNREACHABLE_PROBE_EVERY);
+            self.kcp.probe_window();
+        }
         if let Some(p) = self.connecting.as_mut() {
             if self.now >= p.next {
                 p.next = self.now.saturating_add(p.wait);
@@ -1018,6 +1050,7 @@ impl Conn {
             next = earliest(next, idle_at);
         }
         next = earliest(next, proof);
+        next = earliest(next, self.unreachable.map(|u| u.next_probe));
         if !self.kcp.is_flushed() {
             let shutdown = self.shutdown.until().filter(|&d| d > self.now);
             next = earliest(next, shutdown);
@@ -1050,6 +1083,101 @@ impl Conn {
                 .map(|t| self.now.saturating_add(t)),
         });
         self.run_probes();
+    }
+
+    /// The peer's host reported its port unreachable (an ICMP error on a
+    /// connected client socket). While the connect probe runs, the session
+    /// fails at once with [`SessionError::Refused`]. Once established (with
+    /// [`ConfigBuilder::icmp_reset`](crate::ConfigBuilder::icmp_reset) on,
+    /// the default), one report starts a streak and a window probe goes
+    /// out at once and every [`UNREACHABLE_PROBE_EVERY`]; any valid
+    /// datagram ends the streak. The session fails with
+    /// [`SessionError::PortUnreachable`] at the [`UNREACHABLE_REPORTS`]th
+    /// report of a streak at least [`UNREACHABLE_SPAN`] (or the RTO, up to
+    /// [`UNREACHABLE_MAX_SPAN`]) old. So one stray report never fails a
+    /// session, and a live peer answers a probe within the span.
+    pub fn handle_unreachable(&mut self, now: Duration) {
+        self.advance(now);
+        if self.error.is_some() {
+            return;
+        }
+        if self.connecting.is_some() {
+            self.error = Some(SessionError::Refused);
+            return;
+        }
+        if !self.config.icmp_reset {
+            return;
+        }
+        let now = self.now;
+        let u = self.unreachable.get_or_insert(Unreachable {
+            since: now,
+            reports: 0,
+            next_probe: now,
+        });
+        u.reports = u.reports.saturating_add(1);
+        let rto = Duration::from_millis(u64::from(self.kcp.rto()));
+        let span = rto.clamp(UNREACHABLE_SPAN, UNREACHABLE_MAX_SPAN);
+        if u.reports >= UNREACHABLE_REPORTS && now.saturating_sub(u.since) >= span {
+            self.error = Some(SessionError::PortUnreachable);
+        }
+    }
+
+    /// This side's address changed (a client rebound to a new local
+    /// address): a window probe goes out at once, so the peer hears from
+    /// the new address, and the retransmissions follow on their timers.
+    pub fn path_changed(&mut self, now: Duration) {
+        self.advance(now);
+        if self.error.is_none() {
+            self.kcp.probe_window();
+        }
+    }
+
+    /// Whether an opened datagram of this conversation carries something
+    /// this session never received ([`Kcp::is_fresh`]): what may make a new
+    /// address a migration candidate. Parity, OOB and other conversations'
+    /// packets are not.
+    pub(crate) fn is_fresh(&self, packet: &[u8]) -> bool {
+        let kcp = match fec::classify(packet) {
+            PacketKind::Kcp => Some(packet),
+            PacketKind::Data => fec::data_payload(packet),
+            PacketKind::Parity | PacketKind::Oob => None,
+        };
+        kcp.is_some_and(|k| self.kcp.is_fresh(k))
+    }
+
+    /// A path probe: one window probe (WASK) in a datagram of its own at
+    /// `slot[header_len()..]` (FEC-framed when FEC is on), for the driver to
+    /// send to an address the peer may have moved to. The peer's WINS
+    /// answer, from there, proves it receives there. Changes nothing in the
+    /// ARQ; counted as output.
+    pub(crate) fn poll_path_probe(&mut self, now: Duration, slot: &mut [u8]) -> Option<Transmit> {
+        self.advance(now);
+        if self.error.is_some() {
+            return None;
+        }
+        let slot = slot.get_mut(..self.datagram)?;
+        let (hc, hf) = (self.header, self.fec_header);
+        let now_ts = ts(self.now);
+        let n = self
+            .kcp
+            .write_window_probe(now_ts, slot.get_mut(hc + hf..)?)?;
+        let len = match (self.enc.as_mut(), slot.get_mut(hc..)) {
+            (Some(enc), Some(buf)) => enc.encode(now_ts, buf, n),
+            _ => n,
+        };
+        Some(self.sent(len, false))
+    }
+
+    /// The wire size of a [`poll_path_probe`](Self::poll_path_probe)
+    /// datagram.
+    pub(crate) fn path_probe_wire_len(&self) -> usize {
+        crate::arq::segment::HEADER_LEN + self.fec_header + self.overhead
+    }
+
+    /// The peer moved to another IP address: the RTT estimate and the
+    /// congestion window start over on the new path.
+    pub(crate) fn reset_path(&mut self) {
+        self.kcp.reset_path();
     }
 
     /// The connect probe's verdict: `Ok` once the peer answered (or no

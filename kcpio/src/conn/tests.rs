@@ -897,3 +897,128 @@ fn a_held_unproven_session_still_idles_out() {
     assert!(out <= AMPLIFICATION_FACTOR * wire_in, "{out} vs {wire_in}");
     assert_eq!(end, Some(SessionError::IdleTimeout));
 }
+
+/// Port-unreachable reports: refused while connecting; once established
+/// one stray report (the peer answering meanwhile) never fails the
+/// session, a streak with nothing valid in between does, probing as it
+/// goes; with `icmp_reset(false)` reports change nothing.
+#[test]
+fn port_unreachable_streaks_fail_an_established_session_and_strays_do_not() {
+    let c = config(Config::builder());
+    let mut pair = Pair::new(c.clone(), 0);
+    pair.conns[0].connect(Duration::ZERO);
+    pair.conns[0].handle_unreachable(Duration::ZERO);
+    assert_eq!(pair.conns[0].error(), Some(SessionError::Refused));
+
+    let mut pair = Pair::new(c.clone(), 0);
+    stream(&mut pair, 10_000, 5_000);
+    // Strays: one report every second, the peer alive in between.
+    for _ in 0..5 {
+        let now = pair.now;
+        pair.conns[0].handle_unreachable(now);
+        for _ in 0..1000 {
+            pair.step();
+        }
+        assert_eq!(pair.conns[0].error(), None);
+    }
+    stream(&mut pair, 10_000, 5_000);
+    // Two quick reports, then the peer answers the probe: no failure.
+    let now = pair.now;
+    pair.conns[0].handle_unreachable(now);
+    pair.conns[0].handle_unreachable(now);
+    for _ in 0..100 {
+        pair.step();
+    }
+    pair.conns[0].handle_unreachable(pair.now);
+    assert_eq!(pair.conns[0].error(), None, "the answer ended the streak");
+    for _ in 0..100 {
+        pair.step();
+    }
+
+    // The peer is gone: a report every 50 ms fails the session once the
+    // streak spans UNREACHABLE_SPAN, with probes every 250 ms meanwhile.
+    pair.blackout = true;
+    for _ in 0..2000 {
+        pair.step();
+    }
+    let start = pair.now;
+    let wask = pair.conns[0].stats().arq.wask_out;
+    while pair.conns[0].error().is_none() {
+        assert!(pair.now - start < UNREACHABLE_MAX_SPAN + Duration::from_millis(100));
+        let now = pair.now;
+        pair.conns[0].handle_unreachable(now);
+        for _ in 0..50 {
+            pair.step();
+        }
+    }
+    assert_eq!(pair.conns[0].error(), Some(SessionError::PortUnreachable));
+    assert!(pair.now - start >= UNREACHABLE_SPAN);
+    assert!(pair.conns[0].stats().arq.wask_out > wask, "probed");
+    let e = std::io::Error::from(ConnError::Closed(SessionError::PortUnreachable));
+    assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset);
+
+    // Switched off: nothing but the idle timeout ends it.
+    let mut pair = Pair::new(config(Config::builder().icmp_reset(false)), 0);
+    stream(&mut pair, 10_000, 5_000);
+    pair.blackout = true;
+    for _ in 0..20 {
+        let now = pair.now;
+        pair.conns[0].handle_unreachable(now);
+        for _ in 0..50 {
+            pair.step();
+        }
+    }
+    assert_eq!(pair.conns[0].error(), None);
+}
+
+/// Migration's freshness: every datagram a session received is stale
+/// afterwards (a replay moves nothing), while new data, and a
+/// retransmission stamped later, are fresh.
+#[test]
+fn received_datagrams_are_stale_and_new_ones_fresh() {
+    let c = config(Config::builder().window(64, 64).stream(true));
+    let crypto = c.packet_crypto();
+    let mut pair = Pair::new(c.clone(), 0);
+    pair.delay = Duration::ZERO;
+    let mut seen = [Vec::new(), Vec::new()];
+    let run = |pair: &mut Pair, ms: u64, seen: &mut [Vec<Vec<u8>>; 2], fresh_first: bool| {
+        for _ in 0..ms {
+            for k in 0..2 {
+                pair.conns[k].handle_timeout(pair.now);
+            }
+            pair.transmit();
+            while let Some((_, to, mut d)) = pair.flight.pop_front() {
+                let r = crypto.open(&mut d).unwrap();
+                let plain = d[r].to_vec();
+                if fresh_first && to == 1 && seen[1].is_empty() {
+                    assert!(pair.conns[1].is_fresh(&plain), "new data is fresh");
+                }
+                let got = pair.conns[to].handle_packet(pair.now, &plain);
+                assert_eq!(got.bad_kcp, 0);
+                seen[to].push(plain);
+            }
+            pair.now += Duration::from_millis(1);
+        }
+    };
+    pair.conns[0].write(&[7u8; 30_000]).unwrap();
+    run(&mut pair, 300, &mut seen, true);
+    let mut buf = vec![0u8; 65536];
+    assert_eq!(pair.conns[1].read(&mut buf), Ok(30_000));
+    run(&mut pair, 100, &mut seen, false);
+    for (to, list) in seen.iter().enumerate() {
+        assert!(!list.is_empty());
+        for p in list {
+            assert!(!pair.conns[to].is_fresh(p), "a replay to {to} is stale");
+        }
+    }
+    // A retransmission: the same segment stamped later is fresh again for
+    // a receiver that lost the ACK's way back.
+    let mut retrans = seen[1]
+        .iter()
+        .find(|p| p.get(4) == Some(&81))
+        .expect("a PUSH")
+        .clone();
+    let ts = u32::from_le_bytes(retrans[8..12].try_into().unwrap());
+    retrans[8..12].copy_from_slice(&ts.wrapping_add(100_000).to_le_bytes());
+    assert!(pair.conns[1].is_fresh(&retrans));
+}

@@ -98,6 +98,10 @@ pub(crate) struct Io {
     /// unreachable on a connected client socket) since the driver last
     /// looked.
     pub(crate) refused: bool,
+    /// A send failed because this socket's local address no longer works
+    /// (no route, the address gone, the network down) since the driver
+    /// last looked.
+    pub(crate) path_failed: bool,
 }
 
 impl Io {
@@ -149,12 +153,19 @@ impl Io {
             rate,
             rate_wait: None,
             refused: false,
+            path_failed: false,
         }
     }
 
     /// The socket's local address.
     pub(crate) fn local_addr(&self) -> io::Result<SocketAddr> {
         self.socket.local_addr()
+    }
+
+    /// Sends and receives on `socket` from now on (a client rebound to a
+    /// new local address); datagrams waiting in the slots go out on it.
+    pub(crate) fn replace_socket(&mut self, socket: UdpSocket) {
+        self.socket = socket;
     }
 
     /// A random conversation id for a client.
@@ -395,6 +406,7 @@ impl Io {
                     // About transmits[0] only (unreachable, too large...):
                     // drop it; KCP retransmits what mattered.
                     self.refused |= e.kind() == io::ErrorKind::ConnectionRefused;
+                    self.path_failed |= local_path_failed(&e);
                     bump(&shared.counters.send_errors);
                     self.tx_sent += spans.first().copied().unwrap_or(1).max(1);
                 }
@@ -405,6 +417,17 @@ impl Io {
         self.tx_sent = 0;
         true
     }
+}
+
+/// A send error that says this host's side of the path is gone:
+/// `ENETUNREACH`, `ENETDOWN`, `EADDRNOTAVAIL`.
+fn local_path_failed(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::NetworkUnreachable
+            | io::ErrorKind::NetworkDown
+            | io::ErrorKind::AddrNotAvailable
+    )
 }
 
 /// The filled transmit slots, borrowed for one send.

@@ -53,7 +53,7 @@ use self::shared::{
     Accept, DriverShared, Inbox, SessionShared, SessionState, lock, register, wake,
 };
 use self::stats::{add, bump};
-use self::table::{Inbound, Route, SessionId, Table};
+use self::table::{Inbound, Refusal, Route, SessionId, Table};
 use crate::config::ConfigInner;
 use crate::conn::{Conn, SessionError};
 use crate::sys::UdpState;
@@ -63,6 +63,8 @@ use crate::sys::UdpState;
 const MAX_ROUNDS: usize = 8;
 /// Sessions serviced per round at most.
 const SESSIONS_PER_ROUND: usize = 256;
+/// A client rebinds its socket at most this often.
+const REBIND_SPACING: Duration = Duration::from_millis(200);
 
 /// Whose socket this is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -114,6 +116,8 @@ pub(crate) struct Driver {
     refused_peers: stats::RefusedPeers,
     /// Keys the fingerprints of session-opening datagrams (replay refusal).
     fingerprint: RandomState,
+    /// When a client last rebound its socket.
+    rebound_at: Option<Duration>,
 }
 
 impl Driver {
@@ -132,6 +136,7 @@ impl Driver {
         let mut table = Table::new(listener, config.max_sessions, config.accept_backlog);
         let (burst, per_second) = config.sessions_per_source;
         table.set_source_rate(burst, per_second);
+        table.set_migration(listener && config.migration);
         let slots_needed = 1 + config.fec.map_or(0, |(_, p)| p);
         let now = Instant::now();
         let shared = Arc::new(DriverShared {
@@ -157,6 +162,7 @@ impl Driver {
             slots_needed,
             refused_peers: stats::RefusedPeers::default(),
             fingerprint: RandomState::new(),
+            rebound_at: None,
         })
     }
 
@@ -264,8 +270,7 @@ impl Driver {
         bump(&counters.datagrams_in);
         add(&counters.bytes_in, d.end - d.start);
         let Some(range) = self.io.open(d) else {
-            bump(&counters.bad_crypto);
-            tracing::trace!(peer = %d.peer, "datagram failed to open");
+            counters.bad_crypto(d.peer, &mut self.refused_peers);
             return;
         };
         let route = match Inbound::parse(self.io.rx(range.clone())) {
@@ -287,6 +292,12 @@ impl Driver {
         };
         let id = match route {
             Route::Deliver(id) => id,
+            Route::Migrate(id) => {
+                let Some(id) = self.datagram_from_elsewhere(id, d, range.clone(), now) else {
+                    return;
+                };
+                id
+            }
             Route::Drop(r) => {
                 let episode = &mut self.refused_peers;
                 self.shared.counters.refused(r, d.peer, episode);
@@ -317,6 +328,62 @@ impl Driver {
             start: range.start,
             end: range.end,
         });
+    }
+
+    /// A datagram of session `id`'s conversation from an address that is
+    /// not the session's (migration on). Fresh (newer than anything the
+    /// session received): its address becomes the candidate, the datagram
+    /// goes to the session, and a path probe (a WASK) goes to the
+    /// candidate within its budget. From the candidate, after a probe, with
+    /// a WINS in it: the answer; the session moves there. Anything else is
+    /// dropped as stale (a replay moves nothing). Returns the session to
+    /// deliver to.
+    fn datagram_from_elsewhere(
+        &mut self,
+        id: SessionId,
+        d: io::Datagram,
+        range: std::ops::Range<usize>,
+        now: Duration,
+    ) -> Option<SessionId> {
+        let session = self.table.get(id)?.clone();
+        let mut st = lock(&session.state);
+        let plain = self.io.rx(range);
+        let answer = Inbound::parse(plain).is_ok_and(|i| i.has_wins());
+        let fresh = st.conn.error().is_none() && st.conn.is_fresh(plain);
+        let wire = d.end - d.start;
+        if !self.table.candidate_seen(id, d.peer, wire, fresh) {
+            let episode = &mut self.refused_peers;
+            self.shared
+                .counters
+                .refused(Refusal::Stale, d.peer, episode);
+            return None;
+        }
+        if answer && let Some((old, new)) = self.table.migrate(id, now) {
+            // NAT rebinding (same IP) keeps the path's estimates.
+            if old.ip() != new.ip() {
+                st.conn.reset_path();
+            }
+            st.moved_to = Some(new);
+            bump(&self.shared.counters.migrations);
+            tracing::info!(%old, %new, conv = session.conv, "kcp session moved to its peer's new address");
+            return Some(id);
+        }
+        if !fresh {
+            let episode = &mut self.refused_peers;
+            self.shared
+                .counters
+                .refused(Refusal::Stale, d.peer, episode);
+            return None;
+        }
+        let probe = st.conn.path_probe_wire_len();
+        if self.io.free_slots() >= self.slots_needed
+            && self.table.probe_candidate(id, probe, now)
+            && let Some(t) = st.conn.poll_path_probe(now, self.io.next_slot())
+        {
+            self.io.push(d.peer, t.len);
+            bump(&self.shared.counters.path_probes);
+        }
+        Some(id)
     }
 
     /// Feeds the packets routed in this receive batch to their sessions:
@@ -405,10 +472,11 @@ impl Driver {
         }
     }
 
-    /// A client socket reported the peer's port unreachable: a session
-    /// still probing fails with `Refused` (later reports are counted only:
-    /// an established peer may be restarting, and its idle timeout rules).
-    fn take_refusal(&mut self) {
+    /// A client socket reported the peer's port unreachable: the session
+    /// decides ([`Conn::handle_unreachable`]: a probing session fails with
+    /// `Refused`; an established one probes, and fails with
+    /// `PortUnreachable` when the reports go on), and is serviced now.
+    fn take_refusal(&mut self, now: Duration) {
         if !std::mem::take(&mut self.io.refused) || self.role != Role::Client {
             return;
         }
@@ -416,13 +484,62 @@ impl Driver {
             return;
         };
         let mut st = lock(&session.state);
-        if st.conn.is_connecting() {
-            st.conn.abort(SessionError::Refused);
+        st.conn.handle_unreachable(now);
+        if st.conn.error().is_some() {
             st.wake_all();
-            if !st.queued {
-                st.queued = true;
-                self.ready.push_back(session.id);
+        }
+        if !st.queued {
+            st.queued = true;
+            self.ready.push_back(session.id);
+        }
+    }
+
+    /// A client's send failed because its local address stopped working
+    /// (`ENETUNREACH`, `EADDRNOTAVAIL`, `ENETDOWN`: the interface went
+    /// away, the network changed): a new socket, bound to the unspecified
+    /// address and connected to the peer (the route picks the new local
+    /// address), replaces it, at most once per [`REBIND_SPACING`]; the
+    /// session keeps its `Conn` and sends a probe at once, so the peer sees
+    /// the new address (a migrating listener follows at the first fresh
+    /// datagram). `local_addr` keeps reporting the first address.
+    fn take_path_failure(&mut self, now: Duration) {
+        if !std::mem::take(&mut self.io.path_failed) || self.role != Role::Client {
+            return;
+        }
+        if self
+            .rebound_at
+            .is_some_and(|t| now.saturating_sub(t) < REBIND_SPACING)
+        {
+            return;
+        }
+        self.rebound_at = Some(now);
+        let Some(session) = self.table.sessions().next().cloned() else {
+            return;
+        };
+        let peer = self.table.peer(session.id).unwrap_or(session.peer);
+        let any = if peer.is_ipv4() {
+            SocketAddr::from(([0, 0, 0, 0], 0))
+        } else {
+            SocketAddr::from(([0u16; 8], 0))
+        };
+        let config = &self.shared.config;
+        let socket = io::bind_socket(any, config, false)
+            .and_then(|s| s.connect(&peer.into()).map(|()| s))
+            .and_then(|s| wrap_socket(s, config));
+        match socket {
+            Ok((socket, _)) => {
+                let local = socket.local_addr().ok();
+                self.io.replace_socket(socket);
+                bump(&self.shared.counters.rebinds);
+                tracing::info!(%peer, ?local, "kcp client rebound: its local address stopped working");
+                let mut st = lock(&session.state);
+                st.conn.path_changed(now);
+                if !st.queued {
+                    st.queued = true;
+                    self.ready.push_back(session.id);
+                }
             }
+            Err(e) => tracing::debug!(%peer, "kcp client could not rebind: {e}"),
         }
     }
 
@@ -466,6 +583,7 @@ impl Driver {
             return Serviced::Done;
         };
         let finished;
+        let dest = self.table.peer(id).unwrap_or(session.peer);
         {
             let mut guard = lock(&session.state);
             let st = &mut *guard;
@@ -477,7 +595,7 @@ impl Driver {
                 let Some(t) = st.conn.poll_transmit(now, self.io.next_slot()) else {
                     break;
                 };
-                self.io.push(session.peer, t.len);
+                self.io.push(dest, t.len);
             }
             finished = st.conn.is_finished();
             if let Some(e) = st.conn.error() {
@@ -560,7 +678,8 @@ impl Future for Driver {
                     Poll::Pending => break,
                 }
             }
-            this.take_refusal();
+            this.take_refusal(now);
+            this.take_path_failure(now);
             this.fire_timers(now);
             let unblocked =
                 this.service_ready(cx, now) && this.io.poll_flush(cx, now, &this.shared);
@@ -568,7 +687,7 @@ impl Future for Driver {
                 more = true;
             }
             // A send just reported the peer's port unreachable: act now.
-            more |= this.io.refused;
+            more |= this.io.refused || this.io.path_failed;
             if this.finished() {
                 return Poll::Ready(());
             }

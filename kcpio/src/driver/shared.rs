@@ -78,6 +78,9 @@ pub(crate) struct SessionState {
     pub(crate) armed: Option<Duration>,
     /// Removed from the driver's table.
     pub(crate) removed: bool,
+    /// The address the peer moved to (a validated migration); `None`:
+    /// still [`SessionShared::peer`].
+    pub(crate) moved_to: Option<SocketAddr>,
 }
 
 impl SessionState {
@@ -91,6 +94,7 @@ impl SessionState {
             queued: false,
             armed: None,
             removed: false,
+            moved_to: None,
         }
     }
 

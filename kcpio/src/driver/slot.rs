@@ -36,4 +36,7 @@ pub(crate) enum Refusal {
     Replay,
     /// The source address opened sessions faster than the per-source limit.
     RateLimited,
+    /// A datagram of a live session from another address that tells the
+    /// session nothing new (a replay, or a duplicate): it moves nothing.
+    Stale,
 }

@@ -112,6 +112,18 @@ socket_counters! {
     /// New peers refused: their source address opened sessions faster than
     /// the per-source limit.
     refused_rate,
+    /// Datagrams of a live session from another address that were not newer
+    /// than what the session had received (replays, duplicates): dropped,
+    /// they move nothing.
+    migration_stale,
+    /// Window probes sent to an address a session's peer may have moved to
+    /// (each within 3 times the bytes received from there).
+    path_probes,
+    /// Sessions moved to their peer's new address after it answered there.
+    migrations,
+    /// Client sockets replaced because their local address stopped
+    /// working (the session kept).
+    rebinds,
     /// Sessions that never proved their peer receives, evicted at the
     /// session cap to make room for a newcomer.
     evicted_unproven,
@@ -163,9 +175,10 @@ pub(crate) struct RefusedPeers {
 }
 
 impl RefusedPeers {
-    /// Whether `peer` is refused for the first time in this episode.
-    fn first(&mut self, peer: SocketAddr) -> bool {
-        let h = self.key.hash_one(peer);
+    /// Whether `peer` is refused for `reason` for the first time in this
+    /// episode.
+    pub(crate) fn first(&mut self, peer: SocketAddr, reason: u8) -> bool {
+        let h = self.key.hash_one((peer, reason));
         if self.seen.contains(&h) {
             return false;
         }
@@ -185,7 +198,10 @@ impl RefusedPeers {
 
 impl Counters {
     /// Counts a datagram from `peer` the table dropped, under its reason;
-    /// an admission refusal also counts the peer once per episode.
+    /// an admission refusal also counts the peer once per episode. Logs
+    /// the first refusal of each peer and reason per episode (`info` for
+    /// the admission limits an operator sets, `debug` for the rest), so a
+    /// flood logs at most [`MAX_REFUSED_PEERS`] lines per episode.
     pub(crate) fn refused(&self, r: Refusal, peer: SocketAddr, episode: &mut RefusedPeers) {
         let (datagrams, peers) = match r {
             Refusal::BadKcp => (&self.bad_kcp, None),
@@ -198,12 +214,35 @@ impl Counters {
             Refusal::NotOpener => (&self.not_opener, None),
             Refusal::Replay => (&self.replayed, None),
             Refusal::RateLimited => (&self.refused_rate, None),
+            Refusal::Stale => (&self.migration_stale, None),
         };
         bump(datagrams);
-        if let Some(peers) = peers
-            && episode.first(peer)
-        {
+        if !episode.first(peer, r as u8) {
+            return;
+        }
+        if let Some(peers) = peers {
             bump(peers);
+        }
+        match r {
+            Refusal::SessionCap => {
+                tracing::info!(%peer, "kcp listener refused a new session: at its session cap (max_sessions)");
+            }
+            Refusal::Backlog => {
+                tracing::info!(%peer, "kcp listener refused a new session: accept backlog full (accept_backlog)");
+            }
+            Refusal::RateLimited => {
+                tracing::info!(%peer, "kcp listener refused a new session: source over its rate (sessions_per_source)");
+            }
+            _ => tracing::debug!(%peer, reason = ?r, "kcp listener dropped a datagram"),
+        }
+    }
+
+    /// Counts a datagram from `peer` that failed to open; logs the first
+    /// of each peer per refusal episode.
+    pub(crate) fn bad_crypto(&self, peer: SocketAddr, episode: &mut RefusedPeers) {
+        bump(&self.bad_crypto);
+        if episode.first(peer, u8::MAX) {
+            tracing::debug!(%peer, "kcp datagram failed to open: another key, cipher or FEC setting, or not kcp");
         }
     }
 

@@ -44,8 +44,33 @@ pub(crate) enum Route {
         /// make room at the session cap.
         evicts: Option<SessionId>,
     },
+    /// A datagram of this session's conversation from another address
+    /// (migration on): the driver decides with the session whether it is
+    /// fresh ([`Table::candidate_seen`]), and whether it answers the path
+    /// probe ([`Inbound::has_wins`], [`Table::migrate`]).
+    Migrate(SessionId),
     /// Drop and count.
     Drop(Refusal),
+}
+
+/// How many times the bytes received from a candidate address may be sent
+/// to it before it answered (QUIC's anti-amplification factor).
+pub(crate) const CANDIDATE_FACTOR: u64 = 3;
+/// The shortest wait between two path probes to one candidate.
+pub(crate) const PROBE_SPACING: Duration = Duration::from_millis(100);
+
+/// An address a session's peer may have moved to: it sent an authentic
+/// datagram newer than anything the session had received; not yet shown
+/// to receive there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Candidate {
+    pub(crate) addr: SocketAddr,
+    /// Wire bytes received from it.
+    pub(crate) received: u64,
+    /// Wire bytes sent to it (path probes).
+    pub(crate) sent: u64,
+    /// When the last probe left.
+    pub(crate) probed_at: Option<Duration>,
 }
 
 /// The header fields routing needs from an opened datagram, read once
@@ -60,6 +85,13 @@ pub(crate) struct Inbound<'a> {
     opener: bool,
     /// An out-of-band packet: delivered only to its conv's session.
     oob: bool,
+}
+
+/// How many sessions have a conv, and one of them.
+#[derive(Clone, Copy, Debug)]
+struct ConvIndex {
+    id: SessionId,
+    count: u32,
 }
 
 fn le32(b: &[u8], at: std::ops::Range<usize>) -> Option<u32> {
@@ -121,6 +153,16 @@ impl<'a> Inbound<'a> {
         self.opener
     }
 
+    /// The packet carries a window update (WINS) among its segments: the
+    /// answer to a path probe.
+    pub(crate) fn has_wins(&self) -> bool {
+        Segments::new(self.kcp).any(|s| {
+            s.is_ok_and(|s| {
+                Some(s.cmd()) == Some(Command::Wins as u8) && Some(s.conv()) == self.conv
+            })
+        })
+    }
+
     /// A new conversation's first packet must be KCP for `conv` all
     /// through (what the ARQ would accept), so garbage that happens to
     /// decrypt never creates a session.
@@ -145,6 +187,8 @@ struct Entry<S> {
     deadline: Option<Duration>,
     /// The peer proved it receives (the driver reports it from `Conn`).
     proven: bool,
+    /// An address the peer may have moved to, being validated.
+    candidate: Option<Candidate>,
     session: S,
 }
 
@@ -173,6 +217,11 @@ pub(crate) struct Table<S> {
     free: Vec<u32>,
     live: usize,
     by_addr: HashMap<SocketAddr, SessionId>,
+    /// Sessions by conv, for migration: a conv held by more than one
+    /// session (two clients that drew the same) never migrates.
+    by_conv: HashMap<u32, ConvIndex>,
+    /// Sessions follow their peer to a validated new address.
+    migration: bool,
     heap: BinaryHeap<Reverse<(Duration, SessionId)>>,
     /// Sessions that have not proved they receive.
     unproven_live: usize,
@@ -191,6 +240,8 @@ impl<S> Table<S> {
             free: Vec::new(),
             live: 0,
             by_addr: HashMap::new(),
+            by_conv: HashMap::new(),
+            migration: false,
             heap: BinaryHeap::new(),
             unproven_live: 0,
             accepting,
@@ -202,6 +253,12 @@ impl<S> Table<S> {
     /// second after that (default [`RATE_BURST`], [`RATE_PER_SEC`]).
     pub(crate) fn set_source_rate(&mut self, burst: u32, per_sec: u32) {
         self.admission.set_source_rate(burst, per_sec);
+    }
+
+    /// Sessions follow their peer to a new address it proves it receives
+    /// at (a listener with [`ConfigBuilder::migration`](crate::ConfigBuilder::migration)).
+    pub(crate) fn set_migration(&mut self, on: bool) {
+        self.migration = on;
     }
 
     /// Sessions in the table.
@@ -286,10 +343,15 @@ impl<S> Table<S> {
                 conv,
                 deadline: None,
                 proven,
+                candidate: None,
                 session: make(id),
             });
         }
         self.by_addr.insert(peer, id);
+        self.by_conv
+            .entry(conv)
+            .and_modify(|c| c.count += 1)
+            .or_insert(ConvIndex { id, count: 1 });
         self.live += 1;
         if !proven {
             self.unproven_live += 1;
@@ -316,6 +378,25 @@ impl<S> Table<S> {
         self.live -= 1;
         if self.by_addr.get(&entry.peer) == Some(&id) {
             self.by_addr.remove(&entry.peer);
+        }
+        if let Some(c) = self.by_conv.get_mut(&entry.conv) {
+            c.count -= 1;
+            if c.count == 0 {
+                self.by_conv.remove(&entry.conv);
+            } else if c.id == id {
+                // Two sessions drew this conv (rare): find the other one.
+                let conv = entry.conv;
+                let other = self.slots.iter().enumerate().find_map(|(idx, s)| {
+                    s.entry.as_ref().filter(|e| e.conv == conv)?;
+                    Some(SessionId {
+                        idx: idx as u32,
+                        generation: s.generation,
+                    })
+                });
+                if let (Some(o), Some(c)) = (other, self.by_conv.get_mut(&conv)) {
+                    c.id = o;
+                }
+            }
         }
         if entry.proven {
             self.admission.closed(entry.peer, entry.conv, now);
@@ -350,6 +431,9 @@ impl<S> Table<S> {
             };
         }
         let Some(&id) = self.by_addr.get(&peer) else {
+            if let Some(id) = self.migrating(inbound) {
+                return Route::Migrate(id);
+            }
             return match inbound.conv {
                 Some(conv) if self.accepting => {
                     self.admit_new(peer, conv, None, inbound, now, backlog, fingerprint)
@@ -357,7 +441,12 @@ impl<S> Table<S> {
                 _ => Route::Drop(Refusal::UnknownSession),
             };
         };
-        let current = self.entry(id).map(|e| e.conv);
+        let current = self.entry_mut(id).map(|e| {
+            // The peer still sends from its address: whatever sent from
+            // the candidate (a copy relayed from elsewhere) does not move it.
+            e.candidate = None;
+            e.conv
+        });
         match (inbound.conv, current) {
             (Some(conv), Some(cur)) if conv != cur => {
                 // kcp-go: a new conversation from the same address replaces
@@ -371,6 +460,118 @@ impl<S> Table<S> {
             }
             _ => Route::Deliver(id),
         }
+    }
+
+    /// The proven session, alone with its conv, that a datagram from an
+    /// unknown address belongs to, when migration is on. Openers too: a
+    /// live conversation's datagram that looks like an opener (a client's
+    /// first PUSH before it received anything has `sn` and `una` 0) must
+    /// not open a second session for a replay of it; a new client that drew
+    /// a live conv (one chance in 2^32 per pair) is refused as stale and
+    /// dials again with another.
+    fn migrating(&self, inbound: &Inbound<'_>) -> Option<SessionId> {
+        if !self.migration {
+            return None;
+        }
+        let c = self.by_conv.get(&inbound.conv?)?;
+        let e = self.entry(c.id)?;
+        (c.count == 1 && e.proven && Some(e.conv) == inbound.conv).then_some(c.id)
+    }
+
+    // ---------------------------------------------------------- migration
+
+    /// The session's peer address now (it changes when it migrates).
+    pub(crate) fn peer(&self, id: SessionId) -> Option<SocketAddr> {
+        self.entry(id).map(|e| e.peer)
+    }
+
+    /// `id`'s candidate address, if any.
+    pub(crate) fn candidate(&self, id: SessionId) -> Option<Candidate> {
+        self.entry(id).and_then(|e| e.candidate)
+    }
+
+    /// A datagram of `wire` bytes from `from` for `id`, which the session
+    /// found `fresh` (newer than anything it received). Returns whether
+    /// `from` is (now) the candidate: a fresh datagram makes its address
+    /// the candidate (replacing another: the latest wins); a stale one
+    /// from the candidate still counts toward its budget, and from any
+    /// other address changes nothing.
+    pub(crate) fn candidate_seen(
+        &mut self,
+        id: SessionId,
+        from: SocketAddr,
+        wire: usize,
+        fresh: bool,
+    ) -> bool {
+        let Some(e) = self.entry_mut(id) else {
+            return false;
+        };
+        match e.candidate.as_mut() {
+            Some(c) if c.addr == from => {
+                c.received = c.received.saturating_add(wire as u64);
+                true
+            }
+            _ if fresh => {
+                e.candidate = Some(Candidate {
+                    addr: from,
+                    received: wire as u64,
+                    sent: 0,
+                    probed_at: None,
+                });
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether a path probe of `wire` bytes may go to `id`'s candidate now:
+    /// within [`CANDIDATE_FACTOR`] times what it sent, at most one per
+    /// [`PROBE_SPACING`]. Charges it when it may.
+    pub(crate) fn probe_candidate(&mut self, id: SessionId, wire: usize, now: Duration) -> bool {
+        let Some(c) = self.entry_mut(id).and_then(|e| e.candidate.as_mut()) else {
+            return false;
+        };
+        let wire = wire as u64;
+        let spaced = c
+            .probed_at
+            .is_none_or(|t| now.saturating_sub(t) >= PROBE_SPACING);
+        if !spaced || c.sent + wire > c.received.saturating_mul(CANDIDATE_FACTOR) {
+            return false;
+        }
+        c.sent += wire;
+        c.probed_at = Some(now);
+        true
+    }
+
+    /// `id`'s candidate answered the probe from its address: the session
+    /// moves there (the table re-keyed; the old address tombstoned for its
+    /// conv). Returns the old and new addresses.
+    pub(crate) fn migrate(
+        &mut self,
+        id: SessionId,
+        now: Duration,
+    ) -> Option<(SocketAddr, SocketAddr)> {
+        if self
+            .candidate(id)
+            .is_some_and(|c| self.by_addr.contains_key(&c.addr))
+        {
+            // A session opened at that address meanwhile: it keeps it.
+            return self
+                .entry_mut(id)
+                .and_then(|e| e.candidate.take())
+                .and(None);
+        }
+        let e = self.entry_mut(id)?;
+        e.candidate?.probed_at?;
+        let c = e.candidate.take()?;
+        let old = std::mem::replace(&mut e.peer, c.addr);
+        let conv = e.conv;
+        if self.by_addr.get(&old) == Some(&id) {
+            self.by_addr.remove(&old);
+        }
+        self.by_addr.insert(c.addr, id);
+        self.admission.closed(old, conv, now);
+        Some((old, c.addr))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -493,6 +694,7 @@ pub(crate) fn fuzz(data: &[u8]) {
     let max_sessions = usize::from(cfg % 8) + 1;
     let backlog_cap = usize::from(cfg >> 3 & 7) + 1;
     let mut t: Table<u32> = Table::new(true, max_sessions, backlog_cap);
+    t.set_migration(cfg & 0x40 != 0);
     let mut now = Duration::ZERO;
     let mut ids: Vec<SessionId> = Vec::new();
     let mut backlog = 0usize;
@@ -541,6 +743,20 @@ pub(crate) fn fuzz(data: &[u8]) {
                         backlog += 1;
                     }
                     Route::Deliver(id) => assert!(t.get(id).is_some()),
+                    Route::Migrate(id) => {
+                        // The driver's part: freshness is the session's
+                        // verdict, played here by the input.
+                        assert!(t.get(id).is_some());
+                        if t.candidate_seen(id, peer, packet.len(), arg & 1 == 1) {
+                            t.probe_candidate(id, 52, now);
+                            if arg & 2 == 2 {
+                                t.migrate(id, now);
+                            }
+                        }
+                        if let Some(c) = t.candidate(id) {
+                            assert!(c.sent <= c.received * CANDIDATE_FACTOR);
+                        }
+                    }
                     Route::Drop(_) => {}
                 }
             }
@@ -591,6 +807,11 @@ impl<S> Table<S> {
         }
         self.admission.check();
         assert!(self.free.len() + self.live == self.slots.len());
+        let convs: u32 = self.by_conv.values().map(|c| c.count).sum();
+        assert_eq!(convs as usize, self.live);
+        for (conv, c) in &self.by_conv {
+            assert_eq!(self.entry(c.id).map(|e| e.conv), Some(*conv));
+        }
     }
 }
 
@@ -1233,6 +1454,125 @@ mod tests {
         }
     }
 
+    /// Migration transcript: a non-opener of a live conversation from
+    /// another address goes to the driver (`Migrate`); only a fresh one
+    /// makes a candidate; probes stay within 3x what the candidate sent and
+    /// one per `PROBE_SPACING`; the answer after a probe moves the session
+    /// (re-keyed, the old address tombstoned for the conv); stale
+    /// datagrams (replays) from anywhere never make or move anything.
+    #[test]
+    fn migration_candidate_validation_and_move() {
+        let ms = Duration::from_millis;
+        let (mut t, id) = with_session(10);
+        let data = push(5, 7, false);
+        // Off: refused as before.
+        assert_eq!(
+            route(&mut t, addr(2), &data, 1),
+            Route::Drop(Refusal::NotOpener)
+        );
+        t.set_migration(true);
+        assert_eq!(route(&mut t, addr(2), &data, 1), Route::Migrate(id));
+        // Openers of the live conv too (a replayed first PUSH opens no
+        // second session); other convs go to admission; parity (no conv)
+        // is unknown.
+        assert_eq!(
+            route(&mut t, addr(3), &seg(81, 5, 0, 0, false, 9), 1),
+            Route::Migrate(id)
+        );
+        assert!(matches!(
+            route(&mut t, addr(3), &seg(81, 6, 0, 0, false, 9), 1),
+            Route::Accept { .. }
+        ));
+        let mut parity = vec![0u8; 20];
+        parity[4..6].copy_from_slice(&0xf2u16.to_le_bytes());
+        assert_eq!(
+            route(&mut t, addr(2), &parity, 1),
+            Route::Drop(Refusal::UnknownSession)
+        );
+        // Stale (a replay): no candidate, nothing to probe.
+        assert!(!t.candidate_seen(id, addr(2), 60, false));
+        assert_eq!(t.candidate(id), None);
+        assert!(!t.probe_candidate(id, 52, ms(0)));
+        assert_eq!(t.migrate(id, ms(0)), None);
+        // Fresh: a candidate; no move before a probe left.
+        assert!(t.candidate_seen(id, addr(2), 60, true));
+        assert_eq!(t.migrate(id, ms(0)), None);
+        assert_eq!(t.candidate(id).map(|c| c.addr), Some(addr(2)));
+        // The 3x budget and the spacing.
+        assert!(t.probe_candidate(id, 52, ms(0)));
+        assert!(!t.probe_candidate(id, 52, ms(50)), "spaced");
+        assert!(t.probe_candidate(id, 52, ms(100)));
+        assert!(t.probe_candidate(id, 52, ms(200)));
+        assert!(!t.probe_candidate(id, 52, ms(300)), "156 + 52 > 3 x 60");
+        assert_eq!(t.candidate(id).map(|c| c.sent), Some(156));
+        // More from the candidate (stale or not) raises its budget.
+        assert!(t.candidate_seen(id, addr(2), 60, false));
+        assert!(t.probe_candidate(id, 52, ms(400)));
+        // A stale datagram from a third address changes nothing.
+        assert!(!t.candidate_seen(id, addr(4), 60, false));
+        assert_eq!(t.candidate(id).map(|c| c.addr), Some(addr(2)));
+        // A datagram from the session's own address ends the candidacy:
+        // the peer is still there.
+        assert_eq!(
+            route(&mut t, addr(1), &push(5, 8, false), 1),
+            Route::Deliver(id)
+        );
+        assert_eq!(t.candidate(id), None);
+        // Again, and the answer: the session moves.
+        assert!(t.candidate_seen(id, addr(2), 60, true));
+        assert!(t.probe_candidate(id, 52, ms(500)));
+        let wins = seg(84, 5, 0, 3, false, 0);
+        assert!(Inbound::parse(&wins).unwrap().has_wins());
+        assert!(!Inbound::parse(&data).unwrap().has_wins());
+        assert_eq!(route(&mut t, addr(2), &wins, 1), Route::Migrate(id));
+        assert_eq!(t.migrate(id, secs(1)), Some((addr(1), addr(2))));
+        assert_eq!(t.peer(id), Some(addr(2)));
+        assert_eq!(route(&mut t, addr(2), &data, 1), Route::Deliver(id));
+        // The old address is another address now: even an opener from it
+        // is only a datagram of the session to check for freshness.
+        assert_eq!(route(&mut t, addr(1), &data, 1), Route::Migrate(id));
+        assert_eq!(
+            route(&mut t, addr(1), &seg(81, 5, 0, 0, false, 4), 2),
+            Route::Migrate(id)
+        );
+        t.check(10);
+    }
+
+    /// Only a proven session alone with its conv migrates.
+    #[test]
+    fn migration_needs_a_proven_session_with_a_unique_conv() {
+        let mut t = Table::new(true, 10, 10);
+        t.set_migration(true);
+        feed_as(&mut t, addr(1), &push(5, 0, false), secs(0), false);
+        assert_eq!(
+            route(&mut t, addr(2), &push(5, 3, false), 0),
+            Route::Drop(Refusal::NotOpener),
+            "unproven"
+        );
+        // Another client drew the same conv meanwhile: neither migrates.
+        feed_as(&mut t, addr(3), &seg(81, 5, 0, 0, false, 9), secs(0), false);
+        assert_eq!(t.live(), 2);
+        let Route::Deliver(a) = route(&mut t, addr(1), &push(5, 1, false), 0) else {
+            panic!()
+        };
+        t.set_proven(a);
+        assert_eq!(
+            route(&mut t, addr(2), &push(5, 3, false), 0),
+            Route::Drop(Refusal::NotOpener)
+        );
+        // Alone with it again (the other left, whichever was indexed): the
+        // proven one migrates.
+        let Route::Deliver(b) = route(&mut t, addr(3), &push(5, 1, false), 0) else {
+            panic!()
+        };
+        t.remove(b, secs(1));
+        assert_eq!(
+            route(&mut t, addr(2), &push(5, 3, false), 1),
+            Route::Migrate(a)
+        );
+        t.check(10);
+    }
+
     /// The fuzz body (`kcpio::fuzzing::session_table`) on openers among
     /// clock jumps, proofs, removals and timers: it runs in every test run,
     /// and the table's books balance throughout.
@@ -1244,7 +1584,15 @@ mod tests {
             data.extend([((p.len() / 4) << 3) as u8, n as u8]);
             data.extend(&p[..p.len() / 4 * 4]);
             data.extend([3 + (n % 5) as u8, (n * 7) as u8]);
+            // Later datagrams of the same convs from other addresses.
+            let late = push(n % 50, 1 + n % 7, false);
+            data.extend([((late.len() / 4) << 3) as u8, (n * 13) as u8]);
+            data.extend(&late[..late.len() / 4 * 4]);
+            data.extend([5, n as u8]);
         }
+        fuzz(&data);
+        // The same with migration on.
+        data[0] |= 0x40;
         fuzz(&data);
     }
 }

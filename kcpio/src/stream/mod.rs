@@ -528,13 +528,17 @@ pub(crate) fn debug_stream(
 macro_rules! stream_accessors {
     ($handle:ty) => {
         impl $handle {
-            /// The peer's address.
+            /// The peer's address: on a listener's session, the address
+            /// the peer last moved to
+            /// ([`ConfigBuilder::migration`](crate::ConfigBuilder::migration)).
             ///
             /// # Errors
             ///
             /// None today; `io::Result` as `TcpStream::peer_addr`.
             pub fn peer_addr(&self) -> ::std::io::Result<::std::net::SocketAddr> {
-                Ok(self.session().peer)
+                let session = self.session();
+                let moved = $crate::driver::shared::lock(&session.state).moved_to;
+                Ok(moved.unwrap_or(session.peer))
             }
 
             /// The local address of the UDP socket this session uses

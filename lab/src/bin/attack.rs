@@ -10,7 +10,17 @@
 //! attack flood    ADDR CRYPT SECS          forged openers from fresh addresses; a real client connects meanwhile
 //! attack late     ADDR CRYPT IDLE AT,.. [LOG]  a conversation, silence, then its late datagrams
 //! attack streams  ADDR CRYPT N PACE HOLD [nocomp] [v2] [sessions=S]  smux streams on S sessions (flood, slow readers)
+//! attack migrate  ADDR CRYPT SECS          a live session's captured datagrams replayed from a third address
 //! ```
+//!
+//! `migrate`: a real client echoes through a local forwarder that keeps a
+//! copy of every datagram it sends; after a second of traffic, each copy is
+//! replayed twice from another loopback address (127.0.0.3) while the
+//! client goes on echoing for SECS seconds. It prints the datagrams and
+//! bytes replayed, the bytes the server sent to the replaying address (a
+//! migrating server must send it nothing: the replays are not fresh; at
+//! most 3x if it probed) and whether the client's echo still worked at the
+//! end (a session moved to the replayer would stall it).
 //!
 //! `streams` is for a tunnel server (kcpio-tunnel or kcptun, mode fast,
 //! FEC 10/3, default key) whose target sends a download on each
@@ -453,6 +463,89 @@ async fn streams(
     );
 }
 
+/// One echo of `n` bytes on `c`, within 5 s.
+async fn echo_once(c: &mut KcpStream, n: usize) -> bool {
+    let data = vec![0x6d; n];
+    if c.write_all(&data).await.is_err() {
+        return false;
+    }
+    let mut back = vec![0u8; n];
+    matches!(
+        timeout(Duration::from_secs(5), c.read_exact(&mut back)).await,
+        Ok(Ok(_))
+    ) && back == data
+}
+
+async fn migrate(addr: SocketAddr, crypt: &str, secs: u64) {
+    let front = UdpSocket::bind("127.0.0.1:0").await.expect("bind");
+    let up = UdpSocket::bind("127.0.0.1:0").await.expect("bind");
+    up.connect(addr).await.expect("connect");
+    let front_addr = front.local_addr().expect("addr");
+    let captured = Arc::new(std::sync::Mutex::new(Vec::<Vec<u8>>::new()));
+    let cap = captured.clone();
+    // The forwarder: client <-> server, a copy of each client datagram kept.
+    let forward = tokio::spawn(async move {
+        let (mut a, mut b) = (vec![0u8; 2048], vec![0u8; 2048]);
+        let mut client = None;
+        loop {
+            tokio::select! {
+                Ok((n, from)) = front.recv_from(&mut a) => {
+                    client = Some(from);
+                    cap.lock().unwrap_or_else(|p| p.into_inner()).push(a[..n].to_vec());
+                    let _ = up.send(&a[..n]).await;
+                }
+                Ok(n) = up.recv(&mut b) => {
+                    if let Some(to) = client {
+                        let _ = front.send_to(&b[..n], to).await;
+                    }
+                }
+            }
+        }
+    });
+    let config = builder(crypt, Preset::Fast)
+        .stream(true)
+        .build()
+        .expect("config");
+    let Ok(Ok(mut c)) = timeout(
+        Duration::from_secs(5),
+        KcpStream::connect(front_addr, &config),
+    )
+    .await
+    else {
+        println!("{{\"attack\":\"migrate\",\"crypt\":\"{crypt}\",\"error\":\"no session\"}}");
+        forward.abort();
+        return;
+    };
+    let warm = Instant::now() + Duration::from_secs(1);
+    while Instant::now() < warm {
+        echo_once(&mut c, 4096).await;
+    }
+    let replays = captured.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let third = UdpSocket::bind("127.0.0.3:0")
+        .await
+        .expect("bind 127.0.0.3");
+    third.connect(addr).await.expect("connect");
+    let (mut sent, mut bytes) = (0usize, 0usize);
+    for d in replays.iter().chain(replays.iter()) {
+        if third.send(d).await.is_ok() {
+            sent += 1;
+            bytes += d.len();
+        }
+    }
+    let end = Instant::now() + Duration::from_secs(secs);
+    let drained = tokio::spawn(async move { drain(&third, end).await });
+    let mut ok = true;
+    while Instant::now() < end {
+        ok = echo_once(&mut c, 4096).await;
+    }
+    let got = drained.await.unwrap_or(0);
+    forward.abort();
+    println!(
+        "{{\"attack\":\"migrate\",\"crypt\":\"{crypt}\",\"replayed\":{sent},\"replayed_bytes\":{bytes},\"bytes_to_replayer\":{got},\"ratio\":{:.4},\"client_echo_ok\":{ok}}}",
+        got as f64 / bytes.max(1) as f64
+    );
+}
+
 #[tokio::main]
 async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -488,6 +581,7 @@ async fn main() {
             )
             .await;
         }
+        "migrate" => migrate(addr, arg(2), arg(3).parse().unwrap_or(3)).await,
         _ => eprintln!("usage: see the header of lab/src/bin/attack.rs"),
     }
 }

