@@ -29,6 +29,7 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
 
 mod fallback;
+pub(crate) mod faketcp;
 #[cfg(target_os = "linux")]
 mod linux;
 #[cfg(test)]
