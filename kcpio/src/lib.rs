@@ -321,7 +321,7 @@ mod sys; // batched datagram syscalls: the only other place unsafe is allowed
 
 pub use arq::Congestion;
 pub use config::{
-    Config, ConfigBuilder, ConfigError, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_TIMEOUT,
+    Carrier, Config, ConfigBuilder, ConfigError, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_TIMEOUT,
     DEFAULT_KEEPALIVE, Key, MIN_WRITE_CAPACITY, Preset,
 };
 

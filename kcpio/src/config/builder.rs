@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::defaults::KCP_GO_WINDOW;
-use super::{Key, Preset};
+use super::{Carrier, Key, Preset};
 use crate::arq::Congestion;
 use crate::crypto::Method;
 // What the setters' documentation links to.
@@ -83,6 +83,7 @@ pub struct ConfigBuilder {
     pub(super) linger: Duration,
     pub(super) conv: Option<u32>,
     pub(super) batching: bool,
+    pub(super) carrier: Carrier,
     pub(super) reuse_port: usize,
 }
 impl ConfigBuilder {
@@ -648,6 +649,28 @@ impl ConfigBuilder {
     #[must_use]
     pub fn batching(mut self, on: bool) -> Self {
         self.batching = on;
+        self
+    }
+
+    /// What carries the datagrams: [`Carrier::Udp`] (the default) or
+    /// [`Carrier::FakeTcp`], each datagram as one TCP segment of a flow
+    /// the kernel opened with a real handshake, wire-compatible with
+    /// `kcptun --tcp` (xtaci/tcpraw), for networks that drop or throttle UDP.
+    ///
+    /// A fake-TCP segment's header is 24 bytes longer than UDP's, so the
+    /// datagram (and the KCP mtu) shrink by 24 bytes: with the default
+    /// [`mtu`](Self::mtu) of 1400 the IP packets have the same size in
+    /// both carriers. Fake TCP is Linux-only, IPv4-only and needs
+    /// `CAP_NET_RAW` and `CAP_NET_ADMIN` (root): see [`Carrier::FakeTcp`].
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Self::build) fails with [`ConfigError::MtuTooSmall`] when
+    /// the mtu less 24 leaves too little for KCP. Binding and connecting
+    /// report the missing privileges or platform.
+    #[must_use]
+    pub fn carrier(mut self, carrier: Carrier) -> Self {
+        self.carrier = carrier;
         self
     }
 

@@ -45,10 +45,9 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio::net::UdpSocket;
 use tokio::time::{Instant, Sleep};
 
-use self::io::{Io, open_socket, wrap_socket};
+use self::io::{Io, Socket, open_socket, wrap_socket};
 use self::shared::{
     Accept, DriverShared, Inbox, SessionShared, SessionState, lock, register, wake,
 };
@@ -120,7 +119,7 @@ impl Driver {
     /// Builds a driver around a bound, non-blocking socket. `udp` was made by
     /// `UdpState::new` on the same socket.
     fn new(
-        socket: UdpSocket,
+        socket: Socket,
         udp: UdpState,
         config: Arc<ConfigInner>,
         role: Role,
@@ -647,6 +646,31 @@ pub(crate) fn spawn_client(
 ) -> std::io::Result<Arc<SessionShared>> {
     sock.connect(&peer.into())?;
     let (socket, udp) = wrap_socket(sock, &config)?;
+    spawn_client_on(Socket::Udp(socket), udp, peer, config)
+}
+
+/// Opens a fake-TCP flow to `peer` from `bind` (a real kernel handshake;
+/// [`crate::Carrier::FakeTcp`]) and runs the client session on it as
+/// [`spawn_client`] does on UDP.
+pub(crate) async fn spawn_fake_tcp_client(
+    bind: SocketAddr,
+    peer: SocketAddr,
+    config: Arc<ConfigInner>,
+) -> std::io::Result<Arc<SessionShared>> {
+    let fake =
+        crate::sys::faketcp::FakeTcp::connect(bind, peer, crate::crypto::MAX_DATAGRAM, config.dscp)
+            .await?;
+    let socket = Socket::FakeTcp(Box::new(crate::sys::faketcp::FakeTcpSocket::new(fake)?));
+    spawn_client_on(socket, UdpState::for_fake_tcp(), peer, config)
+}
+
+/// The client session on a connected `socket`, its driver spawned.
+fn spawn_client_on(
+    socket: Socket,
+    udp: UdpState,
+    peer: SocketAddr,
+    config: Arc<ConfigInner>,
+) -> std::io::Result<Arc<SessionShared>> {
     let accept = Arc::new(Accept::default());
     let mut driver = Driver::new(socket, udp, config, Role::Client, accept)?;
     let conv = match driver.shared.config.conv {

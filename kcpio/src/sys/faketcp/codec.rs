@@ -26,8 +26,6 @@ use std::net::{IpAddr, Ipv4Addr};
 pub(crate) const TCP_BASE_HEADER: usize = 20;
 /// The TCP header of our data segments: 20 bytes plus `NOP NOP TS`.
 pub(crate) const DATA_HEADER_LEN: usize = 32;
-/// How many bytes more than UDP's header one datagram costs on the wire.
-pub(crate) const FAKETCP_OVERHEAD: usize = DATA_HEADER_LEN - 8;
 
 /// TCP flag bits (the low byte of the flags field).
 pub(crate) mod flags {
@@ -220,9 +218,7 @@ pub(crate) fn checksum(src: IpAddr, dst: IpAddr, header: &[u8], payload: &[u8]) 
                 IpAddr::V4(v4) => v4.to_ipv6_mapped(),
                 IpAddr::V6(v6) => v6,
             };
-            add_bytes(add_bytes(0, &v6(s).octets()), &v6(d).octets())
-                + u64::from(IPPROTO_TCP)
-                + len
+            add_bytes(add_bytes(0, &v6(s).octets()), &v6(d).octets()) + u64::from(IPPROTO_TCP) + len
         }
     };
     sum = add_bytes(sum, header);
@@ -298,6 +294,9 @@ const MAX_REWIND: u32 = 1 << 30;
 pub(crate) struct Flow {
     /// Our next sequence number (the peer's last acknowledgement, advanced).
     seq: u32,
+    /// One past the highest byte we ever numbered: after a rewind the peer
+    /// may acknowledge up to here (it had received more than it said).
+    snd_max: u32,
     /// The peer's next sequence number: our acknowledgement.
     ack: u32,
     seq_known: bool,
@@ -320,6 +319,7 @@ impl Flow {
     pub(crate) fn new(max_payload: usize, seed: u64) -> Self {
         Self {
             seq: 0,
+            snd_max: 0,
             ack: 0,
             seq_known: false,
             ack_known: false,
@@ -359,6 +359,7 @@ impl Flow {
             self.ack_known = true;
             if f & flags::ACK != 0 {
                 self.seq = seg.ack;
+                self.snd_max = seg.ack;
                 self.seq_known = true;
             }
             return Err(Drop::NoPayload);
@@ -368,12 +369,16 @@ impl Flow {
         }
         if f & flags::ACK != 0 {
             if self.seq_known {
-                // Honest peers acknowledge at most what we sent, and never
-                // point back by more than a window.
-                let back = self.seq.wrapping_sub(seg.ack);
+                // Honest peers acknowledge at most what we ever sent, and
+                // never point back by more than a window. (After we rewound,
+                // an acknowledgement may be ahead of `seq`: the peer had
+                // received the bytes we numbered before the rewind.)
+                let back = self.snd_max.wrapping_sub(seg.ack);
                 if back > MAX_REWIND {
                     return Err(Drop::ForeignAck);
                 }
+            } else {
+                self.snd_max = seg.ack;
             }
             self.seq = seg.ack;
             self.seq_known = true;
@@ -402,6 +407,9 @@ impl Flow {
     /// Gives back the sequence space of the last `payload_len` bytes
     /// numbered by [`Flow::next_header`] (the segment was not sent).
     pub(crate) fn unsend(&mut self, payload_len: usize) {
+        if self.snd_max == self.seq {
+            self.snd_max = self.snd_max.wrapping_sub(payload_len as u32);
+        }
         self.seq = self.seq.wrapping_sub(payload_len as u32);
     }
 
@@ -429,6 +437,9 @@ impl Flow {
             tsecr: self.ts_recent,
         };
         self.seq = self.seq.wrapping_add(payload_len as u32);
+        if (self.seq.wrapping_sub(self.snd_max) as i32) > 0 {
+            self.snd_max = self.seq;
+        }
         h
     }
 }

@@ -270,6 +270,27 @@ fn after_a_loss_ack_holds_and_sender_rewinds_to_it() {
 }
 
 #[test]
+fn an_ack_ahead_of_a_rewound_seq_is_taken() {
+    // We sent 1000..1300, heard ack 1000 (the peer had not read them yet),
+    // rewound and sent 1000..1100; then the peer acknowledges 1300.
+    let mut flow = established();
+    for _ in 0..3 {
+        flow.next_header(1, 2, 100, 0);
+    }
+    let d = [0u8; 4];
+    let seg = |ack| peer_segment(5000, ack, flags::PSH | flags::ACK, &d);
+    assert_eq!(flow.receive(&seg(1000)), Ok(()));
+    assert_eq!(flow.next_header(1, 2, 100, 0).seq, 1000);
+    assert_eq!(flow.receive(&seg(1300)), Ok(()));
+    assert_eq!(flow.next_header(1, 2, 100, 0).seq, 1300);
+    // Beyond the highest byte ever sent (1400 now) is still foreign.
+    assert_eq!(flow.receive(&seg(1401)), Err(Drop::ForeignAck));
+    // A send given back lowers the tip again.
+    flow.unsend(100);
+    assert_eq!(flow.receive(&seg(1301)), Err(Drop::ForeignAck));
+}
+
+#[test]
 fn timestamps_echo_the_peer_and_follow_our_clock() {
     let mut flow = established();
     let mut seg = peer_segment(5000, 1000, flags::PSH | flags::ACK, &[1]);
