@@ -603,6 +603,51 @@ fn firewall_tables_go_at_exit_and_a_killed_ones_at_the_next_start() {
     tables(0);
 }
 
+#[test]
+fn without_privileges_bind_fails_naming_the_capability() {
+    let test = "without_privileges_bind_fails_naming_the_capability";
+    if !privileged(test) {
+        return;
+    }
+    if Command::new("setpriv").arg("--help").output().is_err() {
+        println!("SKIPPED {test}: setpriv (util-linux) not installed");
+        return;
+    }
+    let net = Net::new(PathOpts::default());
+    let server = ["server", "--tcp", "-l", "10.77.2.2:29900", "-t", SOURCE];
+    for (drop_caps, capability) in [
+        // An ordinary user: no firewall rules.
+        (
+            &[
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "--inh-caps=-all",
+            ][..],
+            "CAP_NET_ADMIN",
+        ),
+        // Root without CAP_NET_RAW: no raw socket (the table it had
+        // installed already is removed again).
+        (
+            &["--inh-caps=-all", "--bounding-set=-net_raw"][..],
+            "CAP_NET_RAW",
+        ),
+    ] {
+        let args = [
+            &["netns", "exec", &net.s, "setpriv"],
+            drop_caps,
+            &[EXE],
+            &server[..],
+        ]
+        .concat();
+        let out = run("ip", &args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "bound without {capability}");
+        assert!(err.contains(capability), "{capability} not named: {err}");
+        assert!(net.kcpio_tables(&net.s).is_empty());
+    }
+}
+
 /// Not a test: the source and sink the tests above run inside their
 /// namespaces (`KCPIO_FT_HELPER="serve BYTES"` or `"fetch GAP DEADLINE"`).
 #[test]
