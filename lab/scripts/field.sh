@@ -14,6 +14,8 @@
 #          --reps N (3) --cap SECONDS (120) --size-mib N (100) --only REGEX (rows whose name matches)
 #          --compete bbr|cubic (one competing TCP download beside each row; reports Jain's index)
 #          --probe-hz N (10; the concurrent ping probe) --no-kcpio (no cargo build, kcpio rows n/a)
+#          --drop-udp (both routers drop every UDP packet: a network that blocks UDP;
+#                      the UDP rows fail, the --tcp (fake TCP) rows pass)
 #
 # Topology (four private namespaces, nothing else):
 #   srv [s0] -- [rs0] rs [rs1] --tbf--> [rc1] rc [rc0] -- [c0] cli
@@ -26,6 +28,11 @@
 # through a tunnel whose server end is in srv); the KCP peers run their
 # sending client in srv and the sink-server in cli.
 #
+# The impairers and the bottleneck sit on the routers rs and rc, never on the
+# end hosts: a carrier that reads its packets from a raw socket (kcptun --tcp,
+# kcpio --tcp, udp2raw) gets a copy before the end host's netfilter and qdisc,
+# so an impairer there would never see (or delay, or drop) them.
+#
 # A row is one small function call in ROWS below; a new contender is one line.
 set -euo pipefail
 source "$(dirname "$0")/bench-lib.sh"
@@ -33,7 +40,7 @@ source "$(dirname "$0")/bench-lib.sh"
 PATHS=both
 RATE="" RTT="" LOSS_DOWN="" LOSS_UP="" JITTER=0 QUEUE=1
 REPS=3 CAP=120 SIZE_MIB=100 ONLY="" COMPETE="" PROBE_HZ=10
-NO_KCPIO=0 GRID=0 GRID_RATES="20 100" GRID_RTTS="50 200" GRID_LOSSES="0 1 5 9" GRID_QUEUES="0.5 2"
+NO_KCPIO=0 DROP_UDP=0 GRID=0 GRID_RATES="20 100" GRID_RTTS="50 200" GRID_LOSSES="0 1 5 9" GRID_QUEUES="0.5 2"
 while [ $# -gt 0 ]; do
 	case $1 in
 	--path) PATHS=$2; shift ;;
@@ -51,6 +58,7 @@ while [ $# -gt 0 ]; do
 	--compete) COMPETE=$2; shift ;;
 	--probe-hz) PROBE_HZ=$2; shift ;;
 	--no-kcpio) NO_KCPIO=1 ;;
+	--drop-udp) DROP_UDP=1 ;;
 	--grid) GRID=1 ;;
 	--grid-rates) GRID_RATES=$2; GRID=1; shift ;;
 	--grid-rtts) GRID_RTTS=$2; GRID=1; shift ;;
@@ -124,6 +132,11 @@ build_topology() {
 	# upstream in rs (packets that came over the bottleneck from rc)
 	ip netns exec "$RC" iptables -A FORWARD -i rc1 -j NFQUEUE --queue-num 0
 	ip netns exec "$RS" iptables -A FORWARD -i rs1 -j NFQUEUE --queue-num 0
+	if [ $DROP_UDP = 1 ]; then
+		# a network that blocks UDP: both routers drop it before it is impaired
+		ip netns exec "$RC" iptables -I FORWARD -p udp -j DROP
+		ip netns exec "$RS" iptables -I FORWARD -p udp -j DROP
+	fi
 	# nothing leaves: each namespace holds lo and its own veths only
 	for ns in "$S" "$RS" "$RC" "$C"; do
 		ip -n "$ns" -o link show | awk -F': ' '{print $2}' | sed 's/@.*//' | grep -vqE '^(lo|s0|rs0|rs1|rc1|rc0|c0)$' &&
@@ -256,7 +269,10 @@ row_tunnel() {
 	sp=$!; CHILDREN+=("$sp")
 	ip netns exec "$C" "${cc[@]}" "${fl[@]}" >"$f.cli" 2>&1 &
 	cp=$!; CHILDREN+=("$cp")
-	if ! wait_listen "$S" udp 29900 || ! wait_listen "$C" tcp 12948; then
+	# --tcp (fake TCP): the server end listens on a kernel TCP socket
+	local proto=udp
+	[[ " $flags $kflags " == *" --tcp "* ]] && proto=tcp
+	if ! wait_listen "$S" "$proto" 29900 || ! wait_listen "$C" tcp 12948; then
 		printf 'status failed\nnote tunnel did not start: %s\n' "$(tail -c 200 "$f.srv" "$f.cli" | tr '\n' ' ')" >"$f.res"
 		stop "$sp"; stop "$cp"; return
 	fi
@@ -353,6 +369,8 @@ ROWS=(
 	"kcpio client ↔ kcptun server default|row_tunnel kcpio kcptun"
 	"kcptun client ↔ kcpio server default|row_tunnel kcptun kcpio"
 	"kcptun client ↔ kcpio server kcptun nc=1|row_tunnel kcptun kcpio '' '$TUNNEL_NC1'"
+	"kcptun default --tcp|row_tunnel kcptun kcptun --tcp"
+	"kcpio tunnel kcptun-compatible default --tcp|row_tunnel kcpio kcpio --tcp"
 )
 
 # --- one run ------------------------------------------------------------------
@@ -409,6 +427,8 @@ run_path() { # runs every selected row REPS times, interleaved
 	done
 }
 
+UDP_NOTE=""
+[ $DROP_UDP = 1 ] && UDP_NOTE=", UDP dropped"
 build_topology
 log "results in $RUN; load average $(cut -d' ' -f1-3 /proc/loadavg); kcpio tunnel kcptun-compatible: $TUNNEL_COMPAT"
 {
@@ -430,9 +450,9 @@ else
 	for p in $todo; do
 		case $p in
 		# the field test's "9% ping loss" is a round-trip figure: 4.6% each way
-		lossy) set_path "lossy (field test: 9% round trip = 4.6% each way)" 100 200 0.046 0.046 "$JITTER" "$QUEUE" ;;
-		lossy9) set_path "lossy9 (9% each way)" 100 200 0.09 0.09 "$JITTER" "$QUEUE" ;;
-		clean) set_path "clean" 50 1 0 0 "$JITTER" "$QUEUE" ;;
+		lossy) set_path "lossy (field test: 9% round trip = 4.6% each way)$UDP_NOTE" 100 200 0.046 0.046 "$JITTER" "$QUEUE" ;;
+		lossy9) set_path "lossy9 (9% each way)$UDP_NOTE" 100 200 0.09 0.09 "$JITTER" "$QUEUE" ;;
+		clean) set_path "clean$UDP_NOTE" 50 1 0 0 "$JITTER" "$QUEUE" ;;
 		custom) set_path "custom" "${RATE:-100}" "${RTT:-200}" "${LOSS_DOWN:-0}" "${LOSS_UP:-${LOSS_DOWN:-0}}" "$JITTER" "$QUEUE" ;;
 		*) die "unknown path $p" ;;
 		esac
