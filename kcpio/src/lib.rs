@@ -247,8 +247,8 @@
 //! Data walks one way through layers that each live in one module:
 //!
 //! ```text
-//!  write ─► KcpStream ─► Conn ─► arq (segments) ─► fec (shards) ─► driver: crypto (seal) ─► sys (batch send) ─► UDP
-//!  read  ◄─ KcpStream ◄─ Conn ◄─ arq (reassembly) ◄─ fec (recover) ◄─ driver: table ◄─ crypto (open) ◄─ sys (batch recv) ◄─ UDP
+//!  write ─► KcpStream ─► Conn ─► arq (segments) ─► fec (shards) ─► driver: crypto (seal) ─► sys (batch send) ─► UDP | fake TCP
+//!  read  ◄─ KcpStream ◄─ Conn ◄─ arq (reassembly) ◄─ fec (recover) ◄─ driver: table ◄─ crypto (open) ◄─ sys (batch recv) ◄─ UDP | fake TCP
 //! ```
 //!
 //! - [`mux`] (optional, above everything) multiplexes streams over one
@@ -265,7 +265,8 @@
 //! - [`fec`] adds Reed-Solomon parity shards and rebuilds lost data shards;
 //! - [`crypto`] seals and opens each datagram (kcptun's ciphers);
 //! - `sys` sends and receives datagrams in batches (`sendmmsg`/`recvmmsg`,
-//!   GSO/GRO on Linux).
+//!   GSO/GRO on Linux), over UDP or, with [`Carrier::FakeTcp`], as TCP
+//!   segments of a kernel-opened flow (`kcptun --tcp`'s wire; Linux, root).
 //!
 //! [`Conn`], [`arq`], [`fec`] and [`crypto`] are sans-IO: bytes and `now`
 //! in, datagrams and deadlines out. A [`Conn`] with a [`crypto`] cipher is a

@@ -680,8 +680,9 @@ impl ConfigBuilder {
     /// over the sockets by a hash of their address (one peer always reaches
     /// the same socket), so a busy server uses up to `n` cores; give the
     /// runtime that many worker threads. `max_sessions` applies per socket.
-    /// Ignored by clients and where `SO_REUSEPORT` does not exist
-    /// (non-Unix). Default: 1 (one socket, no `SO_REUSEPORT`).
+    /// Ignored by clients, with [`Carrier::FakeTcp`] (one raw socket sees
+    /// every segment of its port: one socket does the work) and where
+    /// `SO_REUSEPORT` does not exist (non-Unix). Default: 1 (one socket, no `SO_REUSEPORT`).
     ///
     /// Range: 1..=256.
     ///

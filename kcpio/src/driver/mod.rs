@@ -611,7 +611,11 @@ pub(crate) fn spawn_listener(
     addr: SocketAddr,
     config: Arc<ConfigInner>,
 ) -> std::io::Result<Vec<Arc<DriverShared>>> {
-    let n = if cfg!(all(
+    // Fake TCP: one socket; every raw socket of a port would see every
+    // segment of it, so shards would only duplicate the work.
+    let n = if config.carrier == crate::Carrier::FakeTcp {
+        1
+    } else if cfg!(all(
         unix,
         not(any(target_os = "solaris", target_os = "illumos"))
     )) {
