@@ -139,7 +139,10 @@ fn fake_tcp_takes_24_bytes_off_the_datagram_and_the_kcp_mtu() {
     assert_eq!(udp.kcp_mtu() - tcp.kcp_mtu(), 24);
     assert_eq!(tcp.inner.mtu, 1326);
     assert_eq!(udp.inner.carrier, Carrier::Udp);
-    assert_eq!(Config::builder().build().unwrap().inner.carrier, Carrier::Udp);
+    assert_eq!(
+        Config::builder().build().unwrap().inner.carrier,
+        Carrier::Udp
+    );
     // The mtu must leave room for the longer header too.
     let min_udp = (20..200).find(|&m| build(m, Carrier::Udp).is_ok()).unwrap();
     assert!(build(min_udp, Carrier::FakeTcp).is_err());

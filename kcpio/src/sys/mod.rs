@@ -239,24 +239,19 @@ impl UdpState {
         } else {
             Caps::PORTABLE
         };
-        Ok(Self {
-            ipv6,
-            send_mmsg: AtomicBool::new(caps.mmsg),
-            recv_mmsg: AtomicBool::new(caps.mmsg),
-            gso_segments: AtomicUsize::new(caps.gso_segments),
-            gro_segments: caps.gro_segments,
-            pending_recv_error: AtomicI32::new(0),
-            counters: Counters::default(),
-        })
+        Ok(Self::with_caps(ipv6, caps))
     }
 
     /// The state of a fake-TCP socket ([`faketcp::FakeTcp`]): no GSO or
     /// GRO (one datagram per segment), and the counters, which the
     /// fake-TCP transport bumps (its own calls are always batched).
     pub(crate) fn for_fake_tcp() -> Self {
-        let caps = Caps::PORTABLE;
+        Self::with_caps(false, Caps::PORTABLE)
+    }
+
+    fn with_caps(ipv6: bool, caps: Caps) -> Self {
         Self {
-            ipv6: false,
+            ipv6,
             send_mmsg: AtomicBool::new(caps.mmsg),
             recv_mmsg: AtomicBool::new(caps.mmsg),
             gso_segments: AtomicUsize::new(caps.gso_segments),
