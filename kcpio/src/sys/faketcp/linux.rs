@@ -768,8 +768,8 @@ impl FakeTcp {
                 bump(&state.counters.datagrams_sent, s);
                 // Transmits before the first unsent message are done,
                 // including unready ones skipped in between.
-                let done = which.get(s).map_or(n, |&(i, _)| i);
-                Ok(done.max(1).min(n))
+                let sent_idx = which.get(..count).unwrap_or_default();
+                Ok(transmits_done(sent_idx, s, n))
             }
             Err(e) => {
                 let first = which.first().map_or(0, |&(i, _)| i);
@@ -782,6 +782,14 @@ impl FakeTcp {
             }
         }
     }
+}
+
+/// How many leading transmits (of `n`) a batch handled, when `sent` of its
+/// messages went out and `which[k]` is the transmit of message `k` (the
+/// transmits without a message were dropped as unready): all of them up to
+/// the first message not sent; at least one.
+fn transmits_done(which: &[(usize, SocketAddrV4)], sent: usize, n: usize) -> usize {
+    which.get(sent).map_or(n, |&(i, _)| i).clamp(1, n.max(1))
 }
 
 /// The IPv4 header of one segment: DF, TTL 64; the kernel fills in the
@@ -876,5 +884,23 @@ impl FakeTcpSocket {
 impl Drop for FakeTcp {
     fn drop(&mut self) {
         tracing::debug!(local = %self.local, stats = ?self.stats(), "fake TCP closed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_reports_the_transmits_up_to_the_first_unsent_message() {
+        let at = |i| (i, SocketAddrV4::new(Ipv4Addr::LOCALHOST, 1));
+        // Transmits 0..5; 1 and 3 unready (no message); messages for 0, 2, 4.
+        let which = [at(0), at(2), at(4)];
+        assert_eq!(transmits_done(&which, 3, 5), 5);
+        assert_eq!(transmits_done(&which, 2, 5), 4);
+        assert_eq!(transmits_done(&which, 1, 5), 2);
+        // Nothing sent: still one (the caller only gets here after a send).
+        assert_eq!(transmits_done(&which, 0, 5), 1);
+        assert_eq!(transmits_done(&[at(0)], 1, 1), 1);
     }
 }
