@@ -635,6 +635,33 @@ fn without_privileges_bind_fails_naming_the_capability() {
     }
 }
 
+#[test]
+fn a_handshake_into_a_black_hole_ends_at_the_connect_timeout() {
+    let test = "a_handshake_into_a_black_hole_ends_at_the_connect_timeout";
+    if !privileged(test) {
+        return;
+    }
+    let net = Net::new(PathOpts::default());
+    net.nft(
+        &net.r,
+        "table inet hole {\n chain transit { type filter hook forward priority 0;\n  meta l4proto tcp drop\n }\n}\n",
+    );
+    let log = format!("/tmp/kcpio-faketcp-{}.log", net.c);
+    let _cli = start(&net, End::Kcpio, false, "--tcp", Some(&log));
+    wait_listening(&net, &net.c, 12948);
+    // The fetch gets nothing; the client's log says why, well before the
+    // kernel's own SYN retries (about two minutes) would give up.
+    let started = Instant::now();
+    assert!(!matches!(net.fetch(Duration::ZERO, Duration::from_secs(12)), Ok(n) if n > 0));
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    let _ = std::fs::remove_file(&log);
+    assert!(
+        text.contains("handshake did not complete within connect_timeout"),
+        "{text}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(60));
+}
+
 /// Not a test: the source and sink the tests above run inside their
 /// namespaces (`KCPIO_FT_HELPER="serve BYTES"` or `"fetch GAP DEADLINE"`).
 #[test]

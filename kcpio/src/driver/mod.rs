@@ -661,9 +661,19 @@ pub(crate) async fn spawn_fake_tcp_client(
     peer: SocketAddr,
     config: Arc<ConfigInner>,
 ) -> std::io::Result<Arc<SessionShared>> {
-    let fake =
-        crate::sys::faketcp::FakeTcp::connect(bind, peer, crate::crypto::MAX_DATAGRAM, config.dscp)
-            .await?;
+    let handshake =
+        crate::sys::faketcp::FakeTcp::connect(bind, peer, crate::crypto::MAX_DATAGRAM, config.dscp);
+    // The kernel's handshake retries SYNs for about two minutes; the
+    // connect timeout bounds it as it bounds the connect probe.
+    let fake = match config.connect_timeout {
+        Some(limit) => tokio::time::timeout(limit, handshake).await.map_err(|_| {
+            std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "fake TCP: the kernel's handshake did not complete within connect_timeout",
+            )
+        })??,
+        None => handshake.await?,
+    };
     let socket = Socket::FakeTcp(Box::new(crate::sys::faketcp::FakeTcpSocket::new(fake)?));
     spawn_client_on(socket, UdpState::for_fake_tcp(), peer, config)
 }

@@ -124,7 +124,8 @@ impl KcpStream {
     ///   and socket errors (bind, buffer sizes, DSCP);
     /// - with [`Carrier::FakeTcp`](crate::Carrier::FakeTcp): the kernel
     ///   handshake's errors (`ConnectionRefused` when no TCP listener is
-    ///   there), `PermissionDenied` naming `CAP_NET_RAW` or `CAP_NET_ADMIN`
+    ///   there, `TimedOut` when it does not complete within the connect
+    ///   timeout), `PermissionDenied` naming `CAP_NET_RAW` or `CAP_NET_ADMIN`
     ///   without them, `Unsupported` outside Linux or for IPv6.
     ///
     /// # Cancel safety
