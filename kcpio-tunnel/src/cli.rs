@@ -200,7 +200,7 @@ pub(crate) struct Common {
     /// to suppress the 'stream open/close' messages
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub(crate) quiet: Option<bool>,
-    /// to emulate a TCP connection(linux) (not supported)
+    /// to emulate a TCP connection(linux): each KCP packet rides a TCP segment of a real handshake's flow, as kcptun's --tcp (tcpraw); needs root (CAP_NET_RAW, CAP_NET_ADMIN)
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub(crate) tcp: Option<bool>,
     /// config from json file, which will override the command from shell

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 use kcpio::mux::{MuxConfig, Version};
-use kcpio::{Config, Congestion, Key, Method, Preset};
+use kcpio::{Carrier, Config, Congestion, Key, Method, Preset};
 use serde::Deserialize;
 
 use crate::cli::{Cli, Cmd, CongestionArg, Mode, go_style};
@@ -228,9 +228,6 @@ pub(crate) fn resolve(cli: Cli) -> Result<Settings, String> {
         }
     }
     let mut warnings = Vec::new();
-    if tcp {
-        warnings.push("--tcp (tcpraw) is not supported: using UDP".to_owned());
-    }
     if pprof {
         warnings.push("--pprof is not supported: ignored".to_owned());
     }
@@ -335,6 +332,7 @@ pub(crate) fn resolve(cli: Cli) -> Result<Settings, String> {
         .dscp(c.dscp)
         .rate_limit(c.ratelimit)
         .socket_buffers(c.sockbuf, c.sockbuf)
+        .carrier(if tcp { Carrier::FakeTcp } else { Carrier::Udp })
         .build()
         .map_err(|e| format!("{}: {e}", kcp_flag(&e.to_string())))?;
     let mux_config = |version| {

@@ -55,7 +55,8 @@
 //! second direction of a connection N seconds after the first ended, 0 lets
 //! it run until it ends. The client defaults to 0; the server to 30, as newer
 //! kcptun: a kcptun client's FIN closes its whole stream, so a server that
-//! waited for ever would feed a download nobody reads. `--tcp`, `--snmplog`
+//! waited for ever would feed a download nobody reads. `--tcp` is
+//! kcptun's (fake TCP, [`kcpio::Carrier::FakeTcp`]: Linux, root); `--snmplog`
 //! and `--pprof` are accepted and ignored with a warning; a `-c` key it does
 //! not know is refused by name. Stats go to the log every `--snmpperiod`
 //! seconds when something changed (0: never) and on `SIGUSR1`.

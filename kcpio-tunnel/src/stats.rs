@@ -102,6 +102,16 @@ impl Stats {
             .map_or(0, |ls| ls.iter().map(|l| l.stats().bad_crypto).sum())
     }
 
+    /// Fake-TCP segments the server's listeners refused (forged, stray) and
+    /// dropped as merged (`--tcp`; both 0 over UDP).
+    fn segments(&self) -> (u64, u64) {
+        self.listeners.get().map_or((0, 0), |ls| {
+            ls.iter().map(KcpListener::stats).fold((0, 0), |(r, m), s| {
+                (r + s.segments_refused, m + s.segments_merged)
+            })
+        })
+    }
+
     /// Lets the stats line report the server's listeners.
     pub(crate) fn watch_listeners(&self, listeners: Arc<Vec<KcpListener>>) {
         let _ = self.listeners.set(listeners);
@@ -198,8 +208,10 @@ impl Stats {
             self.kcp_out.load(Ordering::Relaxed),
             self.limits_line(),
             if self.listeners.get().is_some() {
+                let (refused, merged) = self.segments();
                 format!(
-                    ", undecryptable datagrams (wrong --key/--crypt) {}",
+                    ", tcp segments refused {refused} merged {merged}, \
+                     undecryptable datagrams (wrong --key/--crypt) {}",
                     self.bad_crypto()
                 )
             } else {

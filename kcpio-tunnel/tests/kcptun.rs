@@ -33,22 +33,9 @@ use kcpio_tunnel as tunnel;
 
 const TEST_TIMEOUT: Duration = Duration::from_secs(180);
 
-/// Whether the real kcptun is here; prints `SKIPPED` when it is not.
+/// Whether Debian's kcptun is here; prints `SKIPPED` when it is not.
 fn have_kcptun(test: &str) -> bool {
-    let found = Command::new("kcptun-client")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok();
-    if !found {
-        assert!(
-            std::env::var("KCPIO_REQUIRE_KCPTUN").as_deref() != Ok("1"),
-            "KCPIO_REQUIRE_KCPTUN=1 but kcptun-client is not on PATH (scripts/install-kcptun.sh)"
-        );
-        println!("SKIPPED {test}: kcptun-client not installed (scripts/install-kcptun.sh)");
-    }
-    found
+    kcpio_testkit::kcptun::available(test)
 }
 
 /// A kcptun process, killed when dropped.

@@ -14,8 +14,9 @@ use std::net::{Ipv4Addr, UdpSocket};
 use criterion::{Criterion, Throughput, criterion_main};
 use socket2::SockRef;
 
-// The bench uses a part of sys and none of its tests.
-#[allow(unsafe_code, dead_code)]
+// The bench uses a part of sys and none of its tests (nor fake TCP, whose
+// re-exports and test imports are unused here).
+#[allow(unsafe_code, dead_code, unused_imports)]
 #[path = "../src/sys/mod.rs"]
 mod sys;
 

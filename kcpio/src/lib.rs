@@ -300,8 +300,8 @@
 //! Data walks one way through layers that each live in one module:
 //!
 //! ```text
-//!  write ─► KcpStream ─► Conn ─► arq (segments) ─► fec (shards) ─► driver: crypto (seal) ─► sys (batch send) ─► UDP
-//!  read  ◄─ KcpStream ◄─ Conn ◄─ arq (reassembly) ◄─ fec (recover) ◄─ driver: table ◄─ crypto (open) ◄─ sys (batch recv) ◄─ UDP
+//!  write ─► KcpStream ─► Conn ─► arq (segments) ─► fec (shards) ─► driver: crypto (seal) ─► sys (batch send) ─► UDP | fake TCP
+//!  read  ◄─ KcpStream ◄─ Conn ◄─ arq (reassembly) ◄─ fec (recover) ◄─ driver: table ◄─ crypto (open) ◄─ sys (batch recv) ◄─ UDP | fake TCP
 //! ```
 //!
 //! - [`mux`] (optional, above everything) multiplexes streams over one
@@ -318,7 +318,8 @@
 //! - [`fec`] adds Reed-Solomon parity shards and rebuilds lost data shards;
 //! - [`crypto`] seals and opens each datagram (kcptun's ciphers);
 //! - `sys` sends and receives datagrams in batches (`sendmmsg`/`recvmmsg`,
-//!   GSO/GRO on Linux).
+//!   GSO/GRO on Linux), over UDP or, with [`Carrier::FakeTcp`], as TCP
+//!   segments of a kernel-opened flow (`kcptun --tcp`'s wire; Linux, root).
 //!
 //! [`Conn`], [`arq`], [`fec`] and [`crypto`] are sans-IO: bytes and `now`
 //! in, datagrams and deadlines out. A [`Conn`] with a [`crypto`] cipher is a
@@ -374,9 +375,9 @@ mod sys; // batched datagram syscalls: the only other place unsafe is allowed
 
 pub use arq::Congestion;
 pub use config::{
-    Config, ConfigBuilder, ConfigError, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DATAGRAM_FEC_DEADLINE,
-    DEFAULT_DATAGRAM_FEC_RESIDUAL_PPM, DEFAULT_IDLE_TIMEOUT, DEFAULT_KEEPALIVE, Key,
-    MIN_WRITE_CAPACITY, Preset,
+    Carrier, Config, ConfigBuilder, ConfigError, DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_DATAGRAM_FEC_DEADLINE, DEFAULT_DATAGRAM_FEC_RESIDUAL_PPM, DEFAULT_IDLE_TIMEOUT,
+    DEFAULT_KEEPALIVE, Key, MIN_WRITE_CAPACITY, Preset,
 };
 
 pub use conn::{Conn, ConnError, DatagramFecStats, SessionError, SessionStats};

@@ -23,6 +23,8 @@
 # UDPspeeder is never part of this repository: build it yourself for a
 # measurement and give its path as SPEEDER_BIN=/path/to/speederv2 (or put
 # speederv2 on PATH); without it its rows say n/a.
+#          --drop-udp (both routers drop every UDP packet: a network that blocks UDP;
+#                      the UDP rows fail, the --tcp (fake TCP) rows pass)
 #
 # Topology (four private namespaces, nothing else):
 #   srv [s0] -- [rs0] rs [rs1] --tbf--> [rc1] rc [rc0] -- [c0] cli
@@ -35,6 +37,11 @@
 # through a tunnel whose server end is in srv); the KCP peers run their
 # sending client in srv and the sink-server in cli.
 #
+# The impairers and the bottleneck sit on the routers rs and rc, never on the
+# end hosts: a carrier that reads its packets from a raw socket (kcptun --tcp,
+# kcpio --tcp, udp2raw) gets a copy before the end host's netfilter and qdisc,
+# so an impairer there would never see (or delay, or drop) them.
+#
 # A row is one small function call in ROWS below; a new contender is one line.
 set -euo pipefail
 source "$(dirname "$0")/bench-lib.sh"
@@ -43,7 +50,7 @@ PATHS=both
 RATE="" RTT="" LOSS_DOWN="" LOSS_UP="" JITTER=0 QUEUE=1
 REPS=3 CAP=120 SIZE_MIB=100 ONLY="" COMPETE="" PROBE_HZ=10
 UDP_PROBE=0 PROBE_SECS=20
-NO_KCPIO=0 GRID=0 GRID_RATES="20 100" GRID_RTTS="50 200" GRID_LOSSES="0 1 5 9" GRID_QUEUES="0.5 2"
+NO_KCPIO=0 DROP_UDP=0 GRID=0 GRID_RATES="20 100" GRID_RTTS="50 200" GRID_LOSSES="0 1 5 9" GRID_QUEUES="0.5 2"
 while [ $# -gt 0 ]; do
 	case $1 in
 	--path) PATHS=$2; shift ;;
@@ -63,6 +70,7 @@ while [ $# -gt 0 ]; do
 	--no-kcpio) NO_KCPIO=1 ;;
 	--udp-probe) UDP_PROBE=1 ;;
 	--probe-secs) PROBE_SECS=$2; shift ;;
+	--drop-udp) DROP_UDP=1 ;;
 	--grid) GRID=1 ;;
 	--grid-rates) GRID_RATES=$2; GRID=1; shift ;;
 	--grid-rtts) GRID_RTTS=$2; GRID=1; shift ;;
@@ -140,6 +148,11 @@ build_topology() {
 	# upstream in rs (packets that came over the bottleneck from rc)
 	ip netns exec "$RC" iptables -A FORWARD -i rc1 -j NFQUEUE --queue-num 0
 	ip netns exec "$RS" iptables -A FORWARD -i rs1 -j NFQUEUE --queue-num 0
+	if [ $DROP_UDP = 1 ]; then
+		# a network that blocks UDP: both routers drop it before it is impaired
+		ip netns exec "$RC" iptables -I FORWARD -p udp -j DROP
+		ip netns exec "$RS" iptables -I FORWARD -p udp -j DROP
+	fi
 	# nothing leaves: each namespace holds lo and its own veths only
 	for ns in "$S" "$RS" "$RC" "$C"; do
 		ip -n "$ns" -o link show | awk -F': ' '{print $2}' | sed 's/@.*//' | grep -vqE '^(lo|s0|rs0|rs1|rc1|rc0|c0)$' &&
@@ -272,7 +285,10 @@ row_tunnel() {
 	sp=$!; CHILDREN+=("$sp")
 	ip netns exec "$C" "${cc[@]}" "${fl[@]}" >"$f.cli" 2>&1 &
 	cp=$!; CHILDREN+=("$cp")
-	if ! wait_listen "$S" udp 29900 || ! wait_listen "$C" tcp 12948; then
+	# --tcp (fake TCP): the server end listens on a kernel TCP socket
+	local proto=udp
+	[[ " $flags $kflags " == *" --tcp "* ]] && proto=tcp
+	if ! wait_listen "$S" "$proto" 29900 || ! wait_listen "$C" tcp 12948; then
 		printf 'status failed\nnote tunnel did not start: %s\n' "$(tail -c 200 "$f.srv" "$f.cli" | tr '\n' ' ')" >"$f.res"
 		stop "$sp"; stop "$cp"; return
 	fi
@@ -545,6 +561,8 @@ ROWS=(
 	"WireGuard direct|row_wg direct"
 	"WireGuard over kcpio-tunnel --udp|row_wg kcpio"
 	"WireGuard over UDPspeeder -f20:10 --mode 0|row_wg speeder"
+	"kcptun default --tcp|row_tunnel kcptun kcptun --tcp"
+	"kcpio tunnel kcptun-compatible default --tcp|row_tunnel kcpio kcpio --tcp"
 )
 
 # --- one run ------------------------------------------------------------------
@@ -601,6 +619,8 @@ run_path() { # runs every selected row REPS times, interleaved
 	done
 }
 
+UDP_NOTE=""
+[ $DROP_UDP = 1 ] && UDP_NOTE=", UDP dropped"
 build_topology
 log "results in $RUN; load average $(cut -d' ' -f1-3 /proc/loadavg); kcpio tunnel kcptun-compatible: $TUNNEL_COMPAT"
 {
@@ -645,9 +665,9 @@ else
 	for p in $todo; do
 		case $p in
 		# the field test's "9% ping loss" is a round-trip figure: 4.6% each way
-		lossy) set_path "lossy (field test: 9% round trip = 4.6% each way)" 100 200 0.046 0.046 "$JITTER" "$QUEUE" ;;
-		lossy9) set_path "lossy9 (9% each way)" 100 200 0.09 0.09 "$JITTER" "$QUEUE" ;;
-		clean) set_path "clean" 50 1 0 0 "$JITTER" "$QUEUE" ;;
+		lossy) set_path "lossy (field test: 9% round trip = 4.6% each way)$UDP_NOTE" 100 200 0.046 0.046 "$JITTER" "$QUEUE" ;;
+		lossy9) set_path "lossy9 (9% each way)$UDP_NOTE" 100 200 0.09 0.09 "$JITTER" "$QUEUE" ;;
+		clean) set_path "clean$UDP_NOTE" 50 1 0 0 "$JITTER" "$QUEUE" ;;
 		custom) set_path "custom" "${RATE:-100}" "${RTT:-200}" "${LOSS_DOWN:-0}" "${LOSS_UP:-${LOSS_DOWN:-0}}" "$JITTER" "$QUEUE" ;;
 		*) die "unknown path $p" ;;
 		esac

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::defaults::KCP_GO_WINDOW;
-use super::{Key, Preset};
+use super::{Carrier, Key, Preset};
 use crate::arq::Congestion;
 use crate::crypto::Method;
 // What the setters' documentation links to.
@@ -89,6 +89,7 @@ pub struct ConfigBuilder {
     pub(super) linger: Duration,
     pub(super) conv: Option<u32>,
     pub(super) batching: bool,
+    pub(super) carrier: Carrier,
     pub(super) reuse_port: usize,
 }
 impl ConfigBuilder {
@@ -768,14 +769,37 @@ impl ConfigBuilder {
         self
     }
 
+    /// What carries the datagrams: [`Carrier::Udp`] (the default) or
+    /// [`Carrier::FakeTcp`], each datagram as one TCP segment of a flow
+    /// the kernel opened with a real handshake, wire-compatible with
+    /// `kcptun --tcp` (xtaci/tcpraw), for networks that drop or throttle UDP.
+    ///
+    /// A fake-TCP segment's header is 24 bytes longer than UDP's, so the
+    /// datagram (and the KCP mtu) shrink by 24 bytes: with the default
+    /// [`mtu`](Self::mtu) of 1400 the IP packets have the same size in
+    /// both carriers. Fake TCP is Linux-only, IPv4-only and needs
+    /// `CAP_NET_RAW` and `CAP_NET_ADMIN` (root): see [`Carrier::FakeTcp`].
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Self::build) fails with [`ConfigError::MtuTooSmall`] when
+    /// the mtu less 24 leaves too little for KCP. Binding and connecting
+    /// report the missing privileges or platform.
+    #[must_use]
+    pub fn carrier(mut self, carrier: Carrier) -> Self {
+        self.carrier = carrier;
+        self
+    }
+
     /// Listener sockets: with `n > 1`, [`KcpListener::bind`] binds `n` UDP
     /// sockets to the same address with `SO_REUSEPORT`, each run by its own
     /// driver task, all feeding one accept backlog. The kernel spreads peers
     /// over the sockets by a hash of their address (one peer always reaches
     /// the same socket), so a busy server uses up to `n` cores; give the
     /// runtime that many worker threads. `max_sessions` applies per socket.
-    /// Ignored by clients and where `SO_REUSEPORT` does not exist
-    /// (non-Unix). Default: 1 (one socket, no `SO_REUSEPORT`).
+    /// Ignored by clients, with [`Carrier::FakeTcp`] (one raw socket sees
+    /// every segment of its port: one socket does the work) and where
+    /// `SO_REUSEPORT` does not exist (non-Unix). Default: 1 (one socket, no `SO_REUSEPORT`).
     ///
     /// Range: 1..=256.
     ///

@@ -16,7 +16,7 @@
 
 use std::time::Duration;
 
-use super::{ConfigBuilder, Key, Preset};
+use super::{Carrier, ConfigBuilder, Key, Preset};
 use crate::crypto::Method;
 
 // The leaves' own defaults and limits that options here take or check
@@ -118,6 +118,7 @@ impl Default for ConfigBuilder {
             linger: DEFAULT_LINGER,
             conv: None,
             batching: true,
+            carrier: Carrier::Udp,
             reuse_port: 1,
         }
     }

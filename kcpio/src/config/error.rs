@@ -60,7 +60,7 @@ impl fmt::Display for ConfigError {
         match self {
             Self::MtuTooSmall { mtu, overhead } => write!(
                 f,
-                "mtu {mtu} is too small: {overhead} bytes of crypto/FEC headers leave less than {MIN_KCP_MTU} for KCP"
+                "mtu {mtu} is too small: {overhead} bytes of crypto/FEC headers (and a fake-TCP header's 24) leave less than {MIN_KCP_MTU} for KCP"
             ),
             Self::InvalidFec { data, parity } => write!(
                 f,

@@ -32,6 +32,7 @@ use crate::crypto::{Method, PacketCrypto};
 use crate::fec;
 
 mod builder;
+mod carrier;
 mod defaults;
 mod error;
 mod key;
@@ -39,6 +40,7 @@ mod preset;
 mod validate;
 
 pub use builder::ConfigBuilder;
+pub use carrier::Carrier;
 pub use defaults::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_DATAGRAM_FEC_DEADLINE, DEFAULT_DATAGRAM_FEC_RESIDUAL_PPM,
     DEFAULT_IDLE_TIMEOUT, DEFAULT_KEEPALIVE, MIN_WRITE_CAPACITY, PROOF_TIMEOUT,
@@ -112,6 +114,7 @@ pub(crate) struct ConfigInner {
     pub(crate) linger: Duration,
     pub(crate) conv: Option<u32>,
     pub(crate) batching: bool,
+    pub(crate) carrier: Carrier,
     pub(crate) reuse_port: usize,
 }
 
@@ -163,6 +166,7 @@ impl fmt::Debug for Config {
             .field("linger", &c.linger)
             .field("conv", &c.conv)
             .field("batching", &c.batching)
+            .field("carrier", &c.carrier)
             .field("reuse_port", &c.reuse_port)
             .finish_non_exhaustive()
     }

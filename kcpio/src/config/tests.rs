@@ -125,6 +125,33 @@ fn kcp_mtu_deducts_headers_like_wire_2_5() {
 }
 
 #[test]
+fn fake_tcp_takes_24_bytes_off_the_datagram_and_the_kcp_mtu() {
+    let build = |mtu, carrier| {
+        Config::builder()
+            .mtu(mtu)
+            .crypto(Method::Aes, Key::passphrase("k"))
+            .fec(10, 3)
+            .carrier(carrier)
+            .build()
+    };
+    let udp = build(1350, Carrier::Udp).unwrap();
+    let tcp = build(1350, Carrier::FakeTcp).unwrap();
+    assert_eq!(udp.kcp_mtu() - tcp.kcp_mtu(), 24);
+    assert_eq!(tcp.inner.mtu, 1326);
+    assert_eq!(udp.inner.carrier, Carrier::Udp);
+    assert_eq!(
+        Config::builder().build().unwrap().inner.carrier,
+        Carrier::Udp
+    );
+    // The mtu must leave room for the longer header too.
+    let min_udp = (20..200).find(|&m| build(m, Carrier::Udp).is_ok()).unwrap();
+    assert!(build(min_udp, Carrier::FakeTcp).is_err());
+    assert!(build(min_udp + 24, Carrier::FakeTcp).is_ok());
+    let err = build(min_udp, Carrier::FakeTcp).unwrap_err();
+    assert!(err.to_string().contains("fake-TCP"), "{err}");
+}
+
+#[test]
 fn invalid_settings_are_typed_errors() {
     let e = Config::builder()
         .mtu(50)

@@ -107,15 +107,18 @@ impl ConfigBuilder {
         let crypto = PacketCrypto::new(self.method, &key).map_err(ConfigError::InvalidKey)?;
         let fec_header = if fec.is_some() { fec::DATA_HEADER } else { 0 };
         let overhead = crypto.header_len() + fec_header + crypto.trailer_len();
-        let min_mtu = overhead + MIN_KCP_MTU;
+        // The carrier's header beyond UDP's comes off the datagram.
+        let carrier_overhead = self.carrier.overhead();
+        let min_mtu = overhead + MIN_KCP_MTU + carrier_overhead;
         if self.mtu < min_mtu {
             return Err(ConfigError::MtuTooSmall {
                 mtu: self.mtu,
-                overhead,
+                overhead: overhead + carrier_overhead,
             });
         }
         range("mtu", self.mtu, min_mtu, MAX_DATAGRAM)?;
-        let kcp_mtu = self.mtu - overhead;
+        let datagram_mtu = self.mtu - carrier_overhead;
+        let kcp_mtu = datagram_mtu - overhead;
         let mut arq = self.preset.arq_config();
         if let Some((nodelay, interval, resend, nc)) = self.nodelay {
             arq.nodelay = nodelay;
@@ -170,7 +173,7 @@ impl ConfigBuilder {
         Ok(Config {
             inner: Arc::new(ConfigInner {
                 arq,
-                mtu: self.mtu,
+                mtu: datagram_mtu,
                 method: self.method,
                 crypto: Arc::new(crypto),
                 fec,
@@ -199,6 +202,7 @@ impl ConfigBuilder {
                 linger: self.linger,
                 conv: self.conv,
                 batching: self.batching,
+                carrier: self.carrier,
                 reuse_port: self.reuse_port,
             }),
         })

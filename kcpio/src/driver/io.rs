@@ -18,6 +18,7 @@ use super::shared::DriverShared;
 use super::stats::{add, bump};
 use crate::config::{ConfigInner, DEFAULT_RECV_BUFFER};
 use crate::crypto::{MAX_DATAGRAM, PacketCrypto};
+use crate::sys::faketcp::FakeTcpSocket;
 use crate::sys::{BATCH_SIZE, RecvMeta, Transmit, UdpState};
 
 /// Receive buffers of a client socket (a listener uses `BATCH_SIZE`).
@@ -66,9 +67,25 @@ impl Iterator for Datagrams {
     }
 }
 
+/// What carries a driver's datagrams ([`crate::Carrier`]).
+pub(crate) enum Socket {
+    Udp(UdpSocket),
+    FakeTcp(Box<FakeTcpSocket>),
+}
+
+impl Socket {
+    /// The local address.
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        match self {
+            Self::Udp(s) => s.local_addr(),
+            Self::FakeTcp(f) => Ok(f.get().local_addr()),
+        }
+    }
+}
+
 /// A socket with its reused buffers.
 pub(crate) struct Io {
-    socket: UdpSocket,
+    socket: Socket,
     crypto: Arc<PacketCrypto>,
     rng: ChaCha20Rng,
     nonce: [u8; 16],
@@ -108,7 +125,7 @@ impl Io {
     /// Buffers for `socket`: a listener's receive batch is `BATCH_SIZE`
     /// buffers, a client's `CLIENT_RECV_BUFFERS`.
     pub(crate) fn new(
-        socket: UdpSocket,
+        socket: Socket,
         udp: &UdpState,
         config: &ConfigInner,
         listener: bool,
@@ -121,7 +138,11 @@ impl Io {
         } else {
             CLIENT_RECV_BUFFERS
         };
-        let rx_size = if udp.gro_segments() > 1 {
+        let rx_size = if matches!(socket, Socket::FakeTcp(_)) {
+            // The whole IP packet: headers of up to 60 bytes each, then a
+            // datagram; anything longer is cut, counted and dropped.
+            MAX_DATAGRAM + 120
+        } else if udp.gro_segments() > 1 {
             (udp.gro_segments() * MAX_DATAGRAM).min(65_536)
         } else {
             MAX_DATAGRAM
@@ -165,7 +186,13 @@ impl Io {
     /// Sends and receives on `socket` from now on (a client rebound to a
     /// new local address); datagrams waiting in the slots go out on it.
     pub(crate) fn replace_socket(&mut self, socket: UdpSocket) {
-        self.socket = socket;
+        self.socket = Socket::Udp(socket);
+    }
+
+    /// Whether datagrams ride plain UDP (a fake-TCP flow is tied to its
+    /// kernel connection and cannot be rebound to a new local address).
+    pub(crate) fn is_udp(&self) -> bool {
+        matches!(self.socket, Socket::Udp(_))
     }
 
     /// A random conversation id for a client.
@@ -180,8 +207,32 @@ impl Io {
     /// drained. Then [`datagram`](Self::datagram) walks them.
     pub(crate) fn poll_recv(&mut self, cx: &mut Context<'_>, shared: &DriverShared) -> Poll<usize> {
         self.rx_got = 0;
+        let socket = match &self.socket {
+            Socket::Udp(socket) => socket,
+            Socket::FakeTcp(fake) => {
+                let mut chunks = self.rx.chunks_mut(self.rx_size);
+                let mut bufs: [IoSliceMut<'_>; BATCH_SIZE] =
+                    std::array::from_fn(|_| IoSliceMut::new(chunks.next().unwrap_or_default()));
+                let n = self.rx_count.min(BATCH_SIZE);
+                let got = match fake.poll_recv(
+                    cx,
+                    &shared.udp,
+                    bufs.get_mut(..n).unwrap_or_default(),
+                    &mut self.rx_meta,
+                ) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(Ok(got)) => got,
+                    Poll::Ready(Err(_)) => {
+                        bump(&shared.counters.recv_errors);
+                        0
+                    }
+                };
+                self.rx_got = got;
+                return Poll::Ready(got);
+            }
+        };
         let got = loop {
-            match self.socket.poll_recv_ready(cx) {
+            match socket.poll_recv_ready(cx) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Err(_)) => {
                     bump(&shared.counters.recv_errors);
@@ -189,8 +240,7 @@ impl Io {
                 }
                 Poll::Ready(Ok(())) => {}
             }
-            let (socket, udp, rx, meta) =
-                (&self.socket, &shared.udp, &mut self.rx, &mut self.rx_meta);
+            let (udp, rx, meta) = (&shared.udp, &mut self.rx, &mut self.rx_meta);
             let size = self.rx_size;
             let count = self.rx_count;
             // A short batch (fewer messages than asked for) means the kernel
@@ -245,11 +295,12 @@ impl Io {
             return None;
         }
         let m = self.rx_meta.get(i)?;
-        let start = i * self.rx_size;
+        let start = i * self.rx_size + m.offset.min(self.rx_size);
+        let end = (start + m.len).min((i + 1) * self.rx_size);
         Some(Datagrams {
             peer: m.addr,
             off: start,
-            end: start + m.len.min(self.rx_size),
+            end,
             stride: m.stride.max(1),
         })
     }
@@ -357,10 +408,12 @@ impl Io {
             if !self.rate_allows(now) {
                 return false;
             }
-            match self.socket.poll_send_ready(cx) {
-                Poll::Pending => return false,
-                Poll::Ready(Err(_)) => bump(&shared.counters.send_errors),
-                Poll::Ready(Ok(())) => {}
+            if let Socket::Udp(socket) = &self.socket {
+                match socket.poll_send_ready(cx) {
+                    Poll::Pending => return false,
+                    Poll::Ready(Err(_)) => bump(&shared.counters.send_errors),
+                    Poll::Ready(Ok(())) => {}
+                }
             }
             let mut transmits = [Transmit {
                 destination: shared.local_addr,
@@ -386,9 +439,15 @@ impl Io {
                 continue;
             }
             let batch = transmits.get(..n).unwrap_or_default();
-            let res = self.socket.try_io(Interest::WRITABLE, || {
-                shared.udp.send(socket2::SockRef::from(&self.socket), batch)
-            });
+            let res = match &self.socket {
+                Socket::Udp(socket) => socket.try_io(Interest::WRITABLE, || {
+                    shared.udp.send(socket2::SockRef::from(socket), batch)
+                }),
+                Socket::FakeTcp(fake) => match fake.poll_send(cx, &shared.udp, batch) {
+                    Poll::Pending => return false,
+                    Poll::Ready(r) => r,
+                },
+            };
             match res {
                 Ok(sent) => {
                     let sent = sent.clamp(1, n.max(1));
@@ -509,8 +568,17 @@ pub(crate) fn open_socket(
     bind: SocketAddr,
     config: &ConfigInner,
     reuse_port: bool,
-) -> io::Result<(UdpSocket, UdpState)> {
-    wrap_socket(bind_socket(bind, config, reuse_port)?, config)
+) -> io::Result<(Socket, UdpState)> {
+    if config.carrier == crate::Carrier::FakeTcp {
+        let fake =
+            crate::sys::faketcp::FakeTcp::listen(bind, MAX_DATAGRAM, config.dscp, reuse_port)?;
+        return Ok((
+            Socket::FakeTcp(Box::new(FakeTcpSocket::new(fake)?)),
+            UdpState::for_fake_tcp(),
+        ));
+    }
+    let (socket, udp) = wrap_socket(bind_socket(bind, config, reuse_port)?, config)?;
+    Ok((Socket::Udp(socket), udp))
 }
 
 /// A new UDP socket bound to `bind`, with `config`'s socket options.

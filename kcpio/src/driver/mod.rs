@@ -45,10 +45,9 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio::net::UdpSocket;
 use tokio::time::{Instant, Sleep};
 
-use self::io::{Io, open_socket, wrap_socket};
+use self::io::{Io, Socket, open_socket, wrap_socket};
 use self::shared::{
     Accept, DriverShared, Inbox, SessionShared, SessionState, lock, register, wake,
 };
@@ -124,7 +123,7 @@ impl Driver {
     /// Builds a driver around a bound, non-blocking socket. `udp` was made by
     /// `UdpState::new` on the same socket.
     fn new(
-        socket: UdpSocket,
+        socket: Socket,
         udp: UdpState,
         config: Arc<ConfigInner>,
         role: Role,
@@ -501,9 +500,14 @@ impl Driver {
     /// address), replaces it, at most once per [`REBIND_SPACING`]; the
     /// session keeps its `Conn` and sends a probe at once, so the peer sees
     /// the new address (a migrating listener follows at the first fresh
-    /// datagram). `local_addr` keeps reporting the first address.
+    /// datagram). `local_addr` keeps reporting the first address. A
+    /// fake-TCP client does not rebind: its flow belongs to one kernel
+    /// connection.
     fn take_path_failure(&mut self, now: Duration) {
-        if !std::mem::take(&mut self.io.path_failed) || self.role != Role::Client {
+        if !std::mem::take(&mut self.io.path_failed)
+            || self.role != Role::Client
+            || !self.io.is_udp()
+        {
             return;
         }
         if self
@@ -733,7 +737,11 @@ pub(crate) fn spawn_listener(
     addr: SocketAddr,
     config: Arc<ConfigInner>,
 ) -> std::io::Result<Vec<Arc<DriverShared>>> {
-    let n = if cfg!(all(
+    // Fake TCP: one socket; every raw socket of a port would see every
+    // segment of it, so shards would only duplicate the work.
+    let n = if config.carrier == crate::Carrier::FakeTcp {
+        1
+    } else if cfg!(all(
         unix,
         not(any(target_os = "solaris", target_os = "illumos"))
     )) {
@@ -768,6 +776,41 @@ pub(crate) fn spawn_client(
 ) -> std::io::Result<Arc<SessionShared>> {
     sock.connect(&peer.into())?;
     let (socket, udp) = wrap_socket(sock, &config)?;
+    spawn_client_on(Socket::Udp(socket), udp, peer, config)
+}
+
+/// Opens a fake-TCP flow to `peer` from `bind` (a real kernel handshake;
+/// [`crate::Carrier::FakeTcp`]) and runs the client session on it as
+/// [`spawn_client`] does on UDP.
+pub(crate) async fn spawn_fake_tcp_client(
+    bind: SocketAddr,
+    peer: SocketAddr,
+    config: Arc<ConfigInner>,
+) -> std::io::Result<Arc<SessionShared>> {
+    let handshake =
+        crate::sys::faketcp::FakeTcp::connect(bind, peer, crate::crypto::MAX_DATAGRAM, config.dscp);
+    // The kernel's handshake retries SYNs for about two minutes; the
+    // connect timeout bounds it as it bounds the connect probe.
+    let fake = match config.connect_timeout {
+        Some(limit) => tokio::time::timeout(limit, handshake).await.map_err(|_| {
+            std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "fake TCP: the kernel's handshake did not complete within connect_timeout",
+            )
+        })??,
+        None => handshake.await?,
+    };
+    let socket = Socket::FakeTcp(Box::new(crate::sys::faketcp::FakeTcpSocket::new(fake)?));
+    spawn_client_on(socket, UdpState::for_fake_tcp(), peer, config)
+}
+
+/// The client session on a connected `socket`, its driver spawned.
+fn spawn_client_on(
+    socket: Socket,
+    udp: UdpState,
+    peer: SocketAddr,
+    config: Arc<ConfigInner>,
+) -> std::io::Result<Arc<SessionShared>> {
     let accept = Arc::new(Accept::default());
     let mut driver = Driver::new(socket, udp, config, Role::Client, accept)?;
     let conv = match driver.shared.config.conv {

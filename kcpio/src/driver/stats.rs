@@ -36,6 +36,16 @@ macro_rules! socket_counters {
             pub send_syscalls: u64,
             /// Datagrams cut short by a small receive buffer, dropped.
             pub truncated: u64,
+            /// [`Carrier::FakeTcp`](crate::Carrier::FakeTcp): segments
+            /// refused and dropped: forged or stray RST, FIN or SYN,
+            /// acknowledgements of bytes never sent, payload without PSH,
+            /// segments of unknown flows, bad checksums, malformed packets.
+            /// None of them touches a session. 0 over UDP.
+            pub segments_refused: u64,
+            /// [`Carrier::FakeTcp`](crate::Carrier::FakeTcp): segments
+            /// longer than a datagram (merged by GRO or a middlebox), dropped
+            /// whole, never cut into a wrong datagram. 0 over UDP.
+            pub segments_merged: u64,
             /// UDP sockets behind these figures (more than one with
             /// [`ConfigBuilder::reuse_port`](crate::ConfigBuilder::reuse_port)).
             pub sockets: usize,
@@ -50,6 +60,8 @@ macro_rules! socket_counters {
                     recv_syscalls: sys.recv_syscalls,
                     send_syscalls: sys.send_syscalls,
                     truncated: sys.truncated,
+                    segments_refused: sys.segments_refused,
+                    segments_merged: sys.segments_merged,
                     sockets: 1,
                 }
             }
@@ -64,6 +76,8 @@ macro_rules! socket_counters {
                 self.recv_syscalls += o.recv_syscalls;
                 self.send_syscalls += o.send_syscalls;
                 self.truncated += o.truncated;
+                self.segments_refused += o.segments_refused;
+                self.segments_merged += o.segments_merged;
                 self.sockets += o.sockets;
             }
         }

@@ -121,7 +121,12 @@ impl KcpStream {
     ///   with another key or cipher (nothing either side sends opens at the
     ///   other), or a path that drops UDP;
     /// - resolution errors, `InvalidInput` when `addr` resolves to nothing,
-    ///   and socket errors (bind, buffer sizes, DSCP).
+    ///   and socket errors (bind, buffer sizes, DSCP);
+    /// - with [`Carrier::FakeTcp`](crate::Carrier::FakeTcp): the kernel
+    ///   handshake's errors (`ConnectionRefused` when no TCP listener is
+    ///   there, `TimedOut` when it does not complete within the connect
+    ///   timeout), `PermissionDenied` naming `CAP_NET_RAW` or `CAP_NET_ADMIN`
+    ///   without them, `Unsupported` outside Linux or for IPv6.
     ///
     /// # Cancel safety
     ///
@@ -172,7 +177,18 @@ impl KcpStream {
         peer: SocketAddr,
         config: &Config,
     ) -> io::Result<KcpStream> {
-        let session = driver::spawn_client(socket, peer, config.inner.clone())?;
+        let session = if config.inner.carrier == crate::Carrier::FakeTcp {
+            // The kernel's TCP socket takes the UDP socket's address (TCP
+            // and UDP ports are apart); the UDP socket is not used.
+            let bind = socket
+                .local_addr()?
+                .as_socket()
+                .ok_or(io::ErrorKind::AddrNotAvailable)?;
+            drop(socket);
+            driver::spawn_fake_tcp_client(bind, peer, config.inner.clone()).await?
+        } else {
+            driver::spawn_client(socket, peer, config.inner.clone())?
+        };
         let stream = Self::from_session(session);
         stream.established().await?;
         Ok(stream)

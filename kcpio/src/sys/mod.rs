@@ -28,6 +28,7 @@ use std::io::{self, IoSliceMut};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
 
+pub(crate) mod faketcp;
 mod fallback;
 #[cfg(target_os = "linux")]
 mod linux;
@@ -63,6 +64,9 @@ pub(crate) struct RecvMeta {
     pub(crate) len: usize,
     /// Size of each coalesced datagram (the last may be shorter); at least 1.
     pub(crate) stride: usize,
+    /// Where the datagrams start in the buffer: 0 for UDP; behind the IP
+    /// and TCP headers for fake TCP (the segment is read whole).
+    pub(crate) offset: usize,
 }
 
 impl Default for RecvMeta {
@@ -71,6 +75,7 @@ impl Default for RecvMeta {
             addr: SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0)),
             len: 0,
             stride: 1,
+            offset: 0,
         }
     }
 }
@@ -83,8 +88,8 @@ impl RecvMeta {
         expect(dead_code, reason = "the driver opens datagrams in place, by offsets")
     )]
     pub(crate) fn datagrams<'b>(&self, buf: &'b [u8]) -> std::slice::Chunks<'b, u8> {
-        let end = self.len.min(buf.len());
-        buf.get(..end)
+        let end = self.offset.saturating_add(self.len).min(buf.len());
+        buf.get(self.offset.min(end)..end)
             .unwrap_or_default()
             .chunks(self.stride.max(1))
     }
@@ -142,6 +147,11 @@ pub(crate) struct SysStats {
     /// Received messages cut short because the buffer was too small; the cut
     /// datagram was dropped (whole GRO segments before it were kept).
     pub(crate) truncated: u64,
+    /// Fake TCP: segments refused (forged RST/FIN/SYN, foreign acks,
+    /// payload without PSH, unknown flows, bad checksums, malformed).
+    pub(crate) segments_refused: u64,
+    /// Fake TCP: segments longer than a datagram (merged on the way), dropped.
+    pub(crate) segments_merged: u64,
     /// GSO sends the kernel refused and that were redone one datagram at a
     /// time, switching GSO off for good.
     pub(crate) gso_fallbacks: u64,
@@ -157,6 +167,8 @@ struct Counters {
     send_errors: AtomicU64,
     recv_errors: AtomicU64,
     truncated: AtomicU64,
+    segments_refused: AtomicU64,
+    segments_merged: AtomicU64,
     gso_fallbacks: AtomicU64,
 }
 
@@ -227,7 +239,18 @@ impl UdpState {
         } else {
             Caps::PORTABLE
         };
-        Ok(Self {
+        Ok(Self::with_caps(ipv6, caps))
+    }
+
+    /// The state of a fake-TCP socket ([`faketcp::FakeTcp`]): no GSO or
+    /// GRO (one datagram per segment), and the counters, which the
+    /// fake-TCP transport bumps (its own calls are always batched).
+    pub(crate) fn for_fake_tcp() -> Self {
+        Self::with_caps(false, Caps::PORTABLE)
+    }
+
+    fn with_caps(ipv6: bool, caps: Caps) -> Self {
+        Self {
             ipv6,
             send_mmsg: AtomicBool::new(caps.mmsg),
             recv_mmsg: AtomicBool::new(caps.mmsg),
@@ -235,7 +258,7 @@ impl UdpState {
             gro_segments: caps.gro_segments,
             pending_recv_error: AtomicI32::new(0),
             counters: Counters::default(),
-        })
+        }
     }
 
     /// Receives as many datagrams as are queued, up to `min(bufs.len(),
@@ -351,6 +374,8 @@ impl UdpState {
             send_errors: get(&c.send_errors),
             recv_errors: get(&c.recv_errors),
             truncated: get(&c.truncated),
+            segments_refused: get(&c.segments_refused),
+            segments_merged: get(&c.segments_merged),
             gso_fallbacks: get(&c.gso_fallbacks),
         }
     }
@@ -432,6 +457,7 @@ fn finish_meta(
         addr: canonical(addr),
         len,
         stride,
+        offset: 0,
     };
     let datagrams = if len == 0 && truncated {
         0

@@ -538,6 +538,7 @@ fn empty_socket_would_block(batching: bool) {
             addr: rx.addr(),
             len: 7,
             stride: 7,
+            offset: 0,
         };
         let mut meta = [marker; 1];
         let err = rx
@@ -729,6 +730,7 @@ fn recv_meta_datagrams_never_panic() {
         addr: (Ipv4Addr::LOCALHOST, 1).into(),
         len,
         stride,
+        offset: 0,
     };
     let sizes = |m: RecvMeta| m.datagrams(&buf).map(<[u8]>::len).collect::<Vec<_>>();
     assert_eq!(sizes(meta(10, 10)), [10]);
@@ -737,6 +739,14 @@ fn recv_meta_datagrams_never_panic() {
     assert_eq!(sizes(meta(4, 0)), [1, 1, 1, 1]);
     assert_eq!(sizes(meta(50, 20)), [10]);
     assert_eq!(RecvMeta::default().stride, 1);
+    // A fake-TCP segment: the datagram sits behind the headers.
+    let behind = |offset, len| RecvMeta {
+        offset,
+        ..meta(len, len)
+    };
+    assert_eq!(sizes(behind(6, 4)), [4]);
+    assert_eq!(sizes(behind(6, 9)), [4]);
+    assert_eq!(sizes(behind(12, 4)), Vec::<usize>::new());
 }
 
 #[test]

@@ -1,0 +1,906 @@
+//! The Linux fake-TCP transport: a raw IPv4 socket for the segments, the
+//! kernel's TCP socket(s) for the handshake, the firewall table.
+
+use std::collections::HashMap;
+use std::io::{self, IoSliceMut};
+use std::mem;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::os::fd::{AsRawFd, RawFd};
+use std::ptr;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+
+use super::codec::{self, DATA_HEADER_LEN, Drop as Why, Flow};
+use super::firewall::Firewall;
+use super::{FakeTcpCounters, FakeTcpStats};
+use crate::sys::{BATCH_SIZE, RecvMeta, Transmit, UdpState, bump};
+
+/// IPv4 header we write (no options).
+const IP_HEADER: usize = 20;
+/// A flow nobody sent on for this long is forgotten, its kernel socket closed.
+const FLOW_IDLE: Duration = Duration::from_secs(300);
+/// A flow whose handshake the kernel has not completed in this long is forgotten.
+const HANDSHAKE_IDLE: Duration = Duration::from_secs(10);
+/// Flows one listener keeps at most (handshakes included).
+pub(crate) const MAX_FLOWS: usize = 4096;
+/// How often expiry and the kernel-socket drain run.
+const MAINTENANCE: Duration = Duration::from_millis(500);
+/// Receive buffer of a kernel TCP socket: what fake segments it may hold
+/// between drains (the kernel doubles it).
+const KERNEL_RCVBUF: usize = 64 * 1024;
+/// Receive buffer asked for the raw socket.
+const RAW_RCVBUF: usize = 4 << 20;
+
+/// One flow: the sequence numbers, the kernel socket that holds the
+/// handshake, our address as the peer sees it.
+struct Entry {
+    flow: Flow,
+    kernel: Option<Socket>,
+    local_ip: Ipv4Addr,
+    last_rx: Instant,
+}
+
+/// The flows and the kernel sockets behind them.
+struct Table {
+    flows: HashMap<SocketAddrV4, Entry>,
+    /// A handshake segment arrived: try `accept` after this batch.
+    accept_due: bool,
+    last_maintenance: Instant,
+    /// Seeds the next flow's timestamp base and windows.
+    seed: u64,
+}
+
+/// What the kernel socket is.
+enum Kernel {
+    Client,
+    Listener(Socket),
+}
+
+/// A fake-TCP endpoint (one port): see [`crate::Carrier::FakeTcp`].
+pub(crate) struct FakeTcp {
+    raw: Socket,
+    local: SocketAddrV4,
+    kernel: Kernel,
+    table: Mutex<Table>,
+    max_payload: usize,
+    /// The IPv4 TOS byte of our segments (DSCP << 2).
+    tos: u8,
+    epoch: Instant,
+    pub(crate) counters: FakeTcpCounters,
+    // Dropped last: the rules outlive the sockets they silence.
+    _firewall: Firewall,
+}
+
+impl AsRawFd for FakeTcp {
+    fn as_raw_fd(&self) -> RawFd {
+        self.raw.as_raw_fd()
+    }
+}
+
+fn v4(addr: SocketAddr) -> io::Result<SocketAddrV4> {
+    match addr {
+        SocketAddr::V4(a) => Ok(a),
+        SocketAddr::V6(a) => match a.ip().to_ipv4_mapped() {
+            Some(ip) => Ok(SocketAddrV4::new(ip, a.port())),
+            None => Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "fake TCP carries IPv4 only",
+            )),
+        },
+    }
+}
+
+/// A seed from the OS (the table's flows derive theirs from it).
+fn os_seed() -> u64 {
+    use rand::{RngCore, SeedableRng};
+    rand_chacha::ChaCha8Rng::from_os_rng().next_u64()
+}
+
+/// Opens the raw socket, filtered in the kernel to TCP segments for `port`.
+fn raw_socket(bind_ip: Ipv4Addr, port: u16) -> io::Result<Socket> {
+    let raw = Socket::new(Domain::IPV4, Type::RAW, Some(Protocol::TCP)).map_err(|e| {
+        if e.kind() == io::ErrorKind::PermissionDenied {
+            io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                "fake TCP needs CAP_NET_RAW to open a raw socket",
+            )
+        } else {
+            e
+        }
+    })?;
+    attach_port_filter(&raw, port)?;
+    #[allow(
+        deprecated,
+        reason = "socket2 0.5 names it so; 0.6 renames it set_header_included_v4"
+    )]
+    raw.set_header_included(true)?;
+    raw.set_nonblocking(true)?;
+    if raw.set_recv_buffer_size(RAW_RCVBUF).is_err() {
+        let _ = raw.set_recv_buffer_size(RAW_RCVBUF / 4);
+    }
+    if !bind_ip.is_unspecified() {
+        raw.bind(&SockAddr::from(SocketAddrV4::new(bind_ip, 0)))?;
+    }
+    // Segments queued before the filter was attached: drop them (they
+    // would be parsed and checked anyway, this only saves the work).
+    let mut buf = [0u8; 64];
+    for _ in 0..1024 {
+        // SAFETY: `buf` is a live local of the length given.
+        let r = unsafe {
+            libc::recv(
+                raw.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                libc::MSG_DONTWAIT | libc::MSG_TRUNC,
+            )
+        };
+        if r < 0 {
+            break;
+        }
+    }
+    Ok(raw)
+}
+
+/// A classic BPF program on `raw`: accept unfragmented IPv4 packets whose
+/// TCP destination port is `port`, drop the rest in the kernel.
+fn attach_port_filter(raw: &Socket, port: u16) -> io::Result<()> {
+    let op = |code: u32, jt: u8, jf: u8, k: u32| libc::sock_filter {
+        code: code as u16,
+        jt,
+        jf,
+        k,
+    };
+    let prog = [
+        // A = fragment offset field; a fragment carries no port: drop.
+        op(libc::BPF_LD | libc::BPF_H | libc::BPF_ABS, 0, 0, 6),
+        op(libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K, 4, 0, 0x1fff),
+        // X = IP header length; A = the destination port behind it.
+        op(libc::BPF_LDX | libc::BPF_B | libc::BPF_MSH, 0, 0, 0),
+        op(libc::BPF_LD | libc::BPF_H | libc::BPF_IND, 0, 0, 2),
+        op(
+            libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K,
+            0,
+            1,
+            u32::from(port),
+        ),
+        op(libc::BPF_RET | libc::BPF_K, 0, 0, 0x0004_0000),
+        op(libc::BPF_RET | libc::BPF_K, 0, 0, 0),
+    ];
+    let fprog = libc::sock_fprog {
+        len: prog.len() as u16,
+        filter: prog.as_ptr().cast_mut(),
+    };
+    // SAFETY: `fprog` points at `prog`, both live locals for the call; the
+    // kernel copies the program and only reads them.
+    let r = unsafe {
+        libc::setsockopt(
+            raw.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_FILTER,
+            ptr::from_ref(&fprog).cast(),
+            size_of::<libc::sock_fprog>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Makes the kernel's socket of a flow quiet and bounded: TTL 1 (the
+/// firewall drops its segments), a small receive buffer, and an abortive
+/// close (its RST is dropped by the firewall too, so closing sends nothing
+/// a strict firewall could call invalid, and leaves no FIN to retransmit
+/// after the rules are gone).
+fn silence(sock: &Socket) -> io::Result<()> {
+    sock.set_ttl(1)?;
+    sock.set_linger(Some(Duration::ZERO))?;
+    sock.set_nonblocking(true)?;
+    sock.set_recv_buffer_size(KERNEL_RCVBUF)?;
+    Ok(())
+}
+
+/// Discards what the kernel socket queued (our peer's segments that it
+/// accepted), without copying: `MSG_TRUNC` on TCP throws the bytes away.
+fn drain(sock: &Socket) {
+    for _ in 0..64 {
+        // SAFETY: a null buffer is allowed with MSG_TRUNC on TCP sockets
+        // (the kernel discards instead of copying).
+        let r = unsafe {
+            libc::recv(
+                sock.as_raw_fd(),
+                ptr::null_mut(),
+                1 << 20,
+                libc::MSG_DONTWAIT | libc::MSG_TRUNC,
+            )
+        };
+        if r <= 0 {
+            break;
+        }
+    }
+}
+
+impl FakeTcp {
+    fn new(
+        raw: Socket,
+        local: SocketAddrV4,
+        kernel: Kernel,
+        firewall: Firewall,
+        max_payload: usize,
+        dscp: u8,
+    ) -> Self {
+        Self {
+            raw,
+            local,
+            kernel,
+            table: Mutex::new(Table {
+                flows: HashMap::new(),
+                accept_due: false,
+                last_maintenance: Instant::now(),
+                seed: os_seed(),
+            }),
+            max_payload,
+            tos: dscp << 2,
+            epoch: Instant::now(),
+            counters: FakeTcpCounters::default(),
+            _firewall: firewall,
+        }
+    }
+
+    /// Listens on `addr`: the firewall table, the raw socket, then the
+    /// kernel's listening socket. Datagrams are at most `max_payload` bytes.
+    ///
+    /// # Errors
+    ///
+    /// `PermissionDenied` naming `CAP_NET_RAW` or `CAP_NET_ADMIN`;
+    /// `Unsupported` for IPv6; the bind error.
+    pub(crate) fn listen(
+        addr: SocketAddr,
+        max_payload: usize,
+        dscp: u8,
+        reuse_port: bool,
+    ) -> io::Result<Self> {
+        let addr = v4(addr)?;
+        let listener = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))?;
+        listener.set_reuse_address(true)?;
+        if reuse_port {
+            listener.set_reuse_port(true)?;
+        }
+        listener.bind(&SockAddr::from(addr))?;
+        let local = v4(listener
+            .local_addr()?
+            .as_socket()
+            .ok_or(io::ErrorKind::InvalidInput)?)?;
+        let firewall = Firewall::install(local.port())?;
+        let raw = raw_socket(*addr.ip(), local.port())?;
+        // Not TTL 1 yet: the SYN-ACK must reach the peer. Each accepted
+        // socket gets TTL 1 at once.
+        listener.set_nonblocking(true)?;
+        listener.listen(1024)?;
+        tracing::debug!(%local, table = firewall.name(), "fake TCP listening");
+        Ok(Self::new(
+            raw,
+            local,
+            Kernel::Listener(listener),
+            firewall,
+            max_payload,
+            dscp,
+        ))
+    }
+
+    /// Connects to `peer` with a real kernel handshake from `bind` (port 0:
+    /// any), then learns the flow's numbers from the handshake.
+    ///
+    /// # Errors
+    ///
+    /// As [`listen`](Self::listen), and the connect error.
+    pub(crate) async fn connect(
+        bind: SocketAddr,
+        peer: SocketAddr,
+        max_payload: usize,
+        dscp: u8,
+    ) -> io::Result<Self> {
+        let peer = v4(peer)?;
+        let bind = v4(bind)?;
+        let sock = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))?;
+        sock.bind(&SockAddr::from(bind))?;
+        let port = sock
+            .local_addr()?
+            .as_socket()
+            .ok_or(io::ErrorKind::InvalidInput)?
+            .port();
+        let firewall = Firewall::install(port)?;
+        let raw = raw_socket(*bind.ip(), port)?;
+        sock.set_nonblocking(true)?;
+        let std_stream: std::net::TcpStream = sock.into();
+        let stream = tokio::net::TcpSocket::from_std_stream(std_stream)
+            .connect(SocketAddr::V4(peer))
+            .await?;
+        let sock = Socket::from(stream.into_std()?);
+        silence(&sock)?;
+        let local = v4(sock
+            .local_addr()?
+            .as_socket()
+            .ok_or(io::ErrorKind::InvalidInput)?)?;
+        let me = Self::new(raw, local, Kernel::Client, firewall, max_payload, dscp);
+        {
+            let mut table = me.lock();
+            // Established once the handshake's numbers are learned below
+            // (an established flow takes no SYN-ACK).
+            let flow = Flow::new(max_payload, table.seed);
+            table.flows.insert(
+                peer,
+                Entry {
+                    flow,
+                    kernel: Some(sock),
+                    local_ip: *local.ip(),
+                    last_rx: Instant::now(),
+                },
+            );
+        }
+        // The SYN-ACK is already in the raw socket's queue (it was copied
+        // there before the kernel completed the connect): learn from it now,
+        // so the first datagram goes out with the right numbers.
+        let mut buf = [0u8; 128];
+        for _ in 0..64 {
+            // SAFETY: `buf` is a live local of the length given.
+            let r = unsafe {
+                libc::recv(
+                    me.raw.as_raw_fd(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            let Ok(n) = usize::try_from(r) else { break };
+            let mut table = me.lock();
+            if let Some(packet) = buf.get(..n) {
+                me.learn(&mut table, packet);
+            }
+            if table.flows.get(&peer).is_some_and(|e| e.flow.ready()) {
+                break;
+            }
+        }
+        if let Some(e) = me.lock().flows.get_mut(&peer) {
+            e.flow.set_established();
+        }
+        tracing::debug!(%local, %peer, "fake TCP connected");
+        Ok(me)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The local address (the listening address, or the client's).
+    pub(crate) fn local_addr(&self) -> SocketAddr {
+        SocketAddr::V4(self.local)
+    }
+
+    /// A snapshot of the drop counters.
+    pub(crate) fn stats(&self) -> FakeTcpStats {
+        self.counters.snapshot()
+    }
+
+    /// Learns from a (possibly short: 128-byte) handshake packet, delivers nothing.
+    fn learn(&self, table: &mut Table, packet: &[u8]) {
+        // The handshake packets are header-only: cut reads are fine.
+        let total = packet
+            .get(2..4)
+            .map_or(0, |b| usize::from(u16::from_be_bytes([b[0], b[1]])));
+        if total > packet.len() {
+            return;
+        }
+        if let Ok((src, _, seg)) = codec::parse_ipv4(packet)
+            && seg.dst_port == self.local.port()
+            && let Some(e) = table.flows.get_mut(&SocketAddrV4::new(src, seg.src_port))
+        {
+            let _ = e.flow.receive(&seg);
+        }
+    }
+
+    /// Receives segments into `bufs`: for each, `meta` says the peer, and
+    /// where in the buffer its datagram is (`offset`, `len`); a dropped
+    /// segment has `len == 0`. Returns how many buffers were filled.
+    ///
+    /// # Errors
+    ///
+    /// `WouldBlock` when nothing is queued; other errors are counted and
+    /// not fatal.
+    pub(crate) fn recv(
+        &self,
+        state: &UdpState,
+        bufs: &mut [IoSliceMut<'_>],
+        meta: &mut [RecvMeta],
+    ) -> io::Result<usize> {
+        let n = bufs.len().min(meta.len()).min(BATCH_SIZE);
+        if n == 0 {
+            return Ok(0);
+        }
+        // SAFETY: `mmsghdr` is a plain C struct of integers and raw pointers;
+        // all-zero bytes are a valid value.
+        let mut hdrs: [libc::mmsghdr; BATCH_SIZE] = unsafe { mem::zeroed() };
+        for (hdr, buf) in hdrs.iter_mut().zip(bufs.iter_mut()).take(n) {
+            // `IoSliceMut` is ABI-compatible with `iovec` on Unix.
+            hdr.msg_hdr.msg_iov = ptr::from_mut(buf).cast::<libc::iovec>();
+            hdr.msg_hdr.msg_iovlen = 1;
+        }
+        let got = loop {
+            bump(&state.counters.recv_syscalls, 1);
+            // SAFETY: the first `n` headers each point at one iovec, a
+            // caller buffer exclusively borrowed through `bufs`; no name or
+            // control buffer. A null timeout means none.
+            let r = unsafe {
+                libc::recvmmsg(
+                    self.raw.as_raw_fd(),
+                    hdrs.as_mut_ptr(),
+                    n as libc::c_uint,
+                    libc::MSG_DONTWAIT as _,
+                    ptr::null_mut(),
+                )
+            };
+            if let Ok(got) = usize::try_from(r) {
+                break got.min(n);
+            }
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EINTR) {
+                state.count_recv_error(&e);
+                return Err(e);
+            }
+        };
+        let now = Instant::now();
+        let mut table = self.lock();
+        let mut delivered = 0;
+        for ((hdr, buf), slot) in hdrs.iter().zip(bufs.iter()).zip(meta.iter_mut()).take(got) {
+            *slot = RecvMeta::default();
+            let len = (hdr.msg_len as usize).min(buf.len());
+            let truncated = hdr.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
+            let Some(packet) = buf.get(..len) else {
+                continue;
+            };
+            if truncated {
+                // Longer than any buffer: merged segments or garbage.
+                bump(&self.counters.oversized, 1);
+                bump(&state.counters.segments_merged, 1);
+                continue;
+            }
+            if let Some((peer, offset, size)) = self.segment(state, &mut table, packet, now) {
+                *slot = RecvMeta {
+                    addr: SocketAddr::V4(peer),
+                    len: size,
+                    stride: size.max(1),
+                    offset,
+                };
+                delivered += 1;
+            }
+        }
+        bump(&state.counters.datagrams_received, delivered);
+        if table.accept_due {
+            self.accept(&mut table);
+        }
+        if now.duration_since(table.last_maintenance) >= MAINTENANCE {
+            table.last_maintenance = now;
+            self.maintain(&mut table, now);
+        }
+        Ok(got)
+    }
+
+    /// One received packet: `Some((peer, payload offset, payload length))`
+    /// when it carries a datagram to deliver; else counted.
+    fn segment(
+        &self,
+        state: &UdpState,
+        table: &mut Table,
+        packet: &[u8],
+        now: Instant,
+    ) -> Option<(SocketAddrV4, usize, usize)> {
+        let c = &self.counters;
+        let refused = || bump(&state.counters.segments_refused, 1);
+        let (src, dst, seg) = match codec::parse_ipv4(packet) {
+            Ok(p) => p,
+            Err(codec::Malformed::BadChecksum) => {
+                bump(&c.bad_checksum, 1);
+                refused();
+                return None;
+            }
+            Err(codec::Malformed::Truncated) => {
+                bump(&c.oversized, 1);
+                bump(&state.counters.segments_merged, 1);
+                return None;
+            }
+            Err(_) => {
+                bump(&c.malformed, 1);
+                refused();
+                return None;
+            }
+        };
+        if seg.dst_port != self.local.port()
+            || (!self.local.ip().is_unspecified() && dst != *self.local.ip())
+        {
+            bump(&c.foreign, 1);
+            refused();
+            return None;
+        }
+        let peer = SocketAddrV4::new(src, seg.src_port);
+        let syn_only = seg.flags & (codec::flags::SYN | codec::flags::ACK) == codec::flags::SYN;
+        if !table.flows.contains_key(&peer) {
+            // Only a listener learns new peers, and only from a SYN.
+            if !syn_only || !matches!(self.kernel, Kernel::Listener(_)) {
+                bump(&c.unknown_flow, 1);
+                refused();
+                return None;
+            }
+            if table.flows.len() >= MAX_FLOWS {
+                bump(&c.table_full, 1);
+                refused();
+                return None;
+            }
+            table.seed = table
+                .seed
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1);
+            table.flows.insert(
+                peer,
+                Entry {
+                    flow: Flow::new(self.max_payload, table.seed),
+                    kernel: None,
+                    local_ip: dst,
+                    last_rx: now,
+                },
+            );
+        }
+        let entry = table.flows.get_mut(&peer)?;
+        if syn_only && entry.kernel.is_none() {
+            entry.local_ip = dst;
+        }
+        let verdict = entry.flow.receive(&seg);
+        if verdict != Err(Why::ForeignAck) {
+            entry.last_rx = now;
+        }
+        match verdict {
+            Ok(()) => Some((peer, seg.payload_offset, seg.payload.len())),
+            Err(why) => {
+                if entry.kernel.is_none() {
+                    // A handshake segment (or an early one): the kernel may
+                    // have a connection for us.
+                    table.accept_due = matches!(self.kernel, Kernel::Listener(_));
+                }
+                let counter = match why {
+                    Why::NoPayload => &c.bare,
+                    Why::Reset => &c.rst,
+                    Why::Fin => &c.fin,
+                    Why::LateSyn => &c.late_syn,
+                    Why::NoPush => &c.no_push,
+                    Why::ForeignAck => &c.foreign_ack,
+                    Why::Oversized => &c.oversized,
+                    Why::Orphan => &c.orphan,
+                };
+                bump(counter, 1);
+                match why {
+                    Why::NoPayload => {}
+                    Why::Oversized => bump(&state.counters.segments_merged, 1),
+                    _ => refused(),
+                }
+                None
+            }
+        }
+    }
+
+    /// Takes the kernel's completed handshakes: each becomes its flow's
+    /// kernel socket (silenced), which makes the flow deliver.
+    fn accept(&self, table: &mut Table) {
+        let Kernel::Listener(listener) = &self.kernel else {
+            return;
+        };
+        table.accept_due = false;
+        for _ in 0..MAX_FLOWS {
+            let Ok((sock, addr)) = listener.accept() else {
+                break;
+            };
+            let peer = addr.as_socket().map(v4);
+            let Some(Ok(peer)) = peer else { continue };
+            if silence(&sock).is_err() {
+                continue;
+            }
+            match table.flows.get_mut(&peer) {
+                Some(e) => {
+                    e.flow.set_established();
+                    e.kernel = Some(sock);
+                }
+                None => {
+                    // The raw socket never saw its SYN (queue overflow, or
+                    // the table was full): without its numbers the flow is
+                    // useless; closing it lets the peer retry.
+                    bump(&self.counters.unknown_flow, 1);
+                }
+            }
+        }
+    }
+
+    /// Drains the kernel sockets, forgets idle flows.
+    fn maintain(&self, table: &mut Table, now: Instant) {
+        let client = matches!(self.kernel, Kernel::Client);
+        table.flows.retain(|_, e| {
+            let idle = now.duration_since(e.last_rx);
+            match &e.kernel {
+                Some(sock) => {
+                    drain(sock);
+                    // A client's one flow lives as long as the socket.
+                    client || idle < FLOW_IDLE
+                }
+                None => idle < HANDSHAKE_IDLE,
+            }
+        });
+        if matches!(self.kernel, Kernel::Listener(_)) {
+            self.accept(table);
+        }
+    }
+
+    /// Sends `transmits` (each one datagram: this carrier has no GSO) as
+    /// `PSH|ACK` segments; returns how many went out (all of them count
+    /// as sent when the flow is unknown or not ready: dropped, like a lost
+    /// packet, and counted).
+    ///
+    /// # Errors
+    ///
+    /// As [`UdpState::send`]: `WouldBlock` with nothing sent, or an error
+    /// about `transmits[0]`.
+    pub(crate) fn send(&self, state: &UdpState, transmits: &[Transmit<'_>]) -> io::Result<usize> {
+        let n = transmits.len().min(BATCH_SIZE);
+        if n == 0 {
+            return Ok(0);
+        }
+        let mut headers = [[0u8; IP_HEADER + DATA_HEADER_LEN]; BATCH_SIZE];
+        // SAFETY: plain C structs; all-zero bytes are valid values.
+        let mut hdrs: [libc::mmsghdr; BATCH_SIZE] = unsafe { mem::zeroed() };
+        let mut iovs = [[libc::iovec {
+            iov_base: ptr::null_mut(),
+            iov_len: 0,
+        }; 2]; BATCH_SIZE];
+        // SAFETY: as above.
+        let mut names: [libc::sockaddr_in; BATCH_SIZE] = unsafe { mem::zeroed() };
+        // Which transmit each message is, and its flow, to undo on a short send.
+        let mut which = [(0usize, SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0)); BATCH_SIZE];
+        let now_ms = self.epoch.elapsed().as_millis() as u32;
+        let mut count = 0;
+        {
+            let mut table = self.lock();
+            for (i, t) in transmits.iter().enumerate().take(n) {
+                let Ok(dest) = v4(t.destination) else {
+                    bump(&self.counters.unready, 1);
+                    continue;
+                };
+                let Some(e) = table.flows.get_mut(&dest).filter(|e| e.flow.ready()) else {
+                    bump(&self.counters.unready, 1);
+                    continue;
+                };
+                let (Some(hdr), Some(iov), Some(name), Some(msg), Some(w)) = (
+                    headers.get_mut(count),
+                    iovs.get_mut(count),
+                    names.get_mut(count),
+                    hdrs.get_mut(count),
+                    which.get_mut(count),
+                ) else {
+                    break;
+                };
+                let payload = t.contents;
+                let h = e
+                    .flow
+                    .next_header(self.local.port(), dest.port(), payload.len(), now_ms);
+                write_ip_header(hdr, self.tos, e.local_ip, *dest.ip(), payload.len());
+                let tcp = hdr.get_mut(IP_HEADER..).unwrap_or_default();
+                if let Ok(tcp) = <&mut [u8; DATA_HEADER_LEN]>::try_from(tcp) {
+                    codec::write_header(
+                        tcp,
+                        &h,
+                        IpAddr::V4(e.local_ip),
+                        IpAddr::V4(*dest.ip()),
+                        payload,
+                    );
+                }
+                *iov = [
+                    libc::iovec {
+                        iov_base: hdr.as_mut_ptr().cast(),
+                        iov_len: hdr.len(),
+                    },
+                    libc::iovec {
+                        iov_base: payload.as_ptr().cast_mut().cast(),
+                        iov_len: payload.len(),
+                    },
+                ];
+                *name = libc::sockaddr_in {
+                    sin_family: libc::AF_INET as libc::sa_family_t,
+                    sin_port: 0,
+                    sin_addr: libc::in_addr {
+                        s_addr: u32::from_ne_bytes(dest.ip().octets()),
+                    },
+                    sin_zero: [0; 8],
+                };
+                msg.msg_hdr.msg_name = ptr::from_mut(name).cast();
+                msg.msg_hdr.msg_namelen = size_of::<libc::sockaddr_in>() as libc::socklen_t;
+                msg.msg_hdr.msg_iov = iov.as_mut_ptr();
+                msg.msg_hdr.msg_iovlen = 2;
+                *w = (i, dest);
+                count += 1;
+            }
+        }
+        if count == 0 {
+            return Ok(n);
+        }
+        let sent = loop {
+            bump(&state.counters.send_syscalls, 1);
+            // SAFETY: the first `count` headers point at a name, two iovecs
+            // and a header array on this stack frame and at payloads
+            // borrowed from `transmits`, all live and unchanged for the call;
+            // the kernel only reads them.
+            let r = unsafe {
+                libc::sendmmsg(
+                    self.raw.as_raw_fd(),
+                    hdrs.as_mut_ptr(),
+                    count as libc::c_uint,
+                    libc::MSG_DONTWAIT as _,
+                )
+            };
+            if let Ok(s) = usize::try_from(r) {
+                break Ok(s.min(count));
+            }
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EINTR) {
+                break Err(e);
+            }
+        };
+        // Messages not sent give their sequence space back (in reverse,
+        // so a flow's numbers return exactly to the first unsent one).
+        let sent_msgs = *sent.as_ref().unwrap_or(&0);
+        if sent_msgs < count {
+            let mut table = self.lock();
+            for &(i, dest) in which.get(sent_msgs..count).unwrap_or_default().iter().rev() {
+                if let (Some(e), Some(t)) = (table.flows.get_mut(&dest), transmits.get(i)) {
+                    e.flow.unsend(t.contents.len());
+                }
+            }
+        }
+        match sent {
+            Ok(s) => {
+                bump(&state.counters.datagrams_sent, s);
+                // Transmits before the first unsent message are done,
+                // including unready ones skipped in between.
+                let sent_idx = which.get(..count).unwrap_or_default();
+                Ok(transmits_done(sent_idx, s, n))
+            }
+            Err(e) => {
+                let first = which.first().map_or(0, |&(i, _)| i);
+                if first > 0 {
+                    // Unready transmits before the failed one are done.
+                    return Ok(first);
+                }
+                state.count_send_error(&e);
+                Err(e)
+            }
+        }
+    }
+}
+
+/// How many leading transmits (of `n`) a batch handled, when `sent` of its
+/// messages went out and `which[k]` is the transmit of message `k` (the
+/// transmits without a message were dropped as unready): all of them up to
+/// the first message not sent; at least one.
+fn transmits_done(which: &[(usize, SocketAddrV4)], sent: usize, n: usize) -> usize {
+    which.get(sent).map_or(n, |&(i, _)| i).clamp(1, n.max(1))
+}
+
+/// The IPv4 header of one segment: DF, TTL 64; the kernel fills in the
+/// identification and the checksum (`IP_HDRINCL`).
+fn write_ip_header(
+    hdr: &mut [u8; IP_HEADER + DATA_HEADER_LEN],
+    tos: u8,
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    payload: usize,
+) {
+    let total = (IP_HEADER + DATA_HEADER_LEN + payload).min(usize::from(u16::MAX)) as u16;
+    hdr[0] = 0x45;
+    hdr[1] = tos;
+    hdr[2..4].copy_from_slice(&total.to_be_bytes());
+    hdr[4..6].fill(0);
+    hdr[6..8].copy_from_slice(&0x4000u16.to_be_bytes());
+    hdr[8] = 64;
+    hdr[9] = 6;
+    hdr[10..12].fill(0);
+    hdr[12..16].copy_from_slice(&src.octets());
+    hdr[16..20].copy_from_slice(&dst.octets());
+}
+
+/// A [`FakeTcp`] registered with tokio: what the driver holds.
+pub(crate) struct FakeTcpSocket {
+    fd: tokio::io::unix::AsyncFd<FakeTcp>,
+}
+
+impl FakeTcpSocket {
+    /// Registers `inner`'s raw socket with the runtime.
+    ///
+    /// # Errors
+    ///
+    /// The runtime's registration error.
+    pub(crate) fn new(inner: FakeTcp) -> io::Result<Self> {
+        // SAFETY: the descriptor is the raw socket `inner` owns; it stays
+        // open and the same for as long as `inner` lives, which is as long
+        // as the `AsyncFd` (it owns `inner`), and `as_raw_fd` always
+        // returns it.
+        let fd = unsafe { tokio::io::unix::AsyncFd::register(inner) }.map_err(io::Error::from)?;
+        Ok(Self { fd })
+    }
+
+    /// The transport.
+    pub(crate) fn get(&self) -> &FakeTcp {
+        self.fd.get_ref()
+    }
+
+    /// Receives a batch ([`FakeTcp::recv`]) once the raw socket is readable.
+    /// A short batch clears the readiness (the queue was empty).
+    pub(crate) fn poll_recv(
+        &self,
+        cx: &mut std::task::Context<'_>,
+        state: &UdpState,
+        bufs: &mut [IoSliceMut<'_>],
+        meta: &mut [RecvMeta],
+    ) -> std::task::Poll<io::Result<usize>> {
+        let want = bufs.len().min(meta.len()).min(BATCH_SIZE);
+        loop {
+            let mut guard = std::task::ready!(self.fd.poll_read_ready(cx))?;
+            match guard.try_io(|fd| fd.get_ref().recv(state, bufs, meta)) {
+                Ok(Ok(got)) => {
+                    if got < want {
+                        guard.clear_ready();
+                    }
+                    return std::task::Poll::Ready(Ok(got));
+                }
+                Ok(Err(e)) => return std::task::Poll::Ready(Err(e)),
+                Err(_would_block) => {}
+            }
+        }
+    }
+
+    /// Sends a batch ([`FakeTcp::send`]) once the raw socket is writable.
+    pub(crate) fn poll_send(
+        &self,
+        cx: &mut std::task::Context<'_>,
+        state: &UdpState,
+        transmits: &[Transmit<'_>],
+    ) -> std::task::Poll<io::Result<usize>> {
+        loop {
+            let mut guard = std::task::ready!(self.fd.poll_write_ready(cx))?;
+            match guard.try_io(|fd| fd.get_ref().send(state, transmits)) {
+                Ok(r) => return std::task::Poll::Ready(r),
+                Err(_would_block) => {}
+            }
+        }
+    }
+}
+
+impl Drop for FakeTcp {
+    fn drop(&mut self) {
+        tracing::debug!(local = %self.local, stats = ?self.stats(), "fake TCP closed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_reports_the_transmits_up_to_the_first_unsent_message() {
+        let at = |i| (i, SocketAddrV4::new(Ipv4Addr::LOCALHOST, 1));
+        // Transmits 0..5; 1 and 3 unready (no message); messages for 0, 2, 4.
+        let which = [at(0), at(2), at(4)];
+        assert_eq!(transmits_done(&which, 3, 5), 5);
+        assert_eq!(transmits_done(&which, 2, 5), 4);
+        assert_eq!(transmits_done(&which, 1, 5), 2);
+        // Nothing sent: still one (the caller only gets here after a send).
+        assert_eq!(transmits_done(&which, 0, 5), 1);
+        assert_eq!(transmits_done(&[at(0)], 1, 1), 1);
+    }
+}
