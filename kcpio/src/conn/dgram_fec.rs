@@ -194,7 +194,9 @@ fn ms16(now: Duration) -> u16 {
 }
 
 /// A few Reed-Solomon codecs by shape, reused (a shape's matrix is built
-/// once; a new shape evicts round robin).
+/// once; a new shape evicts round robin). Made for decoding: a shape's
+/// parity tables are built by its first encode, never for a shape only a
+/// peer chose.
 #[derive(Default)]
 struct Codecs {
     list: Vec<(usize, usize, VandermondeCodec)>,
@@ -208,7 +210,7 @@ impl Codecs {
         let i = match self.list.iter().position(|(a, b, _)| *a == k && *b == m) {
             Some(i) => i,
             None => {
-                let c = VandermondeCodec::new(k, m)?;
+                let c = VandermondeCodec::for_decoding(k, m)?;
                 if self.list.len() < Self::CAP {
                     self.list.push((k, m, c));
                     self.list.len() - 1
@@ -1529,5 +1531,39 @@ mod hostile {
             &report([1000, 0, 0, 0, 0, 2000])
         ));
         assert_eq!(d.model.updates - before, 2);
+    }
+
+    #[test]
+    fn a_shape_only_the_peer_chose_builds_no_parity_tables() {
+        // Data shards 1 and 2 of a (3, 15) group, and parity row 0: shard
+        // 0 is rebuilt with a codec of a shape this side never encodes.
+        let mut d = fec();
+        let mut q = DatagramQueue::default();
+        let bodies: Vec<Vec<u8>> = (0..3u8)
+            .map(|i| data(500 + u32::from(i), 0, &[i; 40]))
+            .collect();
+        let mut arena = vec![0u8; 3 * STRIDE];
+        for (i, b) in bodies.iter().enumerate() {
+            arena[i * STRIDE..i * STRIDE + b.len() - HDR].copy_from_slice(&b[HDR..]);
+        }
+        let len = bodies[0].len() - HDR;
+        let mut parity = vec![0u8; 15 * STRIDE];
+        let mut enc = VandermondeCodec::for_decoding(3, 15).unwrap();
+        enc.encode(&arena, STRIDE, len, &mut parity).unwrap();
+        // The encode above built the shared tables; drop it so the shape
+        // (and its tables) leave the registry.
+        drop(enc);
+        for b in &bodies[1..] {
+            assert!(feed(&mut d, &mut q, Duration::ZERO, b));
+        }
+        let mut p = vec![0u8; PARITY_HDR + len];
+        put_header(&mut p, 500, 0, TYPE_PARITY, CONV);
+        p[HDR] = 3;
+        p[HDR + 1] = 15;
+        p[PARITY_HDR..].copy_from_slice(&parity[..len]);
+        assert!(feed(&mut d, &mut q, Duration::ZERO, &p));
+        assert_eq!(d.stats.recovered, 1);
+        let codec = d.codecs.get(3, 15).unwrap();
+        assert!(!codec.parity_tables_built());
     }
 }
