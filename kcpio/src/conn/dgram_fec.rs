@@ -843,9 +843,14 @@ impl DgramFec {
             return true;
         }
         // The peer cannot have received or missed more shards than this
-        // side sent: such a report is forged (or bent) and refused.
+        // side sent, nor its clock run far ahead of ours (a report from the
+        // future would make every later one look old): such a report is
+        // forged (or bent) and refused.
         let shards = u64::from(recv) + u64::from(lost);
-        if shards > self.stats.data_shards_out - self.claimed_shards {
+        let local = now.saturating_sub(self.last_report_at).as_secs_f64();
+        if shards > self.stats.data_shards_out - self.claimed_shards
+            || f64::from(dt) / 1000.0 > 2.0 * local + 1.0
+        {
             self.last_report = Some(last);
             return false;
         }
@@ -864,7 +869,6 @@ impl DgramFec {
         }
         // Over the peer's interval, or half this side's if longer (the
         // peer's clock is its word only).
-        let local = now.saturating_sub(self.last_report_at).as_secs_f64();
         self.last_report_at = now;
         let secs = (f64::from(dt) / 1000.0).max(local / 2.0);
         if secs >= 0.01 {
@@ -1565,5 +1569,31 @@ mod hostile {
         assert_eq!(d.stats.recovered, 1);
         let codec = d.codecs.get(3, 15).unwrap();
         assert!(!codec.parity_tables_built());
+    }
+
+    #[test]
+    fn a_report_from_the_future_cannot_silence_the_later_ones() {
+        let mut d = fec();
+        let mut q = DatagramQueue::default();
+        send(&mut d, 100, Duration::ZERO);
+        let at = |ms| Duration::from_millis(ms);
+        assert!(feed(
+            &mut d,
+            &mut q,
+            at(100),
+            &report([0, 0, 0, 0, 0, 1000])
+        ));
+        // Consistent counters, the clock 2^30 ms on (12 days): refused.
+        let forged = report([5, 0, 0, 0, 500, 1000 + (1 << 30)]);
+        assert!(!feed(&mut d, &mut q, at(150), &forged));
+        // The peer's own next report is taken.
+        let before = d.model.updates;
+        assert!(feed(
+            &mut d,
+            &mut q,
+            at(200),
+            &report([10, 0, 0, 0, 1000, 1100])
+        ));
+        assert_eq!(d.model.updates, before + 1);
     }
 }
