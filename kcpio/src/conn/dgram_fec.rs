@@ -675,12 +675,20 @@ impl DgramFec {
             Some(s) => s,
             None => {
                 let len = queue.front_len()?;
-                self.frag.resize(len.max(1), 0);
-                queue.pop_into(&mut self.frag)?;
                 let count = len.div_ceil(per).max(1);
                 if count > MAX_FRAGMENTS {
+                    queue.drop_front();
                     self.stats.malformed += 1;
                     return None;
+                }
+                if count == 1 {
+                    // One packet: straight from the queue into it.
+                    let dst = buf.get_mut(HDR + BODY_HDR..HDR + BODY_HDR + len)?;
+                    queue.pop_into(dst)?;
+                } else {
+                    // Fragments are cut from a staging copy.
+                    self.frag.resize(len, 0);
+                    queue.pop_into(&mut self.frag)?;
                 }
                 self.stats.datagrams_out += 1;
                 self.note_fresh(now);
@@ -689,7 +697,11 @@ impl DgramFec {
         };
         let from = idx * per;
         let piece_len = len.saturating_sub(from).min(per);
-        let piece = self.frag.get(from..from + piece_len)?;
+        let piece = if count == 1 {
+            None
+        } else {
+            Some(self.frag.get(from..from + piece_len)?)
+        };
         let seq = self.next_seq;
         if self.group.count == 0 {
             self.group.first = seq;
@@ -704,7 +716,9 @@ impl DgramFec {
         body[..2].copy_from_slice(&ms16(now).to_le_bytes());
         body[2] = frg;
         body[3..5].copy_from_slice(&(piece_len as u16).to_le_bytes());
-        body[BODY_HDR..].copy_from_slice(piece);
+        if let Some(piece) = piece {
+            body[BODY_HDR..].copy_from_slice(piece);
+        }
         // Into the group's arena, zero-padded to the stride.
         grow_arena(
             &mut self.tx_arena,
@@ -1595,5 +1609,20 @@ mod hostile {
             &report([10, 0, 0, 0, 1000, 1100])
         ));
         assert_eq!(d.model.updates, before + 1);
+    }
+
+    #[test]
+    fn a_one_packet_datagram_is_copied_once_from_queue_to_packet() {
+        let mut d = fec();
+        let mut q = DatagramQueue::default();
+        let mut buf = [0u8; PLAIN];
+        let payload: Vec<u8> = (0..200u8).collect();
+        assert!(q.push_at(&payload, Duration::ZERO));
+        let n = d
+            .poll_transmit(Duration::ZERO, &mut buf, &mut q, CONV)
+            .unwrap();
+        assert_eq!(&buf[HDR + BODY_HDR..n], &payload[..]);
+        // No staging copy: that is for datagrams cut into fragments.
+        assert_eq!(d.frag.capacity(), 0);
     }
 }
