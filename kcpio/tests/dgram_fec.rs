@@ -311,8 +311,38 @@ fn a_kcp_go_shaped_server_never_receives_an_extension_packet() {
     // The offer was made (the tag on the client's probe), never answered.
     assert!(up.iter().any(|p| probe_frgs(p).contains(&0xD1)));
     assert!(down.iter().all(|p| probe_frgs(p).iter().all(|&f| f == 0)));
-    // Datagrams flowed as plain OOB both ways.
-    assert!(client.stats().oob_received > 0 && server.stats().oob_received > 0);
+    // The client, FEC off, sends no datagram unnegotiated (kcp-go's rule:
+    // OOB needs FEC); the server's wait for the client's proof of receipt.
+    assert_eq!(client.stats().oob_sent + server.stats().oob_received, 0);
+}
+
+#[test]
+fn without_fec_no_datagram_leaves_before_the_extension_is_negotiated() {
+    // kcp-go sends OOB only with FEC on, and kcptun's kcp-go 5.6.1 has no
+    // OOB at all: it reads one as a KCP packet of another conv (bytes 0..4)
+    // and, when bytes 12..16 are zero, resets the session. A client with
+    // the extension on but FEC off facing such a server (neither FEC nor
+    // the extension) must send it only what kcpio sent before.
+    let cc = config(true);
+    let sc = Config::builder()
+        .preset(Preset::Fast3)
+        .crypto(Method::Aes128Gcm, Key::passphrase("datagrams"))
+        .build()
+        .unwrap();
+    let (mut client, mut server) = pair(8, &cc, &sc);
+    assert_eq!(client.max_datagram_payload(), 0);
+    assert!(matches!(
+        client.send_datagram(&[0; 16]),
+        Err(kcpio::ConnError::DatagramsUnsupported)
+    ));
+    let [up, _] = pump(&mut client, &mut server, &cc, 400, true);
+    assert!(!client.datagram_fec_negotiated());
+    assert!(
+        up.iter().all(|p| p.len() < 6 || p[4..6] != [0xF3, 0]),
+        "an OOB packet reached a peer without OOB"
+    );
+    assert!(up.iter().any(|p| probe_frgs(p).contains(&0xD1)));
+    assert_eq!(client.stats().oob_sent, 0);
 }
 
 #[test]
@@ -325,10 +355,10 @@ fn a_listener_with_the_extension_answers_a_kcp_go_client_in_kind() {
     assert!(!server.datagram_fec_negotiated());
     assert!(down.iter().all(|p| !is_extension(p)));
     assert!(down.iter().all(|p| probe_frgs(p).iter().all(|&f| f == 0)));
-    assert!(
-        client.stats().oob_received > 0,
-        "plain OOB reaches the kcp-go client"
-    );
+    // The client's OOB arrives; the listener, FEC off and never offered
+    // the extension, sends none (kcp-go's rule: OOB needs FEC).
+    assert!(server.stats().oob_received > 0);
+    assert_eq!(server.stats().oob_sent + client.stats().oob_received, 0);
 }
 
 #[test]
@@ -357,10 +387,10 @@ fn every_cipher_carries_the_extension() {
         let (cs, ss) = (client.stats(), server.stats());
         let (c, s) = (&cs.datagram_fec, &ss.datagram_fec);
         assert!(c.negotiated && s.negotiated, "{method:?}");
-        // 40 datagrams each way, none lost on this link; the client's first
-        // left before the answer came, as kcp-go's OOB.
+        // 40 datagrams each way, none lost on this link; the first of each,
+        // before the answer came, was refused (FEC off, not yet negotiated).
         let got = |st: &kcpio::SessionStats| st.datagram_fec.datagrams_in + st.oob_received;
-        assert_eq!((got(&cs), got(&ss)), (40, 40), "{method:?}");
+        assert_eq!((got(&cs), got(&ss)), (39, 39), "{method:?}");
         assert!(c.datagrams_in >= 39 && s.datagrams_in >= 39, "{method:?}");
         assert_eq!(c.malformed + s.malformed, 0, "{method:?}");
     }

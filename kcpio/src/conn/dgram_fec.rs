@@ -43,7 +43,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use super::datagram::DatagramQueue;
+use super::datagram::{DATAGRAM_QUEUE_BYTES, DatagramQueue};
 use crate::fec::codec::{ErasureCodec, VandermondeCodec};
 use crate::fec::{FLAG_OOB, grow_arena, read_u16, read_u32};
 
@@ -97,6 +97,10 @@ const PRIOR_LOSS: f64 = 0.03;
 const PRIOR_WEIGHT: f64 = 20.0;
 /// Shards over which the loss estimate halves its memory.
 const LOSS_HALF_LIFE: f64 = 2000.0;
+/// Reports fold into the loss model at most this often (a rebuild of the
+/// parity table costs tens of microseconds; reports come every
+/// [`REPORT_EVERY`]): a flood of reports costs no more than one.
+const MODEL_EVERY: Duration = Duration::from_millis(10);
 
 /// Counters and estimates of the datagram extension, in
 /// [`SessionStats::datagram_fec`](super::SessionStats::datagram_fec).
@@ -190,7 +194,9 @@ fn ms16(now: Duration) -> u16 {
 }
 
 /// A few Reed-Solomon codecs by shape, reused (a shape's matrix is built
-/// once; a new shape evicts round robin).
+/// once; a new shape evicts round robin). Made for decoding: a shape's
+/// parity tables are built by its first encode, never for a shape only a
+/// peer chose.
 #[derive(Default)]
 struct Codecs {
     list: Vec<(usize, usize, VandermondeCodec)>,
@@ -204,7 +210,7 @@ impl Codecs {
         let i = match self.list.iter().position(|(a, b, _)| *a == k && *b == m) {
             Some(i) => i,
             None => {
-                let c = VandermondeCodec::new(k, m)?;
+                let c = VandermondeCodec::for_decoding(k, m)?;
                 if self.list.len() < Self::CAP {
                     self.list.push((k, m, c));
                     self.list.len() - 1
@@ -231,6 +237,8 @@ struct LossModel {
     burst: f64,
     /// Parity for a group of `k` data shards, index `k`.
     table: [u8; MAX_K + 1],
+    /// Updates folded in.
+    updates: u64,
 }
 
 impl LossModel {
@@ -242,13 +250,15 @@ impl LossModel {
             p: PRIOR_LOSS,
             burst: 1.0 / (1.0 - PRIOR_LOSS),
             table: [0; MAX_K + 1],
+            updates: 0,
         };
         m.rebuild(target, true);
         m
     }
 
-    fn update(&mut self, seen: u32, lost: u32, runs: u32, target: f64) {
-        let (seen, lost, runs) = (f64::from(seen), f64::from(lost), f64::from(runs));
+    fn update(&mut self, seen: u64, lost: u64, runs: u64, target: f64) {
+        self.updates += 1;
+        let (seen, lost, runs) = (seen as f64, lost as f64, runs as f64);
         let decay = 0.5f64.powf(seen / LOSS_HALF_LIFE);
         self.lost = self.lost * decay + lost;
         self.seen = self.seen * decay + seen;
@@ -357,6 +367,9 @@ pub(crate) struct DgramFec {
     /// trailer, IPv4 and UDP.
     wire_extra: usize,
     target: f64,
+    /// The largest datagram this side hands on (its own maximum payload,
+    /// whatever fragment size the peer uses).
+    max_datagram: usize,
     stats: DatagramFecStats,
     codecs: Codecs,
     // ---- sender
@@ -382,6 +395,18 @@ pub(crate) struct DgramFec {
     path_rate: f64,
     /// Reported counters last seen: received, lost, runs, bytes, clock.
     last_report: Option<[u32; 5]>,
+    /// When (this side's clock) the last report was taken.
+    last_report_at: Duration,
+    /// Wire bytes of data and parity sent, and the part of them reports
+    /// have claimed as received: a report never claims more than was sent.
+    tx_bytes: u64,
+    claimed_bytes: u64,
+    /// Data shards reports have claimed as received or lost.
+    claimed_shards: u64,
+    /// Reported shards seen, lost and loss runs not yet in the model, and
+    /// when the model last took them.
+    pending_loss: (u64, u64, u64),
+    model_at: Option<Duration>,
     delivered_rates: VecDeque<f64>,
     // ---- receiver
     highest: Option<u32>,
@@ -442,6 +467,7 @@ impl DgramFec {
             deadline,
             wire_extra: overhead + IP_UDP,
             target,
+            max_datagram: Self::max_payload(plain),
             stats: DatagramFecStats {
                 single_packet_payload: Self::fragment_payload(plain),
                 ..DatagramFecStats::default()
@@ -471,6 +497,12 @@ impl DgramFec {
             congested_until: Duration::ZERO,
             path_rate: 0.0,
             last_report: None,
+            last_report_at: Duration::ZERO,
+            tx_bytes: 0,
+            claimed_bytes: 0,
+            claimed_shards: 0,
+            pending_loss: (0, 0, 0),
+            model_at: None,
             delivered_rates: VecDeque::with_capacity(8),
             highest: None,
             delivered: vec![0; WINDOW as usize / 64],
@@ -511,9 +543,10 @@ impl DgramFec {
         self.stats.negotiated = true;
     }
 
-    /// The largest datagram payload for a plaintext of `plain` bytes.
+    /// The largest datagram payload for a plaintext of `plain` bytes (at
+    /// most what one queue holds).
     pub(crate) fn max_payload(plain: usize) -> usize {
-        Self::fragment_payload(plain) * MAX_FRAGMENTS
+        (Self::fragment_payload(plain) * MAX_FRAGMENTS).min(DATAGRAM_QUEUE_BYTES)
     }
 
     fn fragment_payload(plain: usize) -> usize {
@@ -622,6 +655,7 @@ impl DgramFec {
         out[PARITY_HDR..].copy_from_slice(row);
         self.group.pending = (idx + 1 < m).then_some((first, k, m, idx + 1, len));
         self.stats.parity_out += 1;
+        self.tx_bytes += (PARITY_HDR + len + self.wire_extra) as u64;
         Some(PARITY_HDR + len)
     }
 
@@ -641,12 +675,20 @@ impl DgramFec {
             Some(s) => s,
             None => {
                 let len = queue.front_len()?;
-                self.frag.resize(len.max(1), 0);
-                queue.pop_into(&mut self.frag)?;
                 let count = len.div_ceil(per).max(1);
                 if count > MAX_FRAGMENTS {
+                    queue.drop_front();
                     self.stats.malformed += 1;
                     return None;
+                }
+                if count == 1 {
+                    // One packet: straight from the queue into it.
+                    let dst = buf.get_mut(HDR + BODY_HDR..HDR + BODY_HDR + len)?;
+                    queue.pop_into(dst)?;
+                } else {
+                    // Fragments are cut from a staging copy.
+                    self.frag.resize(len, 0);
+                    queue.pop_into(&mut self.frag)?;
                 }
                 self.stats.datagrams_out += 1;
                 self.note_fresh(now);
@@ -655,7 +697,11 @@ impl DgramFec {
         };
         let from = idx * per;
         let piece_len = len.saturating_sub(from).min(per);
-        let piece = self.frag.get(from..from + piece_len)?;
+        let piece = if count == 1 {
+            None
+        } else {
+            Some(self.frag.get(from..from + piece_len)?)
+        };
         let seq = self.next_seq;
         if self.group.count == 0 {
             self.group.first = seq;
@@ -670,7 +716,9 @@ impl DgramFec {
         body[..2].copy_from_slice(&ms16(now).to_le_bytes());
         body[2] = frg;
         body[3..5].copy_from_slice(&(piece_len as u16).to_le_bytes());
-        body[BODY_HDR..].copy_from_slice(piece);
+        if let Some(piece) = piece {
+            body[BODY_HDR..].copy_from_slice(piece);
+        }
         // Into the group's arena, zero-padded to the stride.
         grow_arena(
             &mut self.tx_arena,
@@ -686,6 +734,7 @@ impl DgramFec {
         self.group.len = self.group.len.max(body_len);
         self.next_seq = seq.wrapping_add(1);
         self.stats.data_shards_out += 1;
+        self.tx_bytes += (HDR + body_len + self.wire_extra) as u64;
         self.frag_state = (idx + 1 < count).then_some((len, idx + 1, count, per));
         // The data rate, over windows of at least 50 ms.
         self.window_bytes += (HDR + body_len + self.wire_extra) as f64;
@@ -797,6 +846,7 @@ impl DgramFec {
         let queue = read_u16(body, 24).unwrap_or(0);
         self.stats.reports_in += 1;
         let Some(last) = self.last_report.replace(cur) else {
+            self.last_report_at = now;
             return true;
         };
         let d = |i: usize| cur[i].wrapping_sub(last[i]);
@@ -806,15 +856,39 @@ impl DgramFec {
             self.last_report = Some(last);
             return true;
         }
-        if recv + lost > 0 {
-            self.model
-                .update(recv + lost, lost, runs.min(lost), self.target);
+        // The peer cannot have received or missed more shards than this
+        // side sent, nor its clock run far ahead of ours (a report from the
+        // future would make every later one look old): such a report is
+        // forged (or bent) and refused.
+        let shards = u64::from(recv) + u64::from(lost);
+        let local = now.saturating_sub(self.last_report_at).as_secs_f64();
+        if shards > self.stats.data_shards_out - self.claimed_shards
+            || f64::from(dt) / 1000.0 > 2.0 * local + 1.0
+        {
+            self.last_report = Some(last);
+            return false;
         }
-        let secs = f64::from(dt) / 1000.0;
+        self.claimed_shards += shards;
+        // Nor received more bytes than were sent.
+        let bytes = u64::from(bytes).min(self.tx_bytes - self.claimed_bytes);
+        self.claimed_bytes += bytes;
+        let (s, l, r) = &mut self.pending_loss;
+        *s += shards;
+        *l += u64::from(lost);
+        *r += u64::from(runs.min(lost));
+        if *s > 0 && self.model_at.is_none_or(|t| now >= t + MODEL_EVERY) {
+            let (s, l, r) = std::mem::take(&mut self.pending_loss);
+            self.model.update(s, l, r, self.target);
+            self.model_at = Some(now);
+        }
+        // Over the peer's interval, or half this side's if longer (the
+        // peer's clock is its word only).
+        self.last_report_at = now;
+        let secs = (f64::from(dt) / 1000.0).max(local / 2.0);
         if secs >= 0.01 {
             // What reached the peer; what we sent was more by the loss,
             // which may sit before the bottleneck or after it.
-            let delivered = f64::from(bytes) / secs;
+            let delivered = bytes as f64 / secs;
             if self.delivered_rates.len() == 8 {
                 self.delivered_rates.pop_front();
             }
@@ -1122,6 +1196,15 @@ impl DgramFec {
         r.lens[idx] = payload.len() as u16;
         r.got |= 1 << idx;
         if r.got.count_ones() as usize == r.count {
+            r.got = 0;
+            let total: usize = r.lens[..r.count].iter().map(|&l| usize::from(l)).sum();
+            if total > self.max_datagram {
+                // Longer than this side's maximum (a peer with a larger
+                // mtu, or a forger): a caller's buffer of that size must
+                // fit every datagram.
+                self.stats.fragments_dropped += 1;
+                return;
+            }
             // Compact in place, then queue.
             let mut at = 0;
             for i in 0..r.count {
@@ -1129,7 +1212,6 @@ impl DgramFec {
                 r.buf.copy_within(i * STRIDE..i * STRIDE + l, at);
                 at += l;
             }
-            r.got = 0;
             let done = std::mem::take(&mut r.buf);
             if let Some(d) = done.get(..at) {
                 self.push(d, sink);
@@ -1341,5 +1423,206 @@ mod tests {
         let k12 = usize::from(m.table[12]);
         assert!((3..=5).contains(&k12), "{:?}", m.table);
         assert!(residual(12, k12, m.p, m.p, m.p) <= 2e-4);
+    }
+}
+
+#[cfg(test)]
+mod hostile {
+    use super::*;
+
+    const CONV: u32 = 7;
+    /// The plaintext room of a slot at the default mtu under `null`.
+    const PLAIN: usize = 1380;
+
+    fn fec() -> DgramFec {
+        let mut d = DgramFec::new(Duration::from_millis(15), 1e-4, 0, PLAIN);
+        d.set_negotiated();
+        d
+    }
+
+    fn data(seq: u32, frg: u8, payload: &[u8]) -> Vec<u8> {
+        let mut p = vec![0u8; HDR + BODY_HDR + payload.len()];
+        put_header(&mut p, seq, frg, TYPE_DATA, CONV);
+        p[HDR + 2] = frg;
+        p[HDR + 3..HDR + 5].copy_from_slice(&(payload.len() as u16).to_le_bytes());
+        p[HDR + BODY_HDR..].copy_from_slice(payload);
+        p
+    }
+
+    /// A report whose counters are `[received, lost, runs, after_fec,
+    /// bytes, clock]` and queueing delay 0.
+    fn report(fields: [u32; 6]) -> Vec<u8> {
+        let mut p = vec![0u8; REPORT_LEN];
+        put_header(&mut p, 0, 0, TYPE_REPORT, CONV);
+        for (i, f) in fields.iter().enumerate() {
+            p[HDR + 4 * i..HDR + 4 * i + 4].copy_from_slice(&f.to_le_bytes());
+        }
+        p
+    }
+
+    fn feed(d: &mut DgramFec, q: &mut DatagramQueue, now: Duration, p: &[u8]) -> bool {
+        let mut dropped = 0;
+        let mut sink = Sink {
+            queue: q,
+            now,
+            dropped: &mut dropped,
+        };
+        d.handle(p, &mut sink)
+    }
+
+    #[test]
+    fn a_reassembled_datagram_never_exceeds_the_advertised_maximum() {
+        // A peer (or a forger) cutting 16 fragments of the largest body
+        // the arena takes: more than this side's own maximum.
+        let mut d = fec();
+        let mut q = DatagramQueue::default();
+        let max = DgramFec::max_payload(PLAIN);
+        let piece = vec![0xA5u8; STRIDE - BODY_HDR];
+        assert!(16 * piece.len() > max);
+        for i in 0..16u8 {
+            let p = data(100 + u32::from(i), (15 << 4) | i, &piece);
+            assert!(feed(&mut d, &mut q, Duration::ZERO, &p));
+        }
+        if let Some(n) = q.front_len() {
+            assert!(
+                n <= max,
+                "a {n}-byte datagram beyond the {max}-byte maximum"
+            );
+        }
+        assert!(d.stats.fragments_dropped + d.stats.malformed >= 1);
+    }
+
+    /// Sends `n` 100-byte datagrams at `now`.
+    fn send(d: &mut DgramFec, n: usize, now: Duration) {
+        let mut q = DatagramQueue::default();
+        let mut buf = [0u8; PLAIN];
+        for _ in 0..n {
+            assert!(q.push_at(&[1; 100], now));
+            while d.poll_transmit(now, &mut buf, &mut q, CONV).is_some() {}
+        }
+    }
+
+    #[test]
+    fn a_report_claiming_more_than_was_sent_moves_neither_model_nor_budget() {
+        let mut d = fec();
+        let mut q = DatagramQueue::default();
+        send(&mut d, 10, Duration::ZERO);
+        let parity_for_one = d.model.table[1];
+        let t = Duration::from_millis(100);
+        assert!(feed(&mut d, &mut q, t, &report([0, 0, 0, 0, 0, 1000])));
+        // Ten shards sent; the report says 16 million lost (a parity
+        // storm: every datagram with 16 parity shards) and 4 GB received
+        // in 10 ms (pacing off).
+        let forged = report([10, (1 << 24) - 1, 1, 0, u32::MAX, 1010]);
+        let _ = feed(&mut d, &mut q, t, &forged);
+        assert_eq!(d.model.table[1], parity_for_one, "{:?}", d.model.table);
+        assert!(d.model.p <= PRIOR_LOSS, "{}", d.model.p);
+        // Bytes alone: never more than were sent (about 1.4 kB).
+        let forged = report([10, 0, 0, 0, u32::MAX, 1020]);
+        assert!(feed(&mut d, &mut q, t, &forged));
+        let budget = d.budget.unwrap_or(0.0);
+        assert!(budget <= 1e6, "a budget of {budget} B/s from 1.4 kB sent");
+    }
+
+    #[test]
+    fn a_flood_of_reports_rebuilds_the_loss_model_once_per_interval() {
+        let mut d = fec();
+        let mut q = DatagramQueue::default();
+        send(&mut d, 2000, Duration::ZERO);
+        let t = Duration::from_secs(1);
+        let before = d.model.updates;
+        for i in 0..1000u32 {
+            // Each consistent: one more shard received, the clock on by 1 ms.
+            assert!(feed(&mut d, &mut q, t, &report([i, 0, 0, 0, 0, i])));
+        }
+        let rebuilt = d.model.updates - before;
+        assert!(
+            rebuilt <= 1,
+            "{rebuilt} rebuilds for 1,000 reports at one instant"
+        );
+        // Later reports fold in what waited.
+        let next = t + MODEL_EVERY;
+        assert!(feed(
+            &mut d,
+            &mut q,
+            next,
+            &report([1000, 0, 0, 0, 0, 2000])
+        ));
+        assert_eq!(d.model.updates - before, 2);
+    }
+
+    #[test]
+    fn a_shape_only_the_peer_chose_builds_no_parity_tables() {
+        // Data shards 1 and 2 of a (3, 15) group, and parity row 0: shard
+        // 0 is rebuilt with a codec of a shape this side never encodes.
+        let mut d = fec();
+        let mut q = DatagramQueue::default();
+        let bodies: Vec<Vec<u8>> = (0..3u8)
+            .map(|i| data(500 + u32::from(i), 0, &[i; 40]))
+            .collect();
+        let mut arena = vec![0u8; 3 * STRIDE];
+        for (i, b) in bodies.iter().enumerate() {
+            arena[i * STRIDE..i * STRIDE + b.len() - HDR].copy_from_slice(&b[HDR..]);
+        }
+        let len = bodies[0].len() - HDR;
+        let mut parity = vec![0u8; 15 * STRIDE];
+        let mut enc = VandermondeCodec::for_decoding(3, 15).unwrap();
+        enc.encode(&arena, STRIDE, len, &mut parity).unwrap();
+        // The encode above built the shared tables; drop it so the shape
+        // (and its tables) leave the registry.
+        drop(enc);
+        for b in &bodies[1..] {
+            assert!(feed(&mut d, &mut q, Duration::ZERO, b));
+        }
+        let mut p = vec![0u8; PARITY_HDR + len];
+        put_header(&mut p, 500, 0, TYPE_PARITY, CONV);
+        p[HDR] = 3;
+        p[HDR + 1] = 15;
+        p[PARITY_HDR..].copy_from_slice(&parity[..len]);
+        assert!(feed(&mut d, &mut q, Duration::ZERO, &p));
+        assert_eq!(d.stats.recovered, 1);
+        let codec = d.codecs.get(3, 15).unwrap();
+        assert!(!codec.parity_tables_built());
+    }
+
+    #[test]
+    fn a_report_from_the_future_cannot_silence_the_later_ones() {
+        let mut d = fec();
+        let mut q = DatagramQueue::default();
+        send(&mut d, 100, Duration::ZERO);
+        let at = |ms| Duration::from_millis(ms);
+        assert!(feed(
+            &mut d,
+            &mut q,
+            at(100),
+            &report([0, 0, 0, 0, 0, 1000])
+        ));
+        // Consistent counters, the clock 2^30 ms on (12 days): refused.
+        let forged = report([5, 0, 0, 0, 500, 1000 + (1 << 30)]);
+        assert!(!feed(&mut d, &mut q, at(150), &forged));
+        // The peer's own next report is taken.
+        let before = d.model.updates;
+        assert!(feed(
+            &mut d,
+            &mut q,
+            at(200),
+            &report([10, 0, 0, 0, 1000, 1100])
+        ));
+        assert_eq!(d.model.updates, before + 1);
+    }
+
+    #[test]
+    fn a_one_packet_datagram_is_copied_once_from_queue_to_packet() {
+        let mut d = fec();
+        let mut q = DatagramQueue::default();
+        let mut buf = [0u8; PLAIN];
+        let payload: Vec<u8> = (0..200u8).collect();
+        assert!(q.push_at(&payload, Duration::ZERO));
+        let n = d
+            .poll_transmit(Duration::ZERO, &mut buf, &mut q, CONV)
+            .unwrap();
+        assert_eq!(&buf[HDR + BODY_HDR..n], &payload[..]);
+        // No staging copy: that is for datagrams cut into fragments.
+        assert_eq!(d.frag.capacity(), 0);
     }
 }

@@ -622,6 +622,15 @@ impl Conn {
         self.enc.is_some() || self.dx.is_some()
     }
 
+    /// Datagrams may leave: as kcp-go OOB packets, which need FEC on the
+    /// sending side (kcp-go's rule; kcptun's kcp-go 5.6.1 listener has no
+    /// OOB and reads one as a KCP packet of another conv, and, when its
+    /// bytes 12..16 are zero, closes the session for a new one), or under
+    /// the negotiated extension.
+    fn datagrams_sendable(&self) -> bool {
+        self.enc.is_some() || self.dx_on
+    }
+
     /// The plaintext room of one slot.
     fn plain_max(&self) -> usize {
         self.datagram.saturating_sub(self.overhead)
@@ -1333,14 +1342,14 @@ impl Conn {
     /// datagram is never longer than the session's largest KCP datagram.
     /// With the default mtu of 1400 that is 1368 bytes under a CFB-family
     /// cipher, 1360 under AES-GCM and 1388 without crypto. 0 when FEC is
-    /// off (datagrams unsupported) unless the FEC datagram extension is
-    /// on; once it is negotiated, 16 fragments of 1,353 bytes at the
+    /// off (datagrams unsupported) until the FEC datagram extension is
+    /// negotiated; once it is, 16 fragments of 1,353 bytes at the
     /// default mtu under AES-GCM (21,648; at most [`DATAGRAM_QUEUE_BYTES`]).
     #[must_use]
     pub fn max_datagram_payload(&self) -> usize {
         if self.dx_on {
             DgramFec::max_payload(self.plain_max()).min(DATAGRAM_QUEUE_BYTES)
-        } else if self.datagrams_supported() {
+        } else if self.datagrams_sendable() {
             // kcp-go's OOB packet: its 8-byte FEC header and the conv.
             self.plain_max().saturating_sub(fec::DATA_HEADER + 4)
         } else {
@@ -1357,7 +1366,8 @@ impl Conn {
     /// # Errors
     ///
     /// [`ConnError::DatagramsUnsupported`] when FEC is off (kcp-go's rule:
-    /// the packet reuses the FEC header), [`ConnError::DatagramTooLarge`]
+    /// the packet reuses the FEC header) and the FEC datagram extension is
+    /// not negotiated, [`ConnError::DatagramTooLarge`]
     /// beyond [`max_datagram_payload`](Self::max_datagram_payload),
     /// [`ConnError::WouldBlock`] while the send queue is full
     /// ([`DATAGRAM_QUEUE_LEN`] datagrams or [`DATAGRAM_QUEUE_BYTES`] bytes;
@@ -1369,7 +1379,7 @@ impl Conn {
         if let Some(e) = self.error {
             return Err(ConnError::Closed(e));
         }
-        if !self.datagrams_supported() {
+        if !self.datagrams_sendable() {
             return Err(ConnError::DatagramsUnsupported);
         }
         let max = self.max_datagram_payload();
@@ -1406,7 +1416,10 @@ impl Conn {
     ///
     /// [`ConnError::DatagramsUnsupported`] when FEC is off,
     /// [`ConnError::BufferTooSmall`] when `buf` is shorter than the
-    /// datagram (which stays queued; a buffer of 1488 bytes fits any),
+    /// datagram (which stays queued; a buffer of 1488 bytes fits any
+    /// kcp-go OOB datagram, and one of
+    /// [`max_datagram_payload`](Self::max_datagram_payload) bytes any of
+    /// the negotiated FEC datagram extension),
     /// [`ConnError::WouldBlock`] when none is queued,
     /// [`ConnError::Closed`] once the session failed and none is left.
     pub fn recv_datagram(&mut self, buf: &mut [u8]) -> Result<usize, ConnError> {
@@ -1440,7 +1453,7 @@ impl Conn {
         self.oob_out.has_room(self.max_datagram_payload())
             || self.dx_on
             || self.error.is_some()
-            || !self.datagrams_supported()
+            || !self.datagrams_sendable()
     }
 
     // -------------------------------------------------------------- state

@@ -322,6 +322,13 @@ impl VandermondeCodec {
         Arc::ptr_eq(&self.shape, &other.shape)
     }
 
+    /// The shape's parity tables exist (an encode, or [`new`](Self::new),
+    /// built them).
+    #[cfg(test)]
+    pub(crate) fn parity_tables_built(&self) -> bool {
+        self.shape.parity_tables.get().is_some()
+    }
+
     /// Codecs alive with this codec's shape (this one included).
     #[cfg(test)]
     pub(crate) fn shape_users(&self) -> usize {

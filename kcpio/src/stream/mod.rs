@@ -308,8 +308,8 @@ impl KcpStream {
 
     /// The largest payload [`send_datagram`](Self::send_datagram) takes:
     /// the KCP mtu minus 4 (kcp-go's `GetOOBMaxSize`), e.g. 1368 bytes with
-    /// the default mtu of 1400 and a CFB-family cipher; 0 when FEC is off.
-    /// With the FEC datagram extension
+    /// the default mtu of 1400 and a CFB-family cipher; 0 when FEC is off
+    /// (and the extension not negotiated). With the FEC datagram extension
     /// ([`ConfigBuilder::datagram_fec`](crate::ConfigBuilder::datagram_fec))
     /// negotiated (by the time `connect` or `accept` returns, between kcpio
     /// ends) datagrams are fragmented: 16 packets' worth, 21,648 bytes at
@@ -326,8 +326,8 @@ impl KcpStream {
     /// duplicated or reordered; the stream's reliability and order are not
     /// affected. Needs FEC on ([`ConfigBuilder::fec`](crate::ConfigBuilder::fec)),
     /// as in kcp-go, or the FEC datagram extension
-    /// ([`ConfigBuilder::datagram_fec`](crate::ConfigBuilder::datagram_fec)),
-    /// which between kcpio ends protects datagrams with adaptive FEC and
+    /// ([`ConfigBuilder::datagram_fec`](crate::ConfigBuilder::datagram_fec))
+    /// negotiated with a kcpio peer, which protects datagrams with adaptive FEC and
     /// never waits (a full queue drops its oldest, counted). Waits only while the session's send queue is full
     /// ([`DATAGRAM_QUEUE_LEN`](crate::conn::DATAGRAM_QUEUE_LEN) datagrams or
     /// [`DATAGRAM_QUEUE_BYTES`](crate::conn::DATAGRAM_QUEUE_BYTES) bytes,
@@ -336,7 +336,8 @@ impl KcpStream {
     ///
     /// # Errors
     ///
-    /// `Unsupported` when FEC is off; `InvalidInput` for a payload longer
+    /// `Unsupported` when FEC is off and the extension is not negotiated
+    /// (a kcp-go or kcptun peer); `InvalidInput` for a payload longer
     /// than [`max_datagram_payload`](Self::max_datagram_payload) (each with a
     /// [`ConnError`](crate::ConnError) source); `TimedOut` /
     /// `ConnectionReset` / `ConnectionAborted` when the session failed (with
