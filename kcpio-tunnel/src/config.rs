@@ -67,6 +67,7 @@ struct JsonConfig {
     sessionstreams: Option<usize>,
     maxdials: Option<usize>,
     dialtimeout: Option<u64>,
+    maxbuffer: Option<usize>,
 }
 
 /// Which end of the tunnel this process is.
@@ -113,7 +114,8 @@ pub struct Settings {
     /// The same with the other smux version (the server follows its client).
     pub mux_other: MuxConfig,
     /// Server: the bounds on streams, dials and the dial timeout
-    /// (`--maxstreams`, `--sessionstreams`, `--maxdials`, `--dialtimeout`).
+    /// (`--maxstreams`, `--sessionstreams`, `--maxdials`, `--dialtimeout`,
+    /// `--maxbuffer`).
     pub limits: crate::Limits,
     /// What the startup line says.
     pub summary: String,
@@ -200,6 +202,7 @@ pub(crate) fn resolve(cli: Cli) -> Result<Settings, String> {
             log => c.log, snmplog => c.snmplog, snmpperiod => c.snmpperiod,
             quiet => quiet, tcp => tcp, pprof => pprof,
             maxdials => c.maxdials, dialtimeout => c.dialtimeout,
+            maxbuffer => c.maxbuffer,
         );
         if let Some(n) = j.maxstreams {
             c.maxstreams = Some(n);
@@ -315,9 +318,15 @@ pub(crate) fn resolve(cli: Cli) -> Result<Settings, String> {
     let maxstreams = c
         .maxstreams
         .unwrap_or_else(crate::limits::default_max_streams);
-    if maxstreams == 0 || c.maxdials == 0 || c.dialtimeout == 0 {
-        return Err("--maxstreams, --maxdials and --dialtimeout must be positive".to_owned());
+    if maxstreams == 0 || c.maxdials == 0 || c.dialtimeout == 0 || c.maxbuffer == 0 {
+        return Err(
+            "--maxstreams, --maxdials, --dialtimeout and --maxbuffer must be positive".to_owned(),
+        );
     }
+    let max_buffer = c
+        .maxbuffer
+        .checked_mul(1 << 20)
+        .ok_or("--maxbuffer is too large")?;
     let limits = crate::Limits {
         max_streams: maxstreams,
         session_streams: c
@@ -327,6 +336,8 @@ pub(crate) fn resolve(cli: Cli) -> Result<Settings, String> {
         max_dials: c.maxdials,
         session_dials: (c.maxdials / 2).max(1),
         dial_timeout: Duration::from_secs(c.dialtimeout),
+        max_buffer,
+        client_buffer: max_buffer / 2,
     };
     let (local_name, peer_name) = match role {
         Role::Client => ("localaddr", "remoteaddr"),
