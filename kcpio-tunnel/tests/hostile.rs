@@ -14,7 +14,7 @@ use std::time::Duration;
 use kcpio::KcpSocket;
 use kcpio::mux::{Mux, MuxStream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::net::{TcpSocket, TcpStream};
 
 use kcpio_tunnel as tunnel;
 
@@ -38,9 +38,16 @@ async fn start(cmd: &str, log: &str) -> SocketAddr {
     addr
 }
 
-/// A target that sends `len` bytes on every connection, then closes.
+/// A target that sends `len` bytes on every connection, then closes. Its
+/// connections' send buffers are pinned at 64 KiB (accepted sockets inherit
+/// the listener's): hundreds of stalled connections with autotuned buffers
+/// run the host out of `tcp_mem`, and the kernel then resets connections
+/// that close with bytes unsent, the legitimate download's included.
 async fn download_server(len: usize) -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let s = TcpSocket::new_v4().unwrap();
+    s.set_send_buffer_size(64 * 1024).unwrap();
+    s.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let l = s.listen(1024).unwrap();
     let addr = l.local_addr().unwrap();
     tokio::spawn(async move {
         while let Ok((mut c, _)) = l.accept().await {
