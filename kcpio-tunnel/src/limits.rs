@@ -33,8 +33,9 @@ const RESERVED_FDS: usize = 128;
 
 /// `--maxbuffer`'s default, MiB: about 23 sessions sending flat out at
 /// once (each holds at most its smux session send buffer, 8 MiB by default,
-/// plus its KCP send queue, `2 × sndwnd` segments: 2.8 MB at kcptun's
-/// server window of 1024), so a normal kcptun workload never meets it.
+/// plus its KCP send queue, `2 ×` the send window in segments: 2.8 MB at
+/// kcptun's server window of 1024, 44 MB at a window grown to 16384), so a
+/// normal kcptun workload never meets it.
 pub(crate) const MAX_BUFFER_DEFAULT_MIB: usize = 256;
 /// How often a session whose forwarders hold budget checks how much of it
 /// its smux send buffer and KCP send queue still hold, and gives back the
