@@ -505,6 +505,55 @@ impl Drop for ChargeGuard {
 mod tests {
     use super::*;
 
+    /// Bytes stay charged while the session holds them, a reservation waits
+    /// while the client's share is spent, and what the session no longer
+    /// holds is given back.
+    #[tokio::test(start_paused = true)]
+    async fn the_budget_is_charged_until_the_session_lets_go() {
+        let limits = Limits {
+            max_buffer: 1 << 20,
+            client_buffer: 256 << 10,
+            ..Limits::default()
+        };
+        let gate = Arc::new(Gate::new(limits, 1000));
+        let share = gate.client("127.0.0.2".parse().unwrap());
+        let held = Arc::new(AtomicUsize::new(0));
+        let h = Arc::clone(&held);
+        let account = Charge::start(
+            Arc::clone(&gate),
+            share,
+            Log::open("", true).unwrap(),
+            move || h.load(Ordering::Relaxed),
+        );
+        let charge = account.charge();
+        for _ in 0..4 {
+            let r = charge.reserve(64 << 10).await.unwrap();
+            held.fetch_add(60 << 10, Ordering::Relaxed);
+            r.commit(60 << 10);
+        }
+        tokio::time::sleep(SETTLE_PERIOD * 3).await;
+        assert_eq!(gate.buffer_charged(), 240 << 10);
+        // 16 KiB of the share left: a 64 KiB reservation waits.
+        let waited = tokio::time::timeout(SETTLE_PERIOD * 5, charge.reserve(64 << 10))
+            .await
+            .is_err();
+        assert!(waited, "reserved past the client's share");
+        assert_eq!(gate.buffer_waits(), 1);
+        // The session sends most of it: the budget comes back.
+        held.store(40 << 10, Ordering::Relaxed);
+        let r = tokio::time::timeout(SETTLE_PERIOD * 5, charge.reserve(64 << 10))
+            .await
+            .expect("the budget was not given back")
+            .unwrap();
+        drop(r);
+        assert_eq!(gate.buffer_charged(), 40 << 10);
+        // The session ends: everything is given back.
+        drop(account);
+        drop(charge);
+        tokio::time::sleep(SETTLE_PERIOD * 2).await;
+        assert_eq!(gate.buffer_charged(), 0);
+    }
+
     #[test]
     fn the_descriptor_limit_sets_the_default_stream_limit() {
         let t = "Limit                     Soft Limit           Hard Limit           Units     \n\
