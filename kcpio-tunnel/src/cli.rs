@@ -218,6 +218,9 @@ pub(crate) struct Common {
     /// kcpio only, server: seconds a stream may wait for a dial slot and its dial to the target together
     #[arg(long, default_value_t = 10)]
     pub(crate) dialtimeout: u64,
+    /// kcpio only, server: MiB read from the target that the sessions may hold toward their clients at once (smux send buffers and KCP send queues), all sessions together; one client (source address) may hold half. Forwarders stop reading their targets while it is spent
+    #[arg(long, default_value_t = crate::limits::MAX_BUFFER_DEFAULT_MIB)]
+    pub(crate) maxbuffer: usize,
     /// kcpio only: congestion controller (model is an alias of bbr) [default: bbr; with --mode manual, --nc decides]
     #[arg(long, value_enum)]
     pub(crate) congestion: Option<CongestionArg>,

@@ -181,7 +181,7 @@ pub(crate) async fn run_client(
             stats.streams_opened.fetch_add(1, Ordering::Relaxed);
             stats.streams_open.fetch_add(1, Ordering::Relaxed);
             log.stream(format!("stream opened in: {from} out: {remote}({sid})"));
-            let r = forward(Conn::Tcp(conn), stream, closewait, &stats).await;
+            let r = forward(Conn::Tcp(conn), stream, closewait, &stats, None).await;
             stats.streams_open.fetch_sub(1, Ordering::Relaxed);
             log_close(&log, from, remote, sid, r);
         });

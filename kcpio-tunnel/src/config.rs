@@ -70,6 +70,7 @@ struct JsonConfig {
     udp: Option<bool>,
     udpflows: Option<usize>,
     udpidle: Option<u64>,
+    maxbuffer: Option<usize>,
 }
 
 /// Which end of the tunnel this process is.
@@ -116,7 +117,8 @@ pub struct Settings {
     /// The same with the other smux version (the server follows its client).
     pub mux_other: MuxConfig,
     /// Server: the bounds on streams, dials and the dial timeout
-    /// (`--maxstreams`, `--sessionstreams`, `--maxdials`, `--dialtimeout`).
+    /// (`--maxstreams`, `--sessionstreams`, `--maxdials`, `--dialtimeout`,
+    /// `--maxbuffer`).
     pub limits: crate::Limits,
     /// The UDP mode (`--udp`, `--udpflows`, `--udpidle`).
     pub udp: UdpSettings,
@@ -219,6 +221,7 @@ pub(crate) fn resolve(cli: Cli) -> Result<Settings, String> {
             quiet => quiet, tcp => tcp, pprof => pprof,
             maxdials => c.maxdials, dialtimeout => c.dialtimeout,
             udp => udp, udpflows => c.udpflows, udpidle => c.udpidle,
+            maxbuffer => c.maxbuffer,
         );
         if let Some(n) = j.maxstreams {
             c.maxstreams = Some(n);
@@ -353,9 +356,15 @@ pub(crate) fn resolve(cli: Cli) -> Result<Settings, String> {
     let maxstreams = c
         .maxstreams
         .unwrap_or_else(crate::limits::default_max_streams);
-    if maxstreams == 0 || c.maxdials == 0 || c.dialtimeout == 0 {
-        return Err("--maxstreams, --maxdials and --dialtimeout must be positive".to_owned());
+    if maxstreams == 0 || c.maxdials == 0 || c.dialtimeout == 0 || c.maxbuffer == 0 {
+        return Err(
+            "--maxstreams, --maxdials, --dialtimeout and --maxbuffer must be positive".to_owned(),
+        );
     }
+    let max_buffer = c
+        .maxbuffer
+        .checked_mul(1 << 20)
+        .ok_or("--maxbuffer is too large")?;
     let limits = crate::Limits {
         max_streams: maxstreams,
         session_streams: c
@@ -365,6 +374,8 @@ pub(crate) fn resolve(cli: Cli) -> Result<Settings, String> {
         max_dials: c.maxdials,
         session_dials: (c.maxdials / 2).max(1),
         dial_timeout: Duration::from_secs(c.dialtimeout),
+        max_buffer,
+        client_buffer: max_buffer / 2,
     };
     let (local_name, peer_name) = match role {
         Role::Client => ("localaddr", "remoteaddr"),

@@ -13,6 +13,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_util::io::poll_read_buf;
 
+use crate::limits::Charge;
 use crate::stats::Stats;
 
 /// The most one read of a forwarded connection takes. The buffer exists
@@ -31,23 +32,47 @@ pub(crate) const COPY_BUF: usize = 64 * 1024;
 /// discarded bytes its application wrote) is counted in `tcp_errors`: the
 /// stream still ends with a FIN, because smux has no reset frame, so the
 /// far end sees an end of stream, not an error (kcptun does the same).
+///
+/// With a `budget` (the server), what is read from `conn` is charged to it
+/// and nothing is read while it is spent.
 pub(crate) async fn forward(
     conn: Conn,
     stream: MuxStream,
     closewait: Duration,
     stats: &Stats,
+    budget: Option<&Charge>,
 ) -> io::Result<(u64, u64)> {
     match conn {
         Conn::Tcp(tcp) => {
             let _ = tcp.set_nodelay(true);
             let (r, w) = tcp.into_split();
-            halves(r, w, stream, closewait, stats).await
+            halves(r, w, stream, closewait, stats, budget).await
         }
         #[cfg(unix)]
         Conn::Unix(unix) => {
             let (r, w) = unix.into_split();
-            halves(r, w, stream, closewait, stats).await
+            halves(r, w, stream, closewait, stats, budget).await
         }
+    }
+}
+
+/// A source whose readiness can be awaited without reading from it, so a
+/// forwarder takes budget only once there is something to read.
+pub(crate) trait Ready {
+    /// Waits until a read would not block (data, EOF or an error).
+    fn ready(&self) -> impl Future<Output = io::Result<()>> + Send;
+}
+
+impl Ready for tokio::net::tcp::OwnedReadHalf {
+    async fn ready(&self) -> io::Result<()> {
+        self.readable().await
+    }
+}
+
+#[cfg(unix)]
+impl Ready for tokio::net::unix::OwnedReadHalf {
+    async fn ready(&self) -> io::Result<()> {
+        self.readable().await
     }
 }
 
@@ -80,14 +105,15 @@ pub(crate) async fn dial(target: &str) -> io::Result<Conn> {
 
 /// [`forward`] over a connection's two halves.
 async fn halves(
-    tr: impl AsyncRead + Unpin,
+    tr: impl AsyncRead + Ready + Unpin,
     tw: impl AsyncWrite + Unpin,
     stream: MuxStream,
     closewait: Duration,
     stats: &Stats,
+    budget: Option<&Charge>,
 ) -> io::Result<(u64, u64)> {
     let (sr, sw) = stream.into_split();
-    let up = pipe_in(tr, sw, &stats.tcp_in, &stats.tcp_errors);
+    let up = pipe_in(tr, sw, &stats.tcp_in, &stats.tcp_errors, budget);
     let down = pipe(sr, tw, &stats.tcp_out, &stats.tcp_errors);
     tokio::pin!(up, down);
     let wait = |first: io::Result<u64>| async move {
@@ -127,19 +153,40 @@ async fn read_lazy(
     buf: &mut BytesMut,
     limit: usize,
 ) -> io::Result<usize> {
-    std::future::poll_fn(|cx| {
-        buf.clear();
-        buf.reserve(limit);
-        let mut room = BufMut::limit(&mut *buf, limit);
-        match poll_read_buf(Pin::new(&mut *from), cx, &mut room) {
-            Poll::Pending => {
-                *buf = BytesMut::new();
-                Poll::Pending
-            }
-            ready => ready,
-        }
+    std::future::poll_fn(|cx| poll_lazy(from, buf, limit, cx)).await
+}
+
+/// [`read_lazy`] if `from` has something now, else `None` (a readiness
+/// that turned out spurious).
+async fn read_now(
+    from: &mut (impl AsyncRead + Unpin),
+    buf: &mut BytesMut,
+    limit: usize,
+) -> io::Result<Option<usize>> {
+    std::future::poll_fn(|cx| match poll_lazy(from, buf, limit, cx) {
+        Poll::Pending => Poll::Ready(Ok(None)),
+        Poll::Ready(r) => Poll::Ready(r.map(Some)),
     })
     .await
+}
+
+/// One poll of [`read_lazy`].
+fn poll_lazy(
+    from: &mut (impl AsyncRead + Unpin),
+    buf: &mut BytesMut,
+    limit: usize,
+    cx: &mut std::task::Context<'_>,
+) -> Poll<io::Result<usize>> {
+    buf.clear();
+    buf.reserve(limit);
+    let mut room = BufMut::limit(&mut *buf, limit);
+    match poll_read_buf(Pin::new(&mut *from), cx, &mut room) {
+        Poll::Pending => {
+            *buf = BytesMut::new();
+            Poll::Pending
+        }
+        ready => ready,
+    }
 }
 
 /// `r`, with a failure counted in `errors`.
@@ -176,12 +223,15 @@ async fn pipe(
 /// [`pipe`] the other way, from a TCP connection into a stream: reads from
 /// `from` only what the stream can take at once, so when the peer stops
 /// reading, this stops reading `from` (which pushes back on the TCP sender)
-/// and holds no buffer.
+/// and holds no buffer. With a `budget`, it waits for `from` to be
+/// readable, then for as much budget as it means to read, and reads no
+/// more than that.
 async fn pipe_in(
-    mut from: impl AsyncRead + Unpin,
+    mut from: impl AsyncRead + Ready + Unpin,
     mut to: OwnedWriteHalf,
     counter: &AtomicU64,
     tcp_errors: &AtomicU64,
+    budget: Option<&Charge>,
 ) -> io::Result<u64> {
     let mut buf = BytesMut::new();
     let mut total = 0u64;
@@ -195,15 +245,29 @@ async fn pipe_in(
             r
         })
         .await?;
-        let n = counted(
-            read_lazy(&mut from, &mut buf, room.min(COPY_BUF)).await,
-            tcp_errors,
-        )?;
+        let want = room.min(COPY_BUF);
+        let (n, reserved) = match budget {
+            None => (
+                counted(read_lazy(&mut from, &mut buf, want).await, tcp_errors)?,
+                None,
+            ),
+            Some(b) => {
+                counted(from.ready().await, tcp_errors)?;
+                let r = b.reserve(want).await?;
+                match counted(read_now(&mut from, &mut buf, r.bytes()).await, tcp_errors)? {
+                    Some(n) => (n, Some(r)),
+                    None => continue,
+                }
+            }
+        };
         if n == 0 {
             to.shutdown().await?;
             return Ok(total);
         }
         to.write_all(&buf[..n]).await?;
+        if let Some(r) = reserved {
+            r.commit(n);
+        }
         total += n as u64;
         counter.fetch_add(n as u64, Ordering::Relaxed);
     }

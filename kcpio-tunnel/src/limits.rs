@@ -1,19 +1,21 @@
 //! The server's bounds on what its clients' streams cost: forwarded streams
-//! (each a descriptor), dials in flight, a dial timeout, and a back-off when
-//! the target refuses or stalls, each shared fairly between clients (a
-//! client is a source address: its sessions share one share).
+//! (each a descriptor), dials in flight, a dial timeout, a back-off when
+//! the target refuses or stalls, and a budget of bytes the sessions hold
+//! toward their clients, each shared fairly between clients (a client is a
+//! source address: its sessions share one share).
 
 use std::collections::HashMap;
 use std::io;
 use std::net::IpAddr;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use crate::forward::{Conn, dial};
+use crate::log::Log;
 use crate::stats::Stats;
 
 /// The first back-off after a failed dial; it doubles with each further
@@ -28,6 +30,19 @@ const MAX_STREAMS_DEFAULT: usize = 8192;
 /// Descriptors left to the process itself (sockets, log, the tunnel's own)
 /// below the descriptor limit.
 const RESERVED_FDS: usize = 128;
+
+/// `--maxbuffer`'s default, MiB: about 23 sessions sending flat out at
+/// once (each holds at most its smux session send buffer, 8 MiB by default,
+/// plus its KCP send queue, `2 ×` the send window in segments: 2.8 MB at
+/// kcptun's server window of 1024, 44 MB at a window grown to 16384), so a
+/// normal kcptun workload never meets it.
+pub(crate) const MAX_BUFFER_DEFAULT_MIB: usize = 256;
+/// How often a session whose forwarders hold budget checks how much of it
+/// its smux send buffer and KCP send queue still hold, and gives back the
+/// rest.
+const SETTLE_PERIOD: Duration = Duration::from_millis(20);
+/// At most one "budget reached" log line per this long.
+const FULL_LOG_PERIOD: Duration = Duration::from_secs(10);
 
 /// `--maxstreams`'s default: the soft descriptor limit (`ulimit -n`, read
 /// from `/proc/self/limits`) less [`RESERVED_FDS`], at least 1, at most
@@ -55,7 +70,7 @@ fn soft_nofile(limits: &str) -> Option<usize> {
 }
 
 /// The limits as configured (see `--maxstreams`, `--sessionstreams`,
-/// `--maxdials`, `--dialtimeout`).
+/// `--maxdials`, `--dialtimeout`, `--maxbuffer`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
     /// Streams forwarded at once, all sessions together (each holds one
@@ -70,6 +85,13 @@ pub struct Limits {
     pub session_dials: usize,
     /// How long a stream may wait for a dial slot and its dial together.
     pub dial_timeout: Duration,
+    /// Bytes read from the target that the sessions may hold toward their
+    /// clients at once (smux send buffers and KCP send queues), all
+    /// sessions together: a forwarder stops reading its target while it is
+    /// spent.
+    pub max_buffer: usize,
+    /// Of those, the most one client may hold (half).
+    pub client_buffer: usize,
 }
 
 impl Default for Limits {
@@ -80,6 +102,8 @@ impl Default for Limits {
             max_dials: 128,
             session_dials: 64,
             dial_timeout: Duration::from_secs(10),
+            max_buffer: MAX_BUFFER_DEFAULT_MIB << 20,
+            client_buffer: MAX_BUFFER_DEFAULT_MIB << 19,
         }
     }
 }
@@ -89,6 +113,16 @@ pub(crate) struct Gate {
     limits: Limits,
     streams: Arc<Semaphore>,
     dials: Arc<Semaphore>,
+    /// The buffer budget, one permit a byte.
+    buffer: Arc<Semaphore>,
+    /// Reservations that had to wait for budget (the client's or the
+    /// process's).
+    buffer_waits: AtomicU64,
+    /// When "budget reached" was last logged.
+    full_logged: Mutex<Option<Instant>>,
+    /// The KCP sessions' segment payload (mtu less the 24-byte header): a
+    /// queued segment counts as this many bytes held.
+    mss: usize,
     backoff: Mutex<Backoff>,
     /// Each client address's share, while one of its sessions lives.
     clients: Mutex<Clients>,
@@ -113,6 +147,7 @@ struct Backoff {
 pub(crate) struct SessionGate {
     streams: Arc<Semaphore>,
     dials: Arc<Semaphore>,
+    buffer: Arc<Semaphore>,
 }
 
 /// The slots a forwarded stream holds until it ends.
@@ -131,10 +166,15 @@ pub(crate) enum Refused {
 }
 
 impl Gate {
-    pub(crate) fn new(limits: Limits) -> Self {
+    /// The gate for `limits`, with KCP segments of `mss` payload bytes.
+    pub(crate) fn new(limits: Limits, mss: usize) -> Self {
         Self {
             streams: Arc::new(Semaphore::new(limits.max_streams)),
             dials: Arc::new(Semaphore::new(limits.max_dials)),
+            buffer: Arc::new(Semaphore::new(limits.max_buffer)),
+            buffer_waits: AtomicU64::new(0),
+            full_logged: Mutex::new(None),
+            mss,
             limits,
             backoff: Mutex::new(Backoff::default()),
             clients: Mutex::new(Clients::default()),
@@ -152,6 +192,7 @@ impl Gate {
         let share = Arc::new(SessionGate {
             streams: Arc::new(Semaphore::new(self.limits.session_streams)),
             dials: Arc::new(Semaphore::new(self.limits.session_dials)),
+            buffer: Arc::new(Semaphore::new(self.limits.client_buffer)),
         });
         c.shares.insert(ip, Arc::downgrade(&share));
         if c.shares.len() > c.prune_at {
@@ -169,6 +210,52 @@ impl Gate {
     /// Dials in flight.
     pub(crate) fn dials_in_flight(&self) -> usize {
         self.limits.max_dials - self.dials.available_permits()
+    }
+
+    /// Bytes of the buffer budget charged now (reserved by forwarders, or
+    /// read and still held by a session), all sessions together.
+    pub(crate) fn buffer_charged(&self) -> usize {
+        self.limits.max_buffer - self.buffer.available_permits()
+    }
+
+    /// The buffer budget, bytes.
+    pub(crate) const fn max_buffer(&self) -> usize {
+        self.limits.max_buffer
+    }
+
+    /// Reservations that waited for budget.
+    pub(crate) fn buffer_waits(&self) -> u64 {
+        self.buffer_waits.load(Ordering::Relaxed)
+    }
+
+    /// The KCP segment payload a queued segment counts for.
+    pub(crate) const fn mss(&self) -> usize {
+        self.mss
+    }
+
+    /// Counts a reservation that must wait, and logs it (at most once per
+    /// [`FULL_LOG_PERIOD`]).
+    fn note_full(&self, log: &Log, client: bool) {
+        self.buffer_waits.fetch_add(1, Ordering::Relaxed);
+        let now = Instant::now();
+        let mut last = self
+            .full_logged
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if last.is_none_or(|t| now.duration_since(t) >= FULL_LOG_PERIOD) {
+            *last = Some(now);
+            drop(last);
+            log.line(format!(
+                "buffer budget reached ({} of {} B{}): forwarders wait before reading their targets",
+                self.buffer_charged(),
+                self.limits.max_buffer,
+                if client {
+                    format!(", one client's share of {} B", self.limits.client_buffer)
+                } else {
+                    String::new()
+                }
+            ));
+        }
     }
 
     /// Takes a stream slot for a new stream of `session` at once, or says
@@ -243,9 +330,229 @@ impl Gate {
     }
 }
 
+/// One session's account with the buffer budget: what its forwarders read
+/// from the target and wrote into the session, charged to the client's
+/// share and the process's budget until the session no longer holds it
+/// (neither in its smux send buffer nor in its KCP send queue).
+pub(crate) struct Charge {
+    gate: Arc<Gate>,
+    share: Arc<SessionGate>,
+    log: Log,
+    /// Bytes written into the session and not yet given back.
+    charged: AtomicUsize,
+    /// Something was charged, or the session ended.
+    news: Notify,
+    ended: AtomicBool,
+}
+
+/// Budget reserved for one read; given back on drop unless
+/// [`commit`](Self::commit)ted.
+pub(crate) struct Reserved<'a> {
+    charge: &'a Charge,
+    bytes: usize,
+}
+
+/// Ends a [`Charge`]'s settling task when the session's task ends.
+pub(crate) struct ChargeGuard(Arc<Charge>);
+
+impl Charge {
+    /// The account of a new session of the client `share`, with a task
+    /// that gives budget back as `held()` (what the session holds toward
+    /// its client now) falls; the task ends when the guard is dropped.
+    pub(crate) fn start(
+        gate: Arc<Gate>,
+        share: Arc<SessionGate>,
+        log: Log,
+        held: impl Fn() -> usize + Send + 'static,
+    ) -> ChargeGuard {
+        let c = Arc::new(Self {
+            gate,
+            share,
+            log,
+            charged: AtomicUsize::new(0),
+            news: Notify::new(),
+            ended: AtomicBool::new(false),
+        });
+        tokio::spawn(Arc::clone(&c).settle(held));
+        ChargeGuard(c)
+    }
+
+    /// The most one reservation may ask for (a client's share, at most).
+    pub(crate) fn max_reserve(&self) -> usize {
+        self.gate
+            .limits
+            .client_buffer
+            .min(self.gate.limits.max_buffer)
+    }
+
+    /// Waits until `want` bytes (at most [`max_reserve`](Self::max_reserve))
+    /// of the client's share and of the process's budget are free, and
+    /// takes them.
+    ///
+    /// # Errors
+    ///
+    /// Never in practice: the semaphores are never closed.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: what was taken is given back.
+    pub(crate) async fn reserve(&self, want: usize) -> io::Result<Reserved<'_>> {
+        let want = want.min(self.max_reserve());
+        let n = u32::try_from(want).map_err(io::Error::other)?;
+        let closed = |_| io::Error::other("closed");
+        let s = match Arc::clone(&self.share.buffer).try_acquire_many_owned(n) {
+            Ok(p) => p,
+            Err(_) => {
+                self.gate.note_full(&self.log, true);
+                Arc::clone(&self.share.buffer)
+                    .acquire_many_owned(n)
+                    .await
+                    .map_err(closed)?
+            }
+        };
+        let g = match Arc::clone(&self.gate.buffer).try_acquire_many_owned(n) {
+            Ok(p) => p,
+            Err(_) => {
+                self.gate.note_full(&self.log, false);
+                Arc::clone(&self.gate.buffer)
+                    .acquire_many_owned(n)
+                    .await
+                    .map_err(closed)?
+            }
+        };
+        s.forget();
+        g.forget();
+        Ok(Reserved {
+            charge: self,
+            bytes: want,
+        })
+    }
+
+    fn give_back(&self, n: usize) {
+        if n > 0 {
+            self.share.buffer.add_permits(n);
+            self.gate.buffer.add_permits(n);
+        }
+    }
+
+    /// Gives back, every [`SETTLE_PERIOD`] while something is charged,
+    /// what the session no longer holds; ends with the session.
+    async fn settle(self: Arc<Self>, held: impl Fn() -> usize) {
+        while !self.ended.load(Ordering::Acquire) {
+            if self.charged.load(Ordering::Acquire) == 0 {
+                self.news.notified().await;
+                continue;
+            }
+            tokio::time::sleep(SETTLE_PERIOD).await;
+            let held = held();
+            let charged = self.charged.load(Ordering::Acquire);
+            if charged > held {
+                // Only commits add meanwhile: no underflow.
+                self.charged.fetch_sub(charged - held, Ordering::AcqRel);
+                self.give_back(charged - held);
+            }
+        }
+    }
+}
+
+impl Reserved<'_> {
+    /// The bytes reserved.
+    pub(crate) const fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// `used` of the reserved bytes were written into the session: they
+    /// stay charged until the session no longer holds them; the rest is
+    /// given back now.
+    pub(crate) fn commit(mut self, used: usize) {
+        let used = used.min(self.bytes);
+        let c = self.charge;
+        c.charged.fetch_add(used, Ordering::AcqRel);
+        c.give_back(self.bytes - used);
+        self.bytes = 0;
+        c.news.notify_one();
+    }
+}
+
+impl Drop for Reserved<'_> {
+    fn drop(&mut self) {
+        self.charge.give_back(self.bytes);
+    }
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        let left = *self.charged.get_mut();
+        self.give_back(left);
+    }
+}
+
+impl ChargeGuard {
+    /// The account, for the session's forwarders.
+    pub(crate) fn charge(&self) -> Arc<Charge> {
+        Arc::clone(&self.0)
+    }
+}
+
+impl Drop for ChargeGuard {
+    fn drop(&mut self) {
+        self.0.ended.store(true, Ordering::Release);
+        self.0.news.notify_one();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Bytes stay charged while the session holds them, a reservation waits
+    /// while the client's share is spent, and what the session no longer
+    /// holds is given back.
+    #[tokio::test(start_paused = true)]
+    async fn the_budget_is_charged_until_the_session_lets_go() {
+        let limits = Limits {
+            max_buffer: 1 << 20,
+            client_buffer: 256 << 10,
+            ..Limits::default()
+        };
+        let gate = Arc::new(Gate::new(limits, 1000));
+        let share = gate.client("127.0.0.2".parse().unwrap());
+        let held = Arc::new(AtomicUsize::new(0));
+        let h = Arc::clone(&held);
+        let account = Charge::start(
+            Arc::clone(&gate),
+            share,
+            Log::open("", true).unwrap(),
+            move || h.load(Ordering::Relaxed),
+        );
+        let charge = account.charge();
+        for _ in 0..4 {
+            let r = charge.reserve(64 << 10).await.unwrap();
+            held.fetch_add(60 << 10, Ordering::Relaxed);
+            r.commit(60 << 10);
+        }
+        tokio::time::sleep(SETTLE_PERIOD * 3).await;
+        assert_eq!(gate.buffer_charged(), 240 << 10);
+        // 16 KiB of the share left: a 64 KiB reservation waits.
+        let waited = tokio::time::timeout(SETTLE_PERIOD * 5, charge.reserve(64 << 10))
+            .await
+            .is_err();
+        assert!(waited, "reserved past the client's share");
+        assert_eq!(gate.buffer_waits(), 1);
+        // The session sends most of it: the budget comes back.
+        held.store(40 << 10, Ordering::Relaxed);
+        let r = tokio::time::timeout(SETTLE_PERIOD * 5, charge.reserve(64 << 10))
+            .await
+            .expect("the budget was not given back")
+            .unwrap();
+        drop(r);
+        assert_eq!(gate.buffer_charged(), 40 << 10);
+        // The session ends: everything is given back.
+        drop(account);
+        drop(charge);
+        tokio::time::sleep(SETTLE_PERIOD * 2).await;
+        assert_eq!(gate.buffer_charged(), 0);
+    }
 
     #[test]
     fn the_descriptor_limit_sets_the_default_stream_limit() {

@@ -11,12 +11,14 @@ use kcpio::mux::Mux;
 use crate::config::Settings;
 use crate::detect::detect;
 use crate::forward::forward;
-use crate::limits::{Gate, Refused};
+use crate::limits::{Charge, Gate, Refused};
 use crate::log::{Log, log_close};
 use crate::stats::{Metered, Stats};
 
 /// How long a new server session may stay silent before it is dropped.
 const FIRST_BYTES_TIMEOUT: Duration = Duration::from_secs(60);
+/// A KCP segment's header: what the mtu holds besides the payload.
+const KCP_HEADER: usize = 24;
 
 /// Serves the sessions of every listener (one per port of `-l`'s range)
 /// until one fails to accept.
@@ -26,7 +28,8 @@ pub(crate) async fn run_server(
     stats: Arc<Stats>,
     log: Log,
 ) -> io::Result<()> {
-    let gate = Arc::new(Gate::new(settings.limits));
+    let mss = settings.kcp.kcp_mtu().saturating_sub(KCP_HEADER);
+    let gate = Arc::new(Gate::new(settings.limits, mss));
     stats.watch_gate(Arc::clone(&gate));
     let settings = Arc::new(settings);
     let mut set = tokio::task::JoinSet::new();
@@ -63,6 +66,7 @@ async fn accept_loop(
         let log = log.clone();
         let gate = Arc::clone(&gate);
         tokio::spawn(async move {
+            let kcp_stats = session.stats_handle();
             let metered = Metered::new(session, Arc::clone(&stats));
             let detected = tokio::time::timeout(FIRST_BYTES_TIMEOUT, detect(metered)).await;
             let (io, d) = match detected {
@@ -85,6 +89,17 @@ async fn accept_loop(
             let mux = Arc::new(Mux::server(io, mux_config));
             stats.watch_mux(&mux);
             let share = gate.client(from.ip());
+            // What this session holds toward its client: its smux send
+            // buffer and its KCP send queue (whole segments).
+            let held = {
+                let mux = Arc::downgrade(&mux);
+                let mss = gate.mss();
+                move || {
+                    mux.upgrade().map_or(0, |m| m.send_buffered())
+                        + kcp_stats.stats().map_or(0, |s| s.wait_snd * mss)
+                }
+            };
+            let account = Charge::start(Arc::clone(&gate), Arc::clone(&share), log.clone(), held);
             loop {
                 let stream = match mux.accept_stream().await {
                     Ok(s) => s,
@@ -108,6 +123,7 @@ async fn accept_loop(
                 let log = log.clone();
                 let gate = Arc::clone(&gate);
                 let share = Arc::clone(&share);
+                let charge = account.charge();
                 tokio::spawn(async move {
                     let _slot = slot;
                     let sid = stream.id();
@@ -124,7 +140,8 @@ async fn accept_loop(
                         "stream opened in: {from}({sid}) out: {}",
                         settings.peer
                     ));
-                    let r = forward(target, stream, settings.closewait, &stats).await;
+                    let r =
+                        forward(target, stream, settings.closewait, &stats, Some(&charge)).await;
                     stats.streams_open.fetch_sub(1, Ordering::Relaxed);
                     log_close(
                         &log,

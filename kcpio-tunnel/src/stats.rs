@@ -64,12 +64,19 @@ pub(crate) struct LimitStats {
     pub(crate) mux_refused: u64,
     pub(crate) streams_in_use: usize,
     pub(crate) dials_in_flight: usize,
+    /// The buffer budget: bytes charged (all sessions), what the sessions
+    /// hold toward their clients (smux out plus KCP send queues, whole
+    /// segments), the budget, and how often a forwarder waited for it.
+    pub(crate) budget_charged: usize,
+    pub(crate) budget_held: usize,
+    pub(crate) budget: usize,
+    pub(crate) budget_waits: u64,
 }
 
 impl Stats {
     /// What an operator would call activity: sessions, streams, TCP bytes
     /// and rejected datagrams (keepalives alone do not count).
-    fn activity(&self) -> [u64; 18] {
+    fn activity(&self) -> [u64; 19] {
         let l = self.limits();
         let udp = self.udp.get().map_or([0; 4], |u| u.activity());
         [
@@ -77,6 +84,7 @@ impl Stats {
             udp[1],
             udp[2],
             udp[3],
+            l.budget_charged as u64,
             l.mux_buffered as u64,
             l.mux_send_buffered as u64,
             l.streams_in_use as u64,
@@ -167,9 +175,20 @@ impl Stats {
             l.mux_send_buffered += m.send_buffered();
             l.mux_refused += m.stats().refused_streams;
         }
+        drop(muxes);
         if let Some(g) = self.gate.get() {
             l.streams_in_use = g.streams_in_use();
             l.dials_in_flight = g.dials_in_flight();
+            l.budget_charged = g.buffer_charged();
+            l.budget = g.max_buffer();
+            l.budget_waits = g.buffer_waits();
+            let kcp = self.kcp.lock().unwrap_or_else(PoisonError::into_inner);
+            let segments: usize = kcp
+                .iter()
+                .filter_map(StatsHandle::stats)
+                .map(|s| s.wait_snd)
+                .sum();
+            l.budget_held = l.mux_send_buffered + segments * g.mss();
         }
         l
     }
@@ -193,6 +212,8 @@ impl Stats {
             ),
             None => String::new(),
         };
+        // `limits_line` reads the sessions' queues too.
+        drop(kcp);
         format!(
             "stats: sessions {} open / {} total, streams {} open / {} total, \
              tcp in {} B out {} B ({} connections reset), kcp stream in {} B out {} B, \
@@ -229,7 +250,9 @@ impl Stats {
         format!(
             ", limits: streams {} forwarded, {} refused (slots), {} refused (dial back-off), \
              {} refused by smux; dials {} in flight, {} failed ({} timed out); \
-             smux buffered {} B in, {} B out",
+             smux buffered {} B in, {} B out; \
+             buffer budget {} B charged of {} B, {} B held (smux out and KCP send queues), \
+             reached {} times",
             l.streams_in_use,
             self.streams_refused.load(Ordering::Relaxed),
             self.streams_backed_off.load(Ordering::Relaxed),
@@ -239,6 +262,10 @@ impl Stats {
             self.dials_timed_out.load(Ordering::Relaxed),
             l.mux_buffered,
             l.mux_send_buffered,
+            l.budget_charged,
+            l.budget,
+            l.budget_held,
+            l.budget_waits,
         )
     }
 }

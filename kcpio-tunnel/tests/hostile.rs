@@ -14,7 +14,7 @@ use std::time::Duration;
 use kcpio::KcpSocket;
 use kcpio::mux::{Mux, MuxStream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::net::{TcpSocket, TcpStream};
 
 use kcpio_tunnel as tunnel;
 
@@ -38,9 +38,16 @@ async fn start(cmd: &str, log: &str) -> SocketAddr {
     addr
 }
 
-/// A target that sends `len` bytes on every connection, then closes.
+/// A target that sends `len` bytes on every connection, then closes. Its
+/// connections' send buffers are pinned at 64 KiB (accepted sockets inherit
+/// the listener's): hundreds of stalled connections with autotuned buffers
+/// run the host out of `tcp_mem`, and the kernel then resets connections
+/// that close with bytes unsent, the legitimate download's included.
 async fn download_server(len: usize) -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let s = TcpSocket::new_v4().unwrap();
+    s.set_send_buffer_size(64 * 1024).unwrap();
+    s.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let l = s.listen(1024).unwrap();
     let addr = l.local_addr().unwrap();
     tokio::spawn(async move {
         while let Ok((mut c, _)) = l.accept().await {
@@ -309,6 +316,95 @@ async fn target_that_never_accepts_times_out_and_frees_the_slots() {
         assert_eq!((l[0], l[3]), (0, 0), "slots still taken: {l:?}");
         drop(fillers);
         drop(stuck);
+        let _ = std::fs::remove_file(&log);
+    })
+    .await
+    .expect("timed out");
+}
+
+/// The buffer budget part of the last stats line: (bytes charged, the
+/// budget, bytes the sessions hold toward their clients, times reached).
+fn last_budget(text: &str) -> Option<[u64; 4]> {
+    let line = text.lines().rev().find(|l| l.contains("buffer budget "))?;
+    let part = &line[line.find("buffer budget ")?..];
+    let nums: Vec<u64> = part
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|w| !w.is_empty())
+        .take(4)
+        .map(|w| w.parse().ok())
+        .collect::<Option<_>>()?;
+    nums.try_into().ok()
+}
+
+/// Many sessions from one address, each with streams that never read what
+/// the target sends: every session stays under its own bounds, so only the
+/// process-wide buffer budget (`--maxbuffer 16`: 16 MiB, 8 MiB a client)
+/// keeps what they hold together in check. What the server's sessions hold
+/// (smux send buffers and KCP send queues) stays within the budget, and a
+/// client at another address still gets its download.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_sessions_of_slow_readers_stay_within_the_buffer_budget() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        const BUDGET: u64 = 16 << 20;
+        const DOWNLOAD: usize = 8 * 1024 * 1024;
+        let target = download_server(DOWNLOAD).await;
+        let log = scratch("budget.log");
+        let server = start(
+            &format!(
+                "t server -l 127.0.0.1:0 -t {target} --quiet --snmpperiod 1 --maxstreams 4096 \
+                 --maxbuffer 16"
+            ),
+            log.to_str().unwrap(),
+        )
+        .await;
+        let entry = start(
+            &format!("t client -l 127.0.0.1:0 -r {server} --quiet --snmpperiod 0"),
+            "",
+        )
+        .await;
+        let mut sessions = Vec::new();
+        let mut held = Vec::new();
+        for _ in 0..40 {
+            let s = attacker(server).await;
+            for _ in 0..20 {
+                held.push(s.open_stream().await.unwrap());
+            }
+            sessions.push(s);
+        }
+        let l = wait_stats(&log, Duration::from_secs(30), |l| l[0] >= 800).await;
+        assert_eq!(l[0], 800, "not every stream was forwarded: {l:?}");
+        // Give the target time to push: the bound must hold at rest.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let text = std::fs::read_to_string(&log).unwrap();
+        let [charged, budget, at_rest, reached] = last_budget(&text).expect("no budget figures");
+        eprintln!(
+            "800 slow readers on 40 sessions: {at_rest} B held, {charged} B charged of {budget} B, \
+             reached {reached} times"
+        );
+        // Whole KCP segments and smux frame headers on top of the bytes
+        // charged: a little over the attacker's half.
+        assert!(
+            at_rest <= BUDGET / 2 + BUDGET / 8,
+            "the sessions hold {at_rest} B, the budget is {BUDGET} B"
+        );
+        assert_eq!(budget, BUDGET);
+        assert!(charged <= BUDGET, "{charged} B charged");
+        assert!(reached > 0, "the budget was never reached");
+
+        let mut c = TcpStream::connect(entry).await.unwrap();
+        let mut got = 0usize;
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let n = c.read(&mut buf).await.unwrap();
+            if n == 0 {
+                break;
+            }
+            assert!(buf[..n].iter().all(|&b| b == 0x5a));
+            got += n;
+        }
+        assert_eq!(got, DOWNLOAD);
+        drop(held);
+        drop(sessions);
         let _ = std::fs::remove_file(&log);
     })
     .await
