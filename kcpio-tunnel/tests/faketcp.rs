@@ -412,6 +412,18 @@ fn transfer(
             invalid.contains("packets 0 "),
             "the strict firewall (timeouts {idle} s) found invalid packets: {invalid}\n{fw}"
         );
+        // The router's conntrack still holds the flow as a proper TCP
+        // connection after the idle gap: established and assured.
+        let ct = net.exec(
+            &net.r,
+            "conntrack",
+            &["-L", "-p", "tcp", "--dport", "29900"],
+        );
+        assert!(
+            ct.lines()
+                .any(|l| l.contains("ESTABLISHED") && l.contains("[ASSURED]")),
+            "the strict firewall holds no established, assured entry for the flow:\n{ct}"
+        );
     }
     cli.stop();
     srv.stop();
