@@ -224,7 +224,7 @@ pub(crate) struct Common {
     /// kcpio only: congestion controller (model is an alias of bbr) [default: bbr; with --mode manual, --nc decides]
     #[arg(long, value_enum)]
     pub(crate) congestion: Option<CongestionArg>,
-    /// kcpio only: carry UDP instead of TCP. The client listens on UDP -l and gives each source address a flow; the server sends each flow to UDP -t from a socket of its own. All flows of a client cross one session as datagrams (needs FEC: --datashard above 0)
+    /// kcpio only: carry UDP instead of TCP. The client listens on UDP -l and gives each source address a flow; the server sends each flow to UDP -t from a socket of its own. All flows of a client cross one session as FEC-protected datagrams whose parity adapts to the loss (negotiated: both ends must be kcpio with --udp). --datashard/--parityshard only frame the session's stream (its keepalive probes here); 0 is fine, but both ends must agree
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub(crate) udp: Option<bool>,
     /// kcpio only, --udp: the most flows at once (client: source addresses; server: per session, and --maxstreams over all sessions, each flow holding a descriptor). Datagrams of a new flow beyond it are dropped and counted
@@ -233,6 +233,9 @@ pub(crate) struct Common {
     /// kcpio only, --udp: seconds without a datagram either way after which a flow expires (its server socket closes); the next datagram from that source opens a new flow
     #[arg(long, default_value_t = 180)]
     pub(crate) udpidle: u64,
+    /// kcpio only, --udp: the datagram FEC group deadline in ms (1..=1000), about the most delay a datagram rebuilt from parity gets; lower spends more parity on bursty traffic
+    #[arg(long, default_value_t = 15)]
+    pub(crate) udpdeadline: u64,
     /// kcpio only: windows grow from --sndwnd/--rcvwnd up to this many segments as the path needs, at most about 2 x maxwnd x mtu bytes each way per session; 0 keeps them fixed, as kcptun [default: 16384 with the model controller, else 0]
     #[arg(long)]
     pub(crate) maxwnd: Option<u16>,

@@ -71,6 +71,7 @@ struct JsonConfig {
     udpflows: Option<usize>,
     udpidle: Option<u64>,
     maxbuffer: Option<usize>,
+    udpdeadline: Option<u64>,
 }
 
 /// Which end of the tunnel this process is.
@@ -138,6 +139,13 @@ pub struct UdpSettings {
     pub flows: usize,
     /// How long a flow may go without a datagram (`--udpidle`).
     pub idle: Duration,
+    /// The datagram FEC group deadline (`--udpdeadline`): about the most
+    /// delay a rebuilt datagram gets.
+    pub deadline: Duration,
+    /// Whether the session's stream is FEC-framed (`--datashard` above 0):
+    /// then datagrams cross even a peer that did not negotiate datagram
+    /// FEC, as kcp-go's unprotected OOB packets.
+    pub stream_fec: bool,
 }
 
 macro_rules! over {
@@ -222,6 +230,7 @@ pub(crate) fn resolve(cli: Cli) -> Result<Settings, String> {
             maxdials => c.maxdials, dialtimeout => c.dialtimeout,
             udp => udp, udpflows => c.udpflows, udpidle => c.udpidle,
             maxbuffer => c.maxbuffer,
+            udpdeadline => c.udpdeadline,
         );
         if let Some(n) = j.maxstreams {
             c.maxstreams = Some(n);
@@ -265,12 +274,6 @@ pub(crate) fn resolve(cli: Cli) -> Result<Settings, String> {
     if udp {
         if c.udpflows == 0 || c.udpidle == 0 {
             return Err("--udpflows and --udpidle must be positive".to_owned());
-        }
-        if c.datashard == 0 {
-            return Err(
-                "--udp: kcpio carries datagrams only with FEC on: --datashard must be above 0"
-                    .to_owned(),
-            );
         }
         if role == Role::Server {
             let t = HostPorts::parse(&peer).map_err(|e| format!("--target {peer}: {e}"))?;
@@ -336,6 +339,10 @@ pub(crate) fn resolve(cli: Cli) -> Result<Settings, String> {
         .rate_limit(c.ratelimit)
         .socket_buffers(c.sockbuf, c.sockbuf)
         .carrier(if tcp { Carrier::FakeTcp } else { Carrier::Udp })
+        // --udp: datagrams carry their own adaptive parity (negotiated, so
+        // only between kcpio ends); the TCP mode's wire stays kcptun's.
+        .datagram_fec(udp)
+        .datagram_fec_deadline(Duration::from_millis(c.udpdeadline))
         .build()
         .map_err(|e| format!("{}: {e}", kcp_flag(&e.to_string())))?;
     let mux_config = |version| {
@@ -389,8 +396,8 @@ pub(crate) fn resolve(cli: Cli) -> Result<Settings, String> {
     };
     let udp_summary = if udp {
         format!(
-            ", udp: true, udpflows: {}, udpidle: {}",
-            c.udpflows, c.udpidle
+            ", udp: true, udpflows: {}, udpidle: {}, udpdeadline: {}",
+            c.udpflows, c.udpidle, c.udpdeadline
         )
     } else {
         String::new()
@@ -439,6 +446,8 @@ pub(crate) fn resolve(cli: Cli) -> Result<Settings, String> {
             enabled: udp,
             flows: c.udpflows,
             idle: Duration::from_secs(c.udpidle),
+            deadline: Duration::from_millis(c.udpdeadline),
+            stream_fec: c.datashard > 0,
         },
         summary,
         warnings,
@@ -459,6 +468,7 @@ fn kcp_flag(e: &str) -> &'static str {
     let e = e.to_ascii_lowercase();
     [
         ("mtu", "--mtu"),
+        ("datagram_fec_deadline", "--udpdeadline"),
         ("fec", "--datashard/--parityshard"),
         ("shard", "--datashard/--parityshard"),
         ("key", "--key"),

@@ -291,6 +291,7 @@ fn shipped_configs_parse() {
         .unwrap();
         assert!(u.udp.enabled, "{file}");
         assert_eq!((u.udp.flows, u.udp.idle.as_secs()), (1024, 180), "{file}");
+        assert_eq!(u.udp.deadline, Duration::from_millis(15), "{file}");
     }
     for unit in ["kcpio-tunnel-client.service", "kcpio-tunnel-server.service"] {
         let text = std::fs::read_to_string(dir.join(unit)).unwrap();

@@ -15,8 +15,8 @@ use kcpio::KcpStream;
 use tokio::net::UdpSocket;
 
 use super::{
-    DropReason, FlowCounters, HEADER_LEN, MAX_FLOW_ID, MAX_UDP, Seen, UdpStats, Window,
-    parse_header, put_header, wireguard_mtu,
+    DropReason, FlowCounters, HEADER_LEN, MAX_FLOW_ID, MAX_UDP, Seen, UdpStats, WIREGUARD_OVERHEAD,
+    Window, parse_header, put_header, wireguard_mtu,
 };
 use crate::config::{HostPorts, Settings};
 use crate::log::Log;
@@ -151,11 +151,12 @@ pub(crate) async fn run_udp_client(
     loop {
         let kcp = connect(&local, &remote, &settings, &udp, &log, &mut up).await;
         let max = kcp.max_datagram_payload();
-        report_mtu(&log, max);
+        report_mtu(&log, &kcp);
         // The server numbers each flow afresh on a new session.
         flows.restart(&udp);
         udp.sessions_opened.fetch_add(1, Ordering::Relaxed);
         stats.watch_session(&kcp);
+        udp.watch_session(&kcp);
         loop {
             tokio::select! {
                 r = local.recv_from(&mut up[HEADER_LEN..]) => {
@@ -204,6 +205,7 @@ pub(crate) async fn run_udp_client(
             }
         }
         stats.unwatch_session(&kcp);
+        udp.unwatch_session(&kcp);
     }
 }
 
@@ -279,10 +281,18 @@ async fn connect(
             }
         };
         match r {
-            Ok(kcp) if kcp.max_datagram_payload() > HEADER_LEN => return kcp,
+            // Negotiated: the extension's own parity. Not (a server without
+            // --udp, or not kcpio): kcp-go's plain OOB, which only a
+            // session with stream FEC carries.
+            Ok(kcp)
+                if kcp.stats().datagram_fec.negotiated
+                    || (settings.udp.stream_fec && kcp.max_datagram_payload() > HEADER_LEN) =>
+            {
+                return kcp;
+            }
             Ok(_) => log.line(
-                "udp: this session carries no datagrams (kcpio needs FEC on for them: \
-                 --datashard above 0); retrying",
+                "udp: the server did not negotiate FEC datagrams (not a kcpio server with \
+                 --udp?) and --datashard is 0: this session carries no datagrams; retrying",
             ),
             Err(e) => log.line(format!("re-connecting: {e}")),
         }
@@ -304,16 +314,39 @@ async fn connect(
 }
 
 /// The start line of a session: what it carries and the WireGuard MTU.
-pub(crate) fn report_mtu(log: &Log, max_datagram: usize) {
-    let payload = max_datagram.saturating_sub(HEADER_LEN);
-    let wg = wireguard_mtu(max_datagram);
-    let warn = if wg < 1280 {
+///
+/// The MTU is what one packet carries unfragmented (the extension's
+/// `single_packet_payload`), less the 8-byte flow header and WireGuard's
+/// 32 bytes: larger datagrams cross too, cut into fragments, but a lost
+/// fragment then costs the whole datagram.
+pub(crate) fn report_mtu(log: &Log, kcp: &KcpStream) {
+    let fec = kcp.stats().datagram_fec;
+    let max = kcp.max_datagram_payload().saturating_sub(HEADER_LEN);
+    if !fec.negotiated {
+        let wg = wireguard_mtu(kcp.max_datagram_payload());
+        log.line(format!(
+            "udp: the peer did not negotiate FEC datagrams: datagrams of up to {max} B \
+             cross this session unprotected (kcp-go OOB); for WireGuard through it set \
+             MTU = {wg}{}",
+            below_ipv6_minimum(wg)
+        ));
+        return;
+    }
+    let one = fec.single_packet_payload;
+    let wg = wireguard_mtu(one);
+    log.line(format!(
+        "udp: FEC datagrams of up to {max} B cross this session, {} B in one packet; \
+         for WireGuard through it set MTU = {wg} ({one} B of one packet less the \
+         {HEADER_LEN}-byte flow header and WireGuard's {WIREGUARD_OVERHEAD} bytes){}",
+        one.saturating_sub(HEADER_LEN),
+        below_ipv6_minimum(wg)
+    ));
+}
+
+fn below_ipv6_minimum(wg: usize) -> &'static str {
+    if wg < 1280 {
         " (below 1280, WireGuard's IPv6 minimum: raise --mtu)"
     } else {
         ""
-    };
-    log.line(format!(
-        "udp: datagrams of up to {payload} B cross this session; \
-         for WireGuard through it set MTU = {wg}{warn}"
-    ));
+    }
 }

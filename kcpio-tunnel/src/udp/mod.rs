@@ -48,6 +48,8 @@ pub(crate) mod server;
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
 
 /// Bytes of the flow header.
 pub const HEADER_LEN: usize = 8;
@@ -247,9 +249,36 @@ pub struct UdpStats {
     /// session was replaced: their "lost".
     pub lost: AtomicU64,
     dropped: [AtomicU64; DropReason::ALL.len()],
+    /// The live sessions carrying flows (one on a client).
+    sessions: Mutex<Vec<kcpio::StatsHandle>>,
 }
 
 impl UdpStats {
+    /// The library's counters of the live sessions carrying flows, their
+    /// FEC datagrams' among them (`SessionStats::datagram_fec`).
+    #[must_use]
+    pub fn sessions(&self) -> Vec<kcpio::SessionStats> {
+        self.lock_sessions()
+            .iter()
+            .filter_map(kcpio::StatsHandle::stats)
+            .collect()
+    }
+
+    /// A session now carries flows.
+    pub(crate) fn watch_session(&self, kcp: &kcpio::KcpStream) {
+        self.lock_sessions().push(kcp.stats_handle());
+    }
+
+    /// A session [`watch_session`](Self::watch_session) named ended.
+    pub(crate) fn unwatch_session(&self, kcp: &kcpio::KcpStream) {
+        let conv = kcp.conv();
+        self.lock_sessions().retain(|h| h.conv() != conv);
+    }
+
+    fn lock_sessions(&self) -> std::sync::MutexGuard<'_, Vec<kcpio::StatsHandle>> {
+        self.sessions.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Counts one datagram dropped for `why`.
     pub(crate) fn count_drop(&self, why: DropReason) {
         self.dropped[why as usize].fetch_add(1, Ordering::Relaxed);
@@ -352,18 +381,49 @@ impl FlowCounters {
 }
 
 /// The datagram part of the stats line, summed over the live sessions
-/// from the library's counters. kcpio's datagrams are becoming
-/// FEC-protected; once its `SessionStats` reports datagrams recovered, lost
-/// after recovery, the redundancy in use and the delay recovery adds, they
-/// are summed and printed here.
+/// from the library's counters: datagrams the sessions sent and received,
+/// and with FEC datagrams (`SessionStats::datagram_fec`) the data shards
+/// rebuilt from parity, those lost even after it, the parity per data
+/// shard in use (the largest over the sessions) and the delay rebuilding
+/// added (mean and largest over the rebuilt ones).
 pub(crate) fn session_datagram_line(sessions: impl Iterator<Item = kcpio::SessionStats>) -> String {
     let (mut sent, mut received, mut dropped) = (0, 0, 0);
+    let (mut fec_sessions, mut recovered, mut lost, mut overload) = (0u64, 0, 0, 0);
+    let (mut redundancy, mut delay_sum, mut delay_max) = (0f64, Duration::ZERO, Duration::ZERO);
     for s in sessions {
+        let f = &s.datagram_fec;
+        if f.negotiated {
+            fec_sessions += 1;
+            sent += f.datagrams_out;
+            received += f.datagrams_in;
+            recovered += f.recovered;
+            lost += f.lost_after_fec;
+            overload += f.dropped_overload;
+            redundancy = redundancy.max(f.redundancy);
+            delay_sum += f.added_delay_sum;
+            delay_max = delay_max.max(f.added_delay_max);
+        }
         sent += s.oob_sent;
         received += s.oob_received;
         dropped += s.oob_dropped;
     }
-    format!("session datagrams sent {sent} received {received} dropped by the session {dropped}")
+    let mut line = format!(
+        "session datagrams sent {sent} received {received} dropped by the session {dropped}"
+    );
+    if fec_sessions > 0 {
+        let mean = u32::try_from(recovered)
+            .ok()
+            .filter(|&n| n > 0)
+            .map_or(Duration::ZERO, |n| delay_sum / n);
+        let _ = write!(
+            line,
+            ", fec: recovered {recovered}, lost after fec {lost}, dropped for the rate {overload}, \
+             redundancy {redundancy:.2}, added delay mean {:.1} ms max {:.1} ms",
+            mean.as_secs_f64() * 1e3,
+            delay_max.as_secs_f64() * 1e3,
+        );
+    }
+    line
 }
 
 #[cfg(test)]

@@ -121,8 +121,9 @@ async fn serve_session(kcp: KcpStream, from: SocketAddr, shared: Arc<Shared>) {
     };
     let kcp = Arc::new(kcp);
     log.line(format!("{from}: udp session opened, flows go to {target}"));
-    report_mtu(log, kcp.max_datagram_payload());
+    report_mtu(log, &kcp);
     shared.stats.watch_session(&kcp);
+    udp.watch_session(&kcp);
     udp.sessions_opened.fetch_add(1, Ordering::Relaxed);
     let mut flows: HashMap<u32, Flow> = HashMap::new();
     let mut buf = vec![0u8; HEADER_LEN + MAX_UDP];
@@ -191,6 +192,7 @@ async fn serve_session(kcp: KcpStream, from: SocketAddr, shared: Arc<Shared>) {
         close_flow(*id, f, &from, "closed with its session", &shared);
     }
     shared.stats.unwatch_session(&kcp);
+    udp.unwatch_session(&kcp);
 }
 
 /// Opens flow `id`'s socket toward `target` and its reader; `None` when

@@ -1376,6 +1376,20 @@ impl Conn {
     /// counted in [`DatagramFecStats::dropped_overload`]),
     /// [`ConnError::Closed`] once the session failed.
     pub fn send_datagram(&mut self, payload: &[u8]) -> Result<(), ConnError> {
+        self.send_datagram_at(self.now, payload)
+    }
+
+    /// [`send_datagram`](Self::send_datagram) at `now`: the datagram's
+    /// queueing time, from which the FEC datagram extension's stale rule
+    /// (dropped after twice the group deadline unsent) counts. A caller
+    /// between events (a handle on another task) passes the clock's time,
+    /// as the session's own last `now` may be long past on an idle session.
+    ///
+    /// # Errors
+    ///
+    /// As [`send_datagram`](Self::send_datagram).
+    pub fn send_datagram_at(&mut self, now: Duration, payload: &[u8]) -> Result<(), ConnError> {
+        self.advance(now);
         if let Some(e) = self.error {
             return Err(ConnError::Closed(e));
         }

@@ -145,6 +145,7 @@ impl Driver {
             inbox: Mutex::new(Inbox::default()),
             counters: stats::Counters::default(),
             accept,
+            epoch: now,
         });
         Ok(Self {
             shared,

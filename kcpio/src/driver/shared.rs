@@ -178,6 +178,11 @@ impl SessionShared {
         verdict.map_err(io::Error::from)
     }
 
+    /// The driver's clock now, for calls that stamp what they queue.
+    pub(crate) fn now(&self) -> Duration {
+        self.driver.now()
+    }
+
     /// Reads the session's `Conn` (stats, error).
     pub(crate) fn with_conn<T>(&self, f: impl FnOnce(&Conn) -> T) -> T {
         f(&lock(&self.state).conn)
@@ -222,6 +227,15 @@ pub(crate) struct DriverShared {
     pub(crate) inbox: Mutex<Inbox>,
     pub(crate) counters: Counters,
     pub(crate) accept: Arc<Accept>,
+    /// The driver's clock's epoch, for handles that stamp what they queue.
+    pub(crate) epoch: tokio::time::Instant,
+}
+
+impl DriverShared {
+    /// The driver's clock: time since its epoch.
+    pub(crate) fn now(&self) -> Duration {
+        tokio::time::Instant::now().saturating_duration_since(self.epoch)
+    }
 }
 
 impl fmt::Debug for DriverShared {

@@ -370,7 +370,9 @@ impl KcpStream {
     /// `WouldBlock` while the send queue is full, else as
     /// [`send_datagram`](Self::send_datagram).
     pub fn try_send_datagram(&self, payload: &[u8]) -> io::Result<()> {
-        self.session().try_call(|c| c.send_datagram(payload))
+        let now = self.session().now();
+        self.session()
+            .try_call(|c| c.send_datagram_at(now, payload))
     }
 
     /// Receives the next unreliable datagram (sent by the peer's
@@ -497,7 +499,10 @@ pub(crate) fn poll_send_datagram(
     cx: &mut Context<'_>,
     payload: &[u8],
 ) -> Poll<io::Result<()>> {
-    s.poll_call(cx, Side::DatagramWrite, |c| c.send_datagram(payload))
+    let now = s.now();
+    s.poll_call(cx, Side::DatagramWrite, |c| {
+        c.send_datagram_at(now, payload)
+    })
 }
 
 pub(crate) fn poll_recv_datagram(

@@ -226,7 +226,10 @@ impl OwnedWriteHalf {
     ///
     /// As [`KcpStream::try_send_datagram`].
     pub fn try_send_datagram(&self, payload: &[u8]) -> io::Result<()> {
-        self.inner.session.try_call(|c| c.send_datagram(payload))
+        let now = self.inner.session.now();
+        self.inner
+            .session
+            .try_call(|c| c.send_datagram_at(now, payload))
     }
 }
 
