@@ -67,6 +67,22 @@ async fn download_server(len: usize) -> SocketAddr {
     addr
 }
 
+/// Downloads through the tunnel entry `entry` to the end, checking every
+/// byte is the download server's; returns how many arrived.
+async fn download(entry: SocketAddr) -> usize {
+    let mut c = TcpStream::connect(entry).await.unwrap();
+    let mut got = 0usize;
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = c.read(&mut buf).await.unwrap();
+        if n == 0 {
+            return got;
+        }
+        assert!(buf[..n].iter().all(|&b| b == 0x5a));
+        got += n;
+    }
+}
+
 /// An attacker's session from 127.0.0.2 (the legitimate clients use
 /// 127.0.0.1, another client to the server): the key and mode of a
 /// default client, its own KCP session and smux client, streams it opens
@@ -158,18 +174,7 @@ async fn open_flood_and_slow_readers_leave_a_legitimate_download_alone() {
         );
 
         // The legitimate client, on its own session, downloads everything.
-        let mut c = TcpStream::connect(entry).await.unwrap();
-        let mut got = 0usize;
-        let mut buf = vec![0u8; 64 * 1024];
-        loop {
-            let n = c.read(&mut buf).await.unwrap();
-            if n == 0 {
-                break;
-            }
-            assert!(buf[..n].iter().all(|&b| b == 0x5a));
-            got += n;
-        }
-        assert_eq!(got, DOWNLOAD);
+        assert_eq!(download(entry).await, DOWNLOAD);
 
         let after = wait_stats(&log, Duration::from_secs(5), |_| false).await;
         let refused = flood.stats();
@@ -217,10 +222,7 @@ async fn sessions_from_one_address_share_one_clients_slots() {
         }
         let l = wait_stats(&log, Duration::from_secs(20), |l| l[0] >= 32 && l[1] >= 68).await;
         assert_eq!(l[0], 32, "two sessions of one address hold {l:?}");
-        let mut c = TcpStream::connect(entry).await.unwrap();
-        let mut got = Vec::new();
-        c.read_to_end(&mut got).await.unwrap();
-        assert_eq!(got.len(), DOWNLOAD);
+        assert_eq!(download(entry).await, DOWNLOAD);
         drop(held);
         let _ = std::fs::remove_file(&log);
     })
@@ -391,18 +393,7 @@ async fn many_sessions_of_slow_readers_stay_within_the_buffer_budget() {
         assert!(charged <= BUDGET, "{charged} B charged");
         assert!(reached > 0, "the budget was never reached");
 
-        let mut c = TcpStream::connect(entry).await.unwrap();
-        let mut got = 0usize;
-        let mut buf = vec![0u8; 64 * 1024];
-        loop {
-            let n = c.read(&mut buf).await.unwrap();
-            if n == 0 {
-                break;
-            }
-            assert!(buf[..n].iter().all(|&b| b == 0x5a));
-            got += n;
-        }
-        assert_eq!(got, DOWNLOAD);
+        assert_eq!(download(entry).await, DOWNLOAD);
         drop(held);
         drop(sessions);
         let _ = std::fs::remove_file(&log);
