@@ -137,5 +137,12 @@ for sel in (0, 1, 2, 3):
     recs += ext(1, 2, 0, bytes([2, 1]) + bytes(15))
     recs += ext(60, 3, 0, bytes(26))
     put("dgram_fec", bytes([sel]) + recs)
+# faketcp_codec: the kcptun --tcp capture's packets, in order, once as a
+# flow before the kernel's handshake and once after.
+cap = os.path.join(here, "..", "kcpio", "src", "sys", "faketcp", "kcptun_tcp_capture.txt")
+pkts = [bytes.fromhex(l.split("\t", 1)[1].strip()) for l in open(cap)
+        if l.strip() and not l.startswith("#")]
+for sel in (0, 1, 3):
+    put("faketcp_codec", bytes([sel]) + b"".join(struct.pack(">H", len(p)) + p for p in pkts))
 PY
 for t in "$here"/corpus/*; do echo "$(basename "$t"): $(ls "$t" | wc -l) seeds"; done

@@ -25,3 +25,14 @@ pub fn session_table(data: &[u8]) {
 pub fn mux_session(data: &[u8]) {
     crate::mux::fuzz_session(data);
 }
+
+/// The fake-TCP codec (the segments a raw socket reads, as `kcptun --tcp`
+/// peers and forgers send them) and one flow's sequence tracking: the
+/// `faketcp_codec` target. Never panics on any input.
+///
+/// # Panics
+///
+/// Only when an invariant breaks (a bug): see the target's header.
+pub fn faketcp_codec(data: &[u8]) {
+    crate::sys::faketcp::codec::fuzz(data);
+}

@@ -444,5 +444,63 @@ impl Flow {
     }
 }
 
+/// The `faketcp_codec` fuzz target: the input is a selector byte (bit 0:
+/// the kernel's handshake is done, bit 1: give back each answer's sequence
+/// space, all of it: the timestamp base), then packets, each a big-endian
+/// `u16` length and that many bytes of an IPv4 packet as the raw socket
+/// reads it. Each packet is parsed and fed to one [`Flow`]; whenever the
+/// flow is ready it numbers an answer, which must parse back as built.
+///
+/// # Panics
+///
+/// Only when an invariant breaks (a bug): a payload is not where
+/// `payload_offset` says, a delivered payload is empty or longer than a
+/// datagram, or our own segment does not parse back with its numbers.
+#[cfg(fuzzing)]
+pub(crate) fn fuzz(data: &[u8]) {
+    const MAX_PAYLOAD: usize = 1400;
+    let Some((&sel, mut rest)) = data.split_first() else {
+        return;
+    };
+    let mut flow = Flow::new(MAX_PAYLOAD, u64::from(sel) << 40 | 0x9e37);
+    if sel & 1 != 0 {
+        flow.set_established();
+    }
+    for _ in 0..256 {
+        let Some((len, tail)) = rest.split_first_chunk::<2>() else {
+            return;
+        };
+        let take = usize::from(u16::from_be_bytes(*len)).min(tail.len());
+        let (packet, tail) = tail.split_at(take);
+        rest = tail;
+        let Ok((src, dst, seg)) = parse_ipv4(packet) else {
+            continue;
+        };
+        let end = seg.payload_offset + seg.payload.len();
+        assert_eq!(packet.get(seg.payload_offset..end), Some(seg.payload));
+        if flow.receive(&seg).is_ok() {
+            assert!(!seg.payload.is_empty() && seg.payload.len() <= MAX_PAYLOAD);
+        }
+        if !flow.ready() {
+            continue;
+        }
+        let payload = seg.payload.get(..64).unwrap_or(seg.payload);
+        let (ours, theirs) = (IpAddr::V4(dst), IpAddr::V4(src));
+        let h = flow.next_header(seg.dst_port, seg.src_port, payload.len(), u32::from(sel));
+        let mut wire = [0u8; DATA_HEADER_LEN + 64];
+        let (head, body) = wire.split_at_mut(DATA_HEADER_LEN);
+        let head: &mut [u8; DATA_HEADER_LEN] = head.try_into().expect("header length");
+        write_header(head, &h, ours, theirs, payload);
+        body[..payload.len()].copy_from_slice(payload);
+        let back = parse_tcp(&wire[..DATA_HEADER_LEN + payload.len()], ours, theirs)
+            .expect("our own segment parses");
+        assert_eq!((back.seq, back.ack, back.payload), (h.seq, h.ack, payload));
+        assert_eq!(back.flags, flags::PSH | flags::ACK);
+        if sel & 2 != 0 {
+            flow.unsend(payload.len());
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests;
