@@ -601,8 +601,9 @@ impl DgramFec {
     /// Writes the next extension packet into `buf` (the plaintext room of
     /// one slot): a due report, then (within the pacing budget) the
     /// closed group's parity, then the next data shard of the queued
-    /// datagrams. Datagrams that waited longer than twice the group
-    /// deadline are dropped first (counted).
+    /// datagrams. Parity still pending when a datagram waited past the
+    /// group deadline is shed; datagrams that waited longer than twice the
+    /// group deadline are dropped (counted).
     pub(crate) fn poll_transmit(
         &mut self,
         now: Duration,
@@ -618,6 +619,17 @@ impl DgramFec {
         if self.budget.is_some() && self.tokens < -1.0 {
             self.drop_stale(now, queue);
             return None;
+        }
+        // Data waiting past the group deadline: the path does not hold
+        // the parity now; shed the rest of it (counted as a reduction)
+        // before any datagram waits long enough to be dropped.
+        if self.group.pending.is_some()
+            && queue
+                .front_time()
+                .is_some_and(|t| now.saturating_sub(t) > self.deadline)
+        {
+            self.group.pending = None;
+            self.stats.redundancy_limited += 1;
         }
         let n = match self.poll_parity(buf, conv) {
             Some(n) => n,
