@@ -359,9 +359,9 @@ udp_carrier() {
 		;;
 	kcpio)
 		[ -n "$TUNNEL" ] || { printf 'status n/a\nnote kcpio-tunnel did not build\n' >>"$f.res"; return 1; }
-		ip netns exec "$S" "$TUNNEL" server --udp -l "$SRV_IP:29901" -t "127.0.0.1:$port" --mtu 1400 >"$f.srv" 2>&1 &
+		ip netns exec "$S" "$TUNNEL" server --udp -l "$SRV_IP:29901" -t "127.0.0.1:$port" --mtu 1400 --snmpperiod 5 >"$f.srv" 2>&1 &
 		sp=$!
-		ip netns exec "$C" "$TUNNEL" client --udp -l 127.0.0.1:29911 -r "$SRV_IP:29901" --mtu 1400 >"$f.cli" 2>&1 &
+		ip netns exec "$C" "$TUNNEL" client --udp -l 127.0.0.1:29911 -r "$SRV_IP:29901" --mtu 1400 --snmpperiod 5 >"$f.cli" 2>&1 &
 		cp=$!
 		CARRIER_AT=127.0.0.1:29911
 		;;

@@ -15,21 +15,52 @@ pub const DATAGRAM_QUEUE_LEN: usize = 64;
 /// twice this, allocated only once datagrams are used.
 pub const DATAGRAM_QUEUE_BYTES: usize = 32 * 1024;
 
+/// Datagrams and payload bytes the send queue holds at most once the FEC
+/// datagram extension is negotiated: a tunnelled TCP sender hands over a
+/// window of datagrams at once, and a burst the path can carry within the
+/// group deadline (15 ms of 100 Mbit/s is 187 kB) must wait for pacing
+/// rather than be dropped. Datagrams still wait at most twice the group
+/// deadline; allocated only as far as bursts fill it.
+pub const DATAGRAM_FEC_SEND_QUEUE_LEN: usize = 256;
+/// See [`DATAGRAM_FEC_SEND_QUEUE_LEN`].
+pub const DATAGRAM_FEC_SEND_QUEUE_BYTES: usize = 256 * 1024;
+
 /// One direction's queue: the payloads back to back in `bytes`, their
 /// lengths in `lens`.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct DatagramQueue {
     lens: VecDeque<u16>,
     bytes: VecDeque<u8>,
     /// When each was queued (the caller's clock).
     times: VecDeque<Duration>,
+    /// The bounds: datagrams and payload bytes.
+    max_len: usize,
+    max_bytes: usize,
+}
+
+impl Default for DatagramQueue {
+    fn default() -> Self {
+        Self {
+            lens: VecDeque::new(),
+            bytes: VecDeque::new(),
+            times: VecDeque::new(),
+            max_len: DATAGRAM_QUEUE_LEN,
+            max_bytes: DATAGRAM_QUEUE_BYTES,
+        }
+    }
 }
 
 impl DatagramQueue {
+    /// Raises the bounds to `len` datagrams and `bytes` payload bytes
+    /// (never lowers them: what is queued stays within).
+    pub(super) fn raise_bounds(&mut self, len: usize, bytes: usize) {
+        self.max_len = self.max_len.max(len);
+        self.max_bytes = self.max_bytes.max(bytes);
+    }
+
     /// Whether a payload of `len` bytes fits now.
     pub(super) fn has_room(&self, len: usize) -> bool {
-        self.lens.len() < DATAGRAM_QUEUE_LEN
-            && self.bytes.len().saturating_add(len) <= DATAGRAM_QUEUE_BYTES
+        self.lens.len() < self.max_len && self.bytes.len().saturating_add(len) <= self.max_bytes
     }
 
     /// Appends `payload`; false (nothing taken) when it does not fit.
@@ -51,15 +82,15 @@ impl DatagramQueue {
         if self.bytes.capacity() < need {
             // Grow by doubling, never past the bound: no reallocation once
             // the queue has been full once.
-            let want = (self.bytes.capacity() * 2).clamp(need, DATAGRAM_QUEUE_BYTES);
+            let want = (self.bytes.capacity() * 2).clamp(need, self.max_bytes);
             self.bytes.reserve_exact(want - self.bytes.len());
         }
         if self.lens.capacity() == self.lens.len() {
-            let want = (self.lens.capacity() * 2).clamp(self.lens.len() + 1, DATAGRAM_QUEUE_LEN);
+            let want = (self.lens.capacity() * 2).clamp(self.lens.len() + 1, self.max_len);
             self.lens.reserve_exact(want - self.lens.len());
         }
         if self.times.capacity() == self.times.len() {
-            let want = (self.times.capacity() * 2).clamp(self.times.len() + 1, DATAGRAM_QUEUE_LEN);
+            let want = (self.times.capacity() * 2).clamp(self.times.len() + 1, self.max_len);
             self.times.reserve_exact(want - self.times.len());
         }
         self.bytes.extend(payload);

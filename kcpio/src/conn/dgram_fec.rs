@@ -88,6 +88,14 @@ const REPORT_EVERY: Duration = Duration::from_millis(50);
 const QUEUE_HIGH_MS: u16 = 10;
 /// How long an overload keeps the budget at the delivered rate.
 const CONGESTED_HOLD: Duration = Duration::from_secs(2);
+/// The budget (what parity may fill) over the delivered rate while the
+/// path shows no standing queue.
+const BUDGET_GAIN: f64 = 1.25;
+/// Pacing over the budget then: a tunnelled TCP in slow start doubles per
+/// round trip and the delivered rate lags the sent one by a round trip and
+/// a report, so pacing at the budget held it below its own growth and
+/// dropped its window as overload. The receiver's queue still bounds it.
+const PACE_GAIN: f64 = 1.6;
 /// The smallest pacing budget, bytes per second.
 const MIN_BUDGET: f64 = 64_000.0;
 /// Wire bytes per datagram beyond its plaintext: IPv4 and UDP.
@@ -388,6 +396,8 @@ pub(crate) struct DgramFec {
     last_data_at: Option<Duration>,
     model: LossModel,
     budget: Option<f64>,
+    /// Pacing rate over the budget (`PACE_GAIN` without a standing queue).
+    pace_gain: f64,
     tokens: f64,
     refilled: Duration,
     congested_until: Duration,
@@ -492,6 +502,7 @@ impl DgramFec {
             last_data_at: None,
             model: LossModel::new(target),
             budget: None,
+            pace_gain: 1.0,
             tokens: 0.0,
             refilled: Duration::ZERO,
             congested_until: Duration::ZERO,
@@ -572,7 +583,7 @@ impl DgramFec {
     }
 
     fn next_send_at(&self) -> Duration {
-        match self.budget {
+        match self.budget.map(|b| b * self.pace_gain) {
             Some(b) if self.tokens < -1.0 => {
                 // Rounded up to the µs, so the refill then covers the debt.
                 let us = (-self.tokens / b * 1e6).min(1e6).ceil() as u64;
@@ -583,7 +594,7 @@ impl DgramFec {
     }
 
     fn refill(&mut self, now: Duration) {
-        if let Some(b) = self.budget {
+        if let Some(b) = self.budget.map(|b| b * self.pace_gain) {
             let dt = now.saturating_sub(self.refilled).as_secs_f64();
             let cap = b * 0.010 + 3000.0;
             self.tokens = (self.tokens + dt * b).min(cap);
@@ -601,8 +612,9 @@ impl DgramFec {
     /// Writes the next extension packet into `buf` (the plaintext room of
     /// one slot): a due report, then (within the pacing budget) the
     /// closed group's parity, then the next data shard of the queued
-    /// datagrams. Datagrams that waited longer than twice the group
-    /// deadline are dropped first (counted).
+    /// datagrams. Parity still pending when a datagram waited past the
+    /// group deadline is shed; datagrams that waited longer than twice the
+    /// group deadline are dropped (counted).
     pub(crate) fn poll_transmit(
         &mut self,
         now: Duration,
@@ -618,6 +630,17 @@ impl DgramFec {
         if self.budget.is_some() && self.tokens < -1.0 {
             self.drop_stale(now, queue);
             return None;
+        }
+        // Data waiting past the group deadline: the path does not hold
+        // the parity now; shed the rest of it (counted as a reduction)
+        // before any datagram waits long enough to be dropped.
+        if self.group.pending.is_some()
+            && queue
+                .front_time()
+                .is_some_and(|t| now.saturating_sub(t) > self.deadline)
+        {
+            self.group.pending = None;
+            self.stats.redundancy_limited += 1;
         }
         let n = match self.poll_parity(buf, conv) {
             Some(n) => n,
@@ -900,14 +923,17 @@ impl DgramFec {
                 // rate; below it, by more the longer the queue, until the
                 // queue drains.
                 self.congested_until = now + CONGESTED_HOLD;
+                self.pace_gain = 1.0;
                 self.path_rate = delivered / lossless;
                 self.path_rate * (1.0 - (f64::from(queue) / 200.0).min(0.3))
             } else if now < self.congested_until {
                 // Recently overloaded, the queue gone: just under the rate
                 // the path showed.
+                self.pace_gain = 1.0;
                 0.97 * self.path_rate
             } else {
-                max / (1.0 - self.model.p).max(0.5) * 1.25
+                self.pace_gain = PACE_GAIN;
+                max / (1.0 - self.model.p).max(0.5) * BUDGET_GAIN
             };
             self.budget = Some(budget.max(MIN_BUDGET));
         }

@@ -84,7 +84,11 @@
 //!   on a Gilbert-Elliott model for the group size at hand, paces data and
 //!   parity within the rate the path delivered, lowers parity when that
 //!   rate does not hold it, and drops the oldest queued datagrams (counted)
-//!   when even the data does not fit; a full send queue drops its oldest
+//!   when even the data does not fit; the send queue holds a burst of up
+//!   to [`DATAGRAM_FEC_SEND_QUEUE_LEN`] datagrams and
+//!   [`DATAGRAM_FEC_SEND_QUEUE_BYTES`] bytes (a tunnelled TCP window),
+//!   each waiting at most twice the group deadline, pending parity shed
+//!   before data waits past one; a full send queue drops its oldest
 //!   instead of saying `WouldBlock`;
 //! - a datagram longer than one packet is cut into up to 16 fragments and
 //!   reassembled (4 at once, 1 s each), so
@@ -102,7 +106,10 @@ mod error;
 #[cfg(test)]
 mod tests;
 
-pub use datagram::{DATAGRAM_QUEUE_BYTES, DATAGRAM_QUEUE_LEN};
+pub use datagram::{
+    DATAGRAM_FEC_SEND_QUEUE_BYTES, DATAGRAM_FEC_SEND_QUEUE_LEN, DATAGRAM_QUEUE_BYTES,
+    DATAGRAM_QUEUE_LEN,
+};
 pub use dgram_fec::DatagramFecStats;
 pub use error::{ConnError, SessionError};
 
@@ -644,6 +651,10 @@ impl Conn {
             self.dx_on = true;
             self.dx_offer = true;
             dx.set_negotiated();
+            // Bursts wait for pacing (bounded by the group deadline)
+            // rather than overflow kcp-go's OOB queue bound.
+            self.oob_out
+                .raise_bounds(DATAGRAM_FEC_SEND_QUEUE_LEN, DATAGRAM_FEC_SEND_QUEUE_BYTES);
         }
     }
 
