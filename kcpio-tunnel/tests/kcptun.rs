@@ -28,6 +28,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use kcpio_testkit::pattern;
+use kcpio_testkit::tcp::echo_server;
 
 use kcpio_tunnel as tunnel;
 
@@ -177,22 +178,6 @@ fn pattern(len: usize, seed: u32) -> Vec<u8> {
     let mut v = vec![0u8; len];
     pattern::fill(&mut v, u64::from(seed) * 1_000_003);
     v
-}
-
-/// A TCP echo server (echoes as it reads; closes after the client's EOF).
-async fn echo_server() -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((conn, _)) = l.accept().await {
-            tokio::spawn(async move {
-                let (mut r, mut w) = conn.into_split();
-                let _ = tokio::io::copy(&mut r, &mut w).await;
-                let _ = w.shutdown().await;
-            });
-        }
-    });
-    addr
 }
 
 /// `conns` connections at once through `entry`, each echoing `bytes`.
