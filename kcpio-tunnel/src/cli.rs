@@ -73,9 +73,9 @@ pub(crate) enum CongestionArg {
 /// Which end of the tunnel.
 #[derive(Subcommand, Debug)]
 pub(crate) enum Cmd {
-    /// Accept TCP (UDP with --udp), carry each connection (flow) to the server.
+    /// Accept TCP (UDP with --udp, both with --udplisten), carry each connection (flow) to the server.
     Client(ClientArgs),
-    /// Accept KCP sessions, dial the target for each stream (flow with --udp).
+    /// Accept KCP sessions, dial the target for each stream (flow with --udp, both with --udptarget).
     Server(ServerArgs),
     /// Print the manual page (roff) to stdout.
     #[command(hide = true)]
@@ -100,6 +100,9 @@ pub(crate) struct ClientArgs {
     /// set how long an expired connection can live (in seconds)
     #[arg(long, default_value_t = 600)]
     pub(crate) scavengettl: u64,
+    /// kcpio only: also listen on this UDP address and carry its flows beside the TCP streams, as FEC datagrams of the first session (the server needs --udptarget; a kcptun server or one without it carries the TCP streams only, and the UDP flows are dropped and counted). Not with --udp
+    #[arg(long)]
+    pub(crate) udplisten: Option<String>,
     #[command(flatten)]
     pub(crate) common: Common,
 }
@@ -113,6 +116,9 @@ pub(crate) struct ServerArgs {
     /// target server address (host:port, or a unix socket path; a UDP host:port with --udp)
     #[arg(short = 't', long, default_value = "127.0.0.1:12948")]
     pub(crate) target: String,
+    /// kcpio only: also send the UDP flows of clients with --udplisten to this UDP host:port, beside the streams to -t (each flow from a socket of its own). Not with --udp
+    #[arg(long)]
+    pub(crate) udptarget: Option<String>,
     /// start profiling server on :6060 (not supported, ignored)
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub(crate) pprof: Option<bool>,
@@ -227,13 +233,13 @@ pub(crate) struct Common {
     /// kcpio only: carry UDP instead of TCP. The client listens on UDP -l and gives each source address a flow; the server sends each flow to UDP -t from a socket of its own. All flows of a client cross one session as FEC-protected datagrams whose parity adapts to the loss (negotiated: both ends must be kcpio with --udp). --datashard/--parityshard only frame the session's stream (its keepalive probes here); 0 is fine, but both ends must agree
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub(crate) udp: Option<bool>,
-    /// kcpio only, --udp: the most flows at once (client: source addresses; server: per session, and --maxstreams over all sessions, each flow holding a descriptor). Datagrams of a new flow beyond it are dropped and counted
+    /// kcpio only, --udp/--udplisten/--udptarget: the most flows at once (client: source addresses; server: per session, and --maxstreams over all sessions, each flow holding a descriptor). Datagrams of a new flow beyond it are dropped and counted
     #[arg(long, default_value_t = 1024)]
     pub(crate) udpflows: usize,
-    /// kcpio only, --udp: seconds without a datagram either way after which a flow expires (its server socket closes); the next datagram from that source opens a new flow
+    /// kcpio only, --udp/--udplisten/--udptarget: seconds without a datagram either way after which a flow expires (its server socket closes); the next datagram from that source opens a new flow
     #[arg(long, default_value_t = 180)]
     pub(crate) udpidle: u64,
-    /// kcpio only, --udp: the datagram FEC group deadline in ms (1..=1000), about the most delay a datagram rebuilt from parity gets; lower spends more parity on bursty traffic
+    /// kcpio only, --udp/--udplisten/--udptarget: the datagram FEC group deadline in ms (1..=1000), about the most delay a datagram rebuilt from parity gets; lower spends more parity on bursty traffic
     #[arg(long, default_value_t = 15)]
     pub(crate) udpdeadline: u64,
     /// kcpio only: windows grow from --sndwnd/--rcvwnd up to this many segments as the path needs, at most about 2 x maxwnd x mtu bytes each way per session; 0 keeps them fixed, as kcptun [default: 16384 with the model controller, else 0]

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use kcpio::KcpStream;
 use kcpio::mux::{Mux, Snappy};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, UdpSocket};
 
 use crate::config::{HostPorts, Settings};
 use crate::detect::{Io, SNAPPY_MAGIC, Tap};
@@ -27,7 +27,9 @@ const SILENCE_WARNING: Duration = Duration::from_secs(15);
 pub(crate) struct Pool {
     settings: Settings,
     remote: HostPorts,
-    pool: MuxPool,
+    /// Each session's KCP stream beside its mux: the UDP flows of
+    /// `--udplisten` ride the first one's datagrams.
+    pool: MuxPool<Arc<KcpStream>>,
     stats: Arc<Stats>,
     log: Log,
 }
@@ -62,24 +64,39 @@ impl Pool {
         }
     }
 
+    /// The first slot's session (made when there is none, replaced when
+    /// it ended or expired) with its KCP stream, for the UDP flows that
+    /// ride its datagrams (`--udplisten`).
+    ///
+    /// # Errors
+    ///
+    /// The connect failed (the caller retries).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe ([`MuxPool::get_first`]).
+    pub(crate) async fn first_session(&self) -> io::Result<(Arc<Mux>, Arc<KcpStream>)> {
+        self.pool.get_first(|| self.connect()).await
+    }
+
     /// A new KCP session and its mux, with the mismatch watchers. The
     /// remote name is resolved on every connect (a changed DNS record is
     /// followed; a failure is retried by [`session`](Self::session)), and
     /// a port range gives a random port per session.
-    async fn connect(&self) -> io::Result<Mux> {
+    async fn connect(&self) -> io::Result<(Mux, Arc<KcpStream>)> {
         let name = self.remote.pick();
         let remote = tokio::net::lookup_host(&name)
             .await
             .map_err(|e| io::Error::new(e.kind(), format!("--remoteaddr {name}: {e}")))?
             .next()
             .ok_or_else(|| io::Error::other(format!("--remoteaddr {name}: no address")))?;
-        let kcp = KcpStream::connect(remote, &self.settings.kcp).await?;
+        let kcp = Arc::new(KcpStream::connect(remote, &self.settings.kcp).await?);
         let local = kcp.local_addr()?;
         self.log.line(format!(
             "smux version: {}, on connection: {local} -> {remote}",
             self.settings.version.as_u8(),
         ));
-        let mut metered = Metered::new(kcp, Arc::clone(&self.stats));
+        let mut metered = Metered::new(Arc::clone(&kcp), Arc::clone(&self.stats));
         // One line when the session ends (the server went away, expiry),
         // not one per stream it carried.
         let log = self.log.clone();
@@ -131,7 +148,7 @@ impl Pool {
                 ));
             }
         });
-        Ok(mux)
+        Ok((mux, kcp))
     }
 
     /// Closes expired sessions whose time has come, once a second.
@@ -145,9 +162,12 @@ impl Pool {
     }
 }
 
-/// Accepts TCP connections, each carried as a stream of a pooled session.
+/// Accepts TCP connections, each carried as a stream of a pooled session;
+/// with `udp` (`--udplisten`), carries that socket's flows over the first
+/// pooled session's datagrams beside them.
 pub(crate) async fn run_client(
     tcp: TcpListener,
+    udp: Option<UdpSocket>,
     settings: Settings,
     stats: Arc<Stats>,
     log: Log,
@@ -156,8 +176,16 @@ pub(crate) async fn run_client(
     let remote = HostPorts::parse(&settings.peer)
         .map_err(|e| io::Error::other(format!("--remoteaddr {}: {e}", settings.peer)))?;
     let peer = settings.peer.clone();
+    let udp_settings = settings.clone();
     let pool = Pool::new(settings, remote, Arc::clone(&stats), log.clone());
     tokio::spawn(Arc::clone(&pool).scavenge());
+    if let Some(sock) = udp {
+        let sessions = crate::udp::client::Sessions::Beside(Arc::clone(&pool));
+        let (stats, log) = (Arc::clone(&stats), log.clone());
+        tokio::spawn(async move {
+            crate::udp::client::run_udp_client(sock, sessions, udp_settings, stats, log).await
+        });
+    }
     loop {
         let (conn, from) = tcp.accept().await?;
         let pool = Arc::clone(&pool);

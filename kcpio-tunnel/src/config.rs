@@ -72,6 +72,8 @@ struct JsonConfig {
     udpidle: Option<u64>,
     maxbuffer: Option<usize>,
     udpdeadline: Option<u64>,
+    udplisten: Option<String>,
+    udptarget: Option<String>,
 }
 
 /// Which end of the tunnel this process is.
@@ -123,6 +125,11 @@ pub struct Settings {
     pub limits: crate::Limits,
     /// The UDP mode (`--udp`, `--udpflows`, `--udpidle`).
     pub udp: UdpSettings,
+    /// UDP beside TCP: the client's `--udplisten` (a UDP address whose
+    /// flows cross the first session beside its TCP streams) or the
+    /// server's `--udptarget` (where those flows go). `None` without it,
+    /// and always with `--udp`.
+    pub udp_beside: Option<String>,
     /// What the startup line says.
     pub summary: String,
     /// Warnings about accepted but ignored flags.
@@ -133,6 +140,8 @@ pub struct Settings {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct UdpSettings {
     /// Whether the tunnel carries UDP flows instead of TCP (`--udp`).
+    /// UDP beside TCP (`--udplisten`, `--udptarget`) is
+    /// [`Settings::udp_beside`].
     pub enabled: bool,
     /// The most flows at once (`--udpflows`): the client's source
     /// addresses, the server's flows per session.
@@ -168,23 +177,38 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Settings, String>
 /// Resolves parsed flags, the `-c` file and the mode into [`Settings`].
 pub(crate) fn resolve(cli: Cli) -> Result<Settings, String> {
     let mut pprof = false;
-    let (role, mut listen, mut peer, mut conn, mut autoexpire, mut scavengettl, mut c) =
-        match cli.cmd {
-            Cmd::Client(a) => (
-                Role::Client,
-                a.localaddr,
-                a.remoteaddr,
-                a.conn,
-                a.autoexpire,
-                a.scavengettl,
-                a.common,
-            ),
-            Cmd::Server(a) => {
-                pprof = a.pprof.unwrap_or(false);
-                (Role::Server, a.listen, a.target, 1, 0, 600, a.common)
-            }
-            Cmd::Man => return Err("man: not a tunnel end".to_owned()),
-        };
+    let (
+        role,
+        mut listen,
+        mut peer,
+        mut conn,
+        mut autoexpire,
+        mut scavengettl,
+        (mut c, mut udp_beside),
+    ) = match cli.cmd {
+        Cmd::Client(a) => (
+            Role::Client,
+            a.localaddr,
+            a.remoteaddr,
+            a.conn,
+            a.autoexpire,
+            a.scavengettl,
+            (a.common, a.udplisten),
+        ),
+        Cmd::Server(a) => {
+            pprof = a.pprof.unwrap_or(false);
+            (
+                Role::Server,
+                a.listen,
+                a.target,
+                1,
+                0,
+                600,
+                (a.common, a.udptarget),
+            )
+        }
+        Cmd::Man => return Err("man: not a tunnel end".to_owned()),
+    };
     let (mut sndwnd, mut rcvwnd) = match role {
         Role::Client => (c.sndwnd.unwrap_or(128), c.rcvwnd.unwrap_or(512)),
         Role::Server => (c.sndwnd.unwrap_or(1024), c.rcvwnd.unwrap_or(1024)),
@@ -211,9 +235,15 @@ pub(crate) fn resolve(cli: Cli) -> Result<Settings, String> {
         match role {
             Role::Client => {
                 over!(j, localaddr => listen, remoteaddr => peer);
+                if let Some(a) = j.udplisten.take() {
+                    udp_beside = Some(a);
+                }
             }
             Role::Server => {
                 over!(j, listen => listen, target => peer);
+                if let Some(a) = j.udptarget.take() {
+                    udp_beside = Some(a);
+                }
             }
         }
         over!(j,
@@ -288,6 +318,25 @@ pub(crate) fn resolve(cli: Cli) -> Result<Settings, String> {
             );
         }
     }
+    if let Some(a) = &udp_beside {
+        let flag = match role {
+            Role::Client => "--udplisten",
+            Role::Server => "--udptarget",
+        };
+        if udp {
+            return Err(format!(
+                "{flag}: not with --udp (--udp carries UDP only, on -l/-t; {flag} adds UDP beside TCP)"
+            ));
+        }
+        let hp = HostPorts::parse(a).map_err(|e| format!("{flag} {a}: {e}"))?;
+        if hp.min != hp.max {
+            return Err(format!("{flag} {a}: one port, not a range"));
+        }
+        if c.udpflows == 0 || c.udpidle == 0 {
+            return Err("--udpflows and --udpidle must be positive".to_owned());
+        }
+    }
+    let datagram_fec = udp || udp_beside.is_some();
     if conn == 0 {
         return Err("--conn: must be at least 1".to_owned());
     }
@@ -339,9 +388,10 @@ pub(crate) fn resolve(cli: Cli) -> Result<Settings, String> {
         .rate_limit(c.ratelimit)
         .socket_buffers(c.sockbuf, c.sockbuf)
         .carrier(if tcp { Carrier::FakeTcp } else { Carrier::Udp })
-        // --udp: datagrams carry their own adaptive parity (negotiated, so
-        // only between kcpio ends); the TCP mode's wire stays kcptun's.
-        .datagram_fec(udp)
+        // --udp, --udplisten, --udptarget: datagrams carry their own
+        // adaptive parity (negotiated, so only between kcpio ends); toward
+        // kcptun the wire stays kcptun's.
+        .datagram_fec(datagram_fec)
         .datagram_fec_deadline(Duration::from_millis(c.udpdeadline))
         .build()
         .map_err(|e| format!("{}: {e}", kcp_flag(&e.to_string())))?;
@@ -394,13 +444,24 @@ pub(crate) fn resolve(cli: Cli) -> Result<Settings, String> {
         Some(Congestion::Kcp) => "kcp",
         _ => "mode's nc",
     };
-    let udp_summary = if udp {
-        format!(
+    let udp_summary = match (&udp_beside, role) {
+        (None, _) if !udp => String::new(),
+        (None, _) => format!(
             ", udp: true, udpflows: {}, udpidle: {}, udpdeadline: {}",
             c.udpflows, c.udpidle, c.udpdeadline
-        )
-    } else {
-        String::new()
+        ),
+        (Some(a), r) => format!(
+            ", {}: {}, udpflows: {}, udpidle: {}, udpdeadline: {}",
+            if r == Role::Client {
+                "udplisten"
+            } else {
+                "udptarget"
+            },
+            go_addr(a),
+            c.udpflows,
+            c.udpidle,
+            c.udpdeadline
+        ),
     };
     let summary = format!(
         "{local_name}: {}, {peer_name}: {peer}, encryption: {} ({}), mode: {}, \
@@ -449,6 +510,7 @@ pub(crate) fn resolve(cli: Cli) -> Result<Settings, String> {
             deadline: Duration::from_millis(c.udpdeadline),
             stream_fec: c.datashard > 0,
         },
+        udp_beside: udp_beside.as_deref().map(go_addr),
         summary,
         warnings,
     })

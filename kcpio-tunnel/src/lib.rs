@@ -21,7 +21,10 @@
 //! With `--udp` (kcpio only) the tunnel carries UDP flows instead of TCP:
 //! every flow of a client crosses one session as datagrams behind an 8-byte
 //! flow header (module `udp` documents the header and the bounds;
-//! [`Bound::udp_stats`] reads its counters).
+//! [`Bound::udp_stats`] reads its counters). With `--udplisten` (client)
+//! and `--udptarget` (server) it carries them beside the TCP streams: the
+//! flows ride the datagrams of the client's first pooled session, whose
+//! byte stream carries smux as always.
 //!
 //! Modules, one per concern: `cli` (clap definitions), `config` (flags, the
 //! `-c` file and the mode resolved into [`Settings`]), `client`, `server`,
@@ -102,6 +105,12 @@ pub enum Bound {
     UdpClient(UdpSocket, Settings, Arc<UdpStats>),
     /// `--udp`: the server's KCP listeners, and the counters of its flows.
     UdpServer(Vec<KcpListener>, Settings, Arc<UdpStats>),
+    /// `--udplisten`: the client's TCP listener and UDP socket, and the
+    /// counters of its flows.
+    ClientWithUdp(TcpListener, UdpSocket, Settings, Arc<UdpStats>),
+    /// `--udptarget`: the server's KCP listeners, and the counters of the
+    /// flows beside its streams.
+    ServerWithUdp(Vec<KcpListener>, Settings, Arc<UdpStats>),
 }
 
 impl Bound {
@@ -123,6 +132,12 @@ impl Bound {
                 let tcp = TcpListener::bind(&settings.listen)
                     .await
                     .map_err(|e| flag_error("--localaddr", &settings.listen, e))?;
+                if let Some(addr) = &settings.udp_beside {
+                    let udp = UdpSocket::bind(addr)
+                        .await
+                        .map_err(|e| flag_error("--udplisten", addr, e))?;
+                    return Ok(Self::ClientWithUdp(tcp, udp, settings, Arc::default()));
+                }
                 Ok(Self::Client(tcp, settings))
             }
             Role::Server => {
@@ -142,6 +157,9 @@ impl Bound {
                 if settings.udp.enabled {
                     return Ok(Self::UdpServer(listeners, settings, Arc::default()));
                 }
+                if settings.udp_beside.is_some() {
+                    return Ok(Self::ServerWithUdp(listeners, settings, Arc::default()));
+                }
                 Ok(Self::Server(listeners, settings))
             }
         }
@@ -155,21 +173,39 @@ impl Bound {
     /// The socket's address cannot be read.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         match self {
-            Self::Client(l, _) => l.local_addr(),
+            Self::Client(l, _) | Self::ClientWithUdp(l, ..) => l.local_addr(),
             Self::UdpClient(s, ..) => s.local_addr(),
-            Self::Server(ls, _) | Self::UdpServer(ls, ..) => ls
+            Self::Server(ls, _) | Self::UdpServer(ls, ..) | Self::ServerWithUdp(ls, ..) => ls
                 .first()
                 .ok_or_else(|| io::Error::other("no listener"))?
                 .local_addr(),
         }
     }
 
-    /// The UDP mode's counters (flows, datagrams, drops by reason); `None`
-    /// for a TCP tunnel.
+    /// The client's UDP socket's address: `-l` with `--udp`,
+    /// `--udplisten` beside TCP; `None` for a server or a TCP-only client.
+    ///
+    /// # Errors
+    ///
+    /// The socket's address cannot be read.
+    pub fn udp_local_addr(&self) -> io::Result<Option<SocketAddr>> {
+        match self {
+            Self::UdpClient(s, ..) | Self::ClientWithUdp(_, s, ..) => s.local_addr().map(Some),
+            Self::Client(..) | Self::Server(..) | Self::UdpServer(..) | Self::ServerWithUdp(..) => {
+                Ok(None)
+            }
+        }
+    }
+
+    /// The UDP flows' counters (flows, datagrams, drops by reason); `None`
+    /// for a TCP-only tunnel.
     #[must_use]
     pub fn udp_stats(&self) -> Option<Arc<UdpStats>> {
         match self {
-            Self::UdpClient(.., u) | Self::UdpServer(.., u) => Some(Arc::clone(u)),
+            Self::UdpClient(.., u)
+            | Self::UdpServer(.., u)
+            | Self::ClientWithUdp(.., u)
+            | Self::ServerWithUdp(.., u) => Some(Arc::clone(u)),
             Self::Client(..) | Self::Server(..) => None,
         }
     }
@@ -185,7 +221,9 @@ impl Bound {
             Self::Client(_, s)
             | Self::Server(_, s)
             | Self::UdpClient(_, s, _)
-            | Self::UdpServer(_, s, _) => s.clone(),
+            | Self::UdpServer(_, s, _)
+            | Self::ClientWithUdp(_, _, s, _)
+            | Self::ServerWithUdp(_, s, _) => s.clone(),
         };
         if let Some(u) = self.udp_stats() {
             stats.set_udp(u);
@@ -193,7 +231,10 @@ impl Bound {
         let listening = match &self {
             Self::Client(l, _) => l.local_addr()?.to_string(),
             Self::UdpClient(s, ..) => format!("{} (udp)", s.local_addr()?),
-            Self::Server(ls, _) | Self::UdpServer(ls, ..) => ls
+            Self::ClientWithUdp(l, s, ..) => {
+                format!("{} (tcp) {} (udp)", l.local_addr()?, s.local_addr()?)
+            }
+            Self::Server(ls, _) | Self::UdpServer(ls, ..) | Self::ServerWithUdp(ls, ..) => ls
                 .iter()
                 .map(|l| l.local_addr().map(|a| a.to_string()))
                 .collect::<io::Result<Vec<_>>>()?
@@ -219,13 +260,20 @@ impl Bound {
         match self {
             Self::Client(tcp, settings) => {
                 report(&stats);
-                client::run_client(tcp, settings, stats, log).await
+                client::run_client(tcp, None, settings, stats, log).await
+            }
+            Self::ClientWithUdp(tcp, sock, settings, _) => {
+                report(&stats);
+                client::run_client(tcp, Some(sock), settings, stats, log).await
             }
             Self::UdpClient(sock, settings, _) => {
                 report(&stats);
-                udp::client::run_udp_client(sock, settings, stats, log).await
+                let own = udp::client::Sessions::Own;
+                udp::client::run_udp_client(sock, own, settings, stats, log).await
             }
-            Self::Server(listeners, s) | Self::UdpServer(listeners, s, _) => {
+            Self::Server(listeners, s)
+            | Self::UdpServer(listeners, s, _)
+            | Self::ServerWithUdp(listeners, s, _) => {
                 let listeners = Arc::new(listeners);
                 stats.watch_listeners(Arc::clone(&listeners));
                 report(&stats);

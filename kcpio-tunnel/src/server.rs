@@ -31,6 +31,9 @@ pub(crate) async fn run_server(
     let mss = settings.kcp.kcp_mtu().saturating_sub(KCP_HEADER);
     let gate = Arc::new(Gate::new(settings.limits, mss));
     stats.watch_gate(Arc::clone(&gate));
+    let udp = settings.udp_beside.clone().map(|target| {
+        crate::udp::server::beside(settings.clone(), target, Arc::clone(&stats), log.clone())
+    });
     let settings = Arc::new(settings);
     let mut set = tokio::task::JoinSet::new();
     for i in 0..listeners.len() {
@@ -39,7 +42,7 @@ pub(crate) async fn run_server(
             i,
             Arc::clone(&settings),
             Arc::clone(&stats),
-            Arc::clone(&gate),
+            (Arc::clone(&gate), udp.clone()),
             log.clone(),
         ));
     }
@@ -50,13 +53,15 @@ pub(crate) async fn run_server(
     }
 }
 
-/// Accepts the sessions of listener `i`, serving each in a task.
+/// Accepts the sessions of listener `i`, serving each in a task; with
+/// `udp` (`--udptarget`), the datagrams of a session that negotiated FEC
+/// datagrams carry UDP flows beside its streams.
 async fn accept_loop(
     listeners: Arc<Vec<KcpListener>>,
     i: usize,
     settings: Arc<Settings>,
     stats: Arc<Stats>,
-    gate: Arc<Gate>,
+    (gate, udp): (Arc<Gate>, Option<Arc<crate::udp::server::Shared>>),
     log: Log,
 ) -> io::Result<()> {
     loop {
@@ -65,6 +70,20 @@ async fn accept_loop(
         let stats = Arc::clone(&stats);
         let log = log.clone();
         let gate = Arc::clone(&gate);
+        let session = Arc::new(session);
+        // Negotiated by the time accept returns; never with kcptun, nor
+        // with a kcpio client that carries no UDP.
+        let flows = match &udp {
+            Some(shared) if session.stats().datagram_fec.negotiated => {
+                tokio::spawn(crate::udp::server::serve_session(
+                    Arc::clone(&session),
+                    from,
+                    Arc::clone(shared),
+                ));
+                true
+            }
+            _ => false,
+        };
         tokio::spawn(async move {
             let kcp_stats = session.stats_handle();
             let metered = Metered::new(session, Arc::clone(&stats));
@@ -72,6 +91,14 @@ async fn accept_loop(
             let (io, d) = match detected {
                 Ok(Ok(x)) => x,
                 Ok(Err(e)) => return log.line(format!("{from}: {e}")),
+                // A `--udp` client's session carries flows only: it lives
+                // on for them.
+                Err(_) if flows => {
+                    return log.line(format!(
+                        "{from}: no stream bytes in {} s: the session carries UDP flows only",
+                        FIRST_BYTES_TIMEOUT.as_secs()
+                    ));
+                }
                 Err(_) => return log.line(format!("{from}: nothing received, session dropped")),
             };
             if d.compressed != settings.compress || d.version != settings.version {

@@ -318,14 +318,16 @@ pub(crate) async fn report_stats(stats: Arc<Stats>, log: Log, period: Duration) 
 /// The KCP session under a mux: counts bytes, registers the session's stats
 /// handle for the log line, and remembers whether anything arrived.
 pub(crate) struct Metered {
-    kcp: KcpStream,
+    /// Shared with the UDP flows that ride the session's datagrams
+    /// (`--udplisten`, `--udptarget`).
+    kcp: Arc<KcpStream>,
     stats: Arc<Stats>,
     pub(crate) heard: Arc<AtomicBool>,
     on_drop: Option<Box<dyn FnOnce() + Send>>,
 }
 
 impl Metered {
-    pub(crate) fn new(kcp: KcpStream, stats: Arc<Stats>) -> Self {
+    pub(crate) fn new(kcp: Arc<KcpStream>, stats: Arc<Stats>) -> Self {
         stats.sessions_opened.fetch_add(1, Ordering::Relaxed);
         stats.sessions_open.fetch_add(1, Ordering::Relaxed);
         stats.lock_kcp().push(kcp.stats_handle());
@@ -356,12 +358,13 @@ impl Drop for Metered {
 
 impl AsyncRead for Metered {
     fn poll_read(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let before = buf.filled().len();
-        let r = Pin::new(&mut self.kcp).poll_read(cx, buf);
+        let mut kcp: &KcpStream = &self.kcp;
+        let r = Pin::new(&mut kcp).poll_read(cx, buf);
         let n = buf.filled().len() - before;
         if n > 0 {
             self.heard.store(true, Ordering::Relaxed);
@@ -373,22 +376,25 @@ impl AsyncRead for Metered {
 
 impl AsyncWrite for Metered {
     fn poll_write(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        let r = Pin::new(&mut self.kcp).poll_write(cx, buf);
+        let mut kcp: &KcpStream = &self.kcp;
+        let r = Pin::new(&mut kcp).poll_write(cx, buf);
         if let Poll::Ready(Ok(n)) = r {
             self.stats.kcp_out.fetch_add(n as u64, Ordering::Relaxed);
         }
         r
     }
 
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.kcp).poll_flush(cx)
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let mut kcp: &KcpStream = &self.kcp;
+        Pin::new(&mut kcp).poll_flush(cx)
     }
 
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.kcp).poll_shutdown(cx)
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let mut kcp: &KcpStream = &self.kcp;
+        Pin::new(&mut kcp).poll_shutdown(cx)
     }
 }

@@ -28,6 +28,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use kcpio_testkit::pattern;
+use kcpio_testkit::tcp::echo_server;
 
 use kcpio_tunnel as tunnel;
 
@@ -177,22 +178,6 @@ fn pattern(len: usize, seed: u32) -> Vec<u8> {
     let mut v = vec![0u8; len];
     pattern::fill(&mut v, u64::from(seed) * 1_000_003);
     v
-}
-
-/// A TCP echo server (echoes as it reads; closes after the client's EOF).
-async fn echo_server() -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((conn, _)) = l.accept().await {
-            tokio::spawn(async move {
-                let (mut r, mut w) = conn.into_split();
-                let _ = tokio::io::copy(&mut r, &mut w).await;
-                let _ = w.shutdown().await;
-            });
-        }
-    });
-    addr
 }
 
 /// `conns` connections at once through `entry`, each echoing `bytes`.
@@ -498,6 +483,69 @@ async fn half_close_end_to_end() {
     .await
     .expect("timed out");
 }
+
+// UDP beside TCP changes nothing for kcptun. A kcpio client with
+// `--udplisten` in front of `kcptun-server` carries its TCP streams as
+// before and sends nothing of its UDP flows: kcptun never negotiates FEC
+// datagrams, so every datagram is dropped and counted (`no session`), none
+// goes into the session. `kcptun-client` against a kcpio server with
+// `--udptarget` is served as by any kcpio server.
+kcptun_test!(udp_beside_tcp_changes_nothing_for_kcptun, async {
+    let target = echo_server().await;
+    let port = free_port(true);
+    let server = SocketAddr::from(([127, 0, 0, 1], port));
+    let _kcptun = spawn_kcptun(
+        "kcptun-server",
+        &words(&format!("-l {server} -t {target} --quiet")),
+    );
+    wait_bound(server, true).await;
+    let settings = tunnel::parse(words(&format!(
+        "tunnel client -l 127.0.0.1:0 --udplisten 127.0.0.1:0 -r {server} --quiet"
+    )))
+    .unwrap();
+    let bound = tunnel::Bound::bind(settings).await.unwrap();
+    let entry = bound.local_addr().unwrap();
+    let udp_entry = bound.udp_local_addr().unwrap().expect("--udplisten");
+    let udp = bound.udp_stats().expect("--udplisten");
+    tokio::spawn(bound.run(tunnel::Log::open("", true).unwrap()));
+    let app = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    app.connect(udp_entry).await.unwrap();
+    let flows = async {
+        for _ in 0..50 {
+            app.send(b"not for kcptun").await.unwrap();
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::join!(echo(entry, 3, 256 * 1024), flows);
+    let get = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+    for _ in 0..100 {
+        if get(&udp.local_in) == 50 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(get(&udp.local_in), 50, "{udp:?}");
+    assert_eq!(
+        udp.dropped(tunnel::UdpDropReason::NoSession),
+        50,
+        "every datagram dropped as `no session`: {udp:?}"
+    );
+    assert_eq!(get(&udp.tunnel_out), 0, "nothing sent to kcptun");
+    assert_eq!(get(&udp.sessions_opened), 0, "no session carried flows");
+
+    one_way(
+        Pair::KcptunToKcpio,
+        "",
+        &format!(
+            "--udptarget {}",
+            UdpSocket::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+        ),
+    )
+    .await;
+});
 
 #[test]
 fn flags_and_json_like_kcptun() {

@@ -293,6 +293,19 @@ fn shipped_configs_parse() {
         assert_eq!((u.udp.flows, u.udp.idle.as_secs()), (1024, 180), "{file}");
         assert_eq!(u.udp.deadline, Duration::from_millis(15), "{file}");
     }
+    for (role, file, addr) in [
+        ("client", "client-tcp-udp.json", "127.0.0.1:51821"),
+        ("server", "server-tcp-udp.json", "127.0.0.1:51820"),
+    ] {
+        let u = tunnel::parse(words(&format!(
+            "kcpio-tunnel {role} -c {}",
+            dir.join(file).display()
+        )))
+        .unwrap();
+        assert!(!u.udp.enabled, "{file}: TCP as well");
+        assert_eq!(u.udp_beside.as_deref(), Some(addr), "{file}");
+        assert_eq!((u.udp.flows, u.udp.idle.as_secs()), (1024, 180), "{file}");
+    }
     for unit in ["kcpio-tunnel-client.service", "kcpio-tunnel-server.service"] {
         let text = std::fs::read_to_string(dir.join(unit)).unwrap();
         assert!(text.contains("/etc/kcpio-tunnel/"), "{unit}");
@@ -693,4 +706,71 @@ async fn sigusr1_dumps_stats_into_the_appended_log() {
     })
     .await
     .expect("timed out");
+}
+
+/// UDP beside TCP: `--udplisten` (client) and `--udptarget` (server), their
+/// `-c` keys over the flags, and the combinations refused by name.
+#[test]
+fn udp_beside_tcp_flags_and_keys() {
+    let p = |s: &str| tunnel::parse(words(s));
+    let c = p("kcpio-tunnel client -l 127.0.0.1:1 --udplisten :51821 -r 127.0.0.1:2").unwrap();
+    assert_eq!(c.udp_beside.as_deref(), Some("0.0.0.0:51821"));
+    assert!(!c.udp.enabled);
+    assert!(
+        c.summary.contains("udplisten: 0.0.0.0:51821"),
+        "{}",
+        c.summary
+    );
+    // Go's single-dash form, as every kcptun flag.
+    let s = p("kcpio-tunnel server -udptarget 127.0.0.1:51820").unwrap();
+    assert_eq!(s.udp_beside.as_deref(), Some("127.0.0.1:51820"));
+    assert!(
+        s.summary.contains("udptarget: 127.0.0.1:51820"),
+        "{}",
+        s.summary
+    );
+    // Neither end without it changes.
+    assert_eq!(p("kcpio-tunnel client").unwrap().udp_beside, None);
+    assert_eq!(p("kcpio-tunnel server").unwrap().udp_beside, None);
+
+    let file =
+        std::env::temp_dir().join(format!("kcpio-tunnel-beside-{}.json", std::process::id()));
+    std::fs::write(
+        &file,
+        r#"{"udplisten": "127.0.0.1:7", "udptarget": "127.0.0.1:8"}"#,
+    )
+    .unwrap();
+    let c = p(&format!(
+        "kcpio-tunnel client --udplisten 127.0.0.1:9 -c {}",
+        file.display()
+    ));
+    let s = p(&format!("kcpio-tunnel server -c {}", file.display()));
+    std::fs::remove_file(&file).unwrap();
+    // Each end takes its own key; the other end's is not its business, as
+    // `localaddr` is not the server's.
+    assert_eq!(c.unwrap().udp_beside.as_deref(), Some("127.0.0.1:7"));
+    assert_eq!(s.unwrap().udp_beside.as_deref(), Some("127.0.0.1:8"));
+
+    for (bad, says) in [
+        (
+            "kcpio-tunnel client --udp --udplisten 127.0.0.1:1",
+            "--udplisten: not with --udp",
+        ),
+        (
+            "kcpio-tunnel server --udp --udptarget 127.0.0.1:1",
+            "--udptarget: not with --udp",
+        ),
+        ("kcpio-tunnel client --udplisten 127.0.0.1:1-3", "one port"),
+        (
+            "kcpio-tunnel server --udptarget nowhere",
+            "--udptarget nowhere",
+        ),
+        (
+            "kcpio-tunnel client --udplisten 127.0.0.1:1 --udpflows 0",
+            "--udpflows",
+        ),
+    ] {
+        let e = p(bad).unwrap_err();
+        assert!(e.contains(says), "{bad}: {e}");
+    }
 }

@@ -1,8 +1,8 @@
 //! What kcpio's tests, benches and lab share (unpublished): the lossy UDP
 //! relay, wrappers that build and run the Go peers in `interop/` (kcp-go
 //! v5.6.72, kcp-go v5.6.1, xtaci/smux), kcpio echo/sink helpers, the payload
-//! pattern and its verifier, forged-datagram helpers and percentiles, and
-//! whether Debian's kcptun is installed.
+//! pattern and its verifier, forged-datagram helpers and percentiles, a TCP echo server,
+//! and whether Debian's kcptun is installed.
 //!
 //! Each test binary uses a different subset.
 
@@ -15,3 +15,4 @@ pub mod relay;
 pub mod smuxpeer;
 pub mod spoof;
 pub mod stats;
+pub mod tcp;

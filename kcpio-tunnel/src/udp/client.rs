@@ -2,25 +2,53 @@
 //! and the session, so a datagram crosses it with no lock and no
 //! allocation. A lost session is replaced (retried every second) and the
 //! flows carry on over the new one.
+//!
+//! With `--udp` the session is the task's own; with `--udplisten` it is
+//! the TCP client's first pooled session ([`Sessions::Beside`]), whose
+//! byte stream carries the smux streams while its datagrams carry the
+//! flows, and the flows follow that slot when its session is replaced.
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 use std::io;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use kcpio::KcpStream;
+use kcpio::mux::Mux;
 use tokio::net::UdpSocket;
 
 use super::{
     DropReason, FlowCounters, HEADER_LEN, MAX_FLOW_ID, MAX_UDP, Seen, UdpStats, WIREGUARD_OVERHEAD,
     Window, parse_header, put_header, wireguard_mtu,
 };
+use crate::client::Pool;
 use crate::config::{HostPorts, Settings};
 use crate::log::Log;
 use crate::stats::Stats;
+
+/// Which session carries the flows.
+pub(crate) enum Sessions {
+    /// `--udp`: a session of the UDP client's own to `-r`; a server that
+    /// does not negotiate FEC datagrams gets kcp-go OOB packets when the
+    /// stream is FEC-framed.
+    Own,
+    /// `--udplisten`: the TCP client's first pooled session. Only FEC
+    /// datagrams: a server that did not negotiate them (kcptun, or kcpio
+    /// without `--udptarget`) is sent nothing of the flows (they are
+    /// dropped as `no session`), so its wire is what it was.
+    Beside(Arc<Pool>),
+}
+
+/// The session the flows ride now.
+struct Attached {
+    kcp: Arc<KcpStream>,
+    /// `Sessions::Beside`: the mux of the same session, which the pool
+    /// closes when it retires the session.
+    mux: Option<Weak<Mux>>,
+}
 
 /// One local source address's flow.
 struct Flow {
@@ -135,6 +163,7 @@ impl Flows {
 /// the server over one session, and writes what comes back to the source.
 pub(crate) async fn run_udp_client(
     local: UdpSocket,
+    sessions: Sessions,
     settings: Settings,
     stats: Arc<Stats>,
     log: Log,
@@ -148,14 +177,25 @@ pub(crate) async fn run_udp_client(
     let mut up = vec![0u8; HEADER_LEN + MAX_UDP];
     let mut down = vec![0u8; HEADER_LEN + MAX_UDP];
     let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut ended: Option<Arc<KcpStream>> = None;
     loop {
-        let kcp = connect(&local, &remote, &settings, &udp, &log, &mut up).await;
+        let target = Target {
+            sessions: &sessions,
+            remote: &remote,
+            settings: &settings,
+            ended: ended.take(),
+        };
+        let Attached { kcp, mux } = connect(&local, target, &udp, &log, &mut up).await;
         let max = kcp.max_datagram_payload();
         report_mtu(&log, &kcp);
         // The server numbers each flow afresh on a new session.
         flows.restart(&udp);
         udp.sessions_opened.fetch_add(1, Ordering::Relaxed);
-        stats.watch_session(&kcp);
+        // A pooled session is counted by its mux already.
+        let own = mux.is_none();
+        if own {
+            stats.watch_session(&kcp);
+        }
         udp.watch_session(&kcp);
         loop {
             tokio::select! {
@@ -201,12 +241,31 @@ pub(crate) async fn run_udp_client(
                 }
                 _ = tick.tick() => {
                     flows.expire(idle_ticks, &udp, &log);
+                    // The pool retired the session (expired, or its mux
+                    // failed): the flows move to the slot's next one.
+                    if mux.as_ref().is_some_and(|m| m.upgrade().is_none_or(|m| m.is_closed())) {
+                        log.line("udp: the session's mux ended; moving the flows to the next session");
+                        break;
+                    }
                 }
             }
         }
-        stats.unwatch_session(&kcp);
+        if own {
+            stats.unwatch_session(&kcp);
+        }
         udp.unwatch_session(&kcp);
+        ended = Some(kcp);
     }
+}
+
+/// Where [`connect`] finds a session: its own to `remote`, or the pool's
+/// first; `ended` is the session the flows just left (the pool may still
+/// hand it out until its mux notices).
+struct Target<'a> {
+    sessions: &'a Sessions,
+    remote: &'a HostPorts,
+    settings: &'a Settings,
+    ended: Option<Arc<KcpStream>>,
 }
 
 /// Hands a datagram from the server to its flow's source.
@@ -246,14 +305,28 @@ async fn deliver(local: &UdpSocket, d: &[u8], flows: &mut Flows, udp: &UdpStats)
 /// socket is drained and its datagrams counted as dropped (`no session`).
 async fn connect(
     local: &UdpSocket,
-    remote: &HostPorts,
-    settings: &Settings,
+    target: Target<'_>,
     udp: &UdpStats,
     log: &Log,
     buf: &mut [u8],
-) -> KcpStream {
+) -> Attached {
+    let Target {
+        sessions,
+        remote,
+        settings,
+        ended,
+    } = target;
+    // The pooled session last said not to negotiate (said once).
+    let mut told = None;
     loop {
         let attempt = async {
+            if let Sessions::Beside(pool) = sessions {
+                let (mux, kcp) = pool.first_session().await?;
+                return io::Result::Ok(Attached {
+                    kcp,
+                    mux: Some(Arc::downgrade(&mux)),
+                });
+            }
             let name = remote.pick();
             let addr = tokio::net::lookup_host(&name)
                 .await
@@ -266,7 +339,10 @@ async fn connect(
                 kcp.local_addr()
                     .map_or_else(|e| e.to_string(), |a| a.to_string())
             ));
-            io::Result::Ok(kcp)
+            io::Result::Ok(Attached {
+                kcp: Arc::new(kcp),
+                mux: None,
+            })
         };
         tokio::pin!(attempt);
         let r = loop {
@@ -281,14 +357,31 @@ async fn connect(
             }
         };
         match r {
+            // The pool still hands out the session that just failed.
+            Ok(a) if ended.as_ref().is_some_and(|e| Arc::ptr_eq(e, &a.kcp)) => {}
+            // Beside TCP: FEC datagrams only, or nothing.
+            Ok(a) if a.mux.is_some() => {
+                if a.kcp.stats().datagram_fec.negotiated {
+                    return a;
+                }
+                let conv = a.kcp.conv();
+                if told != Some(conv) {
+                    told = Some(conv);
+                    log.line(
+                        "udp: the server did not negotiate FEC datagrams (kcptun, or kcpio \
+                         without --udptarget): the TCP streams go on, the UDP flows are \
+                         dropped (no session) until a session negotiates them",
+                    );
+                }
+            }
             // Negotiated: the extension's own parity. Not (a server without
             // --udp, or not kcpio): kcp-go's plain OOB, which only a
             // session with stream FEC carries.
-            Ok(kcp)
-                if kcp.stats().datagram_fec.negotiated
-                    || (settings.udp.stream_fec && kcp.max_datagram_payload() > HEADER_LEN) =>
+            Ok(a)
+                if a.kcp.stats().datagram_fec.negotiated
+                    || (settings.udp.stream_fec && a.kcp.max_datagram_payload() > HEADER_LEN) =>
             {
-                return kcp;
+                return a;
             }
             Ok(_) => log.line(
                 "udp: the server did not negotiate FEC datagrams (not a kcpio server with \

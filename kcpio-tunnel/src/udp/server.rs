@@ -2,6 +2,10 @@
 //! datagrams and writes each to its flow's socket (opening the flow's
 //! socket toward the target on its first datagram); per flow, one task
 //! reads the target's replies and sends them into the session.
+//!
+//! With `--udp` every session is served so; with `--udptarget` the TCP
+//! server hands each session that negotiated FEC datagrams here too
+//! ([`serve_session`]), beside its smux streams.
 
 use std::collections::HashMap;
 use std::io;
@@ -24,8 +28,13 @@ use crate::stats::Stats;
 
 /// What every session's flows share: the settings, the counters and the
 /// descriptor budget (`--maxstreams` flows over all sessions).
-struct Shared {
+pub(crate) struct Shared {
     settings: Settings,
+    /// Where the flows go: `-t` with `--udp`, `--udptarget` beside TCP.
+    target: String,
+    /// Whether a session here is counted in the stats line as a session
+    /// (not when its mux counts it already).
+    own_sessions: bool,
     stats: Arc<Stats>,
     udp: Arc<UdpStats>,
     log: Log,
@@ -78,6 +87,8 @@ pub(crate) async fn run_udp_server(
 ) -> io::Result<()> {
     let shared = Arc::new(Shared {
         udp: Arc::clone(stats.udp()),
+        target: settings.peer.clone(),
+        own_sessions: true,
         settings,
         stats,
         log,
@@ -90,7 +101,7 @@ pub(crate) async fn run_udp_server(
         set.spawn(async move {
             loop {
                 let (kcp, from) = listeners[i].accept().await?;
-                tokio::spawn(serve_session(kcp, from, Arc::clone(&shared)));
+                tokio::spawn(serve_session(Arc::new(kcp), from, Arc::clone(&shared)));
             }
         });
     }
@@ -101,28 +112,50 @@ pub(crate) async fn run_udp_server(
     }
 }
 
+/// What the flows of a TCP server's sessions share (`--udptarget`): the
+/// counters in `stats`, flows sent to `target`.
+pub(crate) fn beside(
+    settings: Settings,
+    target: String,
+    stats: Arc<Stats>,
+    log: Log,
+) -> Arc<Shared> {
+    Arc::new(Shared {
+        udp: Arc::clone(stats.udp()),
+        target,
+        own_sessions: false,
+        settings,
+        stats,
+        log,
+        open: AtomicUsize::new(0),
+    })
+}
+
 /// Carries one session's flows until the session fails.
-async fn serve_session(kcp: KcpStream, from: SocketAddr, shared: Arc<Shared>) {
+pub(crate) async fn serve_session(kcp: Arc<KcpStream>, from: SocketAddr, shared: Arc<Shared>) {
     let log = &shared.log;
     let udp = &shared.udp;
-    let target = match tokio::net::lookup_host(&shared.settings.peer).await {
+    let flag = if shared.own_sessions {
+        "--target"
+    } else {
+        "--udptarget"
+    };
+    let target = match tokio::net::lookup_host(&shared.target).await {
         Ok(mut a) => a.next(),
         Err(e) => {
-            log.line(format!("{from}: --target {}: {e}", shared.settings.peer));
+            log.line(format!("{from}: {flag} {}: {e}", shared.target));
             return;
         }
     };
     let Some(target) = target else {
-        log.line(format!(
-            "{from}: --target {}: no address",
-            shared.settings.peer
-        ));
+        log.line(format!("{from}: {flag} {}: no address", shared.target));
         return;
     };
-    let kcp = Arc::new(kcp);
     log.line(format!("{from}: udp session opened, flows go to {target}"));
     report_mtu(log, &kcp);
-    shared.stats.watch_session(&kcp);
+    if shared.own_sessions {
+        shared.stats.watch_session(&kcp);
+    }
     udp.watch_session(&kcp);
     udp.sessions_opened.fetch_add(1, Ordering::Relaxed);
     let mut flows: HashMap<u32, Flow> = HashMap::new();
@@ -191,7 +224,9 @@ async fn serve_session(kcp: KcpStream, from: SocketAddr, shared: Arc<Shared>) {
     for (id, f) in &flows {
         close_flow(*id, f, &from, "closed with its session", &shared);
     }
-    shared.stats.unwatch_session(&kcp);
+    if shared.own_sessions {
+        shared.stats.unwatch_session(&kcp);
+    }
     udp.unwatch_session(&kcp);
 }
 

@@ -33,7 +33,11 @@ impl Drop for Handle {
 /// A reliable, ordered stream over UDP: the tokio handle on one KCP session.
 ///
 /// Implements [`AsyncRead`](tokio::io::AsyncRead) and
-/// [`AsyncWrite`](tokio::io::AsyncWrite) like `tokio::net::TcpStream`.
+/// [`AsyncWrite`](tokio::io::AsyncWrite) like `tokio::net::TcpStream`, on
+/// `&KcpStream` too (as std's `Read for &TcpStream`): a stream behind an
+/// `Arc` can carry a byte stream in one task and datagrams in another. The
+/// session keeps one read waker and one write waker, so one task reads and
+/// one writes at a time.
 /// Made by [`KcpStream::connect`] (client) or
 /// [`KcpListener::accept`](crate::KcpListener::accept) (server). All the I/O
 /// happens on the socket's driver task; a stream only moves bytes in and out
@@ -674,3 +678,9 @@ pub(crate) use stream_async_write;
 
 stream_async_read!(KcpStream);
 stream_async_write!(KcpStream);
+// As std's `Read for &TcpStream`: a stream shared behind an `Arc` (its byte
+// stream under a mux, its datagrams in another task) reads and writes
+// through a shared reference. The session keeps one read and one write
+// waker, so one task reads and one writes at a time, as with the halves.
+stream_async_read!(&KcpStream);
+stream_async_write!(&KcpStream);
