@@ -26,6 +26,8 @@
 # "kcptun over udp2raw faketcp": kcptun's default UDP tunnel carried by
 # udp2raw --raw-mode faketcp --cipher-mode xor -a --fix-gro) is never part of
 # this repository: UDP2RAW_BIN=/path/to/udp2raw, or udp2raw on PATH.
+# KCPIO_TUNNEL_BIN=/path/to/kcpio-tunnel (and KCPIO_PEER_BIN for the peer)
+# use binaries built beforehand instead of building them.
 #          --drop-udp (both routers drop every UDP packet: a network that blocks UDP;
 #                      the UDP rows fail, the --tcp (fake TCP) rows pass)
 #
@@ -104,7 +106,12 @@ if [ $NO_KCPIO = 1 ]; then
 	loud "--no-kcpio: no cargo build, every kcpio row is SKIPPED"
 else
 	build_rust
-	if build_example kcpio-tunnel; then TUNNEL=$EXAMPLE_BIN; fi
+	if [ -n "${KCPIO_TUNNEL_BIN:-}" ]; then
+		# a tunnel built beforehand (e.g. at the commit being measured)
+		[ -x "$KCPIO_TUNNEL_BIN" ] || die "KCPIO_TUNNEL_BIN=$KCPIO_TUNNEL_BIN is not an executable"
+		TUNNEL=$KCPIO_TUNNEL_BIN
+		log "kcpio-tunnel: $TUNNEL (from KCPIO_TUNNEL_BIN, not rebuilt)"
+	elif build_example kcpio-tunnel; then TUNNEL=$EXAMPLE_BIN; fi
 fi
 PROBE=""
 if [ $UDP_PROBE = 1 ] && build_example udpprobe; then PROBE=$EXAMPLE_BIN; fi
