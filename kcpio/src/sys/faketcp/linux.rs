@@ -1035,6 +1035,115 @@ impl Drop for FakeTcp {
 mod tests {
     use super::*;
 
+    /// Runs the classic BPF instructions `port_filter` uses over `packet`
+    /// (an IPv4 packet as the raw socket sees it): what the kernel returns.
+    fn run_filter(prog: &[libc::sock_filter], packet: &[u8]) -> u32 {
+        let load = |at: usize, size: usize| -> Option<u32> {
+            let b = packet.get(at..at + size)?;
+            Some(b.iter().fold(0u32, |a, &x| (a << 8) | u32::from(x)))
+        };
+        let (mut a, mut x, mut pc) = (0u32, 0u32, 0usize);
+        for _ in 0..prog.len() {
+            let ins = prog[pc];
+            let code = u32::from(ins.code);
+            let k = ins.k;
+            pc += 1;
+            let size = match code & 0x18 {
+                libc::BPF_W => 4,
+                libc::BPF_H => 2,
+                _ => 1,
+            };
+            match code & 0x07 {
+                libc::BPF_LD => {
+                    let at = if code & 0xe0 == libc::BPF_IND {
+                        x as usize + k as usize
+                    } else {
+                        k as usize
+                    };
+                    let Some(v) = load(at, size) else { return 0 };
+                    a = v;
+                }
+                libc::BPF_LDX => {
+                    let Some(v) = load(k as usize, 1) else {
+                        return 0;
+                    };
+                    x = (v & 0x0f) * 4;
+                }
+                libc::BPF_MISC => x = a,
+                libc::BPF_ALU => {
+                    let operand = if code & 0x08 == libc::BPF_X { x } else { k };
+                    a = match code & 0xf0 {
+                        libc::BPF_XOR => a ^ operand,
+                        libc::BPF_MUL => a.wrapping_mul(operand),
+                        libc::BPF_RSH => a >> operand,
+                        op => panic!("ALU op {op:#x} not interpreted"),
+                    };
+                }
+                libc::BPF_JMP => {
+                    let taken = match code & 0xf0 {
+                        libc::BPF_JEQ => a == k,
+                        libc::BPF_JSET => a & k != 0,
+                        op => panic!("jump {op:#x} not interpreted"),
+                    };
+                    pc += usize::from(if taken { ins.jt } else { ins.jf });
+                }
+                libc::BPF_RET => return k,
+                class => panic!("class {class:#x} not interpreted"),
+            }
+        }
+        panic!("the program ran off its end")
+    }
+
+    /// An IPv4/TCP packet from `src` to port `dport`, `frag` in the
+    /// fragment field.
+    fn packet(src: SocketAddrV4, dport: u16, frag: u16) -> Vec<u8> {
+        let mut p = vec![0u8; 40];
+        p[0] = 0x45;
+        p[6..8].copy_from_slice(&frag.to_be_bytes());
+        p[9] = 6;
+        p[12..16].copy_from_slice(&src.ip().octets());
+        p[16..20].copy_from_slice(&[10, 0, 0, 1]);
+        p[20..22].copy_from_slice(&src.port().to_be_bytes());
+        p[22..24].copy_from_slice(&dport.to_be_bytes());
+        p
+    }
+
+    #[test]
+    fn the_kernel_filter_computes_the_same_shard_as_the_dispatch() {
+        let mut seed = 0x1234_5678_9abc_def0u64;
+        for count in [1u32, 2, 3, 4, 7, 16] {
+            let progs: Vec<_> = (0..count).map(|i| port_filter(29900, (i, count))).collect();
+            let mut seen = vec![0u32; count as usize];
+            for _ in 0..2000 {
+                seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                let ip = Ipv4Addr::from((seed >> 32) as u32);
+                let peer = SocketAddrV4::new(ip, (seed >> 16) as u16);
+                let p = packet(peer, 29900, 0x4000);
+                let passing: Vec<u32> = (0..count)
+                    .filter(|&i| run_filter(&progs[i as usize], &p) != 0)
+                    .collect();
+                // Exactly one shard takes the peer: the one `shard_of` names.
+                assert_eq!(passing, vec![shard_of(peer, count)], "{peer} of {count}");
+                seen[passing[0] as usize] += 1;
+                // Another port, or a fragment: no shard takes it.
+                for prog in &progs {
+                    assert_eq!(run_filter(prog, &packet(peer, 29901, 0x4000)), 0);
+                    assert_eq!(run_filter(prog, &packet(peer, 29900, 0x2001)), 0);
+                }
+            }
+            // The hash spreads peers: every shard gets at least half its share.
+            let fair = 2000 / count;
+            assert!(seen.iter().all(|&n| n >= fair / 2), "{count}: {seen:?}");
+        }
+        // One address, consecutive ports (many clients behind one host):
+        // spread too.
+        let mut seen = [0u32; 4];
+        for port in 40000..40400u16 {
+            seen[shard_of(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port), 4) as usize] += 1;
+        }
+        assert!(seen.iter().all(|&n| n >= 50), "{seen:?}");
+    }
+
     #[test]
     fn a_batch_reports_the_transmits_up_to_the_first_unsent_message() {
         let at = |i| (i, SocketAddrV4::new(Ipv4Addr::LOCALHOST, 1));
