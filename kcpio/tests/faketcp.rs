@@ -365,9 +365,10 @@ fn without_nft_the_iptables_rules_appear_work_and_go_also_after_a_kill() {
     if std::env::var_os(IN_NETNS).is_some() {
         return;
     }
-    let path = path_without_nft();
-    let path = path.to_str().unwrap();
-    if let Some(text) = in_netns(NAME, &[("PATH", path)]) {
+    let dir = path_without_nft();
+    let text = in_netns(NAME, &[("PATH", dir.to_str().unwrap())]);
+    let _ = std::fs::remove_dir_all(&dir);
+    if let Some(text) = text {
         assert!(text.contains("figure: iptables fallback clean"), "{text}");
     }
 }
