@@ -22,7 +22,12 @@
 #   sudo lab/scripts/field.sh --only WireGuard --size-mib 50 --path lossy9
 # UDPspeeder is never part of this repository: build it yourself for a
 # measurement and give its path as SPEEDER_BIN=/path/to/speederv2 (or put
-# speederv2 on PATH); without it its rows say n/a.
+# speederv2 on PATH); without it its rows say n/a. Likewise udp2raw (the row
+# "kcptun over udp2raw faketcp": kcptun's default UDP tunnel carried by
+# udp2raw --raw-mode faketcp --cipher-mode xor -a --fix-gro) is never part of
+# this repository: UDP2RAW_BIN=/path/to/udp2raw, or udp2raw on PATH.
+# KCPIO_TUNNEL_BIN=/path/to/kcpio-tunnel (and KCPIO_PEER_BIN for the peer)
+# use binaries built beforehand instead of building them.
 #          --drop-udp (both routers drop every UDP packet: a network that blocks UDP;
 #                      the UDP rows fail, the --tcp (fake TCP) rows pass)
 #
@@ -101,12 +106,19 @@ if [ $NO_KCPIO = 1 ]; then
 	loud "--no-kcpio: no cargo build, every kcpio row is SKIPPED"
 else
 	build_rust
-	if build_example kcpio-tunnel; then TUNNEL=$EXAMPLE_BIN; fi
+	if [ -n "${KCPIO_TUNNEL_BIN:-}" ]; then
+		# a tunnel built beforehand (e.g. at the commit being measured)
+		[ -x "$KCPIO_TUNNEL_BIN" ] || die "KCPIO_TUNNEL_BIN=$KCPIO_TUNNEL_BIN is not an executable"
+		TUNNEL=$KCPIO_TUNNEL_BIN
+		log "kcpio-tunnel: $TUNNEL (from KCPIO_TUNNEL_BIN, not rebuilt)"
+	elif build_example kcpio-tunnel; then TUNNEL=$EXAMPLE_BIN; fi
 fi
 PROBE=""
 if [ $UDP_PROBE = 1 ] && build_example udpprobe; then PROBE=$EXAMPLE_BIN; fi
 SPEEDER=${SPEEDER_BIN:-$(command -v speederv2 || true)}
 [ -n "$SPEEDER" ] && [ -x "$SPEEDER" ] || { SPEEDER=""; loud "no UDPspeeder (SPEEDER_BIN unset, speederv2 not on PATH): its rows are n/a"; }
+UDP2RAW=${UDP2RAW_BIN:-$(command -v udp2raw || true)}
+[ -n "$UDP2RAW" ] && [ -x "$UDP2RAW" ] || { UDP2RAW=""; loud "no udp2raw (UDP2RAW_BIN unset, udp2raw not on PATH): its rows are n/a"; }
 # kcpio-tunnel speaks kcptun's flags; a checkout whose tunnel does not
 # know --smuxver (the old own-framing one) gets n/a in the kcpio tunnel rows.
 TUNNEL_COMPAT=0
@@ -297,6 +309,36 @@ row_tunnel() {
 	echo "cpu_s $(python3 -c 'import sys; print(float(sys.argv[1])-float(sys.argv[2]))' "$(cpu_of "$sp" "$cp")" "$c0")" >>"$f.res"
 	kill -0 "$sp" 2>/dev/null || echo "note the tunnel server died" >>"$f.res"
 	stop "$sp"; stop "$cp"
+}
+
+# row_udp2raw F: kcptun (default flags, UDP) carried by udp2raw's fake TCP
+# (--raw-mode faketcp --cipher-mode xor -a --fix-gro, the field test's best
+# row): kcptun-server on 127.0.0.1:29900 in srv behind a udp2raw server on
+# SRV_IP:29903; in cli kcptun-client sends to a udp2raw client on
+# 127.0.0.1:29904. udp2raw's -a adds its iptables rules inside the
+# namespaces (they go with them). CPU: all four processes.
+row_udp2raw() {
+	local f=$1 ksp kcp usp ucp
+	if [ -z "$UDP2RAW" ]; then printf 'status n/a\nnote no udp2raw binary (UDP2RAW_BIN)\n' >"$f.res"; return; fi
+	local u=(--raw-mode faketcp --cipher-mode xor -a --fix-gro -k passwd)
+	ip netns exec "$S" kcptun-server -l 127.0.0.1:29900 -t 127.0.0.1:8080 --quiet >"$f.srv" 2>&1 &
+	ksp=$!; CHILDREN+=("$ksp")
+	ip netns exec "$S" "$UDP2RAW" -s -l "$SRV_IP:29903" -r 127.0.0.1:29900 "${u[@]}" >"$f.u2r-srv" 2>&1 &
+	usp=$!; CHILDREN+=("$usp")
+	ip netns exec "$C" "$UDP2RAW" -c -l 127.0.0.1:29904 -r "$SRV_IP:29903" "${u[@]}" >"$f.u2r-cli" 2>&1 &
+	ucp=$!; CHILDREN+=("$ucp")
+	ip netns exec "$C" kcptun-client -l 127.0.0.1:12948 -r 127.0.0.1:29904 --quiet >"$f.cli" 2>&1 &
+	kcp=$!; CHILDREN+=("$kcp")
+	if ! wait_listen "$S" udp 29900 || ! wait_listen "$C" udp 29904 || ! wait_listen "$C" tcp 12948 ||
+		! wait_line "$f.u2r-cli" 'changed state (from .* )?to ready|client_ready' 15 >/dev/null; then
+		printf 'status failed\nnote udp2raw or kcptun did not start: %s\n' \
+			"$(tail -c 200 "$f.u2r-srv" "$f.u2r-cli" | tr '\n' ' ')" >"$f.res"
+		stop "$kcp"; stop "$ucp"; stop "$usp"; stop "$ksp"; return
+	fi
+	local c0; c0=$(cpu_of "$ksp" "$kcp" "$usp" "$ucp")
+	http_fetch "$f" "http://127.0.0.1:12948/file.bin"
+	echo "cpu_s $(python3 -c 'import sys; print(float(sys.argv[1])-float(sys.argv[2]))' "$(cpu_of "$ksp" "$kcp" "$usp" "$ucp")" "$c0")" >>"$f.res"
+	stop "$kcp"; stop "$ucp"; stop "$usp"; stop "$ksp"
 }
 
 # row_peer F IMPL FLAGS: KCP directly (no tunnel, no crypto, no FEC): the
@@ -563,6 +605,7 @@ ROWS=(
 	"WireGuard over UDPspeeder -f20:10 --mode 0|row_wg speeder"
 	"kcptun default --tcp|row_tunnel kcptun kcptun --tcp"
 	"kcpio tunnel kcptun-compatible default --tcp|row_tunnel kcpio kcpio --tcp"
+	"kcptun over udp2raw faketcp|row_udp2raw"
 )
 
 # --- one run ------------------------------------------------------------------

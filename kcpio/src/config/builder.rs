@@ -797,9 +797,11 @@ impl ConfigBuilder {
     /// over the sockets by a hash of their address (one peer always reaches
     /// the same socket), so a busy server uses up to `n` cores; give the
     /// runtime that many worker threads. `max_sessions` applies per socket.
-    /// Ignored by clients, with [`Carrier::FakeTcp`] (one raw socket sees
-    /// every segment of its port: one socket does the work) and where
-    /// `SO_REUSEPORT` does not exist (non-Unix). Default: 1 (one socket, no `SO_REUSEPORT`).
+    /// With [`Carrier::FakeTcp`] the `n` sockets are raw sockets, each
+    /// filtered in the kernel (classic BPF) to a hash share of the peers'
+    /// addresses and ports, behind one kernel listening socket whose
+    /// handshakes go to the socket that owns the peer. Ignored by clients
+    /// and where `SO_REUSEPORT` does not exist (non-Unix). Default: 1 (one socket, no `SO_REUSEPORT`).
     ///
     /// Range: 1..=256.
     ///

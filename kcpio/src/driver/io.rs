@@ -569,16 +569,30 @@ pub(crate) fn open_socket(
     config: &ConfigInner,
     reuse_port: bool,
 ) -> io::Result<(Socket, UdpState)> {
-    if config.carrier == crate::Carrier::FakeTcp {
-        let fake =
-            crate::sys::faketcp::FakeTcp::listen(bind, MAX_DATAGRAM, config.dscp, reuse_port)?;
-        return Ok((
-            Socket::FakeTcp(Box::new(FakeTcpSocket::new(fake)?)),
-            UdpState::for_fake_tcp(),
-        ));
-    }
     let (socket, udp) = wrap_socket(bind_socket(bind, config, reuse_port)?, config)?;
     Ok((Socket::Udp(socket), udp))
+}
+
+/// With [`crate::Carrier::FakeTcp`], a listener's `shards` sockets at once
+/// (one kernel listening socket and firewall table behind them; see
+/// `sys::faketcp`); with UDP none (each is opened by [`open_socket`]).
+pub(crate) fn open_fake_tcp_shards(
+    bind: SocketAddr,
+    config: &ConfigInner,
+    shards: usize,
+) -> io::Result<Vec<(Socket, UdpState)>> {
+    if config.carrier != crate::Carrier::FakeTcp {
+        return Ok(Vec::new());
+    }
+    crate::sys::faketcp::FakeTcp::listen(bind, MAX_DATAGRAM, config.dscp, shards)?
+        .into_iter()
+        .map(|fake| {
+            Ok((
+                Socket::FakeTcp(Box::new(FakeTcpSocket::new(fake)?)),
+                UdpState::for_fake_tcp(),
+            ))
+        })
+        .collect()
 }
 
 /// A new UDP socket bound to `bind`, with `config`'s socket options.

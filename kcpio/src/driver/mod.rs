@@ -738,11 +738,7 @@ pub(crate) fn spawn_listener(
     addr: SocketAddr,
     config: Arc<ConfigInner>,
 ) -> std::io::Result<Vec<Arc<DriverShared>>> {
-    // Fake TCP: one socket; every raw socket of a port would see every
-    // segment of it, so shards would only duplicate the work.
-    let n = if config.carrier == crate::Carrier::FakeTcp {
-        1
-    } else if cfg!(all(
+    let n = if cfg!(all(
         unix,
         not(any(target_os = "solaris", target_os = "illumos"))
     )) {
@@ -753,8 +749,13 @@ pub(crate) fn spawn_listener(
     let accept = Arc::new(Accept::default());
     let mut drivers = Vec::with_capacity(n);
     let mut bind = addr;
+    // Fake TCP opens its shards together (they share the kernel's socket).
+    let mut fake_tcp = io::open_fake_tcp_shards(addr, &config, n)?.into_iter();
     for _ in 0..n {
-        let (socket, udp) = open_socket(bind, &config, n > 1)?;
+        let (socket, udp) = match fake_tcp.next() {
+            Some(shard) => shard,
+            None => open_socket(bind, &config, n > 1)?,
+        };
         let driver = Driver::new(socket, udp, config.clone(), Role::Listener, accept.clone())?;
         bind = driver.shared.local_addr;
         drivers.push(driver);

@@ -189,37 +189,26 @@ pub(super) fn recv(
         h.msg_control = cmsg.0.as_mut_ptr().cast();
         h.msg_controllen = CMSG_CAP as _;
     }
-    let got = loop {
-        bump(&state.counters.recv_syscalls, 1);
-        // SAFETY: the first `n` headers point at memory that stays valid and
-        // unaliased for the call: one iovec each (a caller `IoSliceMut`,
-        // exclusively borrowed through `bufs`), and name and control buffers
-        // on this stack frame whose sizes are the lengths given. The kernel
-        // writes within those lengths. A null timeout means none.
-        let r = unsafe {
-            libc::recvmmsg(
-                sock.as_raw_fd(),
-                hdrs.as_mut_ptr(),
-                n as libc::c_uint,
-                libc::MSG_DONTWAIT as _,
-                ptr::null_mut(),
-            )
-        };
-        if let Ok(got) = usize::try_from(r) {
-            break got.min(n);
+    // SAFETY: the first `n` headers point at memory that stays valid and
+    // unaliased for the call: one iovec each (a caller `IoSliceMut`,
+    // exclusively borrowed through `bufs`), and name and control buffers
+    // on this stack frame whose sizes are the lengths given.
+    let got = match unsafe {
+        recvmmsg(
+            state,
+            sock.as_raw_fd(),
+            hdrs.get_mut(..n).unwrap_or_default(),
+        )
+    } {
+        Ok(got) => got,
+        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
+            // Before Linux 2.6.33; such kernels have no GRO either.
+            state.recv_mmsg.store(false, Ordering::Relaxed);
+            return fallback::recv(state, sock, bufs, meta);
         }
-        let e = io::Error::last_os_error();
-        match e.raw_os_error() {
-            Some(libc::EINTR) => {}
-            Some(libc::ENOSYS) => {
-                // Before Linux 2.6.33; such kernels have no GRO either.
-                state.recv_mmsg.store(false, Ordering::Relaxed);
-                return fallback::recv(state, sock, bufs, meta);
-            }
-            _ => {
-                state.count_recv_error(&e);
-                return Err(e);
-            }
+        Err(e) => {
+            state.count_recv_error(&e);
+            return Err(e);
         }
     };
     let results = hdrs.iter().zip(names.iter()).zip(meta.iter_mut());
@@ -241,6 +230,46 @@ pub(super) fn recv(
         );
     }
     Ok(got)
+}
+
+/// One non-blocking `recvmmsg` on `fd` into `hdrs`, retried when a signal
+/// interrupts it; counts each system call in `state`. Returns how many
+/// messages arrived, or the error (`WouldBlock` when none was queued);
+/// errors are not counted here.
+///
+/// # Safety
+///
+/// Every header in `hdrs` must point only at memory (iovecs and the buffers
+/// they name, name and control buffers) valid for writes of the lengths
+/// given and not otherwise accessed for the duration of the call.
+pub(super) unsafe fn recvmmsg(
+    state: &UdpState,
+    fd: std::os::fd::RawFd,
+    hdrs: &mut [libc::mmsghdr],
+) -> io::Result<usize> {
+    let n = hdrs.len().min(libc::c_uint::MAX as usize);
+    loop {
+        bump(&state.counters.recv_syscalls, 1);
+        // SAFETY: the caller guarantees what the headers point at; `hdrs`
+        // itself is an exclusive borrow of `n` headers. A null timeout
+        // means none.
+        let r = unsafe {
+            libc::recvmmsg(
+                fd,
+                hdrs.as_mut_ptr(),
+                n as libc::c_uint,
+                libc::MSG_DONTWAIT as _,
+                ptr::null_mut(),
+            )
+        };
+        if let Ok(got) = usize::try_from(r) {
+            return Ok(got.min(n));
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EINTR) {
+            return Err(e);
+        }
+    }
 }
 
 /// The sender address the kernel wrote into `name`.

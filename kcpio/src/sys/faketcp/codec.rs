@@ -337,6 +337,15 @@ impl Flow {
         self.established = true;
     }
 
+    /// Continues the kernel's timestamp clock: `kernel_tsval` is the TSval
+    /// the kernel's socket of this flow would send at `now_ms` (its
+    /// `TCP_TIMESTAMP`), so our segments carry the same monotonic
+    /// millisecond clock the handshake showed, as the kernel's own would:
+    /// no jump a middlebox or the peer's PAWS check could notice.
+    pub(crate) fn continue_clock(&mut self, kernel_tsval: u32, now_ms: u32) {
+        self.ts_base = kernel_tsval.wrapping_sub(now_ms);
+    }
+
     /// Whether both sequence numbers are known, so [`Flow::next_header`]
     /// makes a segment the peer accepts.
     pub(crate) fn ready(&self) -> bool {

@@ -7,7 +7,7 @@ use std::mem;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::os::fd::{AsRawFd, RawFd};
 use std::ptr;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
@@ -55,22 +55,58 @@ struct Table {
 /// What the kernel socket is.
 enum Kernel {
     Client,
-    Listener(Socket),
+    Listener(Arc<Group>),
 }
+
+/// The listener's kernel socket, shared by the shards of one port: each
+/// shard's raw socket sees only its share of the peers ([`shard_of`], in
+/// the kernel's filter), while the kernel's completed handshakes come out
+/// of this one socket in any order; a shard that accepts one for another
+/// shard's peer leaves it in that shard's inbox.
+struct Group {
+    listener: Socket,
+    /// Accepted kernel sockets waiting for their shard, at most
+    /// [`MAX_FLOWS`] each.
+    inbox: Vec<Mutex<Vec<(SocketAddrV4, Socket)>>>,
+}
+
+impl Group {
+    fn shards(&self) -> u32 {
+        self.inbox.len() as u32
+    }
+}
+
+/// The shard (of `shards`) that owns `peer`: a multiplicative hash of its
+/// address and port, reduced to the range without division. The kernel
+/// filter of each shard's raw socket computes the same in classic BPF
+/// ([`attach_port_filter`]).
+pub(crate) fn shard_of(peer: SocketAddrV4, shards: u32) -> u32 {
+    let h = (u32::from(*peer.ip()) ^ u32::from(peer.port())).wrapping_mul(SHARD_HASH) >> 16;
+    (h * shards.clamp(1, MAX_SHARDS)) >> 16
+}
+
+/// The hash's multiplier (2^32 / golden ratio, odd).
+const SHARD_HASH: u32 = 0x9E37_79B1;
+/// Most shards of one port (the range reduction multiplies a 16-bit hash
+/// by the count in 32 bits).
+pub(crate) const MAX_SHARDS: u32 = 1 << 15;
 
 /// A fake-TCP endpoint (one port): see [`crate::Carrier::FakeTcp`].
 pub(crate) struct FakeTcp {
     raw: Socket,
     local: SocketAddrV4,
     kernel: Kernel,
+    /// Which shard of the listener's group this is (0 for a client).
+    shard: u32,
     table: Mutex<Table>,
     max_payload: usize,
     /// The IPv4 TOS byte of our segments (DSCP << 2).
     tos: u8,
     epoch: Instant,
     pub(crate) counters: FakeTcpCounters,
-    // Dropped last: the rules outlive the sockets they silence.
-    _firewall: Firewall,
+    // Dropped last (by the last shard): the rules outlive the sockets they
+    // silence.
+    _firewall: Arc<Firewall>,
 }
 
 impl AsRawFd for FakeTcp {
@@ -99,7 +135,9 @@ fn os_seed() -> u64 {
 }
 
 /// Opens the raw socket, filtered in the kernel to TCP segments for `port`.
-fn raw_socket(bind_ip: Ipv4Addr, port: u16) -> io::Result<Socket> {
+/// With `shard = (index, count)`, only the peers [`shard_of`] gives to
+/// `index` pass the filter.
+fn raw_socket(bind_ip: Ipv4Addr, port: u16, shard: (u32, u32)) -> io::Result<Socket> {
     let raw = Socket::new(Domain::IPV4, Type::RAW, Some(Protocol::TCP)).map_err(|e| {
         if e.kind() == io::ErrorKind::PermissionDenied {
             io::Error::new(
@@ -110,7 +148,7 @@ fn raw_socket(bind_ip: Ipv4Addr, port: u16) -> io::Result<Socket> {
             e
         }
     })?;
-    attach_port_filter(&raw, port)?;
+    attach_port_filter(&raw, port, shard)?;
     #[allow(
         deprecated,
         reason = "socket2 0.5 names it so; 0.6 renames it set_header_included_v4"
@@ -143,31 +181,75 @@ fn raw_socket(bind_ip: Ipv4Addr, port: u16) -> io::Result<Socket> {
     Ok(raw)
 }
 
-/// A classic BPF program on `raw`: accept unfragmented IPv4 packets whose
-/// TCP destination port is `port`, drop the rest in the kernel.
-fn attach_port_filter(raw: &Socket, port: u16) -> io::Result<()> {
+/// The program of [`attach_port_filter`].
+fn port_filter(port: u16, (index, count): (u32, u32)) -> Vec<libc::sock_filter> {
     let op = |code: u32, jt: u8, jf: u8, k: u32| libc::sock_filter {
         code: code as u16,
         jt,
         jf,
         k,
     };
-    let prog = [
+    let accept = op(libc::BPF_RET | libc::BPF_K, 0, 0, 0x0004_0000);
+    let drop = op(libc::BPF_RET | libc::BPF_K, 0, 0, 0);
+    let mut prog = vec![
         // A = fragment offset field; a fragment carries no port: drop.
         op(libc::BPF_LD | libc::BPF_H | libc::BPF_ABS, 0, 0, 6),
-        op(libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K, 4, 0, 0x1fff),
+        // (jump targets are patched below, to the final `drop`)
+        op(libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K, 0, 0, 0x1fff),
         // X = IP header length; A = the destination port behind it.
         op(libc::BPF_LDX | libc::BPF_B | libc::BPF_MSH, 0, 0, 0),
         op(libc::BPF_LD | libc::BPF_H | libc::BPF_IND, 0, 0, 2),
         op(
             libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K,
             0,
-            1,
+            0,
             u32::from(port),
         ),
-        op(libc::BPF_RET | libc::BPF_K, 0, 0, 0x0004_0000),
-        op(libc::BPF_RET | libc::BPF_K, 0, 0, 0),
     ];
+    if count > 1 {
+        let count = count.min(MAX_SHARDS);
+        prog.extend([
+            // X = source port; A = source address ^ X.
+            op(libc::BPF_LD | libc::BPF_H | libc::BPF_IND, 0, 0, 0),
+            op(libc::BPF_MISC | libc::BPF_TAX, 0, 0, 0),
+            op(libc::BPF_LD | libc::BPF_W | libc::BPF_ABS, 0, 0, 12),
+            op(libc::BPF_ALU | libc::BPF_XOR | libc::BPF_X, 0, 0, 0),
+            // shard_of: (((A * SHARD_HASH) >> 16) * count) >> 16.
+            op(
+                libc::BPF_ALU | libc::BPF_MUL | libc::BPF_K,
+                0,
+                0,
+                SHARD_HASH,
+            ),
+            op(libc::BPF_ALU | libc::BPF_RSH | libc::BPF_K, 0, 0, 16),
+            op(libc::BPF_ALU | libc::BPF_MUL | libc::BPF_K, 0, 0, count),
+            op(libc::BPF_ALU | libc::BPF_RSH | libc::BPF_K, 0, 0, 16),
+            op(libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K, 0, 0, index),
+        ]);
+    }
+    prog.extend([accept, drop]);
+    // Every conditional jump: true falls through, false goes to `drop`
+    // (JSET is the other way round: a set fragment bit drops).
+    let last = prog.len() - 1;
+    for (i, ins) in prog.iter_mut().enumerate() {
+        if u32::from(ins.code) & 0x07 == libc::BPF_JMP {
+            let to_drop = (last - i - 1) as u8;
+            if u32::from(ins.code) & 0xf0 == libc::BPF_JSET {
+                ins.jt = to_drop;
+            } else {
+                ins.jf = to_drop;
+            }
+        }
+    }
+    prog
+}
+
+/// A classic BPF program on `raw`: accept unfragmented IPv4 packets whose
+/// TCP destination port is `port` and, with `shard = (index, count)` and
+/// `count > 1`, whose source [`shard_of`] is `index`; drop the rest in the
+/// kernel.
+fn attach_port_filter(raw: &Socket, port: u16, shard: (u32, u32)) -> io::Result<()> {
+    let prog = port_filter(port, shard);
     let fprog = libc::sock_fprog {
         len: prog.len() as u16,
         filter: prog.as_ptr().cast_mut(),
@@ -203,6 +285,25 @@ fn silence(sock: &Socket) -> io::Result<()> {
     Ok(())
 }
 
+/// The TSval the kernel's socket `sock` would send now (`TCP_TIMESTAMP`);
+/// `None` where the kernel does not say (timestamps off, old kernels).
+fn kernel_tsval(sock: &Socket) -> Option<u32> {
+    let mut val: u32 = 0;
+    let mut len = size_of::<u32>() as libc::socklen_t;
+    // SAFETY: `val` and `len` are live locals; the kernel writes at most
+    // `len` bytes into `val` and the written length into `len`.
+    let r = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_TIMESTAMP,
+            ptr::from_mut(&mut val).cast(),
+            &mut len,
+        )
+    };
+    (r == 0 && len as usize == size_of::<u32>()).then_some(val)
+}
+
 /// Discards what the kernel socket queued (our peer's segments that it
 /// accepted), without copying: `MSG_TRUNC` on TCP throws the bytes away.
 fn drain(sock: &Socket) {
@@ -227,8 +328,8 @@ impl FakeTcp {
     fn new(
         raw: Socket,
         local: SocketAddrV4,
-        kernel: Kernel,
-        firewall: Firewall,
+        (kernel, shard): (Kernel, u32),
+        firewall: Arc<Firewall>,
         max_payload: usize,
         dscp: u8,
     ) -> Self {
@@ -236,6 +337,7 @@ impl FakeTcp {
             raw,
             local,
             kernel,
+            shard,
             table: Mutex::new(Table {
                 flows: HashMap::new(),
                 accept_due: false,
@@ -250,8 +352,12 @@ impl FakeTcp {
         }
     }
 
-    /// Listens on `addr`: the firewall table, the raw socket, then the
-    /// kernel's listening socket. Datagrams are at most `max_payload` bytes.
+    /// Listens on `addr` with `shards` endpoints (at least one): the
+    /// firewall table, one raw socket per shard, each filtered in the
+    /// kernel to its share of the peers ([`shard_of`]), then the kernel's
+    /// one listening socket, shared. Each shard is driven on its own; a
+    /// peer's segments all reach the same one. Datagrams are at most
+    /// `max_payload` bytes.
     ///
     /// # Errors
     ///
@@ -261,34 +367,46 @@ impl FakeTcp {
         addr: SocketAddr,
         max_payload: usize,
         dscp: u8,
-        reuse_port: bool,
-    ) -> io::Result<Self> {
+        shards: usize,
+    ) -> io::Result<Vec<Self>> {
+        let count = u32::try_from(shards)
+            .unwrap_or(MAX_SHARDS)
+            .clamp(1, MAX_SHARDS);
         let addr = v4(addr)?;
         let listener = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))?;
         listener.set_reuse_address(true)?;
-        if reuse_port {
-            listener.set_reuse_port(true)?;
-        }
         listener.bind(&SockAddr::from(addr))?;
         let local = v4(listener
             .local_addr()?
             .as_socket()
             .ok_or(io::ErrorKind::InvalidInput)?)?;
-        let firewall = Firewall::install(local.port())?;
-        let raw = raw_socket(*addr.ip(), local.port())?;
+        let firewall = Arc::new(Firewall::install(local.port())?);
+        let raws = (0..count)
+            .map(|i| raw_socket(*addr.ip(), local.port(), (i, count)))
+            .collect::<io::Result<Vec<_>>>()?;
         // Not TTL 1 yet: the SYN-ACK must reach the peer. Each accepted
         // socket gets TTL 1 at once.
         listener.set_nonblocking(true)?;
         listener.listen(1024)?;
-        tracing::debug!(%local, table = firewall.name(), "fake TCP listening");
-        Ok(Self::new(
-            raw,
-            local,
-            Kernel::Listener(listener),
-            firewall,
-            max_payload,
-            dscp,
-        ))
+        tracing::debug!(%local, table = firewall.name(), shards = count, "fake TCP listening");
+        let group = Arc::new(Group {
+            listener,
+            inbox: (0..count).map(|_| Mutex::new(Vec::new())).collect(),
+        });
+        Ok(raws
+            .into_iter()
+            .zip(0..)
+            .map(|(raw, i)| {
+                Self::new(
+                    raw,
+                    local,
+                    (Kernel::Listener(group.clone()), i),
+                    firewall.clone(),
+                    max_payload,
+                    dscp,
+                )
+            })
+            .collect())
     }
 
     /// Connects to `peer` with a real kernel handshake from `bind` (port 0:
@@ -312,8 +430,8 @@ impl FakeTcp {
             .as_socket()
             .ok_or(io::ErrorKind::InvalidInput)?
             .port();
-        let firewall = Firewall::install(port)?;
-        let raw = raw_socket(*bind.ip(), port)?;
+        let firewall = Arc::new(Firewall::install(port)?);
+        let raw = raw_socket(*bind.ip(), port, (0, 1))?;
         sock.set_nonblocking(true)?;
         let std_stream: std::net::TcpStream = sock.into();
         let stream = tokio::net::TcpSocket::from_std_stream(std_stream)
@@ -325,7 +443,7 @@ impl FakeTcp {
             .local_addr()?
             .as_socket()
             .ok_or(io::ErrorKind::InvalidInput)?)?;
-        let me = Self::new(raw, local, Kernel::Client, firewall, max_payload, dscp);
+        let me = Self::new(raw, local, (Kernel::Client, 0), firewall, max_payload, dscp);
         {
             let mut table = me.lock();
             // Established once the handshake's numbers are learned below
@@ -364,11 +482,20 @@ impl FakeTcp {
                 break;
             }
         }
+        let now_ms = me.now_ms();
         if let Some(e) = me.lock().flows.get_mut(&peer) {
             e.flow.set_established();
+            if let Some(ts) = e.kernel.as_ref().and_then(kernel_tsval) {
+                e.flow.continue_clock(ts, now_ms);
+            }
         }
         tracing::debug!(%local, %peer, "fake TCP connected");
         Ok(me)
+    }
+
+    /// Our millisecond clock (TSval less each flow's base).
+    fn now_ms(&self) -> u32 {
+        self.epoch.elapsed().as_millis() as u32
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
@@ -428,25 +555,13 @@ impl FakeTcp {
             hdr.msg_hdr.msg_iov = ptr::from_mut(buf).cast::<libc::iovec>();
             hdr.msg_hdr.msg_iovlen = 1;
         }
-        let got = loop {
-            bump(&state.counters.recv_syscalls, 1);
-            // SAFETY: the first `n` headers each point at one iovec, a
-            // caller buffer exclusively borrowed through `bufs`; no name or
-            // control buffer. A null timeout means none.
-            let r = unsafe {
-                libc::recvmmsg(
-                    self.raw.as_raw_fd(),
-                    hdrs.as_mut_ptr(),
-                    n as libc::c_uint,
-                    libc::MSG_DONTWAIT as _,
-                    ptr::null_mut(),
-                )
-            };
-            if let Ok(got) = usize::try_from(r) {
-                break got.min(n);
-            }
-            let e = io::Error::last_os_error();
-            if e.raw_os_error() != Some(libc::EINTR) {
+        let batch = hdrs.get_mut(..n).unwrap_or_default();
+        // SAFETY: the first `n` headers each point at one iovec, a caller
+        // buffer exclusively borrowed through `bufs`; no name or control
+        // buffer.
+        let got = match unsafe { crate::sys::linux::recvmmsg(state, self.raw.as_raw_fd(), batch) } {
+            Ok(got) => got,
+            Err(e) => {
                 state.count_recv_error(&e);
                 return Err(e);
             }
@@ -590,14 +705,16 @@ impl FakeTcp {
     }
 
     /// Takes the kernel's completed handshakes: each becomes its flow's
-    /// kernel socket (silenced), which makes the flow deliver.
+    /// kernel socket (silenced), which makes the flow deliver. One of
+    /// another shard's peers goes to that shard's inbox; this shard's
+    /// inbox is emptied into its flows.
     fn accept(&self, table: &mut Table) {
-        let Kernel::Listener(listener) = &self.kernel else {
+        let Kernel::Listener(group) = &self.kernel else {
             return;
         };
         table.accept_due = false;
         for _ in 0..MAX_FLOWS {
-            let Ok((sock, addr)) = listener.accept() else {
+            let Ok((sock, addr)) = group.listener.accept() else {
                 break;
             };
             let peer = addr.as_socket().map(v4);
@@ -605,17 +722,44 @@ impl FakeTcp {
             if silence(&sock).is_err() {
                 continue;
             }
-            match table.flows.get_mut(&peer) {
-                Some(e) => {
-                    e.flow.set_established();
-                    e.kernel = Some(sock);
+            let owner = shard_of(peer, group.shards());
+            if owner == self.shard {
+                self.attach(table, peer, sock);
+            } else if let Some(inbox) = group.inbox.get(owner as usize) {
+                let mut inbox = inbox.lock().unwrap_or_else(|p| p.into_inner());
+                if inbox.len() < MAX_FLOWS {
+                    inbox.push((peer, sock));
+                } else {
+                    // That shard is not taking its handshakes: closing
+                    // lets the peer retry.
+                    bump(&self.counters.table_full, 1);
                 }
-                None => {
-                    // The raw socket never saw its SYN (queue overflow, or
-                    // the table was full): without its numbers the flow is
-                    // useless; closing it lets the peer retry.
-                    bump(&self.counters.unknown_flow, 1);
+            }
+        }
+        let mine = group
+            .inbox
+            .get(self.shard as usize)
+            .map(|inbox| mem::take(&mut *inbox.lock().unwrap_or_else(|p| p.into_inner())));
+        for (peer, sock) in mine.unwrap_or_default() {
+            self.attach(table, peer, sock);
+        }
+    }
+
+    /// Gives `peer`'s flow its accepted kernel socket.
+    fn attach(&self, table: &mut Table, peer: SocketAddrV4, sock: Socket) {
+        match table.flows.get_mut(&peer) {
+            Some(e) => {
+                e.flow.set_established();
+                if let Some(ts) = kernel_tsval(&sock) {
+                    e.flow.continue_clock(ts, self.now_ms());
                 }
+                e.kernel = Some(sock);
+            }
+            None => {
+                // The raw socket never saw its SYN (queue overflow, or
+                // the table was full): without its numbers the flow is
+                // useless; closing it lets the peer retry.
+                bump(&self.counters.unknown_flow, 1);
             }
         }
     }
@@ -664,7 +808,7 @@ impl FakeTcp {
         let mut names: [libc::sockaddr_in; BATCH_SIZE] = unsafe { mem::zeroed() };
         // Which transmit each message is, and its flow, to undo on a short send.
         let mut which = [(0usize, SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0)); BATCH_SIZE];
-        let now_ms = self.epoch.elapsed().as_millis() as u32;
+        let now_ms = self.now_ms();
         let mut count = 0;
         {
             let mut table = self.lock();
@@ -890,6 +1034,115 @@ impl Drop for FakeTcp {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Runs the classic BPF instructions `port_filter` uses over `packet`
+    /// (an IPv4 packet as the raw socket sees it): what the kernel returns.
+    fn run_filter(prog: &[libc::sock_filter], packet: &[u8]) -> u32 {
+        let load = |at: usize, size: usize| -> Option<u32> {
+            let b = packet.get(at..at + size)?;
+            Some(b.iter().fold(0u32, |a, &x| (a << 8) | u32::from(x)))
+        };
+        let (mut a, mut x, mut pc) = (0u32, 0u32, 0usize);
+        for _ in 0..prog.len() {
+            let ins = prog[pc];
+            let code = u32::from(ins.code);
+            let k = ins.k;
+            pc += 1;
+            let size = match code & 0x18 {
+                libc::BPF_W => 4,
+                libc::BPF_H => 2,
+                _ => 1,
+            };
+            match code & 0x07 {
+                libc::BPF_LD => {
+                    let at = if code & 0xe0 == libc::BPF_IND {
+                        x as usize + k as usize
+                    } else {
+                        k as usize
+                    };
+                    let Some(v) = load(at, size) else { return 0 };
+                    a = v;
+                }
+                libc::BPF_LDX => {
+                    let Some(v) = load(k as usize, 1) else {
+                        return 0;
+                    };
+                    x = (v & 0x0f) * 4;
+                }
+                libc::BPF_MISC => x = a,
+                libc::BPF_ALU => {
+                    let operand = if code & 0x08 == libc::BPF_X { x } else { k };
+                    a = match code & 0xf0 {
+                        libc::BPF_XOR => a ^ operand,
+                        libc::BPF_MUL => a.wrapping_mul(operand),
+                        libc::BPF_RSH => a >> operand,
+                        op => panic!("ALU op {op:#x} not interpreted"),
+                    };
+                }
+                libc::BPF_JMP => {
+                    let taken = match code & 0xf0 {
+                        libc::BPF_JEQ => a == k,
+                        libc::BPF_JSET => a & k != 0,
+                        op => panic!("jump {op:#x} not interpreted"),
+                    };
+                    pc += usize::from(if taken { ins.jt } else { ins.jf });
+                }
+                libc::BPF_RET => return k,
+                class => panic!("class {class:#x} not interpreted"),
+            }
+        }
+        panic!("the program ran off its end")
+    }
+
+    /// An IPv4/TCP packet from `src` to port `dport`, `frag` in the
+    /// fragment field.
+    fn packet(src: SocketAddrV4, dport: u16, frag: u16) -> Vec<u8> {
+        let mut p = vec![0u8; 40];
+        p[0] = 0x45;
+        p[6..8].copy_from_slice(&frag.to_be_bytes());
+        p[9] = 6;
+        p[12..16].copy_from_slice(&src.ip().octets());
+        p[16..20].copy_from_slice(&[10, 0, 0, 1]);
+        p[20..22].copy_from_slice(&src.port().to_be_bytes());
+        p[22..24].copy_from_slice(&dport.to_be_bytes());
+        p
+    }
+
+    #[test]
+    fn the_kernel_filter_computes_the_same_shard_as_the_dispatch() {
+        let mut seed = 0x1234_5678_9abc_def0u64;
+        for count in [1u32, 2, 3, 4, 7, 16] {
+            let progs: Vec<_> = (0..count).map(|i| port_filter(29900, (i, count))).collect();
+            let mut seen = vec![0u32; count as usize];
+            for _ in 0..2000 {
+                seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                let ip = Ipv4Addr::from((seed >> 32) as u32);
+                let peer = SocketAddrV4::new(ip, (seed >> 16) as u16);
+                let p = packet(peer, 29900, 0x4000);
+                let passing: Vec<u32> = (0..count)
+                    .filter(|&i| run_filter(&progs[i as usize], &p) != 0)
+                    .collect();
+                // Exactly one shard takes the peer: the one `shard_of` names.
+                assert_eq!(passing, vec![shard_of(peer, count)], "{peer} of {count}");
+                seen[passing[0] as usize] += 1;
+                // Another port, or a fragment: no shard takes it.
+                for prog in &progs {
+                    assert_eq!(run_filter(prog, &packet(peer, 29901, 0x4000)), 0);
+                    assert_eq!(run_filter(prog, &packet(peer, 29900, 0x2001)), 0);
+                }
+            }
+            // The hash spreads peers: every shard gets at least half its share.
+            let fair = 2000 / count;
+            assert!(seen.iter().all(|&n| n >= fair / 2), "{count}: {seen:?}");
+        }
+        // One address, consecutive ports (many clients behind one host):
+        // spread too.
+        let mut seen = [0u32; 4];
+        for port in 40000..40400u16 {
+            seen[shard_of(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port), 4) as usize] += 1;
+        }
+        assert!(seen.iter().all(|&n| n >= 50), "{seen:?}");
+    }
 
     #[test]
     fn a_batch_reports_the_transmits_up_to_the_first_unsent_message() {

@@ -17,7 +17,7 @@ fn unsupported() -> io::Error {
 }
 
 impl FakeTcp {
-    pub(crate) fn listen(_: SocketAddr, _: usize, _: u8, _: bool) -> io::Result<Self> {
+    pub(crate) fn listen(_: SocketAddr, _: usize, _: u8, _: usize) -> io::Result<Vec<Self>> {
         Err(unsupported())
     }
 

@@ -302,3 +302,17 @@ fn timestamps_echo_the_peer_and_follow_our_clock() {
     assert_eq!(b.tsval.wrapping_sub(a.tsval), 250);
     assert!(a.window >= 0x8000 && b.window >= 0x8000);
 }
+
+#[test]
+fn timestamps_continue_the_kernels_clock() {
+    let mut flow = established();
+    // The kernel's socket would send TSval 4_000_000_000 at our 1_000 ms.
+    flow.continue_clock(4_000_000_000, 1_000);
+    assert_eq!(flow.next_header(1, 2, 1, 1_000).tsval, 4_000_000_000);
+    // Same millisecond clock from there on, wrapping as TCP's does.
+    assert_eq!(flow.next_header(1, 2, 1, 1_500).tsval, 4_000_000_500);
+    assert_eq!(
+        flow.next_header(1, 2, 1, 300_000_000).tsval,
+        4_000_000_000u32.wrapping_add(299_999_000)
+    );
+}
