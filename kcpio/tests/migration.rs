@@ -502,6 +502,7 @@ async fn address_goes_away() {
         .unwrap();
     let (mut s, first) = l.accept().await.unwrap();
     assert_eq!(first.ip(), "10.99.0.2".parse::<IpAddr>().unwrap());
+    assert_eq!(c.local_addr().unwrap(), first);
     const N: u64 = 4 << 20;
     let reader = tokio::spawn(async move {
         let mut v = Verifier::default();
@@ -536,6 +537,13 @@ async fn address_goes_away() {
         .await
         .unwrap()
         .unwrap();
+    // tokio's convention: the address the socket is bound to now.
+    let local = c.local_addr().unwrap();
+    assert_eq!(
+        local.ip(),
+        "10.99.0.1".parse::<IpAddr>().unwrap(),
+        "{local}"
+    );
     let st = l.stats();
     println!(
         "figure: rebound; longest stall {stall:?}; server sees {now_at} (was {first}); migrations {}",
@@ -543,4 +551,8 @@ async fn address_goes_away() {
     );
     assert_eq!(st.migrations, 1, "{st:?}");
     assert_eq!(now_at.ip(), "10.99.0.1".parse::<IpAddr>().unwrap());
+    assert_eq!(
+        now_at, local,
+        "the session moved to the client's new socket"
+    );
 }

@@ -48,6 +48,12 @@ const PROBE_INIT: u32 = 500;
 const PROBE_LIMIT: u32 = 120_000;
 /// Probe flag: send WASK at the next flush.
 const ASK_SEND: u8 = 1;
+/// `frg` of a window probe (WASK) whose `ts` is the sender's clock, as a
+/// PUSH's is (a probe from a flush carries an echoed `ts`): a kcpio
+/// client's quiet probe. A listener takes one stamped later than every one
+/// it received as fresh, so it may make a migration candidate. kcp-go reads
+/// `frg` of PUSH segments only and answers it as any WASK.
+pub(crate) const CLOCKED_PROBE: u8 = 0xD2;
 /// Probe flag: send WINS at the next flush.
 const ASK_TELL: u8 = 2;
 /// kcp-go's "fast retransmit disabled until the next RTO" marker.
@@ -389,6 +395,9 @@ pub struct Kcp {
     /// transmission, retransmissions included, with its clock, so a PUSH
     /// stamped later was sent later (migration's freshness).
     push_ts_max: Option<u32>,
+    /// The newest `ts` of a clocked window probe ([`CLOCKED_PROBE`])
+    /// received: stamped with the peer's clock, as a PUSH is.
+    clocked_ts_max: Option<u32>,
 
     stats: ArqStats,
 }
@@ -463,6 +472,7 @@ impl Kcp {
             started: false,
             last_now: Timestamp::from_millis(0),
             push_ts_max: None,
+            clocked_ts_max: None,
             stats: ArqStats::default(),
         })
     }
@@ -744,6 +754,13 @@ impl Kcp {
                 Command::Wask => {
                     self.stats.wask_in += 1;
                     self.probe |= ASK_TELL;
+                    if seg.frg() == CLOCKED_PROBE
+                        && self
+                            .clocked_ts_max
+                            .is_none_or(|m| (ts.wrapping_sub(m) as i32) > 0)
+                    {
+                        self.clocked_ts_max = Some(ts);
+                    }
                 }
                 Command::Wins => self.stats.wins_in += 1,
             }
@@ -1524,6 +1541,13 @@ impl Kcp {
                     }
                 }
                 Some(Command::Ack) => fresh |= self.snd.unacked(sn),
+                // A clocked probe sent after every one received (a client
+                // that heard nothing for a while: see `CLOCKED_PROBE`).
+                Some(Command::Wask) if seg.frg() == CLOCKED_PROBE => {
+                    fresh |= self
+                        .clocked_ts_max
+                        .is_none_or(|m| (seg.ts().wrapping_sub(m) as i32) > 0);
+                }
                 Some(_) => {}
                 None => return false,
             }
@@ -1535,11 +1559,18 @@ impl Kcp {
     /// flush would write it now (our window and `una`), without touching
     /// the ARQ's state: the driver's path probe toward an address the peer
     /// may have moved to. Returns its length, or `None` when `buf` is short.
-    pub(crate) fn write_window_probe(&self, now: Timestamp, buf: &mut [u8]) -> Option<usize> {
+    /// `frg` is 0, or [`CLOCKED_PROBE`] for a client's quiet probe.
+    pub(crate) fn write_window_probe(
+        &self,
+        now: Timestamp,
+        frg: u8,
+        buf: &mut [u8],
+    ) -> Option<usize> {
         let out: &mut [u8; HEADER_LEN] = buf.get_mut(..HEADER_LEN)?.try_into().ok()?;
         Header {
             conv: self.conv,
             cmd: Command::Wask as u8,
+            frg,
             wnd: self.wnd_unused(),
             ts: now.as_millis(),
             una: self.rcv.nxt,

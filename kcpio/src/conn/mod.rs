@@ -403,6 +403,9 @@ pub struct Conn {
     connecting: Option<Probe>,
     /// A keepalive probe went out and nothing valid came in since.
     keepalive_unanswered: bool,
+    /// A client's quiet probe ([`probe_when_quiet`](Self::probe_when_quiet)):
+    /// `None` when off.
+    quiet: Option<Quiet>,
     /// The peer's host reported its port unreachable and nothing valid
     /// came in since.
     unreachable: Option<Unreachable>,
@@ -526,6 +529,7 @@ impl Conn {
             last_output: now,
             connecting: None,
             keepalive_unanswered: false,
+            quiet: None,
             unreachable: None,
             error: None,
             write_closed: false,
@@ -799,6 +803,11 @@ impl Conn {
             }
         }
         self.wire.input_errors += u64::from(out.bad_kcp);
+        if out.accepted
+            && let Some(q) = self.quiet.as_mut()
+        {
+            q.heard(self.now, self.kcp.stats().push_in);
+        }
         if out.accepted {
             self.last_input = self.now;
             self.connecting = None;
@@ -925,6 +934,9 @@ impl Conn {
         } else if let Some(len) = self.poll_oob(slot) {
             self.wire.oob_sent += 1;
             return self.emit(slot.get(hc..hc + len)?, false);
+        }
+        if self.quiet.as_mut().is_some_and(|q| q.due(self.now)) {
+            return self.write_window_probe(crate::arq::CLOCKED_PROBE, slot);
         }
         let now_ts = ts(self.now);
         let kcp_buf = slot.get_mut(hc + hf..hc + hf + self.kcp_mtu)?;
@@ -1071,6 +1083,7 @@ impl Conn {
         }
         next = earliest(next, proof);
         next = earliest(next, self.unreachable.map(|u| u.next_probe));
+        next = earliest(next, self.quiet.and_then(|q| q.at));
         if !self.kcp.is_flushed() {
             let shutdown = self.shutdown.until().filter(|&d| d > self.now);
             next = earliest(next, shutdown);
@@ -1176,16 +1189,37 @@ impl Conn {
             return None;
         }
         let slot = slot.get_mut(..self.datagram)?;
+        self.write_window_probe(0, slot)
+    }
+
+    /// One WASK with `frg` (0, or [`CLOCKED_PROBE`](crate::arq::CLOCKED_PROBE))
+    /// stamped now, alone in a datagram at `slot[header_len()..]`
+    /// (FEC-framed when FEC is on); the ARQ's state untouched.
+    fn write_window_probe(&mut self, frg: u8, slot: &mut [u8]) -> Option<Transmit> {
         let (hc, hf) = (self.header, self.fec_header);
         let now_ts = ts(self.now);
         let n = self
             .kcp
-            .write_window_probe(now_ts, slot.get_mut(hc + hf..)?)?;
+            .write_window_probe(now_ts, frg, slot.get_mut(hc + hf..)?)?;
         let len = match (self.enc.as_mut(), slot.get_mut(hc..)) {
             (Some(enc), Some(buf)) => enc.encode(now_ts, buf, n),
             _ => n,
         };
         Some(self.sent(len, false))
+    }
+
+    /// A client's quiet probe, on or off (the tokio client turns it on
+    /// with [`ConfigBuilder::migration`](crate::ConfigBuilder::migration)):
+    /// when data stopped coming for [`QUIET_AFTER`] (the client's address
+    /// may have changed under it, and its server's data is going to the
+    /// old one), a WASK stamped with this end's clock goes out
+    /// ([`CLOCKED_PROBE`](crate::arq::CLOCKED_PROBE)), again after twice
+    /// and four times that while nothing is heard. A migrating listener
+    /// takes it as fresh and validates the address it came from, so a
+    /// client that only downloads gets its data back without writing. Any
+    /// answer ends it; a kcp-go peer answers it as any WASK.
+    pub fn probe_when_quiet(&mut self, on: bool) {
+        self.quiet = on.then(Quiet::default);
     }
 
     /// The wire size of a [`poll_path_probe`](Self::poll_path_probe)
@@ -1573,6 +1607,48 @@ fn probe_tagged(packet: &[u8], conv: u32) -> bool {
                 && s.frg() == dgram_fec::PROBE_TAG
         })
     })
+}
+
+/// How long a client hears no data before its quiet probe (then twice and
+/// four times that): within the 1 s a migration's stall may take, above
+/// the gaps of a flow on a long path.
+pub(crate) const QUIET_AFTER: Duration = Duration::from_millis(400);
+/// Quiet probes per quiet spell.
+const QUIET_TRIES: u8 = 3;
+
+/// A client's quiet-probe timer: armed by every datagram that brings data.
+#[derive(Clone, Copy, Debug, Default)]
+struct Quiet {
+    /// When the next probe goes out, unless something is heard first.
+    at: Option<Duration>,
+    /// Probes sent in this spell.
+    tries: u8,
+    /// The ARQ's PUSH count at the last input.
+    push_in: u64,
+}
+
+impl Quiet {
+    /// A valid datagram at `now`; `push_in` counts every PUSH received so
+    /// far. Data: re-armed. Anything else after a probe: answered, ended.
+    fn heard(&mut self, now: Duration, push_in: u64) {
+        if push_in != self.push_in {
+            self.push_in = push_in;
+            self.at = Some(now + QUIET_AFTER);
+            self.tries = 0;
+        } else if self.tries > 0 {
+            self.at = None;
+        }
+    }
+
+    /// The probe is due at `now`: counted, the next one armed.
+    fn due(&mut self, now: Duration) -> bool {
+        if self.at.is_none_or(|t| now < t) {
+            return false;
+        }
+        self.tries += 1;
+        self.at = (self.tries < QUIET_TRIES).then(|| now + QUIET_AFTER * (1 << self.tries));
+        true
+    }
 }
 
 /// Sets `frg` of every WASK and WINS segment of an outgoing KCP packet to
