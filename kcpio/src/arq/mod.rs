@@ -398,6 +398,8 @@ pub struct Kcp {
     /// The newest `ts` of a clocked window probe ([`CLOCKED_PROBE`])
     /// received: stamped with the peer's clock, as a PUSH is.
     clocked_ts_max: Option<u32>,
+    /// `sn` of the last WASK received (a kcpio client's answer echoes it).
+    wask_sn_in: u32,
 
     stats: ArqStats,
 }
@@ -473,6 +475,7 @@ impl Kcp {
             last_now: Timestamp::from_millis(0),
             push_ts_max: None,
             clocked_ts_max: None,
+            wask_sn_in: 0,
             stats: ArqStats::default(),
         })
     }
@@ -751,9 +754,14 @@ impl Kcp {
                         self.stats.repeat_segments += 1;
                     }
                 }
-                Command::Wask => {
-                    self.stats.wask_in += 1;
-                    self.probe |= ASK_TELL;
+                Command::Wask | Command::Wins => {
+                    if cmd == Command::Wask {
+                        self.stats.wask_in += 1;
+                        self.probe |= ASK_TELL;
+                        self.wask_sn_in = sn;
+                    } else {
+                        self.stats.wins_in += 1;
+                    }
                     if seg.frg() == CLOCKED_PROBE
                         && self
                             .clocked_ts_max
@@ -762,7 +770,6 @@ impl Kcp {
                         self.clocked_ts_max = Some(ts);
                     }
                 }
-                Command::Wins => self.stats.wins_in += 1,
             }
             self.stats.segments_in += 1;
         }
@@ -1522,6 +1529,14 @@ impl Kcp {
             }
             let (sn, una) = (seg.sn(), seg.una());
             let ahead = una.wrapping_sub(self.snd.una) as i32;
+            // The peer acknowledged up to `snd.una`; its `una` never goes
+            // back by more than the datagrams a window reorders: far
+            // behind, it is not this peer (a client restarted with the
+            // same conv, whose una starts at 0) or a replay.
+            let slack = self.p.snd_wnd.max(self.p.rcv_wnd).saturating_mul(2);
+            if ahead < 0 && ahead.unsigned_abs() > slack {
+                return false;
+            }
             if ahead > 0 && (una.wrapping_sub(self.snd.nxt) as i32) <= 0 {
                 fresh = true;
             }
@@ -1541,9 +1556,9 @@ impl Kcp {
                     }
                 }
                 Some(Command::Ack) => fresh |= self.snd.unacked(sn),
-                // A clocked probe sent after every one received (a client
-                // that heard nothing for a while: see `CLOCKED_PROBE`).
-                Some(Command::Wask) if seg.frg() == CLOCKED_PROBE => {
+                // A clocked probe or answer sent after every one received
+                // (see `CLOCKED_PROBE`).
+                Some(Command::Wask | Command::Wins) if seg.frg() == CLOCKED_PROBE => {
                     fresh |= self
                         .clocked_ts_max
                         .is_none_or(|m| (seg.ts().wrapping_sub(m) as i32) > 0);
@@ -1559,11 +1574,13 @@ impl Kcp {
     /// flush would write it now (our window and `una`), without touching
     /// the ARQ's state: the driver's path probe toward an address the peer
     /// may have moved to. Returns its length, or `None` when `buf` is short.
-    /// `frg` is 0, or [`CLOCKED_PROBE`] for a client's quiet probe.
+    /// `frg` is 0, or [`CLOCKED_PROBE`] for a client's quiet probe; `sn`
+    /// the path probe's tag (a kcpio client's answer echoes it).
     pub(crate) fn write_window_probe(
         &self,
         now: Timestamp,
         frg: u8,
+        sn: u32,
         buf: &mut [u8],
     ) -> Option<usize> {
         let out: &mut [u8; HEADER_LEN] = buf.get_mut(..HEADER_LEN)?.try_into().ok()?;
@@ -1573,11 +1590,47 @@ impl Kcp {
             frg,
             wnd: self.wnd_unused(),
             ts: now.as_millis(),
+            sn,
             una: self.rcv.nxt,
             ..Default::default()
         }
         .encode(out);
         Some(HEADER_LEN)
+    }
+
+    /// `sn` of the last WASK received.
+    pub(crate) fn wask_sn_in(&self) -> u32 {
+        self.wask_sn_in
+    }
+
+    /// The peer stamps its probes and answers with its clock (a kcpio
+    /// client): it sent a [`CLOCKED_PROBE`] segment.
+    pub(crate) fn peer_clocks(&self) -> bool {
+        self.clocked_ts_max.is_some()
+    }
+
+    /// A path probe's tag: half the sequence space away from what we
+    /// receive, so no echo of the peer's own `sn` (a kcp-go WINS carries
+    /// the last ACK's) equals it; `k` tells candidates apart.
+    pub(crate) fn probe_tag(&self, k: u32) -> u32 {
+        self.rcv.nxt.wrapping_add(0x8000_0000).wrapping_add(k)
+    }
+
+    /// The packet carries this peer's answer to the path probe tagged
+    /// `tag`: a clocked WINS echoing it in `sn`, stamped later than every
+    /// clocked segment received (so not a replay).
+    pub(crate) fn is_bound_answer(&self, packet: &[u8], tag: u32) -> bool {
+        Segments::new(packet).any(|s| {
+            s.is_ok_and(|s| {
+                s.conv() == self.conv
+                    && s.command() == Some(Command::Wins)
+                    && s.frg() == CLOCKED_PROBE
+                    && s.sn() == tag
+                    && self
+                        .clocked_ts_max
+                        .is_none_or(|m| (s.ts().wrapping_sub(m) as i32) > 0)
+            })
+        })
     }
 
     /// The path to the peer changed (a new IP address): the RTT estimate

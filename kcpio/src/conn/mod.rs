@@ -936,9 +936,10 @@ impl Conn {
             return self.emit(slot.get(hc..hc + len)?, false);
         }
         if self.quiet.as_mut().is_some_and(|q| q.due(self.now)) {
-            return self.write_window_probe(crate::arq::CLOCKED_PROBE, slot);
+            return self.write_window_probe(crate::arq::CLOCKED_PROBE, 0, slot);
         }
         let now_ts = ts(self.now);
+        let wins_out = self.kcp.stats().wins_out;
         let kcp_buf = slot.get_mut(hc + hf..hc + hf + self.kcp_mtu)?;
         let Some(n) = self.kcp.poll_transmit(now_ts, kcp_buf) else {
             self.check_liveness();
@@ -948,6 +949,11 @@ impl Conn {
             && let Some(packet) = kcp_buf.get_mut(..n)
         {
             tag_probes(packet);
+        } else if self.quiet.is_some()
+            && self.kcp.stats().wins_out != wins_out
+            && let Some(packet) = kcp_buf.get_mut(..n)
+        {
+            clock_answers(packet, now_ts.as_millis(), self.kcp.wask_sn_in());
         }
         let len = match (self.enc.as_mut(), slot.get_mut(hc..)) {
             (Some(enc), Some(buf)) => enc.encode(now_ts, buf, n),
@@ -1183,24 +1189,54 @@ impl Conn {
     /// send to an address the peer may have moved to. The peer's WINS
     /// answer, from there, proves it receives there. Changes nothing in the
     /// ARQ; counted as output.
-    pub(crate) fn poll_path_probe(&mut self, now: Duration, slot: &mut [u8]) -> Option<Transmit> {
+    /// `tag` goes in its `sn` ([`probe_tag`](Self::probe_tag)).
+    pub(crate) fn poll_path_probe(
+        &mut self,
+        now: Duration,
+        tag: u32,
+        slot: &mut [u8],
+    ) -> Option<Transmit> {
         self.advance(now);
         if self.error.is_some() {
             return None;
         }
         let slot = slot.get_mut(..self.datagram)?;
-        self.write_window_probe(0, slot)
+        self.write_window_probe(0, tag, slot)
+    }
+
+    /// A path probe's tag for the `k`-th candidate (`Kcp::probe_tag`).
+    pub(crate) fn probe_tag(&self, k: u32) -> u32 {
+        self.kcp.probe_tag(k)
+    }
+
+    /// The peer is a kcpio client that clocks its probes and answers, so
+    /// only a bound answer ([`is_bound_answer`](Self::is_bound_answer))
+    /// proves it receives at a candidate address.
+    pub(crate) fn peer_clocks(&self) -> bool {
+        self.kcp.peer_clocks()
+    }
+
+    /// An opened datagram carries the peer's answer to the path probe
+    /// tagged `tag`: a clocked WINS that echoes it, newer than every
+    /// clocked segment received.
+    pub(crate) fn is_bound_answer(&self, packet: &[u8], tag: u32) -> bool {
+        let kcp = match fec::classify(packet) {
+            PacketKind::Kcp => Some(packet),
+            PacketKind::Data => fec::data_payload(packet),
+            PacketKind::Parity | PacketKind::Oob => None,
+        };
+        kcp.is_some_and(|k| self.kcp.is_bound_answer(k, tag))
     }
 
     /// One WASK with `frg` (0, or [`CLOCKED_PROBE`](crate::arq::CLOCKED_PROBE))
-    /// stamped now, alone in a datagram at `slot[header_len()..]`
+    /// and `sn` stamped now, alone in a datagram at `slot[header_len()..]`
     /// (FEC-framed when FEC is on); the ARQ's state untouched.
-    fn write_window_probe(&mut self, frg: u8, slot: &mut [u8]) -> Option<Transmit> {
+    fn write_window_probe(&mut self, frg: u8, sn: u32, slot: &mut [u8]) -> Option<Transmit> {
         let (hc, hf) = (self.header, self.fec_header);
         let now_ts = ts(self.now);
         let n = self
             .kcp
-            .write_window_probe(now_ts, frg, slot.get_mut(hc + hf..)?)?;
+            .write_window_probe(now_ts, frg, sn, slot.get_mut(hc + hf..)?)?;
         let len = match (self.enc.as_mut(), slot.get_mut(hc..)) {
             (Some(enc), Some(buf)) => enc.encode(now_ts, buf, n),
             _ => n,
@@ -1648,6 +1684,28 @@ impl Quiet {
         self.tries += 1;
         self.at = (self.tries < QUIET_TRIES).then(|| now + QUIET_AFTER * (1 << self.tries));
         true
+    }
+}
+
+/// A kcpio client's answers: every WINS of an outgoing KCP packet gets
+/// `frg` [`CLOCKED_PROBE`](crate::arq::CLOCKED_PROBE), `ts` this end's clock
+/// `now` and `sn` the `sn` of the WASK it answers (`echo`), so a migrating
+/// listener can tell its answer to a path probe from a copy of an older
+/// one. kcp-go reads none of the three on a WINS.
+fn clock_answers(packet: &mut [u8], now: u32, echo: u32) {
+    use crate::arq::segment::field;
+    let mut at = 0usize;
+    while let Some(h) = packet.get(at..at + field::HEADER_LEN) {
+        let cmd = h[field::CMD];
+        let len = u32::from_le_bytes([h[20], h[21], h[22], h[23]]) as usize;
+        if cmd == crate::arq::segment::Command::Wins as u8
+            && let Some(seg) = packet.get_mut(at..at + field::HEADER_LEN)
+        {
+            seg[field::FRG] = crate::arq::CLOCKED_PROBE;
+            seg[field::TS].copy_from_slice(&now.to_le_bytes());
+            seg[field::SN].copy_from_slice(&echo.to_le_bytes());
+        }
+        at = at.saturating_add(field::HEADER_LEN).saturating_add(len);
     }
 }
 

@@ -33,16 +33,30 @@ pub(crate) enum Verdict {
         /// The address it moved to.
         new: SocketAddr,
     },
-    /// Fresh: `from` is the candidate; deliver the datagram, and send a
-    /// path probe ([`probe`]) when the slots allow.
-    Candidate,
+    /// Fresh, or an answer that did not count yet: `from` is the
+    /// candidate; deliver the datagram, and send a path probe ([`probe`])
+    /// when the slots allow (`again`: at once, the last one was answered).
+    Candidate {
+        /// A kcp-go peer's answer that came while its old address was
+        /// still heard: probe again without waiting for the spacing.
+        again: bool,
+    },
 }
 
 /// A datagram (`plain` opened, `wire` bytes as received) of session `id`'s
 /// conversation from `from`, an address that is not the session's
 /// (`Route::Migrate`). Fresh (something `conn` never received): `from`
-/// becomes the candidate. From the candidate after a probe with a WINS in
-/// it: the answer, the session moves. Anything else is stale.
+/// becomes the candidate. From the candidate after a probe, the answer:
+/// the session moves. Anything else is stale.
+///
+/// The answer, from a kcpio client (it clocks its probes and answers:
+/// [`Conn::peer_clocks`]), is a WINS that echoes this candidate's probe tag
+/// and is stamped later than anything it sent before, so neither a replay
+/// nor a copy of its answer to another probe (a mirror ahead of it on the
+/// path) counts. A kcp-go client's WINS carries nothing to bind: any WINS
+/// counts, if the session's address was silent for
+/// [`HOME_SILENCE`](super::table::HOME_SILENCE) before the probe (a peer
+/// still heard there has not moved).
 pub(crate) fn from_elsewhere<S>(
     table: &mut Table<S>,
     id: SessionId,
@@ -52,20 +66,36 @@ pub(crate) fn from_elsewhere<S>(
     wire: usize,
     now: Duration,
 ) -> Verdict {
-    let answer = Inbound::parse(plain).is_ok_and(|i| i.has_wins());
+    if Inbound::parse(plain).is_ok_and(|i| i.is_opener()) {
+        // A conversation's first datagram from elsewhere: a replay, or a
+        // client restarted with the same conv, which cannot prove it owns
+        // the session: it gets none (it may once this one ended).
+        return Verdict::Stale;
+    }
+    let binds = conn.peer_clocks();
+    let answer = match table.candidate(id).filter(|c| c.addr == from) {
+        Some(c) if binds => c.tag.is_some_and(|t| conn.is_bound_answer(plain, t)),
+        Some(_) => Inbound::parse(plain).is_ok_and(|i| i.has_wins()),
+        None => false,
+    };
     let fresh = conn.error().is_none() && conn.is_fresh(plain);
     if !table.candidate_seen(id, from, wire, fresh) {
         return Verdict::Stale;
     }
-    if answer && let Some((old, new)) = table.migrate(id, now) {
-        // NAT rebinding (same IP) keeps the path's estimates.
-        if old.ip() != new.ip() {
-            conn.reset_path();
+    if answer {
+        if let Some((old, new)) = table.migrate(id, now, !binds) {
+            // NAT rebinding (same IP) keeps the path's estimates.
+            if old.ip() != new.ip() {
+                conn.reset_path();
+            }
+            return Verdict::Moved { old, new };
         }
-        return Verdict::Moved { old, new };
+        if !binds {
+            return Verdict::Candidate { again: true };
+        }
     }
     if fresh {
-        Verdict::Candidate
+        Verdict::Candidate { again: false }
     } else {
         Verdict::Stale
     }
@@ -74,7 +104,8 @@ pub(crate) fn from_elsewhere<S>(
 /// The path probe (one WASK, FEC-framed when FEC is on) toward `id`'s
 /// candidate, written at `slot[header_len()..]` as `poll_transmit` writes,
 /// when its budget allows now (at most [`CANDIDATE_FACTOR`] × the bytes
-/// received from it, one per [`PROBE_SPACING`]); charged to the budget.
+/// received from it, one per [`PROBE_SPACING`] unless `again`); charged to
+/// the budget.
 ///
 /// [`CANDIDATE_FACTOR`]: super::table::CANDIDATE_FACTOR
 /// [`PROBE_SPACING`]: super::table::PROBE_SPACING
@@ -83,13 +114,15 @@ pub(crate) fn probe<S>(
     id: SessionId,
     conn: &mut Conn,
     now: Duration,
+    again: bool,
     slot: &mut [u8],
 ) -> Option<Transmit> {
     let wire = conn.path_probe_wire_len();
-    if !table.probe_candidate(id, wire, now) {
+    if !table.probe_candidate(id, wire, now, again) {
         return None;
     }
-    conn.poll_path_probe(now, slot)
+    let tag = table.probe_tag(id, |nth| conn.probe_tag(nth))?;
+    conn.poll_path_probe(now, tag, slot)
 }
 
 /// Where a probe goes: `id`'s candidate address.
@@ -144,8 +177,9 @@ pub mod sim_support {
         Stale,
         /// The session moved from `.0` to `.1`; deliver.
         Moved(SocketAddr, SocketAddr),
-        /// Fresh from a candidate; deliver, and ask [`Listener::probe`].
-        Candidate,
+        /// Fresh from a candidate (or an answer that did not count yet:
+        /// `.0`); deliver, and ask [`Listener::probe`].
+        Candidate(bool),
     }
 
     /// A listener socket's session table, sessions valued by `usize`.
@@ -248,7 +282,7 @@ pub mod sim_support {
             match super::from_elsewhere(&mut self.table, s.0, conn, from, plain, wire, now) {
                 super::Verdict::Stale => Verdict::Stale,
                 super::Verdict::Moved { old, new } => Verdict::Moved(old, new),
-                super::Verdict::Candidate => Verdict::Candidate,
+                super::Verdict::Candidate { again } => Verdict::Candidate(again),
             }
         }
 
@@ -259,10 +293,11 @@ pub mod sim_support {
             s: Session,
             conn: &mut Conn,
             now: Duration,
+            again: bool,
             slot: &mut [u8],
         ) -> Option<(usize, SocketAddr)> {
             let to = super::candidate_addr(&self.table, s.0)?;
-            let t = super::probe(&mut self.table, s.0, conn, now, slot)?;
+            let t = super::probe(&mut self.table, s.0, conn, now, again, slot)?;
             Some((t.len, to))
         }
 

@@ -361,13 +361,15 @@ impl Driver {
                 tracing::info!(%old, %new, conv = session.conv, "kcp session moved to its peer's new address");
                 Some(id)
             }
-            migrate::Verdict::Candidate => {
-                if self.io.free_slots() >= self.slots_needed
-                    && let Some(t) =
-                        migrate::probe(&mut self.table, id, &mut st.conn, now, self.io.next_slot())
-                {
-                    self.io.push(d.peer, t.len);
-                    bump(&self.shared.counters.path_probes);
+            migrate::Verdict::Candidate { again } => {
+                if self.io.free_slots() >= self.slots_needed {
+                    let slot = self.io.next_slot();
+                    if let Some(t) =
+                        migrate::probe(&mut self.table, id, &mut st.conn, now, again, slot)
+                    {
+                        self.io.push(d.peer, t.len);
+                        bump(&self.shared.counters.path_probes);
+                    }
                 }
                 Some(id)
             }

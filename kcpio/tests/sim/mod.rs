@@ -698,8 +698,9 @@ impl Sim {
                         h.migrations.push((t, old, new));
                         self.note(format_args!("node {i} moved from {old} to {new}"));
                     }
-                    Verdict::Candidate => {
-                        if let Some((len, to)) = h.table.probe(s, conn, now, &mut self.slot) {
+                    Verdict::Candidate(again) => {
+                        if let Some((len, to)) = h.table.probe(s, conn, now, again, &mut self.slot)
+                        {
                             h.path_probes += 1;
                             let host = h.addr;
                             self.emit(i, len, Some(host), Target::Addr(to));
