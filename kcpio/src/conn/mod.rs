@@ -1246,10 +1246,10 @@ impl Conn {
 
     /// A client's quiet probe, on or off (the tokio client turns it on
     /// with [`ConfigBuilder::migration`](crate::ConfigBuilder::migration)):
-    /// when data stopped coming for [`QUIET_AFTER`] (the client's address
+    /// when data stopped coming for 400 ms (the client's address
     /// may have changed under it, and its server's data is going to the
     /// old one), a WASK stamped with this end's clock goes out
-    /// ([`CLOCKED_PROBE`](crate::arq::CLOCKED_PROBE)), again after twice
+    /// (`frg` 0xD2 marks its `ts` as this end's clock), again after twice
     /// and four times that while nothing is heard. A migrating listener
     /// takes it as fresh and validates the address it came from, so a
     /// client that only downloads gets its data back without writing. Any
