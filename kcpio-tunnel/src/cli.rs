@@ -230,6 +230,12 @@ pub(crate) struct Common {
     /// kcpio only: congestion controller (model is an alias of bbr) [default: bbr; with --mode manual, --nc decides]
     #[arg(long, value_enum)]
     pub(crate) congestion: Option<CongestionArg>,
+    /// kcpio only, server: do not follow a client to a new address (NAT rebinding, a new network); with aes-128-gcm a session follows its client once the client proves it receives there (other ciphers never follow). Client: no quiet probe (a window probe after 400 ms without data, which lets a server find a download-only client that moved)
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub(crate) nomigrate: Option<bool>,
+    /// kcpio only, client: ignore ICMP port unreachable on an established session (by default a streak of them with nothing from the server in between ends the session within about a second, as a TCP reset would; ICMP is not authenticated)
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub(crate) noicmpreset: Option<bool>,
     /// kcpio only: carry UDP instead of TCP. The client listens on UDP -l and gives each source address a flow; the server sends each flow to UDP -t from a socket of its own. All flows of a client cross one session as FEC-protected datagrams whose parity adapts to the loss (negotiated: both ends must be kcpio with --udp). --datashard/--parityshard only frame the session's stream (its keepalive probes here); 0 is fine, but both ends must agree
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub(crate) udp: Option<bool>,

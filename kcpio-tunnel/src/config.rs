@@ -74,6 +74,8 @@ struct JsonConfig {
     udpdeadline: Option<u64>,
     udplisten: Option<String>,
     udptarget: Option<String>,
+    nomigrate: Option<bool>,
+    noicmpreset: Option<bool>,
 }
 
 /// Which end of the tunnel this process is.
@@ -224,6 +226,8 @@ pub(crate) fn resolve(cli: Cli) -> Result<Settings, String> {
     let mut quiet = c.quiet.unwrap_or(false);
     let mut tcp = c.tcp.unwrap_or(false);
     let mut udp = c.udp.unwrap_or(false);
+    let mut nomigrate = c.nomigrate.unwrap_or(false);
+    let mut noicmpreset = c.noicmpreset.unwrap_or(false);
     if !c.c.is_empty() {
         let text = std::fs::read_to_string(&c.c).map_err(|e| format!("-c {}: {e}", c.c))?;
         let mut j: JsonConfig =
@@ -261,6 +265,7 @@ pub(crate) fn resolve(cli: Cli) -> Result<Settings, String> {
             udp => udp, udpflows => c.udpflows, udpidle => c.udpidle,
             maxbuffer => c.maxbuffer,
             udpdeadline => c.udpdeadline,
+            nomigrate => nomigrate, noicmpreset => noicmpreset,
         );
         if let Some(n) = j.maxstreams {
             c.maxstreams = Some(n);
@@ -376,7 +381,12 @@ pub(crate) fn resolve(cli: Cli) -> Result<Settings, String> {
     if maxwnd > 0 {
         b = b.max_window(maxwnd);
     }
+    if nomigrate {
+        // Else the library's default: on with aes-128-gcm only.
+        b = b.migration(false);
+    }
     let kcp = b
+        .icmp_reset(!noicmpreset)
         .crypto(method, Key::passphrase(c.key.as_str()))
         .fec(c.datashard, c.parityshard)
         .mtu(c.mtu)
@@ -469,7 +479,8 @@ pub(crate) fn resolve(cli: Cli) -> Result<Settings, String> {
          mtu: {}, sndwnd: {sndwnd}, rcvwnd: {rcvwnd}, datashard: {}, parityshard: {}, \
          keepalive: {}, sockbuf: {}, dscp: {}, acknodelay: {acknodelay}, compression: {}, \
          smuxver: {}, smuxbuf: {}, streambuf: {}, framesize: {}, conn: {conn}, \
-         congestion: {congestion_name}, maxwnd: {maxwnd}{udp_summary}",
+         congestion: {congestion_name}, maxwnd: {maxwnd}, migration: {}, \
+         icmpreset: {}{udp_summary}",
         go_addr(&listen),
         c.crypt,
         method.name(),
@@ -485,6 +496,8 @@ pub(crate) fn resolve(cli: Cli) -> Result<Settings, String> {
         c.smuxbuf,
         c.streambuf,
         c.framesize,
+        kcp.migration(),
+        !noicmpreset,
     );
     Ok(Settings {
         role,

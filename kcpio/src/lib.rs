@@ -386,3 +386,8 @@ pub use listener::{KcpListener, ListenerStats};
 pub use socket::KcpSocket;
 pub use stream::split::{OwnedReadHalf, OwnedWriteHalf, ReadHalf, ReuniteError, WriteHalf};
 pub use stream::{KcpStream, StatsHandle};
+
+/// The listener's session table and migration rules for the simulator
+/// (`kcpio/tests/sim`). Not part of the API.
+#[doc(hidden)]
+pub use driver::migrate::sim_support;

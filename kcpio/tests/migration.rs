@@ -350,12 +350,14 @@ async fn a_kcpgo_client_follows_its_nat_rebinding() {
     kcpgo_rebinding(&[(0, 0)]).await;
 }
 
-/// The same with FEC 10/3. Known to stall now and then when the test
-/// binary's other tests load the machine (the echo's server-to-client
-/// half stops after the first rebinding; under investigation), so it runs
-/// on request: `cargo test -p kcpio --test migration -- --ignored`.
+/// The same with FEC 10/3. Run alone, both kcp-go tests pass (4 of 4);
+/// when the whole file runs in parallel either of them stalls now and
+/// then (2 of 6 runs), with no probe and no move at all: the listener
+/// never hears the client from its new address, so the stall starts before
+/// the migration rules (the relay or the Go peer under load; not found).
+/// It runs on request: `cargo test -p kcpio --test migration -- --ignored`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "intermittent stall with FEC under load, under investigation"]
+#[ignore = "intermittent stall under parallel load, before any probe; under investigation"]
 async fn a_kcpgo_client_with_fec_follows_its_nat_rebinding() {
     kcpgo_rebinding(&[(10, 3)]).await;
 }
@@ -502,6 +504,7 @@ async fn address_goes_away() {
         .unwrap();
     let (mut s, first) = l.accept().await.unwrap();
     assert_eq!(first.ip(), "10.99.0.2".parse::<IpAddr>().unwrap());
+    assert_eq!(c.local_addr().unwrap(), first);
     const N: u64 = 4 << 20;
     let reader = tokio::spawn(async move {
         let mut v = Verifier::default();
@@ -536,6 +539,13 @@ async fn address_goes_away() {
         .await
         .unwrap()
         .unwrap();
+    // tokio's convention: the address the socket is bound to now.
+    let local = c.local_addr().unwrap();
+    assert_eq!(
+        local.ip(),
+        "10.99.0.1".parse::<IpAddr>().unwrap(),
+        "{local}"
+    );
     let st = l.stats();
     println!(
         "figure: rebound; longest stall {stall:?}; server sees {now_at} (was {first}); migrations {}",
@@ -543,4 +553,8 @@ async fn address_goes_away() {
     );
     assert_eq!(st.migrations, 1, "{st:?}");
     assert_eq!(now_at.ip(), "10.99.0.1".parse::<IpAddr>().unwrap());
+    assert_eq!(
+        now_at, local,
+        "the session moved to the client's new socket"
+    );
 }

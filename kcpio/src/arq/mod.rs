@@ -48,6 +48,12 @@ const PROBE_INIT: u32 = 500;
 const PROBE_LIMIT: u32 = 120_000;
 /// Probe flag: send WASK at the next flush.
 const ASK_SEND: u8 = 1;
+/// `frg` of a window probe (WASK) whose `ts` is the sender's clock, as a
+/// PUSH's is (a probe from a flush carries an echoed `ts`): a kcpio
+/// client's quiet probe. A listener takes one stamped later than every one
+/// it received as fresh, so it may make a migration candidate. kcp-go reads
+/// `frg` of PUSH segments only and answers it as any WASK.
+pub(crate) const CLOCKED_PROBE: u8 = 0xD2;
 /// Probe flag: send WINS at the next flush.
 const ASK_TELL: u8 = 2;
 /// kcp-go's "fast retransmit disabled until the next RTO" marker.
@@ -389,6 +395,11 @@ pub struct Kcp {
     /// transmission, retransmissions included, with its clock, so a PUSH
     /// stamped later was sent later (migration's freshness).
     push_ts_max: Option<u32>,
+    /// The newest `ts` of a clocked window probe ([`CLOCKED_PROBE`])
+    /// received: stamped with the peer's clock, as a PUSH is.
+    clocked_ts_max: Option<u32>,
+    /// `sn` of the last WASK received (a kcpio client's answer echoes it).
+    wask_sn_in: u32,
 
     stats: ArqStats,
 }
@@ -463,6 +474,8 @@ impl Kcp {
             started: false,
             last_now: Timestamp::from_millis(0),
             push_ts_max: None,
+            clocked_ts_max: None,
+            wask_sn_in: 0,
             stats: ArqStats::default(),
         })
     }
@@ -741,11 +754,22 @@ impl Kcp {
                         self.stats.repeat_segments += 1;
                     }
                 }
-                Command::Wask => {
-                    self.stats.wask_in += 1;
-                    self.probe |= ASK_TELL;
+                Command::Wask | Command::Wins => {
+                    if cmd == Command::Wask {
+                        self.stats.wask_in += 1;
+                        self.probe |= ASK_TELL;
+                        self.wask_sn_in = sn;
+                    } else {
+                        self.stats.wins_in += 1;
+                    }
+                    if seg.frg() == CLOCKED_PROBE
+                        && self
+                            .clocked_ts_max
+                            .is_none_or(|m| (ts.wrapping_sub(m) as i32) > 0)
+                    {
+                        self.clocked_ts_max = Some(ts);
+                    }
                 }
-                Command::Wins => self.stats.wins_in += 1,
             }
             self.stats.segments_in += 1;
         }
@@ -1505,6 +1529,14 @@ impl Kcp {
             }
             let (sn, una) = (seg.sn(), seg.una());
             let ahead = una.wrapping_sub(self.snd.una) as i32;
+            // The peer acknowledged up to `snd.una`; its `una` never goes
+            // back by more than the datagrams a window reorders: far
+            // behind, it is not this peer (a client restarted with the
+            // same conv, whose una starts at 0) or a replay.
+            let slack = self.p.snd_wnd.max(self.p.rcv_wnd).saturating_mul(2);
+            if ahead < 0 && ahead.unsigned_abs() > slack {
+                return false;
+            }
             if ahead > 0 && (una.wrapping_sub(self.snd.nxt) as i32) <= 0 {
                 fresh = true;
             }
@@ -1524,6 +1556,13 @@ impl Kcp {
                     }
                 }
                 Some(Command::Ack) => fresh |= self.snd.unacked(sn),
+                // A clocked probe or answer sent after every one received
+                // (see `CLOCKED_PROBE`).
+                Some(Command::Wask | Command::Wins) if seg.frg() == CLOCKED_PROBE => {
+                    fresh |= self
+                        .clocked_ts_max
+                        .is_none_or(|m| (seg.ts().wrapping_sub(m) as i32) > 0);
+                }
                 Some(_) => {}
                 None => return false,
             }
@@ -1535,18 +1574,63 @@ impl Kcp {
     /// flush would write it now (our window and `una`), without touching
     /// the ARQ's state: the driver's path probe toward an address the peer
     /// may have moved to. Returns its length, or `None` when `buf` is short.
-    pub(crate) fn write_window_probe(&self, now: Timestamp, buf: &mut [u8]) -> Option<usize> {
+    /// `frg` is 0, or [`CLOCKED_PROBE`] for a client's quiet probe; `sn`
+    /// the path probe's tag (a kcpio client's answer echoes it).
+    pub(crate) fn write_window_probe(
+        &self,
+        now: Timestamp,
+        frg: u8,
+        sn: u32,
+        buf: &mut [u8],
+    ) -> Option<usize> {
         let out: &mut [u8; HEADER_LEN] = buf.get_mut(..HEADER_LEN)?.try_into().ok()?;
         Header {
             conv: self.conv,
             cmd: Command::Wask as u8,
+            frg,
             wnd: self.wnd_unused(),
             ts: now.as_millis(),
+            sn,
             una: self.rcv.nxt,
             ..Default::default()
         }
         .encode(out);
         Some(HEADER_LEN)
+    }
+
+    /// `sn` of the last WASK received.
+    pub(crate) fn wask_sn_in(&self) -> u32 {
+        self.wask_sn_in
+    }
+
+    /// The peer stamps its probes and answers with its clock (a kcpio
+    /// client): it sent a [`CLOCKED_PROBE`] segment.
+    pub(crate) fn peer_clocks(&self) -> bool {
+        self.clocked_ts_max.is_some()
+    }
+
+    /// A path probe's tag: half the sequence space away from what we
+    /// receive, so no echo of the peer's own `sn` (a kcp-go WINS carries
+    /// the last ACK's) equals it; `k` tells candidates apart.
+    pub(crate) fn probe_tag(&self, k: u32) -> u32 {
+        self.rcv.nxt.wrapping_add(0x8000_0000).wrapping_add(k)
+    }
+
+    /// The packet carries this peer's answer to the path probe tagged
+    /// `tag`: a clocked WINS echoing it in `sn`, stamped later than every
+    /// clocked segment received (so not a replay).
+    pub(crate) fn is_bound_answer(&self, packet: &[u8], tag: u32) -> bool {
+        Segments::new(packet).any(|s| {
+            s.is_ok_and(|s| {
+                s.conv() == self.conv
+                    && s.command() == Some(Command::Wins)
+                    && s.frg() == CLOCKED_PROBE
+                    && s.sn() == tag
+                    && self
+                        .clocked_ts_max
+                        .is_none_or(|m| (s.ts().wrapping_sub(m) as i32) > 0)
+            })
+        })
     }
 
     /// The path to the peer changed (a new IP address): the RTT estimate

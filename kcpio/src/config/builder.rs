@@ -678,7 +678,28 @@ impl ConfigBuilder {
     /// kcp-go or kcptun client answers such a probe, so it needs nothing
     /// new. Same IP address, new port: the congestion and RTT state stays;
     /// a new IP address resets the path's RTT estimate and congestion
-    /// window.
+    /// window. Replayed datagrams, and copies of the client's datagrams sent
+    /// from elsewhere, move nothing: a kcpio client binds its answer to the
+    /// probe (a window update stamped with its clock that echoes the
+    /// probe's tag); a kcp-go client's answer counts only once its old
+    /// address fell silent.
+    ///
+    /// On a client, it turns on the quiet probe: when no data came for
+    /// 400 ms, the client sends a window probe stamped with its clock (again
+    /// after 800 ms and 1.6 s while nothing is heard), so a client that only
+    /// downloads and whose address changed is found again without writing.
+    /// A kcp-go listener answers it as any window probe.
+    ///
+    /// A client restarted with a fixed [`conv`](Self::conv) from a new
+    /// address, while its old session is alive on the listener, is refused
+    /// until that session times out ([`idle_timeout`](Self::idle_timeout)):
+    /// its openers are stale for the old session, and so is the rest of
+    /// what it sends once the old peer acknowledged more than two windows
+    /// (its `una` starts at 0). It is not handed the old session, which it
+    /// cannot prove it owns; but a session younger than that cannot tell it
+    /// from its own peer, and may move to it (both ends then stall until
+    /// the idle timeout). Let clients draw their conv (the default) or turn
+    /// migration off where clients restart with a fixed one.
     ///
     /// Default: on with `aes-128-gcm`, the one cipher whose datagrams an
     /// attacker without the key can neither forge nor bend; off otherwise.

@@ -239,6 +239,14 @@ impl Config {
     pub fn is_stream(&self) -> bool {
         self.inner.arq.stream
     }
+
+    /// Whether sessions follow their peer to a new address
+    /// ([`ConfigBuilder::migration`](crate::ConfigBuilder::migration); its
+    /// default depends on the cipher).
+    #[must_use]
+    pub fn migration(&self) -> bool {
+        self.inner.migration
+    }
 }
 #[cfg(test)]
 mod tests;

@@ -403,6 +403,9 @@ pub struct Conn {
     connecting: Option<Probe>,
     /// A keepalive probe went out and nothing valid came in since.
     keepalive_unanswered: bool,
+    /// A client's quiet probe ([`probe_when_quiet`](Self::probe_when_quiet)):
+    /// `None` when off.
+    quiet: Option<Quiet>,
     /// The peer's host reported its port unreachable and nothing valid
     /// came in since.
     unreachable: Option<Unreachable>,
@@ -526,6 +529,7 @@ impl Conn {
             last_output: now,
             connecting: None,
             keepalive_unanswered: false,
+            quiet: None,
             unreachable: None,
             error: None,
             write_closed: false,
@@ -799,6 +803,11 @@ impl Conn {
             }
         }
         self.wire.input_errors += u64::from(out.bad_kcp);
+        if out.accepted
+            && let Some(q) = self.quiet.as_mut()
+        {
+            q.heard(self.now, self.kcp.stats().push_in);
+        }
         if out.accepted {
             self.last_input = self.now;
             self.connecting = None;
@@ -926,7 +935,11 @@ impl Conn {
             self.wire.oob_sent += 1;
             return self.emit(slot.get(hc..hc + len)?, false);
         }
+        if self.quiet.as_mut().is_some_and(|q| q.due(self.now)) {
+            return self.write_window_probe(crate::arq::CLOCKED_PROBE, 0, slot);
+        }
         let now_ts = ts(self.now);
+        let wins_out = self.kcp.stats().wins_out;
         let kcp_buf = slot.get_mut(hc + hf..hc + hf + self.kcp_mtu)?;
         let Some(n) = self.kcp.poll_transmit(now_ts, kcp_buf) else {
             self.check_liveness();
@@ -936,6 +949,11 @@ impl Conn {
             && let Some(packet) = kcp_buf.get_mut(..n)
         {
             tag_probes(packet);
+        } else if self.quiet.is_some()
+            && self.kcp.stats().wins_out != wins_out
+            && let Some(packet) = kcp_buf.get_mut(..n)
+        {
+            clock_answers(packet, now_ts.as_millis(), self.kcp.wask_sn_in());
         }
         let len = match (self.enc.as_mut(), slot.get_mut(hc..)) {
             (Some(enc), Some(buf)) => enc.encode(now_ts, buf, n),
@@ -1071,6 +1089,7 @@ impl Conn {
         }
         next = earliest(next, proof);
         next = earliest(next, self.unreachable.map(|u| u.next_probe));
+        next = earliest(next, self.quiet.and_then(|q| q.at));
         if !self.kcp.is_flushed() {
             let shutdown = self.shutdown.until().filter(|&d| d > self.now);
             next = earliest(next, shutdown);
@@ -1170,22 +1189,73 @@ impl Conn {
     /// send to an address the peer may have moved to. The peer's WINS
     /// answer, from there, proves it receives there. Changes nothing in the
     /// ARQ; counted as output.
-    pub(crate) fn poll_path_probe(&mut self, now: Duration, slot: &mut [u8]) -> Option<Transmit> {
+    /// `tag` goes in its `sn` ([`probe_tag`](Self::probe_tag)).
+    pub(crate) fn poll_path_probe(
+        &mut self,
+        now: Duration,
+        tag: u32,
+        slot: &mut [u8],
+    ) -> Option<Transmit> {
         self.advance(now);
         if self.error.is_some() {
             return None;
         }
         let slot = slot.get_mut(..self.datagram)?;
+        self.write_window_probe(0, tag, slot)
+    }
+
+    /// A path probe's tag for the `k`-th candidate (`Kcp::probe_tag`).
+    pub(crate) fn probe_tag(&self, k: u32) -> u32 {
+        self.kcp.probe_tag(k)
+    }
+
+    /// The peer is a kcpio client that clocks its probes and answers, so
+    /// only a bound answer ([`is_bound_answer`](Self::is_bound_answer))
+    /// proves it receives at a candidate address.
+    pub(crate) fn peer_clocks(&self) -> bool {
+        self.kcp.peer_clocks()
+    }
+
+    /// An opened datagram carries the peer's answer to the path probe
+    /// tagged `tag`: a clocked WINS that echoes it, newer than every
+    /// clocked segment received.
+    pub(crate) fn is_bound_answer(&self, packet: &[u8], tag: u32) -> bool {
+        let kcp = match fec::classify(packet) {
+            PacketKind::Kcp => Some(packet),
+            PacketKind::Data => fec::data_payload(packet),
+            PacketKind::Parity | PacketKind::Oob => None,
+        };
+        kcp.is_some_and(|k| self.kcp.is_bound_answer(k, tag))
+    }
+
+    /// One WASK with `frg` (0, or [`CLOCKED_PROBE`](crate::arq::CLOCKED_PROBE))
+    /// and `sn` stamped now, alone in a datagram at `slot[header_len()..]`
+    /// (FEC-framed when FEC is on); the ARQ's state untouched.
+    fn write_window_probe(&mut self, frg: u8, sn: u32, slot: &mut [u8]) -> Option<Transmit> {
         let (hc, hf) = (self.header, self.fec_header);
         let now_ts = ts(self.now);
         let n = self
             .kcp
-            .write_window_probe(now_ts, slot.get_mut(hc + hf..)?)?;
+            .write_window_probe(now_ts, frg, sn, slot.get_mut(hc + hf..)?)?;
         let len = match (self.enc.as_mut(), slot.get_mut(hc..)) {
             (Some(enc), Some(buf)) => enc.encode(now_ts, buf, n),
             _ => n,
         };
         Some(self.sent(len, false))
+    }
+
+    /// A client's quiet probe, on or off (the tokio client turns it on
+    /// with [`ConfigBuilder::migration`](crate::ConfigBuilder::migration)):
+    /// when data stopped coming for 400 ms (the client's address
+    /// may have changed under it, and its server's data is going to the
+    /// old one), a WASK stamped with this end's clock goes out
+    /// (`frg` 0xD2 marks its `ts` as this end's clock), again after twice
+    /// and four times that while nothing is heard. A migrating listener
+    /// takes it as fresh and validates the address it came from, so a
+    /// client that only downloads gets its data back without writing. Any
+    /// answer ends it; a kcp-go peer answers it as any WASK.
+    pub fn probe_when_quiet(&mut self, on: bool) {
+        self.quiet = on.then(Quiet::default);
     }
 
     /// The wire size of a [`poll_path_probe`](Self::poll_path_probe)
@@ -1573,6 +1643,70 @@ fn probe_tagged(packet: &[u8], conv: u32) -> bool {
                 && s.frg() == dgram_fec::PROBE_TAG
         })
     })
+}
+
+/// How long a client hears no data before its quiet probe (then twice and
+/// four times that): within the 1 s a migration's stall may take, above
+/// the gaps of a flow on a long path.
+pub(crate) const QUIET_AFTER: Duration = Duration::from_millis(400);
+/// Quiet probes per quiet spell.
+const QUIET_TRIES: u8 = 3;
+
+/// A client's quiet-probe timer: armed by every datagram that brings data.
+#[derive(Clone, Copy, Debug, Default)]
+struct Quiet {
+    /// When the next probe goes out, unless something is heard first.
+    at: Option<Duration>,
+    /// Probes sent in this spell.
+    tries: u8,
+    /// The ARQ's PUSH count at the last input.
+    push_in: u64,
+}
+
+impl Quiet {
+    /// A valid datagram at `now`; `push_in` counts every PUSH received so
+    /// far. Data: re-armed. Anything else after a probe: answered, ended.
+    fn heard(&mut self, now: Duration, push_in: u64) {
+        if push_in != self.push_in {
+            self.push_in = push_in;
+            self.at = Some(now + QUIET_AFTER);
+            self.tries = 0;
+        } else if self.tries > 0 {
+            self.at = None;
+        }
+    }
+
+    /// The probe is due at `now`: counted, the next one armed.
+    fn due(&mut self, now: Duration) -> bool {
+        if self.at.is_none_or(|t| now < t) {
+            return false;
+        }
+        self.tries += 1;
+        self.at = (self.tries < QUIET_TRIES).then(|| now + QUIET_AFTER * (1 << self.tries));
+        true
+    }
+}
+
+/// A kcpio client's answers: every WINS of an outgoing KCP packet gets
+/// `frg` [`CLOCKED_PROBE`](crate::arq::CLOCKED_PROBE), `ts` this end's clock
+/// `now` and `sn` the `sn` of the WASK it answers (`echo`), so a migrating
+/// listener can tell its answer to a path probe from a copy of an older
+/// one. kcp-go reads none of the three on a WINS.
+fn clock_answers(packet: &mut [u8], now: u32, echo: u32) {
+    use crate::arq::segment::field;
+    let mut at = 0usize;
+    while let Some(h) = packet.get(at..at + field::HEADER_LEN) {
+        let cmd = h[field::CMD];
+        let len = u32::from_le_bytes([h[20], h[21], h[22], h[23]]) as usize;
+        if cmd == crate::arq::segment::Command::Wins as u8
+            && let Some(seg) = packet.get_mut(at..at + field::HEADER_LEN)
+        {
+            seg[field::FRG] = crate::arq::CLOCKED_PROBE;
+            seg[field::TS].copy_from_slice(&now.to_le_bytes());
+            seg[field::SN].copy_from_slice(&echo.to_le_bytes());
+        }
+        at = at.saturating_add(field::HEADER_LEN).saturating_add(len);
+    }
 }
 
 /// Sets `frg` of every WASK and WINS segment of an outgoing KCP packet to

@@ -30,6 +30,7 @@
 pub(crate) mod admission;
 mod bounded;
 pub(crate) mod io;
+pub(crate) mod migrate;
 pub(crate) mod shared;
 mod slot;
 pub(crate) mod stats;
@@ -180,15 +181,15 @@ impl Driver {
         conv: u32,
         now: Duration,
     ) -> Option<Arc<SessionShared>> {
-        let mut conn = Conn::with_config(conv, self.shared.config.clone(), now).ok()?;
         // A listener's peer may be a forged address: it is held to the
         // anti-amplification budget until it proves it receives.
         let proven = self.role == Role::Client;
-        if !proven {
-            conn.require_proof(now);
-            // A listener speaks the datagram extension only in kind.
-            conn.answer_datagram_fec_only();
-        }
+        let config = self.shared.config.clone();
+        let conn = if proven {
+            Conn::with_config(conv, config, now).ok()?
+        } else {
+            migrate::listener_conn(conv, config, now)?
+        };
         let mut st = SessionState::new(conn);
         st.queued = true;
         let driver = self.shared.clone();
@@ -331,13 +332,10 @@ impl Driver {
     }
 
     /// A datagram of session `id`'s conversation from an address that is
-    /// not the session's (migration on). Fresh (newer than anything the
-    /// session received): its address becomes the candidate, the datagram
-    /// goes to the session, and a path probe (a WASK) goes to the
-    /// candidate within its budget. From the candidate, after a probe, with
-    /// a WINS in it: the answer; the session moves there. Anything else is
-    /// dropped as stale (a replay moves nothing). Returns the session to
-    /// deliver to.
+    /// not the session's (migration on): [`migrate::from_elsewhere`]
+    /// decides (stale: dropped; the candidate's answer: the session moved;
+    /// fresh: the candidate, probed within its budget when slots are free).
+    /// Returns the session to deliver to.
     fn datagram_from_elsewhere(
         &mut self,
         id: SessionId,
@@ -348,42 +346,34 @@ impl Driver {
         let session = self.table.get(id)?.clone();
         let mut st = lock(&session.state);
         let plain = self.io.rx(range);
-        let answer = Inbound::parse(plain).is_ok_and(|i| i.has_wins());
-        let fresh = st.conn.error().is_none() && st.conn.is_fresh(plain);
         let wire = d.end - d.start;
-        if !self.table.candidate_seen(id, d.peer, wire, fresh) {
-            let episode = &mut self.refused_peers;
-            self.shared
-                .counters
-                .refused(Refusal::Stale, d.peer, episode);
-            return None;
-        }
-        if answer && let Some((old, new)) = self.table.migrate(id, now) {
-            // NAT rebinding (same IP) keeps the path's estimates.
-            if old.ip() != new.ip() {
-                st.conn.reset_path();
+        match migrate::from_elsewhere(&mut self.table, id, &mut st.conn, d.peer, plain, wire, now) {
+            migrate::Verdict::Stale => {
+                let episode = &mut self.refused_peers;
+                self.shared
+                    .counters
+                    .refused(Refusal::Stale, d.peer, episode);
+                None
             }
-            st.moved_to = Some(new);
-            bump(&self.shared.counters.migrations);
-            tracing::info!(%old, %new, conv = session.conv, "kcp session moved to its peer's new address");
-            return Some(id);
+            migrate::Verdict::Moved { old, new } => {
+                st.moved_to = Some(new);
+                bump(&self.shared.counters.migrations);
+                tracing::info!(%old, %new, conv = session.conv, "kcp session moved to its peer's new address");
+                Some(id)
+            }
+            migrate::Verdict::Candidate { again } => {
+                if self.io.free_slots() >= self.slots_needed {
+                    let slot = self.io.next_slot();
+                    if let Some(t) =
+                        migrate::probe(&mut self.table, id, &mut st.conn, now, again, slot)
+                    {
+                        self.io.push(d.peer, t.len);
+                        bump(&self.shared.counters.path_probes);
+                    }
+                }
+                Some(id)
+            }
         }
-        if !fresh {
-            let episode = &mut self.refused_peers;
-            self.shared
-                .counters
-                .refused(Refusal::Stale, d.peer, episode);
-            return None;
-        }
-        let probe = st.conn.path_probe_wire_len();
-        if self.io.free_slots() >= self.slots_needed
-            && self.table.probe_candidate(id, probe, now)
-            && let Some(t) = st.conn.poll_path_probe(now, self.io.next_slot())
-        {
-            self.io.push(d.peer, t.len);
-            bump(&self.shared.counters.path_probes);
-        }
-        Some(id)
     }
 
     /// Feeds the packets routed in this receive batch to their sessions:
@@ -501,7 +491,7 @@ impl Driver {
     /// address), replaces it, at most once per [`REBIND_SPACING`]; the
     /// session keeps its `Conn` and sends a probe at once, so the peer sees
     /// the new address (a migrating listener follows at the first fresh
-    /// datagram). `local_addr` keeps reporting the first address. A
+    /// datagram). The stream's `local_addr` reports the new socket's. A
     /// fake-TCP client does not rebind: its flow belongs to one kernel
     /// connection.
     fn take_path_failure(&mut self, now: Duration) {
@@ -538,6 +528,7 @@ impl Driver {
                 bump(&self.shared.counters.rebinds);
                 tracing::info!(%peer, ?local, "kcp client rebound: its local address stopped working");
                 let mut st = lock(&session.state);
+                st.rebound_to = local;
                 st.conn.path_changed(now);
                 if !st.queued {
                     st.queued = true;
@@ -826,8 +817,15 @@ fn spawn_client_on(
             "kcp configuration refused by the ARQ or FEC",
         )
     })?;
-    if driver.shared.config.connect_probe {
-        lock(&session.state).conn.connect(now);
+    {
+        let mut st = lock(&session.state);
+        if driver.shared.config.connect_probe {
+            st.conn.connect(now);
+        }
+        // A listener that follows its clients needs a fresh datagram from
+        // the new address: a client that only downloads sends one when its
+        // data stops coming.
+        st.conn.probe_when_quiet(driver.shared.config.migration);
     }
     tokio::spawn(driver);
     Ok(session)

@@ -81,6 +81,9 @@ pub(crate) struct SessionState {
     /// The address the peer moved to (a validated migration); `None`:
     /// still [`SessionShared::peer`].
     pub(crate) moved_to: Option<SocketAddr>,
+    /// The client's local address after it rebound its socket; `None`:
+    /// still the driver's first [`DriverShared::local_addr`].
+    pub(crate) rebound_to: Option<SocketAddr>,
 }
 
 impl SessionState {
@@ -95,6 +98,7 @@ impl SessionState {
             armed: None,
             removed: false,
             moved_to: None,
+            rebound_to: None,
         }
     }
 

@@ -58,6 +58,13 @@ pub(crate) enum Route {
 pub(crate) const CANDIDATE_FACTOR: u64 = 3;
 /// The shortest wait between two path probes to one candidate.
 pub(crate) const PROBE_SPACING: Duration = Duration::from_millis(100);
+/// How long the session's current address must have been silent before
+/// the probe an answer counts for. A client that moved is silent at its old
+/// address; one still heard there just before has not moved, and the
+/// candidate is a copy of its datagrams sent from elsewhere (a mirror that
+/// outruns it, whose copy of the client's answer to some other probe would
+/// otherwise move the session to the mirror).
+pub(crate) const HOME_SILENCE: Duration = Duration::from_millis(100);
 
 /// An address a session's peer may have moved to: it sent an authentic
 /// datagram newer than anything the session had received; not yet shown
@@ -71,6 +78,10 @@ pub(crate) struct Candidate {
     pub(crate) sent: u64,
     /// When the last probe left.
     pub(crate) probed_at: Option<Duration>,
+    /// Which candidate of the session this is (probe tags differ).
+    pub(crate) nth: u32,
+    /// The tag its probes carry, fixed at the first.
+    pub(crate) tag: Option<u32>,
 }
 
 /// The header fields routing needs from an opened datagram, read once
@@ -148,7 +159,6 @@ impl<'a> Inbound<'a> {
     /// with `una == 0`. Nothing later in a conversation looks like one:
     /// once the peer received anything its `una` is above 0, and its own
     /// first segment was acknowledged before it could send sn 1 alone.
-    #[cfg(any(test, fuzzing))]
     pub(crate) fn is_opener(&self) -> bool {
         self.opener
     }
@@ -189,6 +199,10 @@ struct Entry<S> {
     proven: bool,
     /// An address the peer may have moved to, being validated.
     candidate: Option<Candidate>,
+    /// When a datagram last came from `peer` (migration on).
+    heard: Duration,
+    /// Candidates so far.
+    candidacies: u32,
     session: S,
 }
 
@@ -344,6 +358,8 @@ impl<S> Table<S> {
                 deadline: None,
                 proven,
                 candidate: None,
+                heard: Duration::ZERO,
+                candidacies: 0,
                 session: make(id),
             });
         }
@@ -445,6 +461,7 @@ impl<S> Table<S> {
             // The peer still sends from its address: whatever sent from
             // the candidate (a copy relayed from elsewhere) does not move it.
             e.candidate = None;
+            e.heard = now;
             e.conv
         });
         match (inbound.conv, current) {
@@ -512,11 +529,14 @@ impl<S> Table<S> {
                 true
             }
             _ if fresh => {
+                e.candidacies = e.candidacies.wrapping_add(1);
                 e.candidate = Some(Candidate {
                     addr: from,
                     received: wire as u64,
                     sent: 0,
                     probed_at: None,
+                    nth: e.candidacies,
+                    tag: None,
                 });
                 true
             }
@@ -526,15 +546,22 @@ impl<S> Table<S> {
 
     /// Whether a path probe of `wire` bytes may go to `id`'s candidate now:
     /// within [`CANDIDATE_FACTOR`] times what it sent, at most one per
-    /// [`PROBE_SPACING`]. Charges it when it may.
-    pub(crate) fn probe_candidate(&mut self, id: SessionId, wire: usize, now: Duration) -> bool {
+    /// [`PROBE_SPACING`] (unless `again`: the last one was answered).
+    /// Charges it when it may.
+    pub(crate) fn probe_candidate(
+        &mut self,
+        id: SessionId,
+        wire: usize,
+        now: Duration,
+        again: bool,
+    ) -> bool {
         let Some(c) = self.entry_mut(id).and_then(|e| e.candidate.as_mut()) else {
             return false;
         };
         let wire = wire as u64;
-        let spaced = c
-            .probed_at
-            .is_none_or(|t| now.saturating_sub(t) >= PROBE_SPACING);
+        let spaced = again
+            || c.probed_at
+                .is_none_or(|t| now.saturating_sub(t) >= PROBE_SPACING);
         if !spaced || c.sent + wire > c.received.saturating_mul(CANDIDATE_FACTOR) {
             return false;
         }
@@ -543,13 +570,24 @@ impl<S> Table<S> {
         true
     }
 
+    /// The tag of `id`'s candidate's probes: the first one's, else `tag`.
+    pub(crate) fn probe_tag(&mut self, id: SessionId, tag: impl FnOnce(u32) -> u32) -> Option<u32> {
+        let c = self.entry_mut(id)?.candidate.as_mut()?;
+        Some(*c.tag.get_or_insert_with(|| tag(c.nth)))
+    }
+
     /// `id`'s candidate answered the probe from its address: the session
     /// moves there (the table re-keyed; the old address tombstoned for its
-    /// conv). Returns the old and new addresses.
+    /// conv). With `home_silence` (an answer that cannot be bound to the
+    /// probe: a kcp-go peer's plain WINS), not when the current address was
+    /// heard less than [`HOME_SILENCE`] before the last probe (the answer
+    /// is ignored; a later probe may count). Returns the old and new
+    /// addresses.
     pub(crate) fn migrate(
         &mut self,
         id: SessionId,
         now: Duration,
+        home_silence: bool,
     ) -> Option<(SocketAddr, SocketAddr)> {
         if self
             .candidate(id)
@@ -562,9 +600,13 @@ impl<S> Table<S> {
                 .and(None);
         }
         let e = self.entry_mut(id)?;
-        e.candidate?.probed_at?;
+        let probed = e.candidate?.probed_at?;
+        if home_silence && probed.saturating_sub(e.heard) < HOME_SILENCE {
+            return None;
+        }
         let c = e.candidate.take()?;
         let old = std::mem::replace(&mut e.peer, c.addr);
+        e.heard = now;
         let conv = e.conv;
         if self.by_addr.get(&old) == Some(&id) {
             self.by_addr.remove(&old);
@@ -748,9 +790,9 @@ pub(crate) fn fuzz(data: &[u8]) {
                         // verdict, played here by the input.
                         assert!(t.get(id).is_some());
                         if t.candidate_seen(id, peer, packet.len(), arg & 1 == 1) {
-                            t.probe_candidate(id, 52, now);
+                            t.probe_candidate(id, 52, now, false);
                             if arg & 2 == 2 {
-                                t.migrate(id, now);
+                                t.migrate(id, now, arg & 4 == 4);
                             }
                         }
                         if let Some(c) = t.candidate(id) {
@@ -1492,22 +1534,25 @@ mod tests {
         // Stale (a replay): no candidate, nothing to probe.
         assert!(!t.candidate_seen(id, addr(2), 60, false));
         assert_eq!(t.candidate(id), None);
-        assert!(!t.probe_candidate(id, 52, ms(0)));
-        assert_eq!(t.migrate(id, ms(0)), None);
+        assert!(!t.probe_candidate(id, 52, ms(0), false));
+        assert_eq!(t.migrate(id, ms(0), false), None);
         // Fresh: a candidate; no move before a probe left.
         assert!(t.candidate_seen(id, addr(2), 60, true));
-        assert_eq!(t.migrate(id, ms(0)), None);
+        assert_eq!(t.migrate(id, ms(0), false), None);
         assert_eq!(t.candidate(id).map(|c| c.addr), Some(addr(2)));
         // The 3x budget and the spacing.
-        assert!(t.probe_candidate(id, 52, ms(0)));
-        assert!(!t.probe_candidate(id, 52, ms(50)), "spaced");
-        assert!(t.probe_candidate(id, 52, ms(100)));
-        assert!(t.probe_candidate(id, 52, ms(200)));
-        assert!(!t.probe_candidate(id, 52, ms(300)), "156 + 52 > 3 x 60");
+        assert!(t.probe_candidate(id, 52, ms(0), false));
+        assert!(!t.probe_candidate(id, 52, ms(50), false), "spaced");
+        assert!(t.probe_candidate(id, 52, ms(100), false));
+        assert!(t.probe_candidate(id, 52, ms(200), false));
+        assert!(
+            !t.probe_candidate(id, 52, ms(300), false),
+            "156 + 52 > 3 x 60"
+        );
         assert_eq!(t.candidate(id).map(|c| c.sent), Some(156));
         // More from the candidate (stale or not) raises its budget.
         assert!(t.candidate_seen(id, addr(2), 60, false));
-        assert!(t.probe_candidate(id, 52, ms(400)));
+        assert!(t.probe_candidate(id, 52, ms(400), false));
         // A stale datagram from a third address changes nothing.
         assert!(!t.candidate_seen(id, addr(4), 60, false));
         assert_eq!(t.candidate(id).map(|c| c.addr), Some(addr(2)));
@@ -1518,14 +1563,22 @@ mod tests {
             Route::Deliver(id)
         );
         assert_eq!(t.candidate(id), None);
-        // Again, and the answer: the session moves.
+        // Again, and the answer: it does not count while the session's
+        // address was heard just before the probe (a mirror outrunning
+        // the peer) ...
         assert!(t.candidate_seen(id, addr(2), 60, true));
-        assert!(t.probe_candidate(id, 52, ms(500)));
+        assert!(t.probe_candidate(id, 52, ms(1050), false));
         let wins = seg(84, 5, 0, 3, false, 0);
         assert!(Inbound::parse(&wins).unwrap().has_wins());
         assert!(!Inbound::parse(&data).unwrap().has_wins());
         assert_eq!(route(&mut t, addr(2), &wins, 1), Route::Migrate(id));
-        assert_eq!(t.migrate(id, secs(1)), Some((addr(1), addr(2))));
+        assert_eq!(t.migrate(id, ms(1060), true), None);
+        // ... and once it was silent for HOME_SILENCE before a probe (the
+        // refused answer is probed again at once: `again`), the session
+        // moves.
+        assert!(!t.probe_candidate(id, 52, ms(1100), false), "spaced");
+        assert!(t.probe_candidate(id, 52, ms(1100), true));
+        assert_eq!(t.migrate(id, ms(1110), true), Some((addr(1), addr(2))));
         assert_eq!(t.peer(id), Some(addr(2)));
         assert_eq!(route(&mut t, addr(2), &data, 1), Route::Deliver(id));
         // The old address is another address now: even an opener from it

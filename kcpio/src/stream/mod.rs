@@ -569,13 +569,16 @@ macro_rules! stream_accessors {
 
             /// The local address of the UDP socket this session uses
             /// (shared with the listener's other sessions on the server
-            /// side).
+            /// side). A client whose local address stopped working rebinds
+            /// its socket: from then on this is the new socket's address.
             ///
             /// # Errors
             ///
             /// None today; `io::Result` as `TcpStream::local_addr`.
             pub fn local_addr(&self) -> ::std::io::Result<::std::net::SocketAddr> {
-                Ok(self.session().driver.local_addr)
+                let session = self.session();
+                let rebound = $crate::driver::shared::lock(&session.state).rebound_to;
+                Ok(rebound.unwrap_or(session.driver.local_addr))
             }
 
             /// The KCP conversation id.

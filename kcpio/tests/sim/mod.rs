@@ -30,6 +30,18 @@
 //! Then the clock jumps to the earliest of: the next datagram arrival,
 //! every `Conn`'s `poll_timeout`, and the application's own wake-up.
 //!
+//! Addresses (for address changes): a node may be [`placed`](Sim::place)
+//! at an address and send to one; a [`listen`](Sim::listen)ing host at an
+//! address demultiplexes what reaches it through the listener's session
+//! table and migration rules (`kcpio::sim_support`: the driver's code), so
+//! a new conversation creates its session node as the driver's accept does,
+//! a datagram from another address of a live session goes through
+//! `from_elsewhere` and the path probe, and the session sends to the
+//! table's address for it. A datagram for an address nobody holds (a
+//! client that [`moved`](Sim::move_node)) is lost. A [`Mirror`] copies a
+//! node's datagrams from a third address, and [`Sim::replay`] sends every
+//! captured one again from there.
+//!
 //! Deterministic: a run is fixed by its seed; nothing reads the wall clock.
 //! Every loop is bounded by a step count.
 
@@ -37,10 +49,12 @@
 #![allow(dead_code)]
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, HashMap};
 use std::fmt::Write as _;
+use std::net::SocketAddr;
 use std::time::Duration;
 
+use kcpio::sim_support::{self as listener, Listener, Route, Verdict};
 use kcpio::{Config, Conn, SessionError};
 use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -198,14 +212,61 @@ pub(crate) struct Node {
     lost_last: bool,
     /// Lifecycle as last logged: failure reason, finished.
     seen: (Option<SessionError>, bool),
+    /// Its address and where it sends (a [`placed`](Sim::place) client);
+    /// `None`: it sends to node `peer`, addresses play no part.
+    pub(crate) addr: Option<SocketAddr>,
+    dest: Option<SocketAddr>,
+    /// A session of the listening host (it sends to the table's address).
+    session: Option<listener::Session>,
+}
+
+/// Where a datagram goes.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
+enum Target {
+    Node(usize),
+    Addr(SocketAddr),
 }
 
 #[derive(PartialEq, Eq, PartialOrd, Ord)]
 struct InFlight {
     at: Duration,
     seq: u64,
-    to: usize,
+    to: Target,
+    from: Option<SocketAddr>,
     bytes: Vec<u8>,
+}
+
+/// A listening host: one socket's session table at `addr`.
+#[derive(Debug)]
+pub(crate) struct Host {
+    pub(crate) addr: SocketAddr,
+    table: Listener,
+    config: Config,
+    /// The link its new sessions send on.
+    link: Link,
+    /// Session nodes, in the order they were accepted.
+    pub(crate) sessions: Vec<usize>,
+    /// Counted as the driver counts: `migrations` (when, old, new),
+    /// `path_probes`, `migration_stale`, and the other drops by reason.
+    pub(crate) migrations: Vec<(u64, SocketAddr, SocketAddr)>,
+    pub(crate) path_probes: u64,
+    pub(crate) stale: u64,
+    pub(crate) dropped: HashMap<String, u64>,
+    /// Sealed bytes received from and sent to each address.
+    pub(crate) received_from: HashMap<SocketAddr, u64>,
+    pub(crate) sent_to: HashMap<SocketAddr, u64>,
+}
+
+/// Copies of a node's datagrams sent from a third address: each leaves
+/// with the original and arrives `delay` ms later, unimpaired; with
+/// `capture`, every datagram of the node is kept for [`Sim::replay`].
+#[derive(Clone, Debug)]
+pub(crate) struct Mirror {
+    pub(crate) node: usize,
+    pub(crate) from: SocketAddr,
+    pub(crate) delay: u64,
+    /// Copies are sent (else only captured).
+    pub(crate) on: bool,
 }
 
 /// What the application closure of [`Sim::drive`] asks for next.
@@ -242,6 +303,15 @@ pub(crate) struct Sim {
     late: Option<(f64, u64, ChaCha8Rng)>,
     /// Late wake-ups so far, and their total lateness (ms).
     pub(crate) late_wakeups: (u64, u64),
+    /// The listening host, if any.
+    pub(crate) host: Option<Host>,
+    pub(crate) mirror: Option<Mirror>,
+    /// The mirrored node's datagrams as sent (destination, sealed bytes).
+    captured: Vec<(SocketAddr, Vec<u8>)>,
+    /// Datagrams for an address nobody holds, and what the mirror's
+    /// address received (sealed bytes).
+    pub(crate) unroutable: u64,
+    pub(crate) to_mirror: u64,
 }
 
 impl Sim {
@@ -262,6 +332,11 @@ impl Sim {
             bottlenecks: Vec::new(),
             late: None,
             late_wakeups: (0, 0),
+            host: None,
+            mirror: None,
+            captured: Vec::new(),
+            unroutable: 0,
+            to_mirror: 0,
         }
     }
 
@@ -294,8 +369,12 @@ impl Sim {
 
     /// Adds a node (its peer is itself until [`connect`](Self::connect)).
     pub(crate) fn add(&mut self, conv: u32, config: &Config, link: Link) -> usize {
-        let id = self.nodes.len();
         let conn = Conn::new(conv, config).expect("a built Config is valid");
+        self.add_conn(conn, config, link)
+    }
+
+    fn add_conn(&mut self, conn: Conn, config: &Config, link: Link) -> usize {
+        let id = self.nodes.len();
         self.nodes.push(Node {
             conn,
             peer: id,
@@ -307,8 +386,67 @@ impl Sim {
             bad_open: 0,
             lost_last: false,
             seen: (None, false),
+            addr: None,
+            dest: None,
+            session: None,
         });
         id
+    }
+
+    /// A listening host at `addr` with `config` (its table, caps and
+    /// migration switch); its sessions send on `link`.
+    pub(crate) fn listen(&mut self, addr: SocketAddr, config: &Config, link: Link) {
+        self.host = Some(Host {
+            addr,
+            table: Listener::new(config),
+            config: config.clone(),
+            link,
+            sessions: Vec::new(),
+            migrations: Vec::new(),
+            path_probes: 0,
+            stale: 0,
+            dropped: HashMap::new(),
+            received_from: HashMap::new(),
+            sent_to: HashMap::new(),
+        });
+    }
+
+    /// Node `i` is at `addr` and sends to `dest`.
+    pub(crate) fn place(&mut self, i: usize, addr: SocketAddr, dest: SocketAddr) {
+        self.nodes[i].addr = Some(addr);
+        self.nodes[i].dest = Some(dest);
+    }
+
+    /// Node `i` now sends from `addr` (a NAT rebinding, a new network);
+    /// what is in flight to its old address is lost.
+    pub(crate) fn move_node(&mut self, i: usize, addr: SocketAddr) {
+        let old = self.nodes[i].addr.replace(addr);
+        self.note(format_args!("node {i} moves from {old:?} to {addr}"));
+    }
+
+    /// The address the host's table sends session node `i`'s datagrams to.
+    pub(crate) fn session_peer(&self, i: usize) -> Option<SocketAddr> {
+        let s = self.nodes.get(i)?.session?;
+        self.host.as_ref()?.table.peer(s)
+    }
+
+    /// Sends every captured datagram of the mirrored node again, now, from
+    /// the mirror's address, arriving `delay` ms later.
+    pub(crate) fn replay(&mut self, delay: u64) {
+        let Some(m) = self.mirror.clone() else {
+            return;
+        };
+        let at = self.now + Duration::from_millis(delay);
+        for (dest, bytes) in std::mem::take(&mut self.captured) {
+            self.seq += 1;
+            self.wire.push(Reverse(InFlight {
+                at,
+                seq: self.seq,
+                to: Target::Addr(dest),
+                from: Some(m.from),
+                bytes,
+            }));
+        }
     }
 
     /// A bottleneck of `rate` bytes/s with a drop-tail queue of `queue`
@@ -369,61 +507,16 @@ impl Sim {
     /// `service`); a lifecycle change goes to the log.
     fn service(&mut self, i: usize) {
         let now = self.now;
-        let elapsed = self.elapsed_ms();
-        let node = &mut self.nodes[i];
-        node.conn.handle_timeout(now);
-        while let Some(t) = node.conn.poll_transmit(now, &mut self.slot) {
-            let crypto = node.config.packet_crypto();
-            let mut nonce = [0u8; 16];
-            let nonce = &mut nonce[..crypto.nonce_len()];
-            node.nonces.fill_bytes(nonce);
-            let n = crypto.seal(&mut self.slot, t.len, nonce).expect("seal");
-            assert!(
-                n <= node.link.mtu_cap,
-                "node {i}: a {n}-byte datagram exceeds the path MTU {}",
-                node.link.mtu_cap
-            );
-            node.sent += 1;
-            node.wire_bytes += n as u64 + IP_UDP;
-            let link = &node.link;
-            // The bottleneck first, then the loss and delay behind it.
-            let mut leave = now;
-            if let Some(b) = link.bottleneck {
-                match self.bottlenecks[b].offer(now, n as u64 + IP_UDP) {
-                    Some(t) => leave = t,
-                    None => continue,
-                }
-            }
-            let lost = if link.burst > 1.0 {
-                let r = 1.0 - 1.0 / link.burst;
-                let q = link.loss * (1.0 - r) / (1.0 - link.loss);
-                self.rng.random_bool(if node.lost_last { r } else { q })
-            } else {
-                self.rng.random_bool(link.loss)
+        self.nodes[i].conn.handle_timeout(now);
+        let (from, to) = self.target(i);
+        loop {
+            let node = &mut self.nodes[i];
+            let Some(t) = node.conn.poll_transmit(now, &mut self.slot) else {
+                break;
             };
-            node.lost_last = lost;
-            if link.dark(elapsed) || lost {
-                continue;
-            }
-            let copies = if chance(&mut self.rng, link.dup) {
-                2
-            } else {
-                1
-            };
-            for _ in 0..copies {
-                let mut delay = link.delay + self.rng.random_range(0..=link.jitter);
-                if chance(&mut self.rng, link.reorder) {
-                    delay += 3 * link.jitter;
-                }
-                self.seq += 1;
-                self.wire.push(Reverse(InFlight {
-                    at: leave + Duration::from_millis(delay),
-                    seq: self.seq,
-                    to: node.peer,
-                    bytes: self.slot[..n].to_vec(),
-                }));
-            }
+            self.emit(i, t.len, from, to);
         }
+        let node = &mut self.nodes[i];
         let state = (node.conn.error(), node.conn.is_finished());
         if state != node.seen {
             node.seen = state;
@@ -432,6 +525,200 @@ impl Sim {
                 (None, true) => self.note(format_args!("node {i} finished")),
                 (None, false) => {}
             }
+        }
+    }
+
+    /// Where node `i` sends from and to now.
+    fn target(&self, i: usize) -> (Option<SocketAddr>, Target) {
+        let node = &self.nodes[i];
+        if let (Some(s), Some(h)) = (node.session, &self.host) {
+            // The driver sends to the table's address for the session.
+            let to = h.table.peer(s).expect("a live session");
+            return (Some(h.addr), Target::Addr(to));
+        }
+        match (node.addr, node.dest) {
+            (Some(a), Some(d)) => (Some(a), Target::Addr(d)),
+            _ => (None, Target::Node(node.peer)),
+        }
+    }
+
+    /// Seals the `len` plaintext bytes node `i` wrote at `slot[header..]`
+    /// and puts them on its link from `from` to `to`.
+    fn emit(&mut self, i: usize, len: usize, from: Option<SocketAddr>, to: Target) {
+        let now = self.now;
+        let elapsed = self.elapsed_ms();
+        let node = &mut self.nodes[i];
+        let crypto = node.config.packet_crypto();
+        let mut nonce = [0u8; 16];
+        let nonce = &mut nonce[..crypto.nonce_len()];
+        node.nonces.fill_bytes(nonce);
+        let n = crypto.seal(&mut self.slot, len, nonce).expect("seal");
+        assert!(
+            n <= node.link.mtu_cap,
+            "node {i}: a {n}-byte datagram exceeds the path MTU {}",
+            node.link.mtu_cap
+        );
+        node.sent += 1;
+        node.wire_bytes += n as u64 + IP_UDP;
+        if let (Some(h), Target::Addr(a)) = (self.host.as_mut(), to)
+            && node.session.is_some()
+        {
+            *h.sent_to.entry(a).or_default() += n as u64;
+        }
+        if let (Some(m), Target::Addr(dest)) = (&self.mirror, to)
+            && m.node == i
+        {
+            self.captured.push((dest, self.slot[..n].to_vec()));
+            if m.on {
+                self.seq += 1;
+                self.wire.push(Reverse(InFlight {
+                    at: now + Duration::from_millis(m.delay),
+                    seq: self.seq,
+                    to,
+                    from: Some(m.from),
+                    bytes: self.slot[..n].to_vec(),
+                }));
+            }
+        }
+        let link = &node.link;
+        // The bottleneck first, then the loss and delay behind it.
+        let mut leave = now;
+        if let Some(b) = link.bottleneck {
+            match self.bottlenecks[b].offer(now, n as u64 + IP_UDP) {
+                Some(t) => leave = t,
+                None => return,
+            }
+        }
+        let lost = if link.burst > 1.0 {
+            let r = 1.0 - 1.0 / link.burst;
+            let q = link.loss * (1.0 - r) / (1.0 - link.loss);
+            self.rng.random_bool(if node.lost_last { r } else { q })
+        } else {
+            self.rng.random_bool(link.loss)
+        };
+        node.lost_last = lost;
+        if link.dark(elapsed) || lost {
+            return;
+        }
+        let copies = if chance(&mut self.rng, link.dup) {
+            2
+        } else {
+            1
+        };
+        for _ in 0..copies {
+            let mut delay = link.delay + self.rng.random_range(0..=link.jitter);
+            if chance(&mut self.rng, link.reorder) {
+                delay += 3 * link.jitter;
+            }
+            self.seq += 1;
+            self.wire.push(Reverse(InFlight {
+                at: leave + Duration::from_millis(delay),
+                seq: self.seq,
+                to,
+                from,
+                bytes: self.slot[..n].to_vec(),
+            }));
+        }
+    }
+
+    /// A datagram arrived for `p.to`: opened and handed to its `Conn`, through
+    /// the host's table when it is the host's.
+    fn arrive(&mut self, mut p: InFlight) {
+        let to = match p.to {
+            Target::Node(i) => i,
+            Target::Addr(a) if self.host.as_ref().is_some_and(|h| h.addr == a) => {
+                return self.arrive_at_host(p);
+            }
+            Target::Addr(a) => {
+                if self.mirror.as_ref().is_some_and(|m| m.from == a) {
+                    self.to_mirror += p.bytes.len() as u64;
+                }
+                match self
+                    .nodes
+                    .iter()
+                    .position(|n| n.session.is_none() && n.addr == Some(a))
+                {
+                    Some(i) => i,
+                    None => {
+                        self.unroutable += 1;
+                        return;
+                    }
+                }
+            }
+        };
+        let node = &mut self.nodes[to];
+        self.fed[to] = true;
+        match node.config.packet_crypto().open(&mut p.bytes) {
+            Ok(range) => {
+                let _ = node.conn.handle_packet(self.now, &p.bytes[range]);
+            }
+            Err(_) => node.bad_open += 1,
+        }
+    }
+
+    /// The driver's receive path for one datagram: open, route through the
+    /// table; a new conversation gets its session node; another address
+    /// of a live session goes through the migration rules (and may get a
+    /// path probe) before the session's `Conn` sees it.
+    fn arrive_at_host(&mut self, mut p: InFlight) {
+        let now = self.now;
+        let from = p.from.expect("a datagram to an address has a source");
+        let sealed = p.bytes.clone();
+        let wire = sealed.len();
+        let Some(h) = self.host.as_mut() else { return };
+        *h.received_from.entry(from).or_default() += wire as u64;
+        let Ok(range) = h.config.packet_crypto().open(&mut p.bytes) else {
+            *h.dropped.entry("BadCrypto".into()).or_default() += 1;
+            return;
+        };
+        let plain = &p.bytes[range];
+        let backlog = 0;
+        let (session, i) = match h.table.route(from, plain, &sealed, now, backlog) {
+            Route::Deliver(s, i) => (s, i),
+            Route::Accept(conv) => {
+                let i = self.nodes.len();
+                let (s, conn) = h.table.accept(from, conv, now, i).expect("a session");
+                let (config, link) = (h.config.clone(), h.link.clone());
+                h.sessions.push(i);
+                let id = self.add_conn(conn, &config, link);
+                self.nodes[id].session = Some(s);
+                self.fed.push(false);
+                self.note(format_args!("node {id} accepted from {from}"));
+                (s, id)
+            }
+            Route::Migrate(s, i) => {
+                let conn = &mut self.nodes[i].conn;
+                match h.table.from_elsewhere(s, conn, from, plain, wire, now) {
+                    Verdict::Stale => {
+                        h.stale += 1;
+                        return;
+                    }
+                    Verdict::Moved(old, new) => {
+                        let t = (now - self.start).as_millis() as u64;
+                        h.migrations.push((t, old, new));
+                        self.note(format_args!("node {i} moved from {old} to {new}"));
+                    }
+                    Verdict::Candidate(again) => {
+                        if let Some((len, to)) = h.table.probe(s, conn, now, again, &mut self.slot)
+                        {
+                            h.path_probes += 1;
+                            let host = h.addr;
+                            self.emit(i, len, Some(host), Target::Addr(to));
+                        }
+                    }
+                }
+                (s, i)
+            }
+            Route::Drop(why) => {
+                *h.dropped.entry(why).or_default() += 1;
+                return;
+            }
+        };
+        self.fed[i] = true;
+        let conn = &mut self.nodes[i].conn;
+        let _ = conn.handle_packet(now, plain);
+        if let Some(h) = self.host.as_mut() {
+            h.table.set_proven(session, &self.nodes[i].conn);
         }
     }
 
@@ -460,17 +747,10 @@ impl Sim {
         self.fed.clear();
         self.fed.resize(self.nodes.len(), false);
         while self.wire.peek().is_some_and(|Reverse(p)| p.at <= self.now) {
-            let Some(Reverse(mut p)) = self.wire.pop() else {
+            let Some(Reverse(p)) = self.wire.pop() else {
                 break;
             };
-            let node = &mut self.nodes[p.to];
-            self.fed[p.to] = true;
-            match node.config.packet_crypto().open(&mut p.bytes) {
-                Ok(range) => {
-                    let _ = node.conn.handle_packet(self.now, &p.bytes[range]);
-                }
-                Err(_) => node.bad_open += 1,
-            }
+            self.arrive(p);
         }
         // Timers due and no input: serviced before the application runs,
         // as the driver's fire_timers does (the application then sees what
