@@ -27,42 +27,44 @@ use tokio::task::JoinSet;
 /// A run that takes longer has failed.
 const RUN_LIMIT: Duration = Duration::from_secs(120);
 
-struct Args {
-    imp: String,
-    sessions: usize,
-    messages: usize,
-    size: usize,
-    threads: usize,
-    json: bool,
+/// Which library runs both ends.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]
+enum Impl {
+    Kcpio,
+    #[value(name = "tokio_kcp")]
+    TokioKcp,
 }
 
-fn parse_args() -> Result<Args, String> {
-    let mut a = Args {
-        imp: String::new(),
-        sessions: 1000,
-        messages: 64,
-        size: 64,
-        threads: 2,
-        json: false,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(arg) = it.next() {
-        let mut value = || it.next().ok_or_else(|| format!("{arg} needs a value"));
-        let num = |v: String| v.parse::<usize>().map_err(|e| format!("{v}: {e}"));
-        match arg.as_str() {
-            "--impl" => a.imp = value()?,
-            "--sessions" => a.sessions = num(value()?)?.clamp(1, 20_000),
-            "--messages" => a.messages = num(value()?)?.clamp(1, 1_000_000),
-            "--size" => a.size = num(value()?)?.clamp(1, 1 << 20),
-            "--threads" => a.threads = num(value()?)?.clamp(1, 64),
-            "--json" => a.json = true,
-            _ => return Err(format!("unknown argument {arg}")),
+impl Impl {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Kcpio => "kcpio",
+            Self::TokioKcp => "tokio_kcp",
         }
     }
-    if a.imp != "kcpio" && a.imp != "tokio_kcp" {
-        return Err("--impl kcpio or --impl tokio_kcp".into());
-    }
-    Ok(a)
+}
+
+/// Many small ping-pong sessions in one process.
+#[derive(clap::Parser)]
+struct Args {
+    /// The library under test.
+    #[arg(long = "impl", value_enum)]
+    imp: Impl,
+    /// Concurrent sessions.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=20000))]
+    sessions: u64,
+    /// Messages per session.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=1000000))]
+    messages: u64,
+    /// Bytes per message.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=1048576))]
+    size: u64,
+    /// Runtime worker threads.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=64))]
+    threads: u64,
+    /// One JSON object instead of a line of text.
+    #[arg(long)]
+    json: bool,
 }
 
 fn process_cpu() -> Duration {
@@ -130,8 +132,8 @@ async fn run_kcpio(a: &Args) -> Result<(), String> {
         }
     });
     let mut clients = JoinSet::new();
-    for id in 0..a.sessions {
-        let (config, messages, size) = (config.clone(), a.messages, a.size);
+    for id in 0..a.sessions as usize {
+        let (config, messages, size) = (config.clone(), a.messages as usize, a.size as usize);
         clients.spawn(async move {
             let s = kcpio::KcpStream::connect(addr, &config)
                 .await
@@ -160,8 +162,8 @@ async fn run_tokio_kcp(a: &Args) -> Result<(), String> {
         }
     });
     let mut clients = JoinSet::new();
-    for id in 0..a.sessions {
-        let (messages, size) = (a.messages, a.size);
+    for id in 0..a.sessions as usize {
+        let (messages, size) = (a.messages as usize, a.size as usize);
         clients.spawn(async move {
             let s = tokio_kcp::KcpStream::connect(&config, addr)
                 .await
@@ -187,15 +189,9 @@ async fn join_all(mut clients: JoinSet<Result<(), String>>) -> Result<(), String
 }
 
 fn main() {
-    let a = match parse_args() {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("echo_inproc: {e}");
-            std::process::exit(2);
-        }
-    };
+    let a = <Args as clap::Parser>::parse();
     let rt = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(a.threads)
+        .worker_threads(a.threads as usize)
         .enable_all()
         .build()
     {
@@ -208,7 +204,7 @@ fn main() {
     let (cpu0, t0) = (process_cpu(), Instant::now());
     let res = rt.block_on(async {
         let run = async {
-            if a.imp == "kcpio" {
+            if a.imp == Impl::Kcpio {
                 run_kcpio(&a).await
             } else {
                 run_tokio_kcp(&a).await
@@ -223,19 +219,22 @@ fn main() {
         process_cpu().saturating_sub(cpu0).as_secs_f64(),
     );
     if let Err(e) = res {
-        eprintln!("echo_inproc: {}: {e}", a.imp);
+        eprintln!("echo_inproc: {}: {e}", a.imp.name());
         std::process::exit(1);
     }
     if a.json {
         println!(
             "{}",
-            serde_json::json!({"impl": a.imp, "sessions": a.sessions, "messages": a.messages,
+            serde_json::json!({"impl": a.imp.name(), "sessions": a.sessions, "messages": a.messages,
                 "size": a.size, "threads": a.threads, "total_s": secs, "cpu_s": cpu})
         );
     } else {
         println!(
             "{}: {} sessions x {} x {} B: {secs:.3} s, {cpu:.3} CPU-s",
-            a.imp, a.sessions, a.messages, a.size
+            a.imp.name(),
+            a.sessions,
+            a.messages,
+            a.size
         );
     }
     // Sessions still closing are not waited for.

@@ -61,7 +61,8 @@ const STALL: Duration = Duration::from_millis(100);
 /// A run that takes longer has failed.
 const RUN_LIMIT: Duration = Duration::from_secs(120);
 
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+/// How the pair moves the bytes.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]
 enum Mode {
     Tcp,
     Sendmmsg,
@@ -76,61 +77,34 @@ impl Mode {
             Self::Gso => "gso",
         }
     }
-
-    fn parse(s: &str) -> Result<Self, String> {
-        match s {
-            "tcp" => Ok(Self::Tcp),
-            "sendmmsg" => Ok(Self::Sendmmsg),
-            "gso" => Ok(Self::Gso),
-            _ => Err(format!("unknown mode {s:?} (tcp, sendmmsg, gso)")),
-        }
-    }
 }
 
+/// Loopback limits: TCP, sendmmsg and UDP GSO/GRO, one sender and one receiver thread.
+#[derive(clap::Parser)]
 struct Args {
+    /// Modes to run, interleaved per repetition.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "tcp,sendmmsg,gso"
+    )]
     modes: Vec<Mode>,
-    reps: usize,
-    bytes: u64,
-    size: usize,
-    sockbuf: usize,
+    /// Repetitions.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=100))]
+    reps: u64,
+    /// MiB moved one way per run.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=16384))]
+    mib: u64,
+    /// Datagram size in bytes.
+    #[arg(long, default_value_t = 1400, value_parser = clap::value_parser!(u64).range(64..=9000))]
+    size: u64,
+    /// Socket buffer size for both UDP sockets (0: the OS default).
+    #[arg(long, default_value_t = 4 << 20, value_parser = clap::value_parser!(u64).range(0..=1 << 30))]
+    sockbuf: u64,
+    /// One JSON object per run.
+    #[arg(long)]
     json: bool,
-}
-
-fn parse_args() -> Result<Args, String> {
-    let mut a = Args {
-        modes: vec![Mode::Tcp, Mode::Sendmmsg, Mode::Gso],
-        reps: 5,
-        bytes: 256 << 20,
-        size: 1400,
-        sockbuf: 4 << 20,
-        json: false,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(arg) = it.next() {
-        let mut value = || it.next().ok_or_else(|| format!("{arg} needs a value"));
-        let num = |v: String| v.parse::<u64>().map_err(|e| format!("{v}: {e}"));
-        match arg.as_str() {
-            "--modes" => {
-                a.modes = value()?
-                    .split(',')
-                    .map(Mode::parse)
-                    .collect::<Result<_, _>>()?;
-            }
-            "--reps" => a.reps = num(value()?)?.clamp(1, 100) as usize,
-            "--mib" => a.bytes = num(value()?)?.clamp(1, 16 << 10) << 20,
-            "--size" => a.size = num(value()?)?.clamp(64, 9000) as usize,
-            "--sockbuf" => a.sockbuf = num(value()?)?.min(1 << 30) as usize,
-            "--json" => a.json = true,
-            "-h" | "--help" => {
-                println!(
-                    "udplimit [--modes tcp,sendmmsg,gso] [--reps N] [--mib N] [--size BYTES] [--sockbuf BYTES] [--json]"
-                );
-                std::process::exit(0);
-            }
-            _ => return Err(format!("unknown argument {arg}")),
-        }
-    }
-    Ok(a)
 }
 
 /// This thread's CPU time so far.
@@ -408,21 +382,16 @@ fn median(v: &mut [f64]) -> f64 {
 }
 
 fn main() {
-    let args = match parse_args() {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("udplimit: {e}");
-            std::process::exit(2);
-        }
-    };
+    let args = <Args as clap::Parser>::parse();
+    let (bytes, size, sockbuf) = (args.mib << 20, args.size as usize, args.sockbuf as usize);
     let mut runs: Vec<(Mode, Run)> = Vec::new();
     let mut failed = false;
     for rep in 1..=args.reps {
         for &mode in &args.modes {
             let res = match mode {
-                Mode::Tcp => tcp_run(args.bytes, args.sockbuf),
-                Mode::Sendmmsg => udp_run(args.bytes, args.size, args.sockbuf, false),
-                Mode::Gso => udp_run(args.bytes, args.size, args.sockbuf, true),
+                Mode::Tcp => tcp_run(bytes, sockbuf),
+                Mode::Sendmmsg => udp_run(bytes, size, sockbuf, false),
+                Mode::Gso => udp_run(bytes, size, sockbuf, true),
             };
             match res {
                 Ok(r) => {
@@ -459,9 +428,7 @@ fn main() {
     }
     eprintln!(
         "\nmedians of {} run(s), {} MiB, {}-byte datagrams (min–max):",
-        args.reps,
-        args.bytes >> 20,
-        args.size
+        args.reps, args.mib, args.size
     );
     eprintln!("| mode | MB/s | send CPU-s/GB | recv CPU-s/GB |");
     eprintln!("|---|---:|---:|---:|");
