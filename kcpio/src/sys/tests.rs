@@ -18,8 +18,8 @@ use super::{RecvMeta, SysStats, Transmit, UdpState};
 const DEADLINE: Duration = Duration::from_secs(5);
 /// Pause between polls of a non-blocking socket.
 const POLL: Duration = Duration::from_millis(1);
-/// One datagram's receive buffer (sys knows nothing of KCP; benches/udp.rs
-/// compiles this module on its own, so the crate's `DATAGRAM_BUF` is not in reach).
+/// One datagram's receive buffer (sys knows nothing of KCP, so not the
+/// crate's `DATAGRAM_BUF`).
 const DATAGRAM_BUF: usize = 1500;
 
 /// Loopback address families under test.
