@@ -115,10 +115,28 @@ pub(crate) struct ConfigInner {
     pub(crate) conv: Option<u32>,
     pub(crate) batching: bool,
     pub(crate) carrier: Carrier,
-    pub(crate) reuse_port: usize,
+    /// Listener shards; `None`: one per available core.
+    pub(crate) reuse_port: Option<usize>,
 }
 
 impl ConfigInner {
+    /// The listener's `SO_REUSEPORT` sockets: the configured count, or one
+    /// per core the process may use; one with fake TCP (each raw socket
+    /// sees every segment of its port) and where `SO_REUSEPORT` is missing.
+    pub(crate) fn listener_shards(&self) -> usize {
+        if self.carrier == Carrier::FakeTcp
+            || !cfg!(all(
+                unix,
+                not(any(target_os = "solaris", target_os = "illumos"))
+            ))
+        {
+            return 1;
+        }
+        self.reuse_port
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+            .clamp(1, defaults::MAX_REUSE_PORT)
+    }
+
     /// 8 with the FEC encoder on, else 0.
     pub(crate) fn fec_header(&self) -> usize {
         if self.fec.is_some() {
