@@ -132,25 +132,29 @@ async fn connect_many(addr: std::net::SocketAddr, config: &Config, n: usize) -> 
     connected
 }
 
-/// The session cap is the listener's, not each socket's: 4 sockets with
-/// `max_sessions(3)` hold 3 sessions in all, however the kernel spreads the
-/// 24 clients, and refuse the rest.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_session_cap_holds_across_sockets() {
-    let server = Config::builder()
-        .reuse_port(SOCKETS)
-        .max_sessions(3)
-        .build()
-        .unwrap();
+/// A listener built from `server`, and how many of `n` clients (1.5 s
+/// connect timeout) connected to it at once.
+async fn limited_listener(server: kcpio::ConfigBuilder, n: usize) -> (KcpListener, usize) {
+    let server = server.build().unwrap();
     let client = Config::builder()
         .connect_timeout(Duration::from_millis(1500))
         .build()
         .unwrap();
     let listener = KcpListener::bind("127.0.0.1:0", &server).await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let connected = timeout(Duration::from_secs(20), connect_many(addr, &client, 24))
+    let connected = timeout(Duration::from_secs(20), connect_many(addr, &client, n))
         .await
         .expect("connects end within their timeout");
+    (listener, connected)
+}
+
+/// The session cap is the listener's, not each socket's: 4 sockets with
+/// `max_sessions(3)` hold 3 sessions in all, however the kernel spreads the
+/// 24 clients, and refuse the rest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_session_cap_holds_across_sockets() {
+    let server = Config::builder().reuse_port(SOCKETS).max_sessions(3);
+    let (listener, connected) = limited_listener(server, 24).await;
     let s = listener.stats();
     let opened: Vec<u64> = listener
         .stats_per_socket()
@@ -174,19 +178,9 @@ async fn the_session_cap_holds_across_sockets() {
 async fn the_per_source_limit_holds_across_sockets() {
     let server = Config::builder()
         .reuse_port(SOCKETS)
-        .sessions_per_source(2, 1)
-        .build()
-        .unwrap();
-    let client = Config::builder()
-        .connect_timeout(Duration::from_millis(1500))
-        .build()
-        .unwrap();
-    let listener = KcpListener::bind("127.0.0.1:0", &server).await.unwrap();
-    let addr = listener.local_addr().unwrap();
+        .sessions_per_source(2, 1);
     let started = std::time::Instant::now();
-    let connected = timeout(Duration::from_secs(20), connect_many(addr, &client, 16))
-        .await
-        .expect("connects end within their timeout");
+    let (listener, connected) = limited_listener(server, 16).await;
     let refill = started.elapsed().as_secs() + 1;
     let s = listener.stats();
     let opened: Vec<u64> = listener

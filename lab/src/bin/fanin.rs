@@ -16,8 +16,10 @@
 //! byte read), the segments the clients retransmitted (RTO, fast, early and
 //! tail probes), and the datagrams the kernel dropped at the listener's
 //! sockets (their `drops` in `/proc/net/udp`, `/proc/net/udp6`: receive
-//! buffer overflows); then medians, spreads and each shard count's median
-//! against the first's.
+//! buffer overflows), and the segments the server received twice
+//! (retransmissions of segments that had arrived); then medians, spreads
+//! and each shard count's median against the first's. `FANIN_RCVBUF=bytes`
+//! sets the sockets' receive buffer (default: kcpio's).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -35,12 +37,19 @@ const RUN_LIMIT: Duration = Duration::from_secs(300);
 struct Outcome {
     mbps: f64,
     retransmitted: u64,
+    /// Of which after an RTO.
+    rto: u64,
+    /// Segments the server received twice (a retransmission of a segment
+    /// that had arrived: spurious).
+    repeats: u64,
     drops: u64,
+    /// Drops at the clients' sockets (ACKs and window updates lost).
+    client_drops: u64,
 }
 
 /// The kernel's drop counts of the UDP sockets bound to local `port`
-/// (the last column of `/proc/net/udp{,6}`).
-fn socket_drops(port: u16) -> u64 {
+/// (`local`), or connected to it (the last column of `/proc/net/udp{,6}`).
+fn socket_drops(port: u16, local: bool) -> u64 {
     let mut sum = 0;
     for file in ["/proc/net/udp", "/proc/net/udp6"] {
         let Ok(text) = std::fs::read_to_string(file) else {
@@ -48,11 +57,12 @@ fn socket_drops(port: u16) -> u64 {
         };
         for line in text.lines().skip(1) {
             let cols: Vec<&str> = line.split_whitespace().collect();
-            let local_port = cols
-                .get(1)
+            let at = if local { 1 } else { 2 };
+            let sock_port = cols
+                .get(at)
                 .and_then(|a| a.rsplit(':').next())
                 .and_then(|p| u16::from_str_radix(p, 16).ok());
-            if local_port == Some(port) {
+            if sock_port == Some(port) {
                 sum += cols.last().and_then(|d| d.parse::<u64>().ok()).unwrap_or(0);
             }
         }
@@ -60,10 +70,17 @@ fn socket_drops(port: u16) -> u64 {
     sum
 }
 
+/// `FANIN_RCVBUF` (bytes): the listener sockets' receive buffer instead of
+/// the default.
 fn config(shards: usize) -> Result<Config, String> {
+    let rcvbuf = std::env::var("FANIN_RCVBUF")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
     Config::builder()
         .crypto(Method::Aes128, Key::passphrase("fanin"))
         .reuse_port(shards)
+        .socket_buffers(rcvbuf, 0)
         .build()
         .map_err(|e| format!("config: {e}"))
 }
@@ -86,7 +103,7 @@ fn one_run(
         .map_err(|e| format!("bind: {e}"))?;
     let addr = listener.local_addr().map_err(|e| format!("addr: {e}"))?;
     let listener = Arc::new(listener);
-    let drops_before = socket_drops(addr.port());
+    let drops_before = socket_drops(addr.port(), true);
     // The server: accept every session, read each to its end.
     let server = server_rt.spawn({
         let listener = listener.clone();
@@ -107,15 +124,19 @@ fn one_run(
                             Err(e) => return Err(format!("read: {e}")),
                         }
                     }
-                    Ok::<_, String>(Instant::now())
+                    let repeats = s.stats().arq.repeat_segments;
+                    Ok::<_, String>((Instant::now(), repeats))
                 }));
             }
             let mut last = None;
+            let mut repeats = 0;
             for r in readers {
-                let t = r.await.map_err(|e| format!("reader: {e}"))??;
+                let (t, n) = r.await.map_err(|e| format!("reader: {e}"))??;
                 last = Some(last.map_or(t, |l: Instant| l.max(t)));
+                repeats += n;
             }
-            last.ok_or_else(|| "no sessions".to_string())
+            last.map(|l| (l, repeats))
+                .ok_or_else(|| "no sessions".to_string())
         }
     });
     let clients = client_rt.block_on(async {
@@ -147,13 +168,19 @@ fn one_run(
             })
         })
         .collect();
-    let last = server_rt
+    let (last, repeats) = server_rt
         .block_on(async { tokio::time::timeout(RUN_LIMIT, server).await })
         .map_err(|_| format!("no end within {RUN_LIMIT:?}"))?
         .map_err(|e| format!("server: {e}"))??;
     let secs = last.saturating_duration_since(start).as_secs_f64();
     let retransmitted = handles.iter().map(retransmitted).sum();
-    let drops = socket_drops(addr.port()).saturating_sub(drops_before);
+    let rto = handles
+        .iter()
+        .map(|h| h.stats().unwrap_or_default().arq.retransmit_rto)
+        .sum();
+    let drops = socket_drops(addr.port(), true).saturating_sub(drops_before);
+    // The clients' sockets are new: all their drops are this run's.
+    let client_drops = socket_drops(addr.port(), false);
     client_rt.block_on(async {
         for w in writers {
             let _ = w.await;
@@ -163,7 +190,10 @@ fn one_run(
     Ok(Outcome {
         mbps: (sessions * each) as f64 / secs / 1e6,
         retransmitted,
+        rto,
+        repeats,
         drops,
+        client_drops,
     })
 }
 
@@ -204,15 +234,17 @@ fn main() -> std::process::ExitCode {
     println!(
         "{sessions} sessions x {mib} MiB into one listener, aes-128, loopback; shards {shard_counts:?}; {runs} runs"
     );
-    println!("run  shards  aggregate MB/s  retransmitted  socket drops");
+    println!(
+        "run  shards  aggregate MB/s  retransmitted (RTO)  received twice  listener drops  client drops"
+    );
     let mut results: Vec<Vec<Outcome>> = vec![Vec::new(); shard_counts.len()];
     for run in 1..=runs {
         for (i, &shards) in shard_counts.iter().enumerate() {
             match one_run(&server_rt, &client_rt, shards, sessions, mib << 20) {
                 Ok(o) => {
                     println!(
-                        "{run:>3}  {shards:>6}  {:>14.1}  {:>13}  {:>12}",
-                        o.mbps, o.retransmitted, o.drops
+                        "{run:>3}  {shards:>6}  {:>14.1}  {:>13} ({:>5})  {:>14}  {:>14}  {:>12}",
+                        o.mbps, o.retransmitted, o.rto, o.repeats, o.drops, o.client_drops
                     );
                     results[i].push(o);
                 }
