@@ -6,8 +6,8 @@
 //! - the clock's epoch, so a session's times mean the same in every shard
 //!   (a session may move to another shard);
 //! - the admission [`Limits`] (the session count under the cap, the replay
-//!   fingerprints, the per-source buckets), consulted for a would-be new
-//!   session only;
+//!   fingerprints, the per-source buckets) and the fingerprints' keys,
+//!   consulted for a would-be new session only;
 //! - with migration on and more than one shard, the conv directory: which
 //!   shard holds each conv, updated when a session is made, removed or
 //!   moved, and read only for a datagram from an address no session of
@@ -20,6 +20,7 @@
 //!   ([`DriverShared::adopt`]), so its datagrams cross no shard afterwards.
 
 use std::collections::HashMap;
+use std::collections::hash_map::RandomState;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use tokio::time::Instant;
@@ -40,6 +41,9 @@ struct Home {
 pub(crate) struct Group {
     pub(crate) epoch: Instant,
     pub(crate) limits: Arc<Limits>,
+    /// The keys of the opener fingerprints: one for all shards, so the
+    /// same datagram has the same fingerprint whichever socket it reaches.
+    pub(crate) fingerprint: RandomState,
     /// conv → shard; `None` with one shard or migration off.
     homes: Option<Mutex<HashMap<u32, Home>>>,
     /// The shards' drivers, in bind order, set once all are bound.
@@ -53,6 +57,7 @@ impl Group {
         Self {
             epoch,
             limits,
+            fingerprint: RandomState::new(),
             homes: (migration && shards > 1).then(|| Mutex::new(HashMap::new())),
             shards: OnceLock::new(),
         }

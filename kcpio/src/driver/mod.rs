@@ -189,7 +189,9 @@ impl Driver {
             routed: Vec::with_capacity(crate::sys::BATCH_SIZE * 4),
             slots_needed,
             refused_peers: stats::RefusedPeers::default(),
-            fingerprint: RandomState::new(),
+            fingerprint: group
+                .as_ref()
+                .map_or_else(RandomState::new, |(g, _)| g.fingerprint.clone()),
             rebound_at: None,
             group,
             forwarded: Vec::new(),
