@@ -53,8 +53,9 @@ fn accepted(taken: Taken) -> Option<io::Result<(KcpStream, SocketAddr)>> {
 /// # Hostile peers
 ///
 /// Every refusal is counted in [`ListenerStats`]; all memory below is
-/// bounded, per socket (the replay and per-source memories: per listener). Who may open a session is decided in one place,
-/// the admission policy (`kcpio/src/driver/admission.rs`), before any
+/// bounded, per socket (the replay and per-source memories: per
+/// listener). Who may open a session is decided in one place, the
+/// admission policy (`kcpio/src/driver/admission.rs`), before any
 /// state for the newcomer exists; its memories are maps keyed by what
 /// peers send, hashed under random keys, each holding at most 65,536
 /// entries and forgetting the oldest first.
