@@ -37,7 +37,8 @@ fn accepted(taken: Taken) -> Option<io::Result<(KcpStream, SocketAddr)>> {
     }
 }
 
-/// A KCP server socket: one UDP socket, one driver task, many sessions.
+/// A KCP server: UDP sockets on one port (one per core), a driver task
+/// each, many sessions.
 ///
 /// A session is created by a datagram from a new address that opens
 /// (decrypts and verifies), parses as KCP all through, FEC-framed or not,
@@ -52,8 +53,9 @@ fn accepted(taken: Taken) -> Option<io::Result<(KcpStream, SocketAddr)>> {
 /// # Hostile peers
 ///
 /// Every refusal is counted in [`ListenerStats`]; all memory below is
-/// bounded, per socket. Who may open a session is decided in one place,
-/// the admission policy (`kcpio/src/driver/admission.rs`), before any
+/// bounded, per socket (the replay and per-source memories: per
+/// listener). Who may open a session is decided in one place, the
+/// admission policy (`kcpio/src/driver/admission.rs`), before any
 /// state for the newcomer exists; its memories are maps keyed by what
 /// peers send, hashed under random keys, each holding at most 65,536
 /// entries and forgetting the oldest first.
@@ -68,7 +70,8 @@ fn accepted(taken: Taken) -> Option<io::Result<(KcpStream, SocketAddr)>> {
 ///   shrinks to the time 65,536 openers take); the same datagram opens
 ///   nothing again, from any address (`replayed`).
 /// - **Session cap and backlog**: at most
-///   [`max_sessions`](crate::ConfigBuilder::max_sessions) sessions (4,096),
+///   [`max_sessions`](crate::ConfigBuilder::max_sessions) sessions (4,096,
+///   over all the listener's sockets),
 ///   of which at most
 ///   [`accept_backlog`](crate::ConfigBuilder::accept_backlog) (128) wait
 ///   for `accept` (`refused_cap`, `refused_backlog`).
@@ -101,10 +104,17 @@ fn accepted(taken: Taken) -> Option<io::Result<(KcpStream, SocketAddr)>> {
 ///   default cap of 4,096, tens of MiB in all); the queue of them is at
 ///   most 2 × `max_sessions` + 64 ids.
 ///
-/// With [`ConfigBuilder::reuse_port`](crate::ConfigBuilder::reuse_port)`(n)`
-/// the listener binds `n` sockets to one port with `SO_REUSEPORT`, one driver
-/// task each, so a server spreads its peers over `n` cores; `accept` takes
-/// sessions from all of them.
+/// # Sockets and cores
+///
+/// The listener binds one UDP socket per core the process may use, to the
+/// same address with `SO_REUSEPORT`, one driver task each, so a server
+/// spreads its peers over the cores (give the runtime that many worker
+/// threads); `accept` takes sessions from all of them. The kernel steers
+/// each peer address to one socket. The count is
+/// [`ConfigBuilder::reuse_port`](crate::ConfigBuilder::reuse_port) (one
+/// socket with fake TCP). The limits above are the listener's, whatever the
+/// socket a peer reaches; a migrating session follows its peer to another
+/// socket.
 ///
 /// Dropping the listener refuses new peers and drops the sessions not yet
 /// accepted; accepted streams keep working, and the socket closes when the

@@ -47,6 +47,16 @@ fn config() -> Config {
 /// third and again when two thirds have come back. Returns the longest gap
 /// between two reads at the client.
 async fn echo_through(relay: &Relay, config: &Config, change: impl Fn(u32)) -> Duration {
+    echo_changing(relay, config, 2, change).await
+}
+
+/// [`echo_through`] with `changes` calls of `change`, evenly spread.
+async fn echo_changing(
+    relay: &Relay,
+    config: &Config,
+    changes: u64,
+    change: impl Fn(u32),
+) -> Duration {
     let c = KcpStream::connect(relay.local_addr(), config)
         .await
         .unwrap();
@@ -76,7 +86,7 @@ async fn echo_through(relay: &Relay, config: &Config, change: impl Fn(u32)) -> D
         stall = stall.max(last.elapsed());
         last = Instant::now();
         assert!(v.push(&buf[..n]), "a wrong byte at {:?}", v.mismatch);
-        if step < 2 && v.offset >= TOTAL / 3 * (step + 1) {
+        if step < changes && v.offset >= TOTAL / (changes + 1) * (step + 1) {
             step += 1;
             change(step as u32);
         }
@@ -123,6 +133,49 @@ async fn a_session_follows_nat_rebinding_and_a_new_ip_mid_transfer() {
     let src = relay.upstream_sources();
     assert_eq!(src.first().map(SocketAddr::ip), Some(new_ip));
     assert!(stall < Duration::from_secs(3), "{stall:?}");
+}
+
+/// A listener of 4 `SO_REUSEPORT` shards: the kernel steers each of the
+/// client's 8 new ports to a shard by its hash, so some land on a shard
+/// that does not hold the session (every move to the session's own shard:
+/// one chance in 4^k for k moves; 5 to 8 moves complete here). That shard forwards the new address's datagrams to the session's
+/// shard, which validates the move as usual and then hands the session
+/// over; every byte still arrives once, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_follows_its_peer_across_reuse_port_shards() {
+    let config = Config::builder()
+        .stream(true)
+        .crypto(Method::Aes128Gcm, Key::passphrase("migration tests"))
+        .reuse_port(4)
+        .build()
+        .unwrap();
+    let l = Arc::new(KcpListener::bind("127.0.0.1:0", &config).await.unwrap());
+    assert_eq!(l.stats().sockets, 4);
+    serve_echo(l.clone());
+    let relay = Relay::start(l.local_addr().unwrap(), RelayConfig::default())
+        .await
+        .unwrap();
+    let stall = echo_changing(&relay, &config, 8, |_| relay.rebind(None)).await;
+    let s = l.stats();
+    let per: Vec<_> = l
+        .stats_per_socket()
+        .iter()
+        .map(|s| (s.sessions_opened, s.migrations, s.forwarded, s.handed_off))
+        .collect();
+    eprintln!(
+        "figure: longest stall {stall:?}; migrations {}, forwarded {}, handed off {}; per shard (opened, migrations, forwarded, handed off) {per:?}",
+        s.migrations, s.forwarded, s.handed_off
+    );
+    assert_eq!(s.sessions_opened, 1, "the same session: {s:?}");
+    // A change that comes before the last one's move completed replaces
+    // its candidate: at most one move per change.
+    assert!((1..=8).contains(&s.migrations), "{s:?}");
+    assert!(
+        s.handed_off >= 1,
+        "some new port reached another shard: {per:?}"
+    );
+    assert!(s.forwarded >= 2 * s.handed_off, "{per:?}");
+    assert!(stall < Duration::from_secs(5), "{stall:?}");
 }
 
 /// Without migration (another cipher), a rebinding strands the session

@@ -90,7 +90,8 @@ pub struct ConfigBuilder {
     pub(super) conv: Option<u32>,
     pub(super) batching: bool,
     pub(super) carrier: Carrier,
-    pub(super) reuse_port: usize,
+    /// `None`: one socket per available core.
+    pub(super) reuse_port: Option<usize>,
 }
 impl ConfigBuilder {
     /// kcp-go's exact defaults (a `kcp.DialWithOptions` session): the
@@ -515,9 +516,9 @@ impl ConfigBuilder {
         self
     }
 
-    /// Sessions a listener socket holds at once (accepted, pending or
-    /// closing); a new peer beyond this is refused and counted. Default:
-    /// 4096.
+    /// Sessions a listener holds at once (accepted, pending or closing),
+    /// over all its [`reuse_port`](Self::reuse_port) sockets; a new peer
+    /// beyond this is refused and counted. Default: 4096.
     ///
     /// Range: 1..=16,777,216 (2^24).
     ///
@@ -812,17 +813,35 @@ impl ConfigBuilder {
         self
     }
 
-    /// Listener sockets: with `n > 1`, [`KcpListener::bind`] binds `n` UDP
+    /// Listener sockets (shards): [`KcpListener::bind`] binds `n` UDP
     /// sockets to the same address with `SO_REUSEPORT`, each run by its own
-    /// driver task, all feeding one accept backlog. The kernel spreads peers
-    /// over the sockets by a hash of their address (one peer always reaches
-    /// the same socket), so a busy server uses up to `n` cores; give the
-    /// runtime that many worker threads. `max_sessions` applies per socket.
+    /// driver task with its own session table, all feeding one accept
+    /// backlog. The kernel spreads peers over the sockets by a hash of their
+    /// address (one peer always reaches the same socket), so a busy server
+    /// uses up to `n` cores; give the runtime that many worker threads.
     /// With [`Carrier::FakeTcp`] the `n` sockets are raw sockets, each
     /// filtered in the kernel (classic BPF) to a hash share of the peers'
     /// addresses and ports, behind one kernel listening socket whose
-    /// handshakes go to the socket that owns the peer. Ignored by clients
-    /// and where `SO_REUSEPORT` does not exist (non-Unix). Default: 1 (one socket, no `SO_REUSEPORT`).
+    /// handshakes go to the socket that owns the peer.
+    ///
+    /// Default: one socket per core the process may use
+    /// (`std::thread::available_parallelism`, at most 256) where
+    /// `SO_REUSEPORT` exists; one socket elsewhere (non-Unix), and one with
+    /// [`Carrier::FakeTcp`] unless set. Ignored by clients.
+    ///
+    /// The shards share no lock on the path of a session's datagrams. What
+    /// holds for the listener as a whole holds across them:
+    /// [`max_sessions`](Self::max_sessions) counts every shard's sessions
+    /// (one atomic counter, reserved before a session is made),
+    /// [`accept_backlog`](Self::accept_backlog) is one backlog, and the
+    /// per-source limit ([`sessions_per_source`](Self::sessions_per_source))
+    /// and the replay memory are one store for the listener, consulted only
+    /// for a would-be new session. A migrating peer
+    /// ([`migration`](Self::migration)) whose new address hashes to another
+    /// shard is followed there: that shard hands the peer's datagrams to the
+    /// session's shard until the move is validated, then the session moves
+    /// to the shard that receives its new address. [`KcpListener::stats`]
+    /// sums the shards; [`KcpListener::stats_per_socket`] shows each.
     ///
     /// Range: 1..=256.
     ///
@@ -832,9 +851,11 @@ impl ConfigBuilder {
     /// the range.
     ///
     /// [`KcpListener::bind`]: crate::KcpListener::bind
+    /// [`KcpListener::stats`]: crate::KcpListener::stats
+    /// [`KcpListener::stats_per_socket`]: crate::KcpListener::stats_per_socket
     #[must_use]
     pub fn reuse_port(mut self, n: usize) -> Self {
-        self.reuse_port = n;
+        self.reuse_port = Some(n);
         self
     }
 }

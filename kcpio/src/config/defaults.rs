@@ -119,7 +119,7 @@ impl Default for ConfigBuilder {
             conv: None,
             batching: true,
             carrier: Carrier::Udp,
-            reuse_port: 1,
+            reuse_port: None,
         }
     }
 }

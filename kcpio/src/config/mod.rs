@@ -115,10 +115,32 @@ pub(crate) struct ConfigInner {
     pub(crate) conv: Option<u32>,
     pub(crate) batching: bool,
     pub(crate) carrier: Carrier,
-    pub(crate) reuse_port: usize,
+    /// Listener shards; `None`: one per available core.
+    pub(crate) reuse_port: Option<usize>,
 }
 
 impl ConfigInner {
+    /// The listener's `SO_REUSEPORT` sockets: the configured count, or one
+    /// per core the process may use (fake TCP: one unless configured);
+    /// one where `SO_REUSEPORT` is missing.
+    pub(crate) fn listener_shards(&self) -> usize {
+        if !cfg!(all(
+            unix,
+            not(any(target_os = "solaris", target_os = "illumos"))
+        )) {
+            return 1;
+        }
+        // Fake TCP shards (raw sockets, each BPF-filtered to a share of
+        // the peers) are opt-in: one unless `reuse_port` says otherwise.
+        let default = || match self.carrier {
+            Carrier::FakeTcp => 1,
+            Carrier::Udp => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        };
+        self.reuse_port
+            .unwrap_or_else(default)
+            .clamp(1, defaults::MAX_REUSE_PORT)
+    }
+
     /// 8 with the FEC encoder on, else 0.
     pub(crate) fn fec_header(&self) -> usize {
         if self.fec.is_some() {

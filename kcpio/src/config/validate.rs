@@ -259,7 +259,9 @@ impl ConfigBuilder {
             time_range("idle_timeout (ms)", idle, MIN_IDLE_TIMEOUT, MAX_DURATION)?;
         }
         time_range("linger (ms)", self.linger, Duration::ZERO, MAX_DURATION)?;
-        range("reuse_port", self.reuse_port, 1, MAX_REUSE_PORT)?;
+        if let Some(n) = self.reuse_port {
+            range("reuse_port", n, 1, MAX_REUSE_PORT)?;
+        }
         Ok(())
     }
 }

@@ -14,12 +14,24 @@
 //! | the source IP's token bucket (burst, then per second) | `RateLimited` | buckets ([`MAX_RATE_SOURCES`], oldest first) |
 //!
 //! Each memory is a [`BoundedMap`] keyed by what the peer sends, hashed
-//! under random keys. Time is a `Duration` since the driver's epoch; nothing
-//! here reads a clock.
+//! under random keys. Time is a `Duration` since the driver's epoch (one
+//! epoch for all the sockets of a listener); nothing here reads a clock.
+//!
+//! A listener's `SO_REUSEPORT` sockets (shards) each have their own table
+//! and [`Admission`], and share one [`Limits`]: the session count the cap
+//! applies to (an atomic, reserved before a session is made, so the cap
+//! is exact across shards), and the memories a peer could dodge by
+//! reaching another shard from another port (the replay fingerprints and
+//! the per-source buckets), behind one mutex taken only for a would-be new
+//! session, never for a session's datagrams. Tombstones and the unproven
+//! queue stay per shard: a (peer address, conv) always reaches the same
+//! shard, and a shard evicts only its own sessions.
 #![deny(clippy::disallowed_methods, clippy::disallowed_types)]
 
 use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use super::bounded::BoundedMap;
@@ -68,11 +80,18 @@ struct Bucket {
     at: Duration,
 }
 
-/// The admission state of one socket's table: its memories, the unproven
-/// queue and the limits.
-pub(crate) struct Admission {
-    /// (peer, conv) of recently closed proven sessions, and until when.
-    tombstones: BoundedMap<(SocketAddr, u32), Duration>,
+/// What the shards of one listener share: the session count and the
+/// memories keyed by what any shard may see (see the module's text).
+pub(crate) struct Limits {
+    /// Sessions in all the shards' tables, plus the ones admitted and not
+    /// yet inserted.
+    live: AtomicUsize,
+    max_sessions: usize,
+    memo: Mutex<Memo>,
+}
+
+/// The shared memories, under [`Limits`]'s lock.
+struct Memo {
     /// Fingerprints of the datagrams that opened sessions, and until when.
     replay: BoundedMap<u64, Duration>,
     /// Session creations per source address.
@@ -80,6 +99,81 @@ pub(crate) struct Admission {
     /// Sessions a source IP may open at once, and per second after that.
     rate_burst: u32,
     rate_per_sec: u32,
+}
+
+impl Memo {
+    /// One session creation from `ip`, if its bucket has a token.
+    fn take_token(&mut self, ip: IpAddr, now: Duration) -> bool {
+        const ONE: u64 = 1000;
+        let full = u64::from(self.rate_burst) * ONE;
+        let b = match self.sources.get_mut(&ip) {
+            Some(b) => b,
+            None => self.sources.insert(
+                ip,
+                Bucket {
+                    milli: full,
+                    at: now,
+                },
+            ),
+        };
+        let elapsed = now.saturating_sub(b.at).as_millis() as u64;
+        b.milli = (b.milli + elapsed.saturating_mul(u64::from(self.rate_per_sec))).min(full);
+        b.at = now;
+        if b.milli < ONE {
+            return false;
+        }
+        b.milli -= ONE;
+        true
+    }
+}
+
+impl Limits {
+    /// At most `max_sessions` sessions; a source IP opens `rate_burst`
+    /// sessions at once, then `rate_per_sec` per second.
+    pub(crate) fn new(max_sessions: usize, rate_burst: u32, rate_per_sec: u32) -> Arc<Self> {
+        Arc::new(Self {
+            live: AtomicUsize::new(0),
+            max_sessions,
+            memo: Mutex::new(Memo {
+                replay: BoundedMap::new(MAX_REPLAY),
+                sources: BoundedMap::new(MAX_RATE_SOURCES),
+                rate_burst,
+                rate_per_sec,
+            }),
+        })
+    }
+
+    /// Sessions counted against the cap now (all shards).
+    pub(crate) fn live(&self) -> usize {
+        self.live.load(Ordering::Relaxed)
+    }
+
+    fn memo(&self) -> MutexGuard<'_, Memo> {
+        self.memo
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Reserves a place under the cap; false when it is full.
+    fn reserve(&self) -> bool {
+        self.live
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.max_sessions).then_some(n + 1)
+            })
+            .is_ok()
+    }
+}
+
+/// The admission state of one socket's table: its memories, the unproven
+/// queue and the limits shared with the listener's other sockets.
+pub(crate) struct Admission {
+    /// (peer, conv) of recently closed proven sessions, and until when.
+    tombstones: BoundedMap<(SocketAddr, u32), Duration>,
+    /// The session count and the memories shared by a listener's shards.
+    limits: Arc<Limits>,
+    /// Places reserved under the cap by [`admit`](Self::admit) whose
+    /// sessions are not inserted yet.
+    reserved: usize,
     /// Sessions that have not proved they receive, oldest first, each with
     /// the count of openers seen when it was admitted (ids of proven or
     /// removed sessions are skipped lazily).
@@ -97,21 +191,13 @@ pub(crate) struct Admission {
 }
 
 impl Admission {
-    /// No memories yet; at most `max_sessions` sessions and
-    /// `backlog_cap` waiting in the accept backlog; a source IP opens
-    /// `rate_burst` sessions at once, then `rate_per_sec` per second.
-    pub(crate) fn new(
-        max_sessions: usize,
-        backlog_cap: usize,
-        rate_burst: u32,
-        rate_per_sec: u32,
-    ) -> Self {
+    /// One shard's admission under a listener's shared `limits`.
+    pub(crate) fn with_limits(limits: Arc<Limits>, backlog_cap: usize) -> Self {
+        let max_sessions = limits.max_sessions;
         Self {
             tombstones: BoundedMap::new(MAX_TOMBSTONES),
-            replay: BoundedMap::new(MAX_REPLAY),
-            sources: BoundedMap::new(MAX_RATE_SOURCES),
-            rate_burst,
-            rate_per_sec,
+            limits,
+            reserved: 0,
             unproven: VecDeque::new(),
             openers: 0,
             refused: BoundedMap::new(MAX_REFUSED),
@@ -122,10 +208,26 @@ impl Admission {
     }
 
     /// Sessions one source IP address may open at once (`burst`), and per
-    /// second after that.
+    /// second after that (for every shard sharing the limits).
     pub(crate) fn set_source_rate(&mut self, burst: u32, per_sec: u32) {
-        self.rate_burst = burst;
-        self.rate_per_sec = per_sec;
+        let mut memo = self.limits.memo();
+        memo.rate_burst = burst;
+        memo.rate_per_sec = per_sec;
+    }
+
+    /// A session joined the table: it takes a place reserved by `admit`,
+    /// or (a client's session, a table without admission) a new one.
+    pub(crate) fn inserted(&mut self) {
+        if self.reserved > 0 {
+            self.reserved -= 1;
+        } else {
+            self.limits.live.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    /// A session left the table: its place under the cap is free.
+    pub(crate) fn removed(&self) {
+        self.limits.live.fetch_sub(1, Ordering::AcqRel);
     }
 
     /// May a validated conversation opener from `peer` get a session? The
@@ -136,8 +238,9 @@ impl Admission {
     ///    opener of a conversation closed less than `TOMBSTONE_TTL` ago;
     /// 2. a datagram that opened a session within `REPLAY_HORIZON` (the
     ///    last `MAX_REPLAY` of them) is a replay, from any address;
-    /// 3. the session cap (`live` sessions now; a takeover, `replaces`,
-    ///    frees its slot): when it is reached, the oldest session that
+    /// 3. the session cap (the sessions of every shard sharing the
+    ///    limits; a takeover, `replaces`, frees its slot): when it is
+    ///    reached, the oldest session that
     ///    never proved it receives is evicted for the newcomer, so forged
     ///    openers cannot hold the table, but only once
     ///    `EVICT_AFTER_PER_SESSION` × the cap openers have come since its
@@ -151,8 +254,10 @@ impl Admission {
     /// `fingerprint()` is a keyed hash of the datagram as received, asked
     /// once the tombstone passed; `is_unproven` tells a live unproven
     /// session's id from a stale one. On success the fingerprint is
-    /// remembered and the evicted session (if any) is returned for the
-    /// driver to remove.
+    /// remembered, a place under the cap is reserved for the new session
+    /// (the next [`inserted`](Self::inserted) takes it), and the evicted
+    /// session (if any) is returned for the driver to remove. The shared
+    /// memories are locked once, for the checks after the tombstone.
     #[expect(
         clippy::too_many_arguments,
         reason = "the opener's facts and the table's, each asked lazily"
@@ -163,7 +268,6 @@ impl Admission {
         conv: u32,
         replaces: Option<SessionId>,
         now: Duration,
-        live: usize,
         is_unproven: impl Fn(SessionId) -> bool,
         backlog: impl FnOnce() -> usize,
         fingerprint: impl FnOnce() -> u64,
@@ -172,15 +276,18 @@ impl Admission {
         if self.tombstones.contains_key(&(peer, conv)) {
             return Err(Refusal::Tombstoned);
         }
-        self.replay.expire(|&until| until <= now);
-        self.replay.make_room();
+        let limits = self.limits.clone();
+        let mut memo = limits.memo();
+        memo.replay.expire(|&until| until <= now);
+        memo.replay.make_room();
         let print = fingerprint();
-        if self.replay.contains_key(&print) {
+        if memo.replay.contains_key(&print) {
             return Err(Refusal::Replay);
         }
         let mut evicts = None;
         self.openers += 1;
-        if live - usize::from(replaces.is_some()) >= self.max_sessions {
+        let live = limits.live();
+        if live.saturating_sub(usize::from(replaces.is_some())) >= self.max_sessions {
             let Some((id, seen)) = self
                 .oldest_unproven(is_unproven)
                 .filter(|&(id, _)| Some(id) != replaces)
@@ -197,10 +304,19 @@ impl Admission {
         if backlog() >= self.backlog_cap {
             return Err(Refusal::Backlog);
         }
-        if !self.take_token(peer.ip(), now) {
+        // A takeover or an eviction frees the place its newcomer takes;
+        // otherwise reserve one (another shard may have taken the last).
+        if replaces.is_some() || evicts.is_some() {
+            limits.live.fetch_add(1, Ordering::AcqRel);
+        } else if !limits.reserve() {
+            return Err(Refusal::SessionCap);
+        }
+        if !memo.take_token(peer.ip(), now) {
+            limits.live.fetch_sub(1, Ordering::AcqRel);
             return Err(Refusal::RateLimited);
         }
-        self.replay.insert(print, now + REPLAY_HORIZON);
+        memo.replay.insert(print, now + REPLAY_HORIZON);
+        self.reserved += 1;
         Ok(evicts)
     }
 
@@ -240,34 +356,10 @@ impl Admission {
         None
     }
 
-    /// One session creation from `ip`, if its bucket has a token.
-    fn take_token(&mut self, ip: IpAddr, now: Duration) -> bool {
-        const ONE: u64 = 1000;
-        let full = u64::from(self.rate_burst) * ONE;
-        let b = match self.sources.get_mut(&ip) {
-            Some(b) => b,
-            None => self.sources.insert(
-                ip,
-                Bucket {
-                    milli: full,
-                    at: now,
-                },
-            ),
-        };
-        let elapsed = now.saturating_sub(b.at).as_millis() as u64;
-        b.milli = (b.milli + elapsed.saturating_mul(u64::from(self.rate_per_sec))).min(full);
-        b.at = now;
-        if b.milli < ONE {
-            return false;
-        }
-        b.milli -= ONE;
-        true
-    }
-
     /// Fingerprints remembered.
     #[cfg(test)]
     pub(crate) fn replay_len(&self) -> usize {
-        self.replay.len()
+        self.limits.memo().replay.len()
     }
 
     /// Every memory is within its bound (the unproven queue: insertion
@@ -280,10 +372,11 @@ impl Admission {
         self.tombstones.check();
         self.refused.check();
         assert!(self.refused.len() <= MAX_REFUSED);
-        self.replay.check();
-        self.sources.check();
+        let memo = self.limits.memo();
+        memo.replay.check();
+        memo.sources.check();
         assert!(self.tombstones.len() <= MAX_TOMBSTONES);
-        assert!(self.replay.len() <= MAX_REPLAY);
-        assert!(self.sources.len() <= MAX_RATE_SOURCES);
+        assert!(memo.replay.len() <= MAX_REPLAY);
+        assert!(memo.sources.len() <= MAX_RATE_SOURCES);
     }
 }

@@ -632,24 +632,46 @@ pub(crate) fn wrap_socket(
     Ok((socket, udp))
 }
 
+/// The receive buffer: `asked` bytes, or by default at least
+/// [`DEFAULT_RECV_BUFFER`] (4 MiB: a burst of full windows from many peers
+/// must not overflow it, or every drop costs a retransmission). The kernel
+/// caps `SO_RCVBUF` at `net.core.rmem_max` (Linux's default cap is 208
+/// KiB); when it granted less than asked, `SO_RCVBUFFORCE` asks past the
+/// cap, which works for a process with `CAP_NET_ADMIN` (root), and
+/// otherwise the capped size stays. Linux reports double the size asked
+/// (its bookkeeping overhead), so granted means reported / 2.
+fn size_recv_buffer(sock: &socket2::Socket, asked: Option<usize>) -> io::Result<()> {
+    let want = match asked {
+        Some(n) => {
+            sock.set_recv_buffer_size(n)?;
+            n
+        }
+        None => {
+            if sock
+                .recv_buffer_size()
+                .is_ok_and(|n| n >= DEFAULT_RECV_BUFFER)
+            {
+                return Ok(());
+            }
+            // Best effort: a small buffer is slower, not wrong.
+            let _ = sock.set_recv_buffer_size(DEFAULT_RECV_BUFFER);
+            DEFAULT_RECV_BUFFER
+        }
+    };
+    let granted = sock.recv_buffer_size().map_or(0, |n| n / 2);
+    if granted < want {
+        crate::sys::force_recv_buffer(sock, want);
+    }
+    Ok(())
+}
+
 /// `config`'s buffer sizes and DSCP on `sock`.
 pub(crate) fn configure_socket(
     sock: &socket2::Socket,
     ipv4: bool,
     config: &ConfigInner,
 ) -> io::Result<()> {
-    match config.recv_buffer {
-        Some(n) => sock.set_recv_buffer_size(n)?,
-        // Best effort: the kernel caps it at rmem_max and reports double.
-        None => {
-            if sock
-                .recv_buffer_size()
-                .is_ok_and(|n| n < DEFAULT_RECV_BUFFER)
-            {
-                let _ = sock.set_recv_buffer_size(DEFAULT_RECV_BUFFER);
-            }
-        }
-    }
+    size_recv_buffer(sock, config.recv_buffer)?;
     if let Some(n) = config.send_buffer {
         sock.set_send_buffer_size(n)?;
     }

@@ -29,6 +29,7 @@
 
 pub(crate) mod admission;
 mod bounded;
+mod group;
 pub(crate) mod io;
 pub(crate) mod migrate;
 pub(crate) mod shared;
@@ -48,9 +49,12 @@ use std::time::Duration;
 
 use tokio::time::{Instant, Sleep};
 
+use self::admission::Limits;
+use self::group::Group;
 use self::io::{Io, Socket, open_socket, wrap_socket};
 use self::shared::{
-    Accept, DriverShared, Inbox, SessionShared, SessionState, lock, register, wake,
+    Accept, Adopted, DriverShared, Forwarded, Inbox, SessionShared, SessionState, lock, register,
+    wake,
 };
 use self::stats::{add, bump};
 use self::table::{Inbound, Refusal, Route, SessionId, Table};
@@ -82,6 +86,14 @@ struct Routed {
     id: SessionId,
     start: usize,
     end: usize,
+}
+
+/// The plaintext of one datagram: in the receive batch, or forwarded by
+/// another shard of the listener.
+#[derive(Clone, Copy)]
+enum Plain<'a> {
+    Rx(usize, usize),
+    Forwarded(&'a [u8]),
 }
 
 /// What a call to [`Driver::service`] ended with.
@@ -118,6 +130,12 @@ pub(crate) struct Driver {
     fingerprint: RandomState,
     /// When a client last rebound its socket.
     rebound_at: Option<Duration>,
+    /// A listener's shared state and this driver's index in it (`None`
+    /// for a client).
+    group: Option<(Arc<Group>, usize)>,
+    /// Datagrams and sessions from the listener's other drivers (reused).
+    forwarded: Vec<Forwarded>,
+    adopted: Vec<Adopted>,
 }
 
 impl Driver {
@@ -129,16 +147,26 @@ impl Driver {
         config: Arc<ConfigInner>,
         role: Role,
         accept: Arc<Accept>,
+        group: Option<(Arc<Group>, usize)>,
     ) -> std::io::Result<Self> {
         let listener = role == Role::Listener;
         let io = Io::new(socket, &udp, &config, listener);
         let local_addr = io.local_addr()?;
-        let mut table = Table::new(listener, config.max_sessions, config.accept_backlog);
+        let (now, mut table) = match &group {
+            Some((g, _)) => {
+                let limits = g.limits.clone();
+                let table = Table::with_limits(listener, limits, config.accept_backlog);
+                (g.epoch, table)
+            }
+            None => {
+                let table = Table::new(listener, config.max_sessions, config.accept_backlog);
+                (Instant::now(), table)
+            }
+        };
         let (burst, per_second) = config.sessions_per_source;
         table.set_source_rate(burst, per_second);
         table.set_migration(listener && config.migration);
         let slots_needed = 1 + config.fec.map_or(0, |(_, p)| p);
-        let now = Instant::now();
         let shared = Arc::new(DriverShared {
             local_addr,
             udp,
@@ -162,8 +190,13 @@ impl Driver {
             routed: Vec::with_capacity(crate::sys::BATCH_SIZE * 4),
             slots_needed,
             refused_peers: stats::RefusedPeers::default(),
-            fingerprint: RandomState::new(),
+            fingerprint: group
+                .as_ref()
+                .map_or_else(RandomState::new, |(g, _)| g.fingerprint.clone()),
             rebound_at: None,
+            group,
+            forwarded: Vec::new(),
+            adopted: Vec::new(),
         })
     }
 
@@ -180,7 +213,7 @@ impl Driver {
         peer: SocketAddr,
         conv: u32,
         now: Duration,
-    ) -> Option<Arc<SessionShared>> {
+    ) -> Option<(SessionId, Arc<SessionShared>)> {
         // A listener's peer may be a forged address: it is held to the
         // anti-amplification budget until it proves it receives.
         let proven = self.role == Role::Client;
@@ -190,23 +223,25 @@ impl Driver {
         } else {
             migrate::listener_conn(conv, config, now)?
         };
-        let mut st = SessionState::new(conn);
-        st.queued = true;
         let driver = self.shared.clone();
         let id = self.table.insert(peer, conv, proven, |id| {
+            let mut st = SessionState::new(conn, id, driver.clone());
+            st.queued = true;
             Arc::new(SessionShared {
-                id,
                 peer,
                 conv,
                 state: Mutex::new(st),
                 driver,
             })
         });
+        if let Some((g, me)) = &self.group {
+            g.added(conv, *me);
+        }
         self.ready.push_back(id);
         self.shared.counters.opened();
         self.refused_peers.new_episode();
         tracing::debug!(%peer, conv, local = %self.shared.local_addr, "kcp session opened");
-        self.table.get(id).cloned()
+        self.table.get(id).cloned().map(|s| (id, s))
     }
 
     /// Frees a session: out of the table, tombstoned, its `Conn` failed
@@ -223,6 +258,9 @@ impl Driver {
             st.wake_all();
         }
         self.shared.counters.closed();
+        if let Some((g, _)) = &self.group {
+            g.removed(session.conv);
+        }
         tracing::debug!(peer = %session.peer, conv = session.conv, "kcp session closed");
     }
 
@@ -232,10 +270,17 @@ impl Driver {
         {
             let mut inbox = lock(&self.shared.inbox);
             std::mem::swap(&mut inbox.dirty, &mut self.inbox_scratch);
+            if !inbox.forwarded.is_empty() || !inbox.adopted.is_empty() {
+                std::mem::swap(&mut inbox.forwarded, &mut self.forwarded);
+                std::mem::swap(&mut inbox.adopted, &mut self.adopted);
+            }
             register(&mut inbox.waker, cx);
             listener_closed = inbox.listener_closed;
         }
         self.ready.extend(self.inbox_scratch.drain(..));
+        if !self.adopted.is_empty() || !self.forwarded.is_empty() {
+            self.take_from_shards(now);
+        }
         if listener_closed && self.table.accepting() {
             self.table.stop_accepting();
             for id in self.shared.accept.close(&self.shared) {
@@ -275,6 +320,10 @@ impl Driver {
             return;
         };
         let route = match Inbound::parse(self.io.rx(range.clone())) {
+            Ok(inbound) if self.forward_foreign(d, &inbound, range.clone()) => {
+                bump(&counters.forwarded);
+                return;
+            }
             Ok(inbound) => {
                 let accept = &self.shared.accept;
                 // The whole datagram as opened in place is a function of
@@ -294,7 +343,9 @@ impl Driver {
         let id = match route {
             Route::Deliver(id) => id,
             Route::Migrate(id) => {
-                let Some(id) = self.datagram_from_elsewhere(id, d, range.clone(), now) else {
+                let plain = Plain::Rx(range.start, range.end);
+                let wire = d.end - d.start;
+                let Some(id) = self.datagram_from_elsewhere(id, d.peer, wire, plain, now) else {
                     return;
                 };
                 id
@@ -316,10 +367,9 @@ impl Driver {
                     bump(&self.shared.counters.evicted_unproven);
                     self.remove_session(unproven, SessionError::DeadLink, now);
                 }
-                let Some(session) = self.insert_session(d.peer, conv, now) else {
+                let Some((id, session)) = self.insert_session(d.peer, conv, now) else {
                     return;
                 };
-                let id = session.id;
                 self.shared.accept.push(session, d.peer);
                 id
             }
@@ -331,6 +381,133 @@ impl Driver {
         });
     }
 
+    /// A datagram for a session of another shard of the listener (its peer
+    /// moved to an address the kernel steers here): handed to that shard's
+    /// driver. Returns whether it was (false: not such a datagram, or that
+    /// driver's queue of them is full and it is dropped as stale).
+    fn forward_foreign(
+        &self,
+        d: io::Datagram,
+        inbound: &Inbound<'_>,
+        range: std::ops::Range<usize>,
+    ) -> bool {
+        let Some((g, me)) = &self.group else {
+            return false;
+        };
+        if !g.crosses() {
+            return false;
+        }
+        let Some(conv) = self.table.foreign_conv(d.peer, inbound) else {
+            return false;
+        };
+        let Some(home) = g.home_elsewhere(conv, *me).and_then(|h| g.shard(h)) else {
+            return false;
+        };
+        let f = Forwarded {
+            peer: d.peer,
+            wire: d.end - d.start,
+            plain: self.io.rx(range).to_vec(),
+            from: *me,
+        };
+        home.forward(f)
+    }
+
+    /// Sessions and datagrams the listener's other drivers handed over.
+    fn take_from_shards(&mut self, now: Duration) {
+        let mut adopted = std::mem::take(&mut self.adopted);
+        for a in adopted.drain(..) {
+            self.adopt(a);
+        }
+        self.adopted = adopted;
+        let mut forwarded = std::mem::take(&mut self.forwarded);
+        for f in forwarded.drain(..) {
+            self.take_forwarded(&f, now);
+        }
+        self.forwarded = forwarded;
+    }
+
+    /// A session another driver hands over: its peer's new address reaches
+    /// this socket. It is serviced at once (its timers re-armed here).
+    fn adopt(&mut self, a: Adopted) {
+        let conv = a.session.conv;
+        // Live here from now on (the giving socket counted it out).
+        bump(&self.shared.counters.sessions_live);
+        let mut st = lock(&a.session.state);
+        match self.table.adopt(a.peer, conv, a.session.clone()) {
+            Some(id) => {
+                st.id = id;
+                st.driver = self.shared.clone();
+                st.armed = None;
+                st.queued = true;
+                self.ready.push_back(id);
+            }
+            None => {
+                // A session opened at that address meanwhile keeps it.
+                st.removed = true;
+                st.conn.abort(SessionError::Reset);
+                st.wake_all();
+                self.shared.counters.closed();
+                self.table.release_place();
+                if let Some((g, _)) = &self.group {
+                    g.removed(conv);
+                }
+            }
+        }
+    }
+
+    /// A datagram another shard received for a session of this one: to
+    /// the session at its address, or validated as a migration; when the
+    /// session ends up at that address, it goes to the shard that receives
+    /// it.
+    fn take_forwarded(&mut self, f: &Forwarded, now: Duration) {
+        let Ok(inbound) = Inbound::parse(&f.plain) else {
+            return;
+        };
+        let id = match self.table.route_forwarded(f.peer, &inbound) {
+            Route::Deliver(id) => id,
+            Route::Migrate(id) => {
+                let plain = Plain::Forwarded(&f.plain);
+                let Some(id) = self.datagram_from_elsewhere(id, f.peer, f.wire, plain, now) else {
+                    return;
+                };
+                id
+            }
+            Route::Drop(r) => {
+                let episode = &mut self.refused_peers;
+                self.shared.counters.refused(r, f.peer, episode);
+                return;
+            }
+            Route::Accept { .. } => return,
+        };
+        self.deliver_run(id, Plain::Forwarded(&f.plain), now);
+        if self.table.peer(id) == Some(f.peer) {
+            self.hand_off(id, f.from);
+        }
+    }
+
+    /// Session `id` moved to an address shard `to` receives: it leaves this
+    /// table for that shard's (kept here once the listener is closed, as
+    /// that driver may be gone).
+    fn hand_off(&mut self, id: SessionId, to: usize) {
+        let Some((g, _)) = &self.group else {
+            return;
+        };
+        let (Some(target), Some(peer)) = (g.shard(to).cloned(), self.table.peer(id)) else {
+            return;
+        };
+        if !self.table.accepting() {
+            return;
+        }
+        let Some(session) = self.table.detach(id) else {
+            return;
+        };
+        g.moved(session.conv, to);
+        bump(&self.shared.counters.handed_off);
+        let live = &self.shared.counters.sessions_live;
+        live.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        target.adopt(Adopted { session, peer });
+    }
+
     /// A datagram of session `id`'s conversation from an address that is
     /// not the session's (migration on): [`migrate::from_elsewhere`]
     /// decides (stale: dropped; the candidate's answer: the session moved;
@@ -339,20 +516,23 @@ impl Driver {
     fn datagram_from_elsewhere(
         &mut self,
         id: SessionId,
-        d: io::Datagram,
-        range: std::ops::Range<usize>,
+        from: SocketAddr,
+        wire: usize,
+        plain: Plain<'_>,
         now: Duration,
     ) -> Option<SessionId> {
         let session = self.table.get(id)?.clone();
         let mut st = lock(&session.state);
-        let plain = self.io.rx(range);
-        let wire = d.end - d.start;
-        match migrate::from_elsewhere(&mut self.table, id, &mut st.conn, d.peer, plain, wire, now) {
+        let plain = match plain {
+            Plain::Rx(start, end) => self.io.rx(start..end),
+            Plain::Forwarded(p) => p,
+        };
+        match migrate::from_elsewhere(&mut self.table, id, &mut st.conn, from, plain, wire, now) {
             migrate::Verdict::Stale => {
                 let episode = &mut self.refused_peers;
                 self.shared
                     .counters
-                    .refused(Refusal::Stale, d.peer, episode);
+                    .refused(Refusal::Stale, from, episode);
                 None
             }
             migrate::Verdict::Moved { old, new } => {
@@ -367,7 +547,7 @@ impl Driver {
                     if let Some(t) =
                         migrate::probe(&mut self.table, id, &mut st.conn, now, again, slot)
                     {
-                        self.io.push(d.peer, t.len);
+                        self.io.push(from, t.len);
                         bump(&self.shared.counters.path_probes);
                     }
                 }
@@ -392,15 +572,16 @@ impl Driver {
             while self.routed.get(j).is_some_and(|r| r.id == id) {
                 j += 1;
             }
-            self.deliver_run(id, i, j, now);
+            self.deliver_run(id, Plain::Rx(i, j), now);
             i = j;
         }
         self.routed.clear();
     }
 
-    /// `routed[from..to]`, all for session `id`: into its `Conn`, then
-    /// wakers, and the session queued (deferred when a reader woke).
-    fn deliver_run(&mut self, id: SessionId, from: usize, to: usize, now: Duration) {
+    /// `routed[from..to]` (given as `Plain::Rx(from, to)`), all for
+    /// session `id`, or one forwarded packet: into its `Conn`, then wakers,
+    /// and the session queued (deferred when a reader woke).
+    fn deliver_run(&mut self, id: SessionId, packets: Plain<'_>, now: Duration) {
         let Some(session) = self.table.get(id) else {
             return;
         };
@@ -413,12 +594,20 @@ impl Driver {
                 return;
             }
             let connecting = st.conn.is_connecting();
-            for r in self.routed.get(from..to).unwrap_or_default() {
-                let got = st.conn.handle_packet(now, self.io.rx(r.start..r.end));
+            let mut feed = |packet: &[u8]| {
+                let got = st.conn.handle_packet(now, packet);
                 add(&counters.bad_kcp, got.bad_kcp as usize);
                 if got.bad_fec {
                     bump(&counters.bad_fec);
                 }
+            };
+            match packets {
+                Plain::Rx(from, to) => {
+                    for r in self.routed.get(from..to).unwrap_or_default() {
+                        feed(self.io.rx(r.start..r.end));
+                    }
+                }
+                Plain::Forwarded(p) => feed(p),
             }
             // A waiting `connect` listens on the read waker.
             let answered = connecting && !st.conn.is_connecting();
@@ -480,7 +669,7 @@ impl Driver {
         }
         if !st.queued {
             st.queued = true;
-            self.ready.push_back(session.id);
+            self.ready.push_back(st.id);
         }
     }
 
@@ -511,7 +700,8 @@ impl Driver {
         let Some(session) = self.table.sessions().next().cloned() else {
             return;
         };
-        let peer = self.table.peer(session.id).unwrap_or(session.peer);
+        let id = lock(&session.state).id;
+        let peer = self.table.peer(id).unwrap_or(session.peer);
         let any = if peer.is_ipv4() {
             SocketAddr::from(([0, 0, 0, 0], 0))
         } else {
@@ -532,7 +722,7 @@ impl Driver {
                 st.conn.path_changed(now);
                 if !st.queued {
                     st.queued = true;
-                    self.ready.push_back(session.id);
+                    self.ready.push_back(id);
                 }
             }
             Err(e) => tracing::debug!(%peer, "kcp client could not rebind: {e}"),
@@ -722,36 +912,42 @@ impl Drop for Driver {
 }
 
 /// Binds the listener's sockets at `addr` and spawns one driver per socket:
-/// one socket, or `config.reuse_port` sockets bound to the same address with
-/// `SO_REUSEPORT` (the first one's port when `addr` asks for port 0), all
-/// feeding one accept backlog. Every socket is bound before any driver runs.
+/// one socket, or [`ConfigInner::listener_shards`] sockets bound to the same
+/// address with `SO_REUSEPORT` (the first one's port when `addr` asks for
+/// port 0), all feeding one accept backlog and sharing one [`Group`]. Every
+/// socket is bound before any driver runs.
 pub(crate) fn spawn_listener(
     addr: SocketAddr,
     config: Arc<ConfigInner>,
 ) -> std::io::Result<Vec<Arc<DriverShared>>> {
-    let n = if cfg!(all(
-        unix,
-        not(any(target_os = "solaris", target_os = "illumos"))
-    )) {
-        config.reuse_port.max(1)
-    } else {
-        1
-    };
+    let n = config.listener_shards();
     let accept = Arc::new(Accept::default());
+    let (burst, per_second) = config.sessions_per_source;
+    let limits = Limits::new(config.max_sessions, burst, per_second);
+    let group = Arc::new(Group::new(Instant::now(), limits, n, config.migration));
     let mut drivers = Vec::with_capacity(n);
     let mut bind = addr;
     // Fake TCP opens its shards together (they share the kernel's socket).
     let mut fake_tcp = io::open_fake_tcp_shards(addr, &config, n)?.into_iter();
-    for _ in 0..n {
+    for index in 0..n {
         let (socket, udp) = match fake_tcp.next() {
             Some(shard) => shard,
             None => open_socket(bind, &config, n > 1)?,
         };
-        let driver = Driver::new(socket, udp, config.clone(), Role::Listener, accept.clone())?;
+        let member = Some((group.clone(), index));
+        let driver = Driver::new(
+            socket,
+            udp,
+            config.clone(),
+            Role::Listener,
+            accept.clone(),
+            member,
+        )?;
         bind = driver.shared.local_addr;
         drivers.push(driver);
     }
-    let shared = drivers.iter().map(|d| d.shared.clone()).collect();
+    let shared: Vec<_> = drivers.iter().map(|d| d.shared.clone()).collect();
+    group.set_shards(shared.clone());
     for driver in drivers {
         tokio::spawn(driver);
     }
@@ -805,13 +1001,13 @@ fn spawn_client_on(
     config: Arc<ConfigInner>,
 ) -> std::io::Result<Arc<SessionShared>> {
     let accept = Arc::new(Accept::default());
-    let mut driver = Driver::new(socket, udp, config, Role::Client, accept)?;
+    let mut driver = Driver::new(socket, udp, config, Role::Client, accept, None)?;
     let conv = match driver.shared.config.conv {
         Some(c) => c,
         None => driver.io.random_conv(),
     };
     let now = driver.now();
-    let session = driver.insert_session(peer, conv, now).ok_or_else(|| {
+    let (_, session) = driver.insert_session(peer, conv, now).ok_or_else(|| {
         std::io::Error::new(
             std::io::ErrorKind::InvalidInput,
             "kcp configuration refused by the ARQ or FEC",

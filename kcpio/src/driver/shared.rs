@@ -84,10 +84,16 @@ pub(crate) struct SessionState {
     /// The client's local address after it rebound its socket; `None`:
     /// still the driver's first [`DriverShared::local_addr`].
     pub(crate) rebound_to: Option<SocketAddr>,
+    /// The session's place in the table of the driver that runs it.
+    pub(crate) id: SessionId,
+    /// The driver that runs it: the one that made it, or, after its peer
+    /// moved to an address the kernel steers to another socket of the
+    /// listener, that socket's driver.
+    pub(crate) driver: Arc<DriverShared>,
 }
 
 impl SessionState {
-    pub(crate) fn new(conn: Conn) -> Self {
+    pub(crate) fn new(conn: Conn, id: SessionId, driver: Arc<DriverShared>) -> Self {
         Self {
             conn,
             read_waker: None,
@@ -99,6 +105,8 @@ impl SessionState {
             removed: false,
             moved_to: None,
             rebound_to: None,
+            id,
+            driver,
         }
     }
 
@@ -122,10 +130,12 @@ impl SessionState {
 
 /// One session as seen by its handles.
 pub(crate) struct SessionShared {
-    pub(crate) id: SessionId,
     pub(crate) peer: SocketAddr,
     pub(crate) conv: u32,
     pub(crate) state: Mutex<SessionState>,
+    /// The driver that made it: its local address and clock (the same for
+    /// every socket of a listener); the one that runs it is
+    /// [`SessionState::driver`].
     pub(crate) driver: Arc<DriverShared>,
 }
 
@@ -198,7 +208,7 @@ impl SessionShared {
             return;
         }
         st.queued = true;
-        self.driver.push_inbox(self.id);
+        st.driver.push_inbox(st.id);
     }
 
     /// All user handles are gone: the session flushes for up to `linger`,
@@ -214,12 +224,40 @@ impl SessionShared {
     }
 }
 
-/// Messages from handles to the driver task.
+/// Messages from handles, and from the listener's other drivers, to the
+/// driver task.
 #[derive(Default)]
 pub(crate) struct Inbox {
     pub(crate) dirty: Vec<SessionId>,
     pub(crate) waker: Option<Waker>,
     pub(crate) listener_closed: bool,
+    /// Datagrams another socket of the listener received for a session of
+    /// this one (its peer is moving), at most [`MAX_FORWARDED`].
+    pub(crate) forwarded: Vec<Forwarded>,
+    /// Sessions another driver hands to this one: their peer moved to an
+    /// address the kernel steers to this socket.
+    pub(crate) adopted: Vec<Adopted>,
+}
+
+/// Datagrams waiting in one driver's inbox from its listener's other
+/// drivers; more are dropped (and counted as stale) until it drains them.
+pub(crate) const MAX_FORWARDED: usize = 256;
+
+/// A datagram received by another socket of the listener, opened.
+pub(crate) struct Forwarded {
+    pub(crate) peer: SocketAddr,
+    /// Its size on the wire.
+    pub(crate) wire: usize,
+    /// The plaintext.
+    pub(crate) plain: Vec<u8>,
+    /// The driver that received it (index in the listener's group).
+    pub(crate) from: usize,
+}
+
+/// A session moving to this driver, with its peer's new address.
+pub(crate) struct Adopted {
+    pub(crate) session: Arc<SessionShared>,
+    pub(crate) peer: SocketAddr,
 }
 
 /// The part of a driver its handles see.
@@ -264,6 +302,24 @@ impl DriverShared {
 
     fn push_inbox(&self, id: SessionId) {
         self.wake_with(|inbox| inbox.dirty.push(id));
+    }
+
+    /// Hands this driver a datagram another socket received for one of its
+    /// sessions; false (dropped) when [`MAX_FORWARDED`] are waiting.
+    pub(crate) fn forward(&self, f: Forwarded) -> bool {
+        let mut taken = false;
+        self.wake_with(|inbox| {
+            if inbox.forwarded.len() < MAX_FORWARDED {
+                inbox.forwarded.push(f);
+                taken = true;
+            }
+        });
+        taken
+    }
+
+    /// Hands this driver a session whose peer now reaches this socket.
+    pub(crate) fn adopt(&self, a: Adopted) {
+        self.wake_with(|inbox| inbox.adopted.push(a));
     }
 
     /// The listener handle is gone: refuse new peers, drop the backlog, and
@@ -403,14 +459,18 @@ impl Accept {
             q.closed = true;
             // Only this driver's sessions: the backlog may be shared with the
             // other sockets of a `reuse_port` group.
-            let mine = |s: &Arc<SessionShared>| Arc::ptr_eq(&s.driver, driver);
-            let ids = q
-                .queue
-                .iter()
-                .filter(|(s, _)| mine(s))
-                .map(|(s, _)| s.id)
-                .collect();
-            q.queue.retain(|(s, _)| !mine(s));
+            let mine = |s: &Arc<SessionShared>| {
+                let st = lock(&s.state);
+                Arc::ptr_eq(&st.driver, driver).then_some(st.id)
+            };
+            let mut ids = Vec::new();
+            q.queue.retain(|(s, _)| match mine(s) {
+                Some(id) => {
+                    ids.push(id);
+                    false
+                }
+                None => true,
+            });
             (ids, q.poll_waker.take())
         };
         self.notify.notify_waiters();

@@ -135,6 +135,14 @@ socket_counters! {
     path_probes,
     /// Sessions moved to their peer's new address after it answered there.
     migrations,
+    /// Datagrams this socket handed to another socket of its
+    /// [`reuse_port`](crate::ConfigBuilder::reuse_port) group: they came
+    /// from a new address of a peer whose session that socket holds (the
+    /// kernel steers each address to one socket).
+    forwarded,
+    /// Sessions this socket handed to another socket of its group once
+    /// their peer's move to an address that socket receives was validated.
+    handed_off,
     /// Client sockets replaced because their local address stopped
     /// working (the session kept).
     rebinds,
@@ -152,7 +160,8 @@ socket_counters! {
     sessions_opened,
     /// Sessions freed.
     sessions_closed,
-    /// Sessions alive now (accepted, waiting in the backlog, or lingering).
+    /// Sessions alive now (accepted, waiting in the backlog, or lingering;
+    /// a session handed to another socket of the group counts there).
     sessions_live,
     /// Session deadlines that fired (ARQ ticks, idle timeouts, lingers): a
     /// quiet session with nothing in flight and no idle timeout adds none.

@@ -18,7 +18,9 @@ use std::collections::{BinaryHeap, HashMap};
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use super::admission::Admission;
+use std::sync::Arc;
+
+use super::admission::{Admission, Limits};
 use crate::arq::segment::{self, Command, Segments};
 use crate::config::{DEFAULT_SOURCE_BURST as RATE_BURST, DEFAULT_SOURCE_RATE as RATE_PER_SEC};
 use crate::fec::{self, PacketKind};
@@ -249,6 +251,14 @@ pub(crate) struct Table<S> {
 impl<S> Table<S> {
     /// An empty table; `accepting` for a listener.
     pub(crate) fn new(accepting: bool, max_sessions: usize, backlog_cap: usize) -> Self {
+        let limits = Limits::new(max_sessions, RATE_BURST, RATE_PER_SEC);
+        Self::with_limits(accepting, limits, backlog_cap)
+    }
+
+    /// An empty table of one shard of a listener: the session cap, the
+    /// replay memory and the per-source limits are `limits`, shared with
+    /// the listener's other shards.
+    pub(crate) fn with_limits(accepting: bool, limits: Arc<Limits>, backlog_cap: usize) -> Self {
         Self {
             slots: Vec::new(),
             free: Vec::new(),
@@ -259,7 +269,7 @@ impl<S> Table<S> {
             heap: BinaryHeap::new(),
             unproven_live: 0,
             accepting,
-            admission: Admission::new(max_sessions, backlog_cap, RATE_BURST, RATE_PER_SEC),
+            admission: Admission::with_limits(limits, backlog_cap),
         }
     }
 
@@ -339,6 +349,25 @@ impl<S> Table<S> {
         proven: bool,
         make: impl FnOnce(SessionId) -> S,
     ) -> SessionId {
+        self.admission.inserted();
+        let id = self.place(peer, conv, proven, make);
+        if !proven {
+            self.unproven_live += 1;
+            let slots = &self.slots;
+            self.admission
+                .unproven_added(id, self.unproven_live, |id| unproven_in(slots, id));
+        }
+        id
+    }
+
+    /// A slot, the address and conv indexes for a new entry.
+    fn place(
+        &mut self,
+        peer: SocketAddr,
+        conv: u32,
+        proven: bool,
+        make: impl FnOnce(SessionId) -> S,
+    ) -> SessionId {
         let idx = match self.free.pop() {
             Some(i) => i,
             None => {
@@ -369,12 +398,6 @@ impl<S> Table<S> {
             .and_modify(|c| c.count += 1)
             .or_insert(ConvIndex { id, count: 1 });
         self.live += 1;
-        if !proven {
-            self.unproven_live += 1;
-            let slots = &self.slots;
-            self.admission
-                .unproven_added(id, self.unproven_live, |id| unproven_in(slots, id));
-        }
         id
     }
 
@@ -384,8 +407,21 @@ impl<S> Table<S> {
     /// peer, if real, never got an answer and still retransmits its opener,
     /// which may then open a session again.)
     pub(crate) fn remove(&mut self, id: SessionId, now: Duration) -> Option<S> {
+        let entry = self.take_entry(id, |_| true)?;
+        self.admission.removed();
+        if entry.proven {
+            self.admission.closed(entry.peer, entry.conv, now);
+        } else {
+            self.unproven_live -= 1;
+        }
+        Some(entry.session)
+    }
+
+    /// Takes `id`'s entry out of the slots and indexes, when `which`
+    /// agrees.
+    fn take_entry(&mut self, id: SessionId, which: impl Fn(&Entry<S>) -> bool) -> Option<Entry<S>> {
         let slot = self.slots.get_mut(id.idx as usize)?;
-        if slot.generation != id.generation {
+        if slot.generation != id.generation || !slot.entry.as_ref().is_some_and(which) {
             return None;
         }
         let entry = slot.entry.take()?;
@@ -395,13 +431,18 @@ impl<S> Table<S> {
         if self.by_addr.get(&entry.peer) == Some(&id) {
             self.by_addr.remove(&entry.peer);
         }
-        if let Some(c) = self.by_conv.get_mut(&entry.conv) {
+        self.forget_conv(id, entry.conv);
+        Some(entry)
+    }
+
+    /// `id`, which held `conv`, left the conv index.
+    fn forget_conv(&mut self, id: SessionId, conv: u32) {
+        if let Some(c) = self.by_conv.get_mut(&conv) {
             c.count -= 1;
             if c.count == 0 {
-                self.by_conv.remove(&entry.conv);
+                self.by_conv.remove(&conv);
             } else if c.id == id {
                 // Two sessions drew this conv (rare): find the other one.
-                let conv = entry.conv;
                 let other = self.slots.iter().enumerate().find_map(|(idx, s)| {
                     s.entry.as_ref().filter(|e| e.conv == conv)?;
                     Some(SessionId {
@@ -414,12 +455,6 @@ impl<S> Table<S> {
                 }
             }
         }
-        if entry.proven {
-            self.admission.closed(entry.peer, entry.conv, now);
-        } else {
-            self.unproven_live -= 1;
-        }
-        Some(entry.session)
     }
 
     // ------------------------------------------------------------ routing
@@ -493,6 +528,62 @@ impl<S> Table<S> {
         let c = self.by_conv.get(&inbound.conv?)?;
         let e = self.entry(c.id)?;
         (c.count == 1 && e.proven && Some(e.conv) == inbound.conv).then_some(c.id)
+    }
+
+    // ------------------------------------------------- across shards
+
+    /// The conv of a datagram that no session of this table could take
+    /// (not from a session's address, not a live conv here) while
+    /// migration is on: perhaps a session of another shard of the
+    /// listener whose peer moved. Openers included, as [`Self::migrating`]
+    /// treats them; out-of-band packets never move anything.
+    pub(crate) fn foreign_conv(&self, peer: SocketAddr, inbound: &Inbound<'_>) -> Option<u32> {
+        let conv = inbound.conv?;
+        (self.migration
+            && !inbound.oob
+            && !self.by_addr.contains_key(&peer)
+            && !self.by_conv.contains_key(&conv))
+        .then_some(conv)
+    }
+
+    /// Where a datagram another shard forwarded goes: the session at its
+    /// address, or the migrating session of its conv (never a new one).
+    pub(crate) fn route_forwarded(&self, peer: SocketAddr, inbound: &Inbound<'_>) -> Route {
+        if inbound.oob {
+            return Route::Drop(Refusal::Oob);
+        }
+        match self.by_addr.get(&peer) {
+            Some(&id) if self.entry(id).is_some_and(|e| inbound.conv == Some(e.conv)) => {
+                Route::Deliver(id)
+            }
+            Some(_) => Route::Drop(Refusal::ConvMismatch),
+            None => self
+                .migrating(inbound)
+                .map_or(Route::Drop(Refusal::Stale), Route::Migrate),
+        }
+    }
+
+    /// Takes a proven session out to hand it to another shard: no
+    /// tombstone, and its place under the shared cap stays taken (the
+    /// other shard's [`adopt`](Self::adopt) keeps it).
+    pub(crate) fn detach(&mut self, id: SessionId) -> Option<S> {
+        self.take_entry(id, |e| e.proven).map(|e| e.session)
+    }
+
+    /// A proven session another shard detached, now at `peer`; `None`
+    /// when a session of this table holds `peer` already (it keeps it).
+    pub(crate) fn adopt(&mut self, peer: SocketAddr, conv: u32, session: S) -> Option<SessionId> {
+        if self.by_addr.contains_key(&peer) {
+            return None;
+        }
+        let id = self.place(peer, conv, true, |_| session);
+        Some(id)
+    }
+
+    /// The place the detached session of a failed [`adopt`](Self::adopt)
+    /// held under the shared cap is free.
+    pub(crate) fn release_place(&self) {
+        self.admission.removed();
     }
 
     // ---------------------------------------------------------- migration
@@ -639,7 +730,6 @@ impl<S> Table<S> {
             conv,
             replaces,
             now,
-            self.live,
             |id| unproven_in(slots, id),
             backlog,
             fingerprint,
@@ -1258,7 +1348,8 @@ mod tests {
             Route::Accept { .. }
         ));
         // Bounded: the oldest fingerprints go first.
-        let mut t: Table<u32> = Table::new(true, 10, 10);
+        // (Accepted and never inserted: each keeps its place under the cap.)
+        let mut t: Table<u32> = Table::new(true, MAX_REPLAY + 10, 10);
         for n in 0..(MAX_REPLAY as u32 + 10) {
             let p = push(n, 0, false);
             let i = Inbound::parse(&p).unwrap();

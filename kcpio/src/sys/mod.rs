@@ -496,3 +496,19 @@ fn platform_caps(sock: &socket2::Socket) -> Caps {
 fn platform_caps(_sock: &socket2::Socket) -> Caps {
     Caps::PORTABLE
 }
+
+/// Sets `sock`'s receive buffer to `bytes` past the `net.core.rmem_max`
+/// cap (`SO_RCVBUFFORCE`: Linux, with `CAP_NET_ADMIN`). Returns whether
+/// the kernel took it (false elsewhere, or without the capability).
+pub(crate) fn force_recv_buffer(sock: &socket2::Socket, bytes: usize) -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        let value = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+        linux::set_int(sock, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, value).is_ok()
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (sock, bytes);
+        false
+    }
+}
