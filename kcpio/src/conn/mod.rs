@@ -1060,7 +1060,7 @@ impl Conn {
         if self.dx_on
             && let Some(dx) = self.dx.as_ref()
         {
-            next = earliest(next, dx.poll_timeout(self.oob_out.is_empty()));
+            next = earliest(next, dx.poll_timeout(self.oob_out.front_time()));
         }
         if let Some(p) = self.connecting {
             next = earliest(next, Some(p.next));
