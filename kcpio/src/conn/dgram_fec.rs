@@ -86,6 +86,11 @@ const REPORT_EVERY: Duration = Duration::from_millis(50);
 /// Queueing delay (ms) the receiver reports beyond which the path is
 /// taken as overloaded.
 const QUEUE_HIGH_MS: u16 = 10;
+/// Consecutive reports over [`QUEUE_HIGH_MS`] that make a standing
+/// queue: one is jitter, or a receiver waiting for a busy core (on a
+/// shared machine a WireGuard download read such spikes as overload, and
+/// the cut parity and pacing below its rate cost it a third).
+const QUEUE_REPORTS: u8 = 2;
 /// How long an overload keeps the budget at the delivered rate.
 const CONGESTED_HOLD: Duration = Duration::from_secs(2);
 /// The budget (what parity may fill) over the delivered rate while the
@@ -412,6 +417,8 @@ pub(crate) struct DgramFec {
     tokens: f64,
     refilled: Duration,
     congested_until: Duration,
+    /// Consecutive reports with a queue over [`QUEUE_HIGH_MS`].
+    queued_reports: u8,
     /// The path's rate as measured under the last standing queue.
     path_rate: f64,
     /// Reported counters last seen: received, lost, runs, bytes, clock.
@@ -517,6 +524,7 @@ impl DgramFec {
             tokens: 0.0,
             refilled: Duration::ZERO,
             congested_until: Duration::ZERO,
+            queued_reports: 0,
             path_rate: 0.0,
             last_report: None,
             last_report_at: Duration::ZERO,
@@ -969,7 +977,12 @@ impl DgramFec {
             self.delivered_rates.push_back(delivered);
             let max = self.delivered_rates.iter().copied().fold(0.0, f64::max);
             let lossless = (1.0 - self.model.p).max(0.5);
-            let budget = if queue > QUEUE_HIGH_MS {
+            self.queued_reports = if queue > QUEUE_HIGH_MS {
+                self.queued_reports.saturating_add(1)
+            } else {
+                0
+            };
+            let budget = if self.queued_reports >= QUEUE_REPORTS {
                 // A standing queue: what the path delivered now is its
                 // rate; below it, by more the longer the queue, until the
                 // queue drains.
@@ -1178,7 +1191,10 @@ impl DgramFec {
         };
         if recovered && let (Some(stamp), Some(base)) = (read_u16(body, 0), self.owd_base) {
             let owd = ms16(sink.now).wrapping_sub(stamp);
-            let added = Duration::from_millis(u64::from(owd.wrapping_sub(base).min(30_000)));
+            // A delay under the base (the base moved up with its
+            // window) adds nothing.
+            let over = (owd.wrapping_sub(base) as i16).max(0);
+            let added = Duration::from_millis(over.unsigned_abs().into());
             self.stats.added_delay_sum += added;
             self.stats.added_delay_max = self.stats.added_delay_max.max(added);
         }
