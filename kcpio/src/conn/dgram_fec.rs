@@ -91,6 +91,9 @@ const QUEUE_HIGH_MS: u16 = 10;
 /// shared machine a WireGuard download read such spikes as overload, and
 /// the cut parity and pacing below its rate cost it a third).
 const QUEUE_REPORTS: u8 = 2;
+/// Shards a report must cover for its loss to count as a spike (over
+/// twice the model's loss plus 5%): a sign of overload like a queue.
+const SPIKE_SHARDS: u64 = 32;
 /// How long an overload keeps the budget at the delivered rate.
 const CONGESTED_HOLD: Duration = Duration::from_secs(2);
 /// The budget (what parity may fill) over the delivered rate while the
@@ -954,6 +957,11 @@ impl DgramFec {
         // Nor received more bytes than were sent.
         let bytes = u64::from(bytes).min(self.tx_bytes - self.claimed_bytes);
         self.claimed_bytes += bytes;
+        // Loss far above the model's over a report is this side's own
+        // overflow of a short queue (one that never stands 10 ms) when
+        // it comes at the top rate: congestion, not a channel property.
+        let spike =
+            shards >= SPIKE_SHARDS && lost as f64 > (2.0 * self.model.p + 0.05) * shards as f64;
         let (s, l, r) = &mut self.pending_loss;
         *s += shards;
         *l += u64::from(lost);
@@ -977,7 +985,8 @@ impl DgramFec {
             self.delivered_rates.push_back(delivered);
             let max = self.delivered_rates.iter().copied().fold(0.0, f64::max);
             let lossless = (1.0 - self.model.p).max(0.5);
-            self.queued_reports = if queue > QUEUE_HIGH_MS {
+            let at_top = delivered >= 0.8 * max;
+            self.queued_reports = if queue > QUEUE_HIGH_MS || (spike && at_top) {
                 self.queued_reports.saturating_add(1)
             } else {
                 0
