@@ -15,7 +15,9 @@
 #          --compete bbr|cubic (one competing TCP download beside each row; reports Jain's index)
 #          --probe-hz N (10; the concurrent ping probe) --no-kcpio (no cargo build, kcpio rows n/a)
 #          --udp-probe (instead of downloads: lab's udpprobe bulk and game loads, direct / over
-#          kcpio-tunnel --udp / over UDPspeeder, on 20 Mbit/s, 200 ms, 4.6% each way; --probe-secs N (20))
+#          kcpio-tunnel --udp / over UDPspeeder, on 20 Mbit/s, 200 ms, 4.6% each way; --probe-secs N (20),
+#          --probe-loss P (0.046; each way: the bulk load's 9% row is --probe-loss 0.09),
+#          --probe-rate MBIT (20; 10 makes the bulk load's redundancy overload the path))
 #
 # The WireGuard rows (wireguard-go, userspace) download through a WireGuard
 # tunnel direct, over kcpio-tunnel --udp, and over UDPspeeder -f20:10 --mode 0:
@@ -54,7 +56,7 @@ source "$(dirname "$0")/bench-lib.sh"
 PATHS=both
 RATE="" RTT="" LOSS_DOWN="" LOSS_UP="" JITTER=0 QUEUE=1
 REPS=3 CAP=120 SIZE_MIB=100 ONLY="" COMPETE="" PROBE_HZ=10
-UDP_PROBE=0 PROBE_SECS=20
+UDP_PROBE=0 PROBE_SECS=20 PROBE_LOSS=0.046 PROBE_RATE=20
 NO_KCPIO=0 DROP_UDP=0 GRID=0 GRID_RATES="20 100" GRID_RTTS="50 200" GRID_LOSSES="0 1 5 9" GRID_QUEUES="0.5 2"
 while [ $# -gt 0 ]; do
 	case $1 in
@@ -75,6 +77,8 @@ while [ $# -gt 0 ]; do
 	--no-kcpio) NO_KCPIO=1 ;;
 	--udp-probe) UDP_PROBE=1 ;;
 	--probe-secs) PROBE_SECS=$2; shift ;;
+	--probe-loss) PROBE_LOSS=$2; shift ;;
+	--probe-rate) PROBE_RATE=$2; shift ;;
 	--drop-udp) DROP_UDP=1 ;;
 	--grid) GRID=1 ;;
 	--grid-rates) GRID_RATES=$2; GRID=1; shift ;;
@@ -673,7 +677,7 @@ log "results in $RUN; load average $(cut -d' ' -f1-3 /proc/loadavg); kcpio tunne
 
 if [ $UDP_PROBE = 1 ]; then
 	[ -n "$PROBE" ] || die "udpprobe did not build"
-	set_path "probe (4.6% each way)" 20 200 0.046 0.046 "$JITTER" "$QUEUE"
+	set_path "probe ($PROBE_LOSS each way)" "$PROBE_RATE" 200 "$PROBE_LOSS" "$PROBE_LOSS" "$JITTER" "$QUEUE"
 	for rep in $(seq "$REPS"); do
 		for load in bulk game; do
 			for kind in direct kcpio speeder; do

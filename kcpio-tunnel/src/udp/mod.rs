@@ -389,6 +389,7 @@ impl FlowCounters {
 pub(crate) fn session_datagram_line(sessions: impl Iterator<Item = kcpio::SessionStats>) -> String {
     let (mut sent, mut received, mut dropped) = (0, 0, 0);
     let (mut fec_sessions, mut recovered, mut lost, mut overload) = (0u64, 0, 0, 0);
+    let (mut stale, mut queue_full, mut parity_cut) = (0, 0, 0);
     let (mut redundancy, mut delay_sum, mut delay_max) = (0f64, Duration::ZERO, Duration::ZERO);
     for s in sessions {
         let f = &s.datagram_fec;
@@ -399,6 +400,9 @@ pub(crate) fn session_datagram_line(sessions: impl Iterator<Item = kcpio::Sessio
             recovered += f.recovered;
             lost += f.lost_after_fec;
             overload += f.dropped_overload;
+            stale += f.dropped_stale;
+            queue_full += f.dropped_queue_full;
+            parity_cut += f.redundancy_limited;
             redundancy = redundancy.max(f.redundancy);
             delay_sum += f.added_delay_sum;
             delay_max = delay_max.max(f.added_delay_max);
@@ -417,7 +421,8 @@ pub(crate) fn session_datagram_line(sessions: impl Iterator<Item = kcpio::Sessio
             .map_or(Duration::ZERO, |n| delay_sum / n);
         let _ = write!(
             line,
-            ", fec: recovered {recovered}, lost after fec {lost}, dropped for the rate {overload}, \
+            ", fec: recovered {recovered}, lost after fec {lost}, dropped for the rate {overload} \
+             (stale {stale}, queue full {queue_full}), groups with parity cut {parity_cut}, \
              redundancy {redundancy:.2}, added delay mean {:.1} ms max {:.1} ms",
             mean.as_secs_f64() * 1e3,
             delay_max.as_secs_f64() * 1e3,

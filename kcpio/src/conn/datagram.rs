@@ -15,12 +15,15 @@ pub const DATAGRAM_QUEUE_LEN: usize = 64;
 /// twice this, allocated only once datagrams are used.
 pub const DATAGRAM_QUEUE_BYTES: usize = 32 * 1024;
 
-/// Datagrams and payload bytes the send queue holds at most once the FEC
-/// datagram extension is negotiated: a tunnelled TCP sender hands over a
+/// Datagrams and payload bytes the send queue (and the receive queue) holds
+/// at most once the FEC datagram extension is negotiated: a tunnelled TCP
+/// sender hands over a
 /// window of datagrams at once, and a burst the path can carry within the
 /// group deadline (15 ms of 100 Mbit/s is 187 kB) must wait for pacing
 /// rather than be dropped. Datagrams still wait at most twice the group
-/// deadline; allocated only as far as bursts fill it.
+/// deadline; allocated only as far as bursts fill it. Received datagrams
+/// wait for a reader on a busy core rather than overflow 32 KiB within one
+/// receive batch of the driver.
 pub const DATAGRAM_FEC_SEND_QUEUE_LEN: usize = 256;
 /// See [`DATAGRAM_FEC_SEND_QUEUE_LEN`].
 pub const DATAGRAM_FEC_SEND_QUEUE_BYTES: usize = 256 * 1024;

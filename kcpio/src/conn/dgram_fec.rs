@@ -86,6 +86,14 @@ const REPORT_EVERY: Duration = Duration::from_millis(50);
 /// Queueing delay (ms) the receiver reports beyond which the path is
 /// taken as overloaded.
 const QUEUE_HIGH_MS: u16 = 10;
+/// Consecutive reports over [`QUEUE_HIGH_MS`] that make a standing
+/// queue: one is jitter, or a receiver waiting for a busy core (on a
+/// shared machine a WireGuard download read such spikes as overload, and
+/// the cut parity and pacing below its rate cost it a third).
+const QUEUE_REPORTS: u8 = 2;
+/// Shards a report must cover for its loss to count as a spike (over
+/// twice the model's loss plus 5%): a sign of overload like a queue.
+const SPIKE_SHARDS: u64 = 32;
 /// How long an overload keeps the budget at the delivered rate.
 const CONGESTED_HOLD: Duration = Duration::from_secs(2);
 /// The budget (what parity may fill) over the delivered rate while the
@@ -96,6 +104,9 @@ const BUDGET_GAIN: f64 = 1.25;
 /// a report, so pacing at the budget held it below its own growth and
 /// dropped its window as overload. The receiver's queue still bounds it.
 const PACE_GAIN: f64 = 1.6;
+/// Parity per data shard a group may always carry while the path shows
+/// no standing queue, whatever the budget says.
+const UNCONGESTED_ROOM: f64 = 0.5;
 /// The smallest pacing budget, bytes per second.
 const MIN_BUDGET: f64 = 64_000.0;
 /// Wire bytes per datagram beyond its plaintext: IPv4 and UDP.
@@ -142,8 +153,16 @@ pub struct DatagramFecStats {
     /// Data shards lost on the wire (before FEC), counted the same way.
     pub lost_on_wire: u64,
     /// Queued datagrams dropped unsent, oldest first: the path's rate
-    /// estimate could not carry them in time, or the send queue was full.
+    /// estimate could not carry them in time, or the send queue was full
+    /// (the sum of [`dropped_stale`](Self::dropped_stale) and
+    /// [`dropped_queue_full`](Self::dropped_queue_full)).
     pub dropped_overload: u64,
+    /// The part of `dropped_overload` that waited past twice the group
+    /// deadline while the path showed a standing queue.
+    pub dropped_stale: u64,
+    /// The part of `dropped_overload` pushed out of a full send queue by
+    /// a newer datagram.
+    pub dropped_queue_full: u64,
     /// Groups whose parity was cut below the loss target by the rate
     /// budget (the reduction in redundancy, logged here).
     pub redundancy_limited: u64,
@@ -401,6 +420,8 @@ pub(crate) struct DgramFec {
     tokens: f64,
     refilled: Duration,
     congested_until: Duration,
+    /// Consecutive reports with a queue over [`QUEUE_HIGH_MS`].
+    queued_reports: u8,
     /// The path's rate as measured under the last standing queue.
     path_rate: f64,
     /// Reported counters last seen: received, lost, runs, bytes, clock.
@@ -506,6 +527,7 @@ impl DgramFec {
             tokens: 0.0,
             refilled: Duration::ZERO,
             congested_until: Duration::ZERO,
+            queued_reports: 0,
             path_rate: 0.0,
             last_report: None,
             last_report_at: Duration::ZERO,
@@ -548,6 +570,7 @@ impl DgramFec {
     /// A queued datagram dropped for a newer one (the queue was full).
     pub(crate) fn count_dropped(&mut self) {
         self.stats.dropped_overload += 1;
+        self.stats.dropped_queue_full += 1;
     }
 
     pub(crate) fn set_negotiated(&mut self) {
@@ -570,16 +593,38 @@ impl DgramFec {
 
     /// When the open group's deadline passes, a report is due, or paced
     /// output may leave.
-    pub(crate) fn poll_timeout(&self, queue_empty: bool) -> Option<Duration> {
+    /// `front`: when the oldest queued datagram was queued.
+    pub(crate) fn poll_timeout(&self, front: Option<Duration>) -> Option<Duration> {
         let mut next = self.report_due;
         let mut at = |d: Duration| next = Some(next.map_or(d, |n: Duration| n.min(d)));
         if self.group.count > 0 {
             at(self.group.opened + self.deadline);
         }
-        if self.group.pending.is_some() || self.frag_state.is_some() || !queue_empty {
+        if self.group.pending.is_some() || self.frag_state.is_some() || front.is_some() {
             at(self.next_send_at());
         }
+        if let Some(t) = front
+            && !self.congested(self.refilled)
+        {
+            at(t + self.overdue_after());
+        }
         next
+    }
+
+    /// The path showed a standing queue within [`CONGESTED_HOLD`]: the
+    /// budget is its measured rate, and the bucket holds.
+    fn congested(&self, now: Duration) -> bool {
+        now < self.congested_until
+    }
+
+    /// Without a standing queue the bucket only smooths: a datagram that
+    /// waited this long leaves regardless of it. The path has shown no
+    /// limit, and the delivered rate the budget comes from lags a
+    /// tunnelled TCP's growth by a round trip and a report: holding its
+    /// bursts longer dropped them (stale or queue-full), each drop a
+    /// congestion signal to it that the path never gave.
+    fn overdue_after(&self) -> Duration {
+        self.deadline / 2
     }
 
     fn next_send_at(&self) -> Duration {
@@ -597,7 +642,9 @@ impl DgramFec {
         if let Some(b) = self.budget.map(|b| b * self.pace_gain) {
             let dt = now.saturating_sub(self.refilled).as_secs_f64();
             let cap = b * 0.010 + 3000.0;
-            self.tokens = (self.tokens + dt * b).min(cap);
+            // A debt from overdue sends is forgiven beyond one bucket: it
+            // would only hold the next datagrams to the overdue wait.
+            self.tokens = (self.tokens + dt * b).clamp(-cap, cap);
         }
         self.refilled = self.refilled.max(now);
     }
@@ -627,25 +674,31 @@ impl DgramFec {
             return Some(n);
         }
         self.refill(now);
+        let congested = self.congested(now);
+        let waited = queue.front_time().map(|t| now.saturating_sub(t));
         if self.budget.is_some() && self.tokens < -1.0 {
-            self.drop_stale(now, queue);
-            return None;
+            let overdue = !congested && waited.is_some_and(|w| w >= self.overdue_after());
+            if !overdue {
+                if congested {
+                    self.drop_stale(now, queue);
+                }
+                return None;
+            }
         }
-        // Data waiting past the group deadline: the path does not hold
-        // the parity now; shed the rest of it (counted as a reduction)
-        // before any datagram waits long enough to be dropped.
-        if self.group.pending.is_some()
-            && queue
-                .front_time()
-                .is_some_and(|t| now.saturating_sub(t) > self.deadline)
-        {
+        // Data waiting past the group deadline on a congested path: the
+        // path does not hold the parity now; shed the rest of it (counted
+        // as a reduction) before any datagram waits long enough to be
+        // dropped.
+        if congested && self.group.pending.is_some() && waited.is_some_and(|w| w > self.deadline) {
             self.group.pending = None;
             self.stats.redundancy_limited += 1;
         }
         let n = match self.poll_parity(buf, conv) {
             Some(n) => n,
             None => {
-                self.drop_stale(now, queue);
+                if congested {
+                    self.drop_stale(now, queue);
+                }
                 self.poll_data(now, buf, plain, queue, conv)?
             }
         };
@@ -663,6 +716,7 @@ impl DgramFec {
         {
             queue.drop_front();
             self.stats.dropped_overload += 1;
+            self.stats.dropped_stale += 1;
         }
     }
 
@@ -800,7 +854,7 @@ impl DgramFec {
         ((d / self.gap_us.max(1.0) + 0.25).floor() as usize).clamp(1, MAX_K)
     }
 
-    fn close_group(&mut self, _now: Duration) {
+    fn close_group(&mut self, now: Duration) {
         let k = self.group.count;
         self.group.count = 0;
         let len = std::mem::take(&mut self.group.len);
@@ -812,7 +866,15 @@ impl DgramFec {
         if let Some(b) = self.budget
             && self.data_rate > 0.0
         {
-            let room = (b / self.data_rate - 1.0).max(0.0);
+            let mut room = (b / self.data_rate - 1.0).max(0.0);
+            if !self.congested(now) {
+                // No standing queue: the budget lags a growing sender (the
+                // data rate is this side's now, the delivered rate a
+                // round trip and a report old), and parity cut below the
+                // loss target costs a tunnelled TCP far more than the
+                // bytes. Up to half the data's size may always follow.
+                room = room.max(UNCONGESTED_ROOM);
+            }
             let allowed = (k as f64 * room).floor() as usize;
             if allowed < m {
                 m = allowed;
@@ -895,6 +957,11 @@ impl DgramFec {
         // Nor received more bytes than were sent.
         let bytes = u64::from(bytes).min(self.tx_bytes - self.claimed_bytes);
         self.claimed_bytes += bytes;
+        // Loss far above the model's over a report is this side's own
+        // overflow of a short queue (one that never stands 10 ms) when
+        // it comes at the top rate: congestion, not a channel property.
+        let spike =
+            shards >= SPIKE_SHARDS && lost as f64 > (2.0 * self.model.p + 0.05) * shards as f64;
         let (s, l, r) = &mut self.pending_loss;
         *s += shards;
         *l += u64::from(lost);
@@ -918,7 +985,13 @@ impl DgramFec {
             self.delivered_rates.push_back(delivered);
             let max = self.delivered_rates.iter().copied().fold(0.0, f64::max);
             let lossless = (1.0 - self.model.p).max(0.5);
-            let budget = if queue > QUEUE_HIGH_MS {
+            let at_top = delivered >= 0.8 * max;
+            self.queued_reports = if queue > QUEUE_HIGH_MS || (spike && at_top) {
+                self.queued_reports.saturating_add(1)
+            } else {
+                0
+            };
+            let budget = if self.queued_reports >= QUEUE_REPORTS {
                 // A standing queue: what the path delivered now is its
                 // rate; below it, by more the longer the queue, until the
                 // queue drains.
@@ -1127,7 +1200,10 @@ impl DgramFec {
         };
         if recovered && let (Some(stamp), Some(base)) = (read_u16(body, 0), self.owd_base) {
             let owd = ms16(sink.now).wrapping_sub(stamp);
-            let added = Duration::from_millis(u64::from(owd.wrapping_sub(base).min(30_000)));
+            // A delay under the base (the base moved up with its
+            // window) adds nothing.
+            let over = (owd.wrapping_sub(base) as i16).max(0);
+            let added = Duration::from_millis(over.unsigned_abs().into());
             self.stats.added_delay_sum += added;
             self.stats.added_delay_max = self.stats.added_delay_max.max(added);
         }

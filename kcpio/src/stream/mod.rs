@@ -383,8 +383,10 @@ impl KcpStream {
     /// [`send_datagram`](Self::send_datagram) or kcp-go's `SendOOB`) into
     /// `buf`, returning its length. Up to
     /// [`DATAGRAM_QUEUE_LEN`](crate::conn::DATAGRAM_QUEUE_LEN) datagrams
-    /// ([`DATAGRAM_QUEUE_BYTES`](crate::conn::DATAGRAM_QUEUE_BYTES) bytes)
-    /// wait for it; later ones are dropped and counted in
+    /// ([`DATAGRAM_QUEUE_BYTES`](crate::conn::DATAGRAM_QUEUE_BYTES) bytes;
+    /// with the FEC datagram extension negotiated
+    /// [`DATAGRAM_FEC_SEND_QUEUE_LEN`](crate::conn::DATAGRAM_FEC_SEND_QUEUE_LEN)
+    /// and its bytes) wait for it; later ones are dropped and counted in
     /// [`SessionStats::oob_dropped`]. A session keeps one datagram-receive
     /// waker: receive from one task at a time.
     ///
