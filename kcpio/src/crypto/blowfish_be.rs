@@ -296,10 +296,7 @@ mod tests {
     use proptest::prelude::*;
 
     /// One block through any of the block ciphers compared here.
-    fn encrypt<C: BlockCipherEncrypt>(c: &C, block: [u8; 8]) -> [u8; 8]
-    where
-        C: BlockSizeUser<BlockSize = U8>,
-    {
+    fn encrypt<C: BlockCipherEncrypt<BlockSize = U8>>(c: &C, block: [u8; 8]) -> [u8; 8] {
         let mut b = Block::<C>::from(block);
         BlockCipherEncrypt::encrypt_block(c, &mut b);
         b.into()
