@@ -10,8 +10,13 @@
 //!   one buffer, as the driver does.
 //! - `gf256`: the raw codec on one 10+3 group of 1500-byte shards, kcpio's
 //!   kernel against `reed-solomon-erasure`'s pure-Rust path.
+//!
+//! With `KCPIO_BENCH_CPU_MS=M` set, criterion is skipped and `FEC/FECEncode`
+//! and `FEC/FECDecode` each run for `M` ms of this thread's CPU time, printing
+//! the CPU time per packet (the mode `benches/crypto.rs` documents;
+//! `lab/scripts/crypto_vs_kcpgo.sh` puts them beside kcp-go's).
 
-use criterion::{Criterion, Throughput, black_box, criterion_main};
+use criterion::{Criterion, Throughput, black_box};
 use kcpio::arq::Timestamp;
 use kcpio::fec::{FecDecoder, FecEncoder, bench_support};
 
@@ -19,52 +24,56 @@ const DATA: usize = 10;
 const PARITY: usize = 3;
 const PAYLOAD: usize = 1500;
 
+/// One `FECEncode` iteration: a 1500-byte packet in, parity drained.
+fn encode_case() -> impl FnMut() -> usize {
+    let mut enc = FecEncoder::new(DATA, PARITY).unwrap();
+    let mut buf = vec![0u8; PAYLOAD];
+    let mut out = vec![0u8; PAYLOAD];
+    let now = Timestamp::from_millis(0);
+    move || {
+        let n = enc.encode(now, &mut buf, PAYLOAD - 8);
+        while let Some(m) = enc.poll_parity(&mut out) {
+            black_box(&out[..m]);
+        }
+        n
+    }
+}
+
+/// One `FECDecode` iteration: a shard in (or lost), recoveries drained.
+fn decode_case() -> impl FnMut() {
+    let mut dec = FecDecoder::new(DATA, PARITY);
+    let mut pkt = vec![0u8; PAYLOAD];
+    let mut out = vec![0u8; PAYLOAD];
+    let mut i: u32 = 0;
+    let mut rng: u64 = 0x9E37_79B9_7F4A_7C15;
+    move || {
+        let seqid = i;
+        i = i.wrapping_add(1);
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        if rng.is_multiple_of((DATA + PARITY) as u64) {
+            return; // lost
+        }
+        pkt[..4].copy_from_slice(&seqid.to_le_bytes());
+        let flag: u16 = if seqid as usize % (DATA + PARITY) >= DATA {
+            0xF2
+        } else {
+            0xF1
+        };
+        pkt[4..6].copy_from_slice(&flag.to_le_bytes());
+        let _ = dec.handle(&pkt);
+        while let Some(m) = dec.poll_recovered(&mut out) {
+            black_box(&out[..m]);
+        }
+    }
+}
+
 fn fec(c: &mut Criterion) {
     let mut g = c.benchmark_group("FEC");
     g.throughput(Throughput::Bytes(PAYLOAD as u64));
-
-    g.bench_function("FECEncode", |b| {
-        let mut enc = FecEncoder::new(DATA, PARITY).unwrap();
-        let mut buf = vec![0u8; PAYLOAD];
-        let mut out = vec![0u8; PAYLOAD];
-        let now = Timestamp::from_millis(0);
-        b.iter(|| {
-            let n = enc.encode(now, &mut buf, PAYLOAD - 8);
-            while let Some(m) = enc.poll_parity(&mut out) {
-                black_box(&out[..m]);
-            }
-            n
-        });
-    });
-
-    g.bench_function("FECDecode", |b| {
-        let mut dec = FecDecoder::new(DATA, PARITY);
-        let mut pkt = vec![0u8; PAYLOAD];
-        let mut out = vec![0u8; PAYLOAD];
-        let mut i: u32 = 0;
-        let mut rng: u64 = 0x9E37_79B9_7F4A_7C15;
-        b.iter(|| {
-            let seqid = i;
-            i = i.wrapping_add(1);
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            if rng.is_multiple_of((DATA + PARITY) as u64) {
-                return; // lost
-            }
-            pkt[..4].copy_from_slice(&seqid.to_le_bytes());
-            let flag: u16 = if seqid as usize % (DATA + PARITY) >= DATA {
-                0xF2
-            } else {
-                0xF1
-            };
-            pkt[4..6].copy_from_slice(&flag.to_le_bytes());
-            let _ = dec.handle(&pkt);
-            while let Some(m) = dec.poll_recovered(&mut out) {
-                black_box(&out[..m]);
-            }
-        });
-    });
+    g.bench_function("FECEncode", |b| b.iter(encode_case()));
+    g.bench_function("FECDecode", |b| b.iter(decode_case()));
     g.finish();
 
     let stride = PAYLOAD;
@@ -72,11 +81,11 @@ fn fec(c: &mut Criterion) {
     let data: Vec<u8> = (0..DATA * stride).map(|i| (i * 7 + 3) as u8).collect();
     let mut g = c.benchmark_group("gf256");
     g.throughput(Throughput::Bytes((DATA * len) as u64));
+    // The kernels from the CPU's best down to the portable one.
+    let all = ["gfni512", "gfni", "avx2", "ssse3", "portable"];
     let best = bench_support::kernel();
-    for kernel in ["avx2", "ssse3", "portable"] {
-        if kernel == "avx2" && best != "avx2" || kernel == "ssse3" && best == "portable" {
-            continue;
-        }
+    let from = all.iter().position(|&k| k == best).unwrap_or(all.len() - 1);
+    for kernel in &all[from..] {
         g.bench_function(format!("encode_10_3_kcpio_{kernel}"), |b| {
             let mut codec = bench_support::Codec::new(DATA, PARITY).unwrap();
             codec.set_kernel(kernel);
@@ -93,9 +102,57 @@ fn fec(c: &mut Criterion) {
     g.finish();
 }
 
+/// CPU time this thread has run, in nanoseconds (Linux's schedstat).
+fn cpu_ns() -> u128 {
+    let stat = std::fs::read_to_string("/proc/thread-self/schedstat")
+        .expect("the CPU-time mode needs Linux's /proc/thread-self/schedstat");
+    stat.split_whitespace().next().unwrap().parse().unwrap()
+}
+
+/// Runs `run` until it has used `millis` of CPU time; prints ns per iteration.
+fn cpu_time(name: &str, millis: u64, mut run: impl FnMut()) {
+    let budget = u128::from(millis) * 1_000_000;
+    (0..1000).for_each(|_| run());
+    let start = cpu_ns();
+    let (mut iters, mut batch) = (0u64, 64u64);
+    loop {
+        (0..batch).for_each(|_| run());
+        iters += batch;
+        let used = cpu_ns() - start;
+        if used >= budget {
+            println!("{name} {:.1} ns/op cpu", used as f64 / iters as f64);
+            return;
+        }
+        batch = (batch * 2).min(1 << 20);
+    }
+}
+
 // `criterion_group!` expands to an undocumented `pub fn`; a private module
 // keeps it out of `missing_docs`.
 mod entry {
     criterion::criterion_group!(benches, super::fec);
 }
-criterion_main!(entry::benches);
+
+fn main() {
+    if let Ok(ms) = std::env::var("KCPIO_BENCH_CPU_MS") {
+        let ms = ms.parse().expect("KCPIO_BENCH_CPU_MS: a number");
+        let filter = std::env::var("KCPIO_BENCH_FILTER").unwrap_or_default();
+        let mut enc = encode_case();
+        for (name, run) in [
+            (
+                "FEC/FECEncode",
+                &mut (move || {
+                    black_box(enc());
+                }) as &mut dyn FnMut(),
+            ),
+            ("FEC/FECDecode", &mut decode_case()),
+        ] {
+            if name.contains(&filter) {
+                cpu_time(name, ms, run);
+            }
+        }
+        return;
+    }
+    entry::benches();
+    Criterion::default().configure_from_args().final_summary();
+}

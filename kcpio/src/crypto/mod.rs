@@ -34,6 +34,8 @@
 //! ```
 #![deny(clippy::disallowed_methods, clippy::disallowed_types)]
 
+mod blowfish_be;
+mod cast128;
 mod cfb;
 mod des3;
 mod salsa;
@@ -307,9 +309,9 @@ enum Engine {
     Aes128(Box<aes::Aes128>),
     Aes192(Box<aes::Aes192>),
     Aes256(Box<aes::Aes256>),
-    Blowfish(Box<blowfish::Blowfish>),
+    Blowfish(Box<blowfish_be::BlowfishBe>),
     Twofish(Box<twofish256::Twofish256>),
-    Cast5(Box<cast5::Cast5>),
+    Cast5(Box<cast128::Cast128>),
     TripleDes(Box<des3::TripleDes>),
     Tea(Box<tea::Tea16>),
     Xtea(Box<tea::XteaBe>),
@@ -379,7 +381,7 @@ impl PacketCrypto {
             Method::Blowfish => {
                 let key = key_array::<32>(method, key)?;
                 Engine::Blowfish(Box::new(
-                    blowfish::Blowfish::new_from_slice(&key).map_err(|_| bad())?,
+                    blowfish_be::BlowfishBe::new(&key).ok_or_else(bad)?,
                 ))
             }
             Method::Twofish => {
@@ -388,9 +390,7 @@ impl PacketCrypto {
             }
             Method::Cast5 => {
                 let key = key_array::<16>(method, key)?;
-                Engine::Cast5(Box::new(
-                    cast5::Cast5::new_from_slice(&key).map_err(|_| bad())?,
-                ))
+                Engine::Cast5(Box::new(cast128::Cast128::new(&key)))
             }
             Method::TripleDes => Engine::TripleDes(Box::new(des3::TripleDes::new(
                 &key_array::<24>(method, key)?,
@@ -614,6 +614,17 @@ impl Engine {
                 Direction::Open => cfb::decrypt(c, buf),
             }
         }
+        /// Sealing with a [`cfb::Words64`] cipher keeps the chain in registers.
+        fn cfb64<C: cipher::BlockCipherEncrypt + cfb::Words64>(
+            c: &C,
+            buf: &mut [u8],
+            dir: Direction,
+        ) {
+            match dir {
+                Direction::Seal => cfb::encrypt_words(c, buf),
+                Direction::Open => cfb::decrypt(c, buf),
+            }
+        }
         match self {
             Engine::Null | Engine::None | Engine::Aes128Gcm(_) => {}
             Engine::Xor(pad) => crate::simd::xor::xor_into(datagram, &pad[..]),
@@ -625,12 +636,12 @@ impl Engine {
             Engine::Aes128(c) => cfb(&**c, datagram, dir),
             Engine::Aes192(c) => cfb(&**c, datagram, dir),
             Engine::Aes256(c) => cfb(&**c, datagram, dir),
-            Engine::Blowfish(c) => cfb(&**c, datagram, dir),
+            Engine::Blowfish(c) => cfb64(&**c, datagram, dir),
             Engine::Twofish(c) => cfb(&**c, datagram, dir),
-            Engine::Cast5(c) => cfb(&**c, datagram, dir),
+            Engine::Cast5(c) => cfb64(&**c, datagram, dir),
             Engine::TripleDes(c) => cfb(&**c, datagram, dir),
-            Engine::Tea(c) => cfb(&**c, datagram, dir),
-            Engine::Xtea(c) => cfb(&**c, datagram, dir),
+            Engine::Tea(c) => cfb64(&**c, datagram, dir),
+            Engine::Xtea(c) => cfb64(&**c, datagram, dir),
             Engine::Sm4(c) => cfb(&**c, datagram, dir),
         }
     }

@@ -21,7 +21,7 @@ const DELTA: u32 = 0x9e37_79b9;
 
 /// Reads the big-endian word at `at` (0 or 4) of an 8-byte block.
 #[inline(always)]
-fn word(block: &[u8], at: usize) -> u32 {
+pub(super) fn word(block: &[u8], at: usize) -> u32 {
     let mut w = [0u8; 4];
     if let Some(src) = block.get(at..at + 4) {
         w.copy_from_slice(src);
@@ -47,6 +47,13 @@ fn key_words(key: &[u8; 16]) -> [u32; 4] {
 /// and XORs: LLVM vectorizes the lanes).
 macro_rules! be_word_cipher {
     ($t:ty) => {
+        impl super::cfb::Words64 for $t {
+            #[inline(always)]
+            fn encrypt_words(&self, l: u32, r: u32) -> (u32, u32) {
+                <$t>::encrypt_words(self, l, r)
+            }
+        }
+
         impl BlockSizeUser for $t {
             type BlockSize = U8;
         }
@@ -86,6 +93,8 @@ macro_rules! be_word_cipher {
         }
     };
 }
+
+pub(super) use be_word_cipher;
 
 /// TEA with 16 rounds, big-endian key and block words.
 #[derive(Clone)]

@@ -188,9 +188,10 @@ struct DecodePlan {
 /// few dozen cover the patterns a lossy link repeats.
 const PLAN_CACHE: usize = 32;
 /// Table bytes the plan cache may hold; large shapes keep fewer plans
-/// (at least one), so memory stays bounded whatever the shape. Shapes up to
-/// 20 + 10 keep all 32 plans; a single plan is at most
-/// `min(data, parity) * data * 32` bytes.
+/// (at least one), so memory stays bounded whatever the shape. Shapes with
+/// `data * min(data, parity) <= 51` (kcptun's 10 + 3 among them) keep all 32
+/// plans, 20 + 10 keeps 8; a single plan is at most
+/// `min(data, parity) * data * size_of::<NibbleTable>()` (40) bytes.
 pub(crate) const PLAN_BUDGET: usize = 64 * 1024;
 
 /// What a code of one shape computes once: read-only, shared by every codec

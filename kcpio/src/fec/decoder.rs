@@ -6,6 +6,7 @@ use super::{
     DEFAULT_MAX_SHARDS, FLAG_DATA, FLAG_PARITY, FecDecodeError, FecStats, KCP_OVERHEAD, MAX_PACKET,
     MAX_SHARDS, SHARD_OFFSET, SHARD_STRIDE, grow_arena, paws, read_u16, read_u32,
 };
+use crate::simd::gf256::NibbleTable;
 
 /// Groups kept: the newest and the 3 before it, as kcp-go keeps them
 /// (`maxShardSets`). Older shards are stale.
@@ -277,7 +278,7 @@ impl FecDecoder {
                     + WINDOW * size_of::<Slot>()
                     + WINDOW * size_of::<Vec<u8>>();
                 let recovered = m * SHARD_STRIDE + d * size_of::<(usize, usize)>();
-                let plan = size_of::<usize>() * d + m * d * 32;
+                let plan = size_of::<usize>() * d + m * d * size_of::<NibbleTable>();
                 let codec = s * d
                     + 3 * d * d
                     + s * size_of::<usize>()

@@ -367,11 +367,13 @@ pub mod bench_support {
             VandermondeCodec::new(data, parity).map(Self)
         }
 
-        /// Forces a kernel: `"avx2"`, `"ssse3"` or `"portable"` (unknown names
+        /// Forces a kernel: `"gfni512"`, `"gfni"`, `"avx2"`, `"ssse3"` or `"portable"` (unknown names
         /// and kernels the CPU lacks run portably).
         pub fn set_kernel(&mut self, name: &str) {
             use crate::simd::gf256::Kernel;
             self.0.set_kernel(match name {
+                "gfni512" => Kernel::Gfni512,
+                "gfni" => Kernel::Gfni,
                 "avx2" => Kernel::Avx2,
                 "ssse3" => Kernel::Ssse3,
                 _ => Kernel::Portable,
@@ -393,6 +395,8 @@ pub mod bench_support {
     /// The GF(2^8) kernel chosen on this CPU.
     pub fn kernel() -> &'static str {
         match crate::simd::gf256::Kernel::detect() {
+            crate::simd::gf256::Kernel::Gfni512 => "gfni512",
+            crate::simd::gf256::Kernel::Gfni => "gfni",
             crate::simd::gf256::Kernel::Avx2 => "avx2",
             crate::simd::gf256::Kernel::Ssse3 => "ssse3",
             crate::simd::gf256::Kernel::Portable => "portable",

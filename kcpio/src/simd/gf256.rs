@@ -7,8 +7,11 @@
 //! `out[i] = c_0 * in_0[i] ^ c_1 * in_1[i] ^ ...`. A product `c * x` is split
 //! by nibbles, `c * x = c * (x & 15) ^ c * (x & 0xF0)`, so two 16-entry tables
 //! per constant ([`NibbleTable`]) answer it; `pshufb` looks up 16 or 32 bytes
-//! at once. The implementation (AVX2, SSSE3 or portable) is chosen once per
-//! process with `is_x86_feature_detected!` and all three give identical bytes.
+//! at once. Where the CPU has GFNI, one `vgf2p8affineqb` multiplies 32 bytes
+//! by a constant instead: multiplication by `c` is linear over GF(2), an 8x8
+//! bit matrix ([`NibbleTable`] carries it too). The implementation (GFNI,
+//! AVX2, SSSE3 or portable) is chosen once per process with
+//! `is_x86_feature_detected!` and all four give identical bytes.
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
@@ -100,13 +103,17 @@ pub(crate) fn pow(a: u8, n: usize) -> u8 {
     }
 }
 
-/// The two 16-entry lookup tables of one constant `c`: `lo[x] = c * x` and
-/// `hi[x] = c * (x << 4)` for `x < 16`.
+/// Multiplication by one constant `c`: the two 16-entry lookup tables
+/// `lo[x] = c * x` and `hi[x] = c * (x << 4)` for `x < 16`, and the same map
+/// as the 8x8 bit matrix `vgf2p8affineqb` applies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(C, align(32))]
+#[repr(C)]
 pub(crate) struct NibbleTable {
     lo: [u8; 16],
     hi: [u8; 16],
+    /// Byte `7 - i` holds, at bit `k`, bit `i` of `c * 2^k`: output bit `i`
+    /// is the parity of that byte AND the input (Intel's `affine_byte`).
+    affine: u64,
 }
 
 impl NibbleTable {
@@ -124,7 +131,18 @@ impl NibbleTable {
                 hi[x] = hi[x - step] ^ ph;
             }
         }
-        Self { lo, hi }
+        // Column k of the matrix is the product of bit k: lo[1, 2, 4, 8]
+        // and hi[1, 2, 4, 8] are c * 2^0 .. c * 2^7.
+        let mut affine = 0u64;
+        for k in 0..8 {
+            let product = if k < 4 { lo[1 << k] } else { hi[1 << (k - 4)] };
+            for i in 0..8 {
+                if product >> i & 1 != 0 {
+                    affine |= 1u64 << (8 * (7 - i) + k);
+                }
+            }
+        }
+        Self { lo, hi, affine }
     }
 
     #[cfg(test)]
@@ -143,6 +161,11 @@ pub(crate) enum Kernel {
     Ssse3,
     /// 32 bytes per `vpshufb`.
     Avx2,
+    /// 32 bytes per `vgf2p8affineqb` (GFNI with AVX2).
+    Gfni,
+    /// 64 bytes per `vgf2p8affineqb` with the matrix broadcast from memory
+    /// in the same instruction (GFNI with AVX-512).
+    Gfni512,
 }
 
 const UNKNOWN: u8 = 0;
@@ -155,12 +178,16 @@ impl Kernel {
             1 => Kernel::Portable,
             2 => Kernel::Ssse3,
             3 => Kernel::Avx2,
+            4 => Kernel::Gfni,
+            5 => Kernel::Gfni512,
             _ => {
                 let k = Self::probe();
                 let code = match k {
                     Kernel::Portable => 1,
                     Kernel::Ssse3 => 2,
                     Kernel::Avx2 => 3,
+                    Kernel::Gfni => 4,
+                    Kernel::Gfni512 => 5,
                 };
                 SELECTED.store(code, Ordering::Relaxed);
                 k
@@ -171,6 +198,12 @@ impl Kernel {
     fn probe() -> Kernel {
         #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
         {
+            if Self::gfni512_supported() {
+                return Kernel::Gfni512;
+            }
+            if Self::gfni_supported() {
+                return Kernel::Gfni;
+            }
             if std::is_x86_feature_detected!("avx2") {
                 return Kernel::Avx2;
             }
@@ -193,8 +226,31 @@ impl Kernel {
             if std::is_x86_feature_detected!("avx2") {
                 v.push(Kernel::Avx2);
             }
+            if Self::gfni_supported() {
+                v.push(Kernel::Gfni);
+            }
+            if Self::gfni512_supported() {
+                v.push(Kernel::Gfni512);
+            }
         }
         v
+    }
+
+    /// GFNI with AVX-512 (F and BW), and a compiler with their intrinsics.
+    #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+    fn gfni512_supported() -> bool {
+        Self::gfni_supported()
+            && std::is_x86_feature_detected!("avx512f")
+            && std::is_x86_feature_detected!("avx512bw")
+    }
+
+    /// GFNI and AVX2, and a compiler with their intrinsics (stable since
+    /// Rust 1.89: `kcpio_vaes`, set by build.rs).
+    #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+    fn gfni_supported() -> bool {
+        cfg!(kcpio_vaes)
+            && std::is_x86_feature_detected!("avx2")
+            && std::is_x86_feature_detected!("gfni")
     }
 }
 
@@ -237,6 +293,20 @@ pub(crate) fn dot_with(
     #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
     {
         match kernel {
+            #[cfg(kcpio_vaes)]
+            Kernel::Gfni512 if Kernel::gfni512_supported() => {
+                // SAFETY: GFNI and AVX-512 are present (checked just above);
+                // the same bounds as for AVX2 below were checked at entry.
+                unsafe { x86::rows_gfni512::<1>(tables, src, offsets, out, n, n) };
+                return true;
+            }
+            #[cfg(kcpio_vaes)]
+            Kernel::Gfni if Kernel::gfni_supported() => {
+                // SAFETY: GFNI and AVX2 are present (checked just above); the
+                // same bounds as for AVX2 below were checked at entry.
+                unsafe { x86::rows_gfni::<1>(tables, src, offsets, out, n, n) };
+                return true;
+            }
             Kernel::Avx2 if std::is_x86_feature_detected!("avx2") => {
                 // SAFETY: AVX2 is present (checked just above); one row of
                 // `tables.len() == offsets.len()` tables, every
@@ -312,9 +382,25 @@ pub(crate) fn dot_rows_with(
     }
     #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
     {
-        let avx2 = kernel == Kernel::Avx2 && std::is_x86_feature_detected!("avx2");
-        let ssse3 = kernel == Kernel::Ssse3 && std::is_x86_feature_detected!("ssse3");
-        if avx2 || ssse3 {
+        #[derive(Clone, Copy, PartialEq)]
+        enum Simd {
+            #[cfg(kcpio_vaes)]
+            Gfni512,
+            #[cfg(kcpio_vaes)]
+            Gfni,
+            Avx2,
+            Ssse3,
+        }
+        let simd = match kernel {
+            #[cfg(kcpio_vaes)]
+            Kernel::Gfni512 if Kernel::gfni512_supported() => Some(Simd::Gfni512),
+            #[cfg(kcpio_vaes)]
+            Kernel::Gfni if Kernel::gfni_supported() => Some(Simd::Gfni),
+            Kernel::Avx2 if std::is_x86_feature_detected!("avx2") => Some(Simd::Avx2),
+            Kernel::Ssse3 if std::is_x86_feature_detected!("ssse3") => Some(Simd::Ssse3),
+            _ => None,
+        };
+        if let Some(simd) = simd {
             let mut r = 0;
             while r < rows {
                 let block = (rows - r).min(4);
@@ -325,15 +411,47 @@ pub(crate) fn dot_rows_with(
                 // output row `q < block` satisfies `q * out_stride + len <= o.len()`
                 // (checked at entry for all rows), with `t.len() == block * k`.
                 unsafe {
-                    match (avx2, block) {
-                        (true, 4) => x86::rows_avx2::<4>(t, src, offsets, o, out_stride, len),
-                        (true, 3) => x86::rows_avx2::<3>(t, src, offsets, o, out_stride, len),
-                        (true, 2) => x86::rows_avx2::<2>(t, src, offsets, o, out_stride, len),
-                        (true, _) => x86::rows_avx2::<1>(t, src, offsets, o, out_stride, len),
-                        (false, 4) => x86::rows_ssse3::<4>(t, src, offsets, o, out_stride, len),
-                        (false, 3) => x86::rows_ssse3::<3>(t, src, offsets, o, out_stride, len),
-                        (false, 2) => x86::rows_ssse3::<2>(t, src, offsets, o, out_stride, len),
-                        (false, _) => x86::rows_ssse3::<1>(t, src, offsets, o, out_stride, len),
+                    match (simd, block) {
+                        #[cfg(kcpio_vaes)]
+                        (Simd::Gfni512, 4) => {
+                            x86::rows_gfni512::<4>(t, src, offsets, o, out_stride, len)
+                        }
+                        #[cfg(kcpio_vaes)]
+                        (Simd::Gfni512, 3) => {
+                            x86::rows_gfni512::<3>(t, src, offsets, o, out_stride, len)
+                        }
+                        #[cfg(kcpio_vaes)]
+                        (Simd::Gfni512, 2) => {
+                            x86::rows_gfni512::<2>(t, src, offsets, o, out_stride, len)
+                        }
+                        #[cfg(kcpio_vaes)]
+                        (Simd::Gfni512, _) => {
+                            x86::rows_gfni512::<1>(t, src, offsets, o, out_stride, len)
+                        }
+                        #[cfg(kcpio_vaes)]
+                        (Simd::Gfni, 4) => x86::rows_gfni::<4>(t, src, offsets, o, out_stride, len),
+                        #[cfg(kcpio_vaes)]
+                        (Simd::Gfni, 3) => x86::rows_gfni::<3>(t, src, offsets, o, out_stride, len),
+                        #[cfg(kcpio_vaes)]
+                        (Simd::Gfni, 2) => x86::rows_gfni::<2>(t, src, offsets, o, out_stride, len),
+                        #[cfg(kcpio_vaes)]
+                        (Simd::Gfni, _) => x86::rows_gfni::<1>(t, src, offsets, o, out_stride, len),
+                        (Simd::Avx2, 4) => x86::rows_avx2::<4>(t, src, offsets, o, out_stride, len),
+                        (Simd::Avx2, 3) => x86::rows_avx2::<3>(t, src, offsets, o, out_stride, len),
+                        (Simd::Avx2, 2) => x86::rows_avx2::<2>(t, src, offsets, o, out_stride, len),
+                        (Simd::Avx2, _) => x86::rows_avx2::<1>(t, src, offsets, o, out_stride, len),
+                        (Simd::Ssse3, 4) => {
+                            x86::rows_ssse3::<4>(t, src, offsets, o, out_stride, len)
+                        }
+                        (Simd::Ssse3, 3) => {
+                            x86::rows_ssse3::<3>(t, src, offsets, o, out_stride, len)
+                        }
+                        (Simd::Ssse3, 2) => {
+                            x86::rows_ssse3::<2>(t, src, offsets, o, out_stride, len)
+                        }
+                        (Simd::Ssse3, _) => {
+                            x86::rows_ssse3::<1>(t, src, offsets, o, out_stride, len)
+                        }
                     }
                 }
                 r += block;
@@ -536,6 +654,124 @@ mod x86 {
         and _mm256_and_si256, srli _mm256_srli_epi64,
         xor _mm256_xor_si256, shuffle _mm256_shuffle_epi8,
         table |p| _mm256_broadcastsi128_si256(_mm_loadu_si128(p.cast()))
+    }
+
+    /// GFNI body of [`super::dot_rows_with`] for `R` rows at once: each
+    /// 32-byte input chunk is loaded once and multiplied into every row's
+    /// accumulator with one `vgf2p8affineqb` per row (the constant's bit
+    /// matrix, broadcast). A ragged end is one more chunk ending at `len`, as
+    /// in [`rows_avx2`]; `len < 32` runs portably.
+    ///
+    /// # Safety
+    /// The CPU supports GFNI and AVX2, `tables.len() == R * offsets.len()`,
+    /// `offsets[j] + len <= src.len()` for every `j`, `out_stride >= len`, and
+    /// `(R - 1) * out_stride + len <= out.len()`.
+    #[cfg(kcpio_vaes)]
+    #[clippy::msrv = "1.89"]
+    #[target_feature(enable = "gfni,avx2")]
+    pub(super) unsafe fn rows_gfni<const R: usize>(
+        tables: &[NibbleTable],
+        src: &[u8],
+        offsets: &[usize],
+        out: &mut [u8],
+        out_stride: usize,
+        len: usize,
+    ) {
+        const W: usize = 32;
+        if len < W {
+            rows_portable(tables, src, offsets, out, out_stride, len);
+            return;
+        }
+        let k = offsets.len();
+        if tables.len() != R * k {
+            return; // excluded by the contract; lets the compiler drop index checks
+        }
+        let base = src.as_ptr();
+        let dst = out.as_mut_ptr();
+        let mut i = 0;
+        loop {
+            if i + W > len {
+                i = len - W;
+            }
+            let mut acc = [_mm256_setzero_si256(); R];
+            for (j, &off) in offsets.iter().enumerate() {
+                // SAFETY: `off + i + W <= off + len <= src.len()`, so the
+                // 32-byte unaligned load is inside `src`.
+                let x = unsafe { _mm256_loadu_si256(base.add(off + i).cast()) };
+                for (r, a) in acc.iter_mut().enumerate() {
+                    let m = _mm256_set1_epi64x(tables[r * k + j].affine as i64);
+                    *a = _mm256_xor_si256(*a, _mm256_gf2p8affine_epi64_epi8::<0>(x, m));
+                }
+            }
+            for (r, a) in acc.iter().enumerate() {
+                // SAFETY: `r * out_stride + i + W <= (R - 1) * out_stride + len
+                // <= out.len()`.
+                unsafe { _mm256_storeu_si256(dst.add(r * out_stride + i).cast(), *a) };
+            }
+            if i + W == len {
+                break;
+            }
+            i += W;
+        }
+    }
+
+    /// [`rows_gfni`] 64 bytes at a time with AVX-512: each constant's matrix
+    /// is broadcast by the multiply itself (an EVEX memory operand), so a
+    /// row costs one multiply and one XOR per 64 input bytes. `len < 64`
+    /// goes to [`rows_gfni`].
+    ///
+    /// # Safety
+    /// The CPU supports GFNI, AVX2, AVX-512F and AVX-512BW; otherwise as
+    /// [`rows_gfni`].
+    #[cfg(kcpio_vaes)]
+    #[clippy::msrv = "1.89"]
+    #[target_feature(enable = "gfni,avx2,avx512f,avx512bw")]
+    pub(super) unsafe fn rows_gfni512<const R: usize>(
+        tables: &[NibbleTable],
+        src: &[u8],
+        offsets: &[usize],
+        out: &mut [u8],
+        out_stride: usize,
+        len: usize,
+    ) {
+        const W: usize = 64;
+        if len < W {
+            // SAFETY: the caller's contract is `rows_gfni`'s, and its
+            // features are a subset of this function's.
+            unsafe { rows_gfni::<R>(tables, src, offsets, out, out_stride, len) };
+            return;
+        }
+        let k = offsets.len();
+        if tables.len() != R * k {
+            return; // excluded by the contract; lets the compiler drop index checks
+        }
+        let base = src.as_ptr();
+        let dst = out.as_mut_ptr();
+        let mut i = 0;
+        loop {
+            if i + W > len {
+                i = len - W;
+            }
+            let mut acc = [_mm512_setzero_si512(); R];
+            for (j, &off) in offsets.iter().enumerate() {
+                // SAFETY: `off + i + W <= off + len <= src.len()`, so the
+                // 64-byte unaligned load is inside `src`.
+                let x = unsafe { _mm512_loadu_si512(base.add(off + i).cast()) };
+                for (r, a) in acc.iter_mut().enumerate() {
+                    let m = _mm512_set1_epi64(tables[r * k + j].affine as i64);
+                    *a = _mm512_xor_si512(*a, _mm512_gf2p8affine_epi64_epi8::<0>(x, m));
+                }
+            }
+            for (r, a) in acc.iter().enumerate() {
+                // SAFETY: `r * out_stride + i + W <= (R - 1) * out_stride + len
+                // <= out.len()`.
+                unsafe { _mm512_storeu_si512(dst.add(r * out_stride + i).cast(), *a) };
+            }
+            if i + W == len {
+                break;
+            }
+            i += W;
+        }
     }
 
     row_kernel! {
