@@ -530,9 +530,7 @@ impl Driver {
         match migrate::from_elsewhere(&mut self.table, id, &mut st.conn, from, plain, wire, now) {
             migrate::Verdict::Stale => {
                 let episode = &mut self.refused_peers;
-                self.shared
-                    .counters
-                    .refused(Refusal::Stale, from, episode);
+                self.shared.counters.refused(Refusal::Stale, from, episode);
                 None
             }
             migrate::Verdict::Moved { old, new } => {
