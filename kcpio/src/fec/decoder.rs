@@ -262,9 +262,9 @@ impl FecDecoder {
 
     /// The most [`memory_usage`](Self::memory_usage) can reach for a decoder
     /// limited to `max_shards` shards per group, whatever arrives (see
-    /// [Memory](Self#memory)): 922,411 bytes for the default limit of 128
+    /// [Memory](Self#memory)): 934,067 bytes for the default limit of 128
     /// (reached only by a peer sending about as many full-size shards),
-    /// 154,096 for 13 (kcptun's 10 + 3), 2,250,444 for 256.
+    /// 154,192 for 13 (kcptun's 10 + 3), 2,486,192 for 256.
     #[must_use]
     pub fn memory_bound(max_shards: usize) -> usize {
         let s = max_shards.clamp(2, MAX_SHARDS);
