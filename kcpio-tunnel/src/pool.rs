@@ -22,20 +22,38 @@ use kcpio::mux::Mux;
 /// `--autoexpire`, `grace` = `--scavengettl`. Memory: `size` slots plus the
 /// retired sessions not yet scavenged (at most one per slot per expiry
 /// period within `grace`).
-pub(crate) struct MuxPool {
-    slots: Vec<tokio::sync::Mutex<Option<Slot>>>,
+pub(crate) struct MuxPool<S = Mux> {
+    slots: Vec<tokio::sync::Mutex<Option<Slot<S>>>>,
     next: AtomicUsize,
     expiry: Option<Duration>,
     grace: Duration,
-    retired: Mutex<Vec<(Instant, Arc<Mux>)>>,
+    retired: Mutex<Vec<(Instant, Arc<S>)>>,
 }
 
-struct Slot {
-    mux: Arc<Mux>,
+struct Slot<S> {
+    mux: Arc<S>,
     expires: Option<Instant>,
 }
 
-impl MuxPool {
+/// A pooled session: a [`Mux`], or a [`Mux`] with what its owner keeps
+/// beside it.
+pub(crate) trait Pooled {
+    /// The session has ended.
+    fn is_closed(&self) -> bool;
+    /// Ends the session (its streams fail).
+    fn close(&self);
+}
+
+impl Pooled for Mux {
+    fn is_closed(&self) -> bool {
+        Mux::is_closed(self)
+    }
+    fn close(&self) {
+        Mux::close(self);
+    }
+}
+
+impl<S: Pooled> MuxPool<S> {
     /// A pool of `size` slots (at least one), all empty. `expiry` of `None`
     /// keeps sessions until they end.
     #[must_use]
@@ -64,10 +82,10 @@ impl MuxPool {
     ///
     /// Cancel safe: a cancelled `connect` leaves the slot as it was (an
     /// expired session is then retired already).
-    pub(crate) async fn get<F, Fut>(&self, connect: F) -> io::Result<Arc<Mux>>
+    pub(crate) async fn get<F, Fut>(&self, connect: F) -> io::Result<Arc<S>>
     where
         F: FnOnce() -> Fut,
-        Fut: Future<Output = io::Result<Mux>>,
+        Fut: Future<Output = io::Result<S>>,
     {
         let idx = self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len();
         let mut slot = self.slots[idx].lock().await;
@@ -115,12 +133,12 @@ impl MuxPool {
         self.lock_retired().len()
     }
 
-    fn lock_retired(&self) -> std::sync::MutexGuard<'_, Vec<(Instant, Arc<Mux>)>> {
+    fn lock_retired(&self) -> std::sync::MutexGuard<'_, Vec<(Instant, Arc<S>)>> {
         self.retired.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
-impl std::fmt::Debug for MuxPool {
+impl<S: Pooled> std::fmt::Debug for MuxPool<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MuxPool")
             .field("slots", &self.slots.len())
