@@ -212,10 +212,10 @@ pub(crate) struct Common {
     /// config from json file, which will override the command from shell
     #[arg(short = 'c', default_value = "")]
     pub(crate) c: String,
-    /// kcpio only, server: streams forwarded at once (each holds a descriptor to the target), all sessions together. Streams beyond are closed at once (a FIN) [default: the descriptor limit (ulimit -n) less 128, at most 8192]
+    /// kcpio only: streams forwarded at once, all sessions together; each holds a descriptor (server: to the target; client: the local connection). Streams beyond are closed at once (server: a FIN; client: the local connection is closed) [default: the descriptor limit (ulimit -n) less 128, at most 8192]
     #[arg(long)]
     pub(crate) maxstreams: Option<usize>,
-    /// kcpio only, server: the most of --maxstreams one client (a source address, all its sessions together) may hold [default: half of --maxstreams]
+    /// kcpio only: the most of --maxstreams one client (a source address, all its sessions together) may hold (server), or one of the --conn sessions (client) [default: server half of --maxstreams, client all of it]
     #[arg(long)]
     pub(crate) sessionstreams: Option<usize>,
     /// kcpio only, server: dials to the target in flight at once, all sessions together; one client (source address) may have half. A target that refuses or times out makes new streams be refused for a back-off of 0.1 s doubling to 5 s
@@ -224,7 +224,7 @@ pub(crate) struct Common {
     /// kcpio only, server: seconds a stream may wait for a dial slot and its dial to the target together
     #[arg(long, default_value_t = 10)]
     pub(crate) dialtimeout: u64,
-    /// kcpio only, server: MiB read from the target that the sessions may hold toward their clients at once (smux send buffers and KCP send queues), all sessions together; one client (source address) may hold half. Forwarders stop reading their targets while it is spent
+    /// kcpio only: MiB read from the connections (server: targets; client: local applications) that the sessions may hold toward the other end at once (smux send buffers and KCP send queues), plus what copy buffers hold for connections slow to read, all sessions together; on a server one client (source address) may hold half. Forwarders stop reading while it is spent
     #[arg(long, default_value_t = crate::limits::MAX_BUFFER_DEFAULT_MIB)]
     pub(crate) maxbuffer: usize,
     /// kcpio only: congestion controller (model is an alias of bbr) [default: bbr; with --mode manual, --nc decides]

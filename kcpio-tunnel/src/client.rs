@@ -13,8 +13,9 @@ use tokio::net::{TcpListener, UdpSocket};
 use crate::config::{HostPorts, Settings};
 use crate::detect::{Io, SNAPPY_MAGIC, Tap};
 use crate::forward::{Conn, forward};
+use crate::limits::{Charge, ChargeGuard, Gate, SessionGate};
 use crate::log::{Log, log_close};
-use crate::pool::MuxPool;
+use crate::pool::{MuxPool, Pooled};
 use crate::stats::{Metered, Stats};
 
 /// How long a client session may go without a byte from the server while a
@@ -27,15 +28,42 @@ const SILENCE_WARNING: Duration = Duration::from_secs(15);
 pub(crate) struct Pool {
     settings: Settings,
     remote: HostPorts,
-    /// Each session's KCP stream beside its mux: the UDP flows of
-    /// `--udplisten` ride the first one's datagrams.
-    pool: MuxPool<Arc<KcpStream>>,
+    pool: MuxPool<Session>,
+    gate: Arc<Gate>,
     stats: Arc<Stats>,
     log: Log,
 }
 
+/// One pooled session with its share of the client's limits: at most
+/// `--sessionstreams` streams, and its account with the buffer budget
+/// (what its forwarders read from local connections and it still holds
+/// toward the server).
+pub(crate) struct Session {
+    mux: Arc<Mux>,
+    /// The KCP stream under the mux: the UDP flows of `--udplisten` ride
+    /// the first session's datagrams.
+    kcp: Arc<KcpStream>,
+    share: Arc<SessionGate>,
+    account: ChargeGuard,
+}
+
+impl Pooled for Session {
+    fn is_closed(&self) -> bool {
+        self.mux.is_closed()
+    }
+    fn close(&self) {
+        self.mux.close();
+    }
+}
+
 impl Pool {
-    fn new(settings: Settings, remote: HostPorts, stats: Arc<Stats>, log: Log) -> Arc<Self> {
+    fn new(
+        settings: Settings,
+        remote: HostPorts,
+        gate: Arc<Gate>,
+        stats: Arc<Stats>,
+        log: Log,
+    ) -> Arc<Self> {
         let pool = MuxPool::new(
             settings.conn,
             Some(settings.autoexpire),
@@ -45,6 +73,7 @@ impl Pool {
             settings,
             remote,
             pool,
+            gate,
             stats,
             log,
         })
@@ -52,7 +81,7 @@ impl Pool {
 
     /// The next slot's session. Retries every second until a session is
     /// up, as kcptun does.
-    async fn session(&self) -> Arc<Mux> {
+    async fn session(&self) -> Arc<Session> {
         loop {
             match self.pool.get(|| self.connect()).await {
                 Ok(mux) => return mux,
@@ -76,14 +105,15 @@ impl Pool {
     ///
     /// Cancel safe ([`MuxPool::get_first`]).
     pub(crate) async fn first_session(&self) -> io::Result<(Arc<Mux>, Arc<KcpStream>)> {
-        self.pool.get_first(|| self.connect()).await
+        let s = self.pool.get_first(|| self.connect()).await?;
+        Ok((Arc::clone(&s.mux), Arc::clone(&s.kcp)))
     }
 
     /// A new KCP session and its mux, with the mismatch watchers. The
     /// remote name is resolved on every connect (a changed DNS record is
     /// followed; a failure is retried by [`session`](Self::session)), and
     /// a port range gives a random port per session.
-    async fn connect(&self) -> io::Result<(Mux, Arc<KcpStream>)> {
+    async fn connect(&self) -> io::Result<Session> {
         let name = self.remote.pick();
         let remote = tokio::net::lookup_host(&name)
             .await
@@ -92,6 +122,7 @@ impl Pool {
             .ok_or_else(|| io::Error::other(format!("--remoteaddr {name}: no address")))?;
         let kcp = Arc::new(KcpStream::connect(remote, &self.settings.kcp).await?);
         let local = kcp.local_addr()?;
+        let kcp_stats = kcp.stats_handle();
         self.log.line(format!(
             "smux version: {}, on connection: {local} -> {remote}",
             self.settings.version.as_u8(),
@@ -133,7 +164,25 @@ impl Pool {
                 }
             }))
         };
-        let mux = Mux::client(io, &self.settings.mux);
+        let mux = Arc::new(Mux::client(io, &self.settings.mux));
+        self.stats.watch_mux(&mux);
+        // What this session holds toward the server: its smux send buffer
+        // and its KCP send queue (whole segments).
+        let held = {
+            let mux = Arc::downgrade(&mux);
+            let mss = self.gate.mss();
+            move || {
+                mux.upgrade().map_or(0, |m| m.send_buffered())
+                    + kcp_stats.stats().map_or(0, |s| s.wait_snd * mss)
+            }
+        };
+        let share = self.gate.session_share();
+        let account = Charge::start(
+            Arc::clone(&self.gate),
+            Arc::clone(&share),
+            self.log.clone(),
+            held,
+        );
         // Silence while a stream waits is a wrong key or cipher, a server
         // that is not running, or a kcptun server that dropped us over a
         // smux version it did not expect.
@@ -148,7 +197,12 @@ impl Pool {
                 ));
             }
         });
-        Ok((mux, kcp))
+        Ok(Session {
+            mux,
+            kcp,
+            share,
+            account,
+        })
     }
 
     /// Closes expired sessions whose time has come, once a second.
@@ -164,7 +218,9 @@ impl Pool {
 
 /// Accepts TCP connections, each carried as a stream of a pooled session;
 /// with `udp` (`--udplisten`), carries that socket's flows over the first
-/// pooled session's datagrams beside them.
+/// pooled session's datagrams beside them. A connection beyond
+/// `--maxstreams` at once, or beyond its session's `--sessionstreams`, is
+/// closed at once and counted (`refused (slots)`).
 pub(crate) async fn run_client(
     tcp: TcpListener,
     udp: Option<UdpSocket>,
@@ -177,7 +233,19 @@ pub(crate) async fn run_client(
         .map_err(|e| io::Error::other(format!("--remoteaddr {}: {e}", settings.peer)))?;
     let peer = settings.peer.clone();
     let udp_settings = settings.clone();
-    let pool = Pool::new(settings, remote, Arc::clone(&stats), log.clone());
+    let mss = settings
+        .kcp
+        .kcp_mtu()
+        .saturating_sub(crate::server::KCP_HEADER);
+    let gate = Arc::new(Gate::new(settings.limits, mss));
+    stats.watch_gate(Arc::clone(&gate));
+    let pool = Pool::new(
+        settings,
+        remote,
+        Arc::clone(&gate),
+        Arc::clone(&stats),
+        log.clone(),
+    );
     tokio::spawn(Arc::clone(&pool).scavenge());
     if let Some(sock) = udp {
         let sessions = crate::udp::client::Sessions::Beside(Arc::clone(&pool));
@@ -188,30 +256,55 @@ pub(crate) async fn run_client(
     }
     loop {
         let (conn, from) = tcp.accept().await?;
+        // The process's slot first, so connections waiting for a session
+        // (the server is down) are bounded too.
+        let Some(global) = gate.global_slot() else {
+            refuse(&stats, &log, &gate, from);
+            continue;
+        };
         let pool = Arc::clone(&pool);
         let stats = Arc::clone(&stats);
         let log = log.clone();
         let remote = peer.clone();
+        let gate = Arc::clone(&gate);
         tokio::spawn(async move {
             // A session that died since it was handed out: one more try.
             let mut stream = None;
             for _ in 0..2 {
-                match pool.session().await.open_stream().await {
+                let session = pool.session().await;
+                match session.mux.open_stream().await {
                     Ok(s) => {
-                        stream = Some(s);
+                        stream = Some((s, session));
                         break;
                     }
                     Err(e) => log.stream(format!("open stream: {e}")),
                 }
             }
-            let Some(stream) = stream else { return };
+            let Some((stream, session)) = stream else {
+                return;
+            };
+            let Some(_slot) = Gate::session_slot(global, &session.share) else {
+                // Dropping the stream sends its FIN.
+                return refuse(&stats, &log, &gate, from);
+            };
             let sid = stream.id();
             stats.streams_opened.fetch_add(1, Ordering::Relaxed);
             stats.streams_open.fetch_add(1, Ordering::Relaxed);
             log.stream(format!("stream opened in: {from} out: {remote}({sid})"));
-            let r = forward(Conn::Tcp(conn), stream, closewait, &stats, None).await;
+            let charge = session.account.charge();
+            drop(session);
+            let r = forward(Conn::Tcp(conn), stream, closewait, &stats, Some(&charge)).await;
             stats.streams_open.fetch_sub(1, Ordering::Relaxed);
             log_close(&log, from, remote, sid, r);
         });
     }
+}
+
+/// A local connection over a stream limit: counted, and closed (dropped).
+fn refuse(stats: &Stats, log: &Log, gate: &Gate, from: std::net::SocketAddr) {
+    stats.streams_refused.fetch_add(1, Ordering::Relaxed);
+    log.stream(format!(
+        "connection from {from} refused: {} streams at once (--maxstreams or --sessionstreams)",
+        gate.streams_in_use()
+    ));
 }

@@ -432,17 +432,23 @@ pub(crate) fn resolve(cli: Cli) -> Result<Settings, String> {
         .maxbuffer
         .checked_mul(1 << 20)
         .ok_or("--maxbuffer is too large")?;
+    // A server shares its limits between clients (half each); a client's
+    // sessions are all its own, so one may take them all by default.
+    let share = |n: usize| match role {
+        Role::Server => n / 2,
+        Role::Client => n,
+    };
     let limits = crate::Limits {
         max_streams: maxstreams,
         session_streams: c
             .sessionstreams
-            .unwrap_or(maxstreams / 2)
+            .unwrap_or(share(maxstreams))
             .clamp(1, maxstreams),
         max_dials: c.maxdials,
         session_dials: (c.maxdials / 2).max(1),
         dial_timeout: Duration::from_secs(c.dialtimeout),
         max_buffer,
-        client_buffer: max_buffer / 2,
+        client_buffer: share(max_buffer),
     };
     let (local_name, peer_name) = match role {
         Role::Client => ("localaddr", "remoteaddr"),

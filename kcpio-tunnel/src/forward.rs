@@ -8,7 +8,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use bytes::{BufMut, BytesMut};
-use kcpio::mux::{MuxStream, OwnedWriteHalf};
+use kcpio::mux::{MuxStream, OwnedReadHalf, OwnedWriteHalf};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_util::io::poll_read_buf;
@@ -33,8 +33,11 @@ pub(crate) const COPY_BUF: usize = 64 * 1024;
 /// stream still ends with a FIN, because smux has no reset frame, so the
 /// far end sees an end of stream, not an error (kcptun does the same).
 ///
-/// With a `budget` (the server), what is read from `conn` is charged to it
-/// and nothing is read while it is spent.
+/// With a `budget`, what is read from `conn` is charged to it until the
+/// session no longer holds it, what is read from `stream` until it is
+/// written into `conn`, and nothing is read either way while it is spent:
+/// a slow reader at either end holds at most the budget, not a copy buffer
+/// per stream.
 pub(crate) async fn forward(
     conn: Conn,
     stream: MuxStream,
@@ -64,6 +67,12 @@ pub(crate) trait Ready {
 }
 
 impl Ready for tokio::net::tcp::OwnedReadHalf {
+    async fn ready(&self) -> io::Result<()> {
+        self.readable().await
+    }
+}
+
+impl Ready for OwnedReadHalf {
     async fn ready(&self) -> io::Result<()> {
         self.readable().await
     }
@@ -114,7 +123,7 @@ async fn halves(
 ) -> io::Result<(u64, u64)> {
     let (sr, sw) = stream.into_split();
     let up = pipe_in(tr, sw, &stats.tcp_in, &stats.tcp_errors, budget);
-    let down = pipe(sr, tw, &stats.tcp_out, &stats.tcp_errors);
+    let down = pipe(sr, tw, stats, budget);
     tokio::pin!(up, down);
     let wait = |first: io::Result<u64>| async move {
         let n = first?;
@@ -189,6 +198,38 @@ fn poll_lazy(
     }
 }
 
+/// Bytes counted in a gauge while a write is pending (also when it is
+/// cancelled or fails).
+struct Held<'a>(&'a AtomicU64, u64);
+
+impl<'a> Held<'a> {
+    fn new(gauge: &'a AtomicU64, n: usize) -> Self {
+        gauge.fetch_add(n as u64, Ordering::Relaxed);
+        Self(gauge, n as u64)
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(self.1, Ordering::Relaxed);
+    }
+}
+
+/// Awaits `f`, freeing `buf`'s memory if `f` has to wait: a forwarder
+/// waiting for its source, for budget or for room holds no copy buffer
+/// (thousands of stalled streams would each keep 64 KiB).
+async fn idle<F: Future>(buf: &mut BytesMut, f: F) -> F::Output {
+    let mut f = std::pin::pin!(f);
+    std::future::poll_fn(|cx| {
+        let r = f.as_mut().poll(cx);
+        if r.is_pending() && buf.capacity() > 0 {
+            *buf = BytesMut::new();
+        }
+        r
+    })
+    .await
+}
+
 /// `r`, with a failure counted in `errors`.
 fn counted<T>(r: io::Result<T>, errors: &AtomicU64) -> io::Result<T> {
     if r.is_err() {
@@ -199,22 +240,38 @@ fn counted<T>(r: io::Result<T>, errors: &AtomicU64) -> io::Result<T> {
 
 /// Copies a stream (`from`) into a TCP connection (`to`) until EOF, then
 /// shuts `to` down (a TCP half-close); the connection's failures are
-/// counted in `tcp_errors`.
+/// counted in `tcp_errors`. With a `budget`, it waits until `from` has
+/// something, then for as much budget as it means to read, and keeps that
+/// charged until `to` has taken the bytes: a connection that does not read
+/// holds what it was given last, within the budget.
 async fn pipe(
-    mut from: impl AsyncRead + Unpin,
+    mut from: impl AsyncRead + Ready + Unpin,
     mut to: impl AsyncWrite + Unpin,
-    counter: &AtomicU64,
-    tcp_errors: &AtomicU64,
+    stats: &Stats,
+    budget: Option<&Charge>,
 ) -> io::Result<u64> {
+    let (counter, tcp_errors) = (&stats.tcp_out, &stats.tcp_errors);
     let mut buf = BytesMut::new();
     let mut total = 0u64;
     loop {
-        let n = read_lazy(&mut from, &mut buf, COPY_BUF).await?;
+        let (n, _reserved) = match budget {
+            None => (read_lazy(&mut from, &mut buf, COPY_BUF).await?, None),
+            Some(b) => {
+                idle(&mut buf, from.ready()).await?;
+                let r = idle(&mut buf, b.reserve(COPY_BUF)).await?;
+                match read_now(&mut from, &mut buf, r.bytes()).await? {
+                    Some(n) => (n, Some(r)),
+                    None => continue,
+                }
+            }
+        };
         if n == 0 {
             counted(to.shutdown().await, tcp_errors)?;
             return Ok(total);
         }
+        let held = Held::new(&stats.copy_held, n);
         counted(to.write_all(&buf[..n]).await, tcp_errors)?;
+        drop(held);
         total += n as u64;
         counter.fetch_add(n as u64, Ordering::Relaxed);
     }
@@ -237,14 +294,7 @@ async fn pipe_in(
     let mut total = 0u64;
     loop {
         // Wait for room; a stream that has none holds no buffer either.
-        let room = std::future::poll_fn(|cx| {
-            let r = to.poll_writable(cx);
-            if r.is_pending() {
-                buf = BytesMut::new();
-            }
-            r
-        })
-        .await?;
+        let room = idle(&mut buf, to.writable()).await?;
         let want = room.min(COPY_BUF);
         let (n, reserved) = match budget {
             None => (
@@ -252,8 +302,8 @@ async fn pipe_in(
                 None,
             ),
             Some(b) => {
-                counted(from.ready().await, tcp_errors)?;
-                let r = b.reserve(want).await?;
+                counted(idle(&mut buf, from.ready()).await, tcp_errors)?;
+                let r = idle(&mut buf, b.reserve(want)).await?;
                 match counted(read_now(&mut from, &mut buf, r.bytes()).await, tcp_errors)? {
                     Some(n) => (n, Some(r)),
                     None => continue,

@@ -202,6 +202,16 @@ impl Gate {
         share
     }
 
+    /// A share of its own, unkeyed: the client's, one per pooled session
+    /// (`--sessionstreams` streams, a client's part of the buffer budget).
+    pub(crate) fn session_share(&self) -> Arc<SessionGate> {
+        Arc::new(SessionGate {
+            streams: Arc::new(Semaphore::new(self.limits.session_streams)),
+            dials: Arc::new(Semaphore::new(self.limits.session_dials)),
+            buffer: Arc::new(Semaphore::new(self.limits.client_buffer)),
+        })
+    }
+
     /// Stream slots in use, all sessions together.
     pub(crate) fn streams_in_use(&self) -> usize {
         self.limits.max_streams - self.streams.available_permits()
@@ -270,14 +280,24 @@ impl Gate {
         {
             return Err(Refused::Backoff);
         }
-        let s = Arc::clone(&session.streams)
-            .try_acquire_owned()
-            .map_err(|_| Refused::Streams)?;
-        let g = Arc::clone(&self.streams)
-            .try_acquire_owned()
-            .map_err(|_| Refused::Streams)?;
-        Ok(StreamSlot {
-            _global: g,
+        let g = self.global_slot().ok_or(Refused::Streams)?;
+        Self::session_slot(g, session).ok_or(Refused::Streams)
+    }
+
+    /// One of the process's stream slots alone, at once: the client takes
+    /// it when it accepts a local connection, before it knows the session.
+    pub(crate) fn global_slot(&self) -> Option<OwnedSemaphorePermit> {
+        Arc::clone(&self.streams).try_acquire_owned().ok()
+    }
+
+    /// `global` completed with one of `session`'s stream slots, at once.
+    pub(crate) fn session_slot(
+        global: OwnedSemaphorePermit,
+        session: &SessionGate,
+    ) -> Option<StreamSlot> {
+        let s = Arc::clone(&session.streams).try_acquire_owned().ok()?;
+        Some(StreamSlot {
+            _global: global,
             _session: s,
         })
     }

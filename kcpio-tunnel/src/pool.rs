@@ -22,25 +22,38 @@ use kcpio::mux::Mux;
 /// `--autoexpire`, `grace` = `--scavengettl`. Memory: `size` slots plus the
 /// retired sessions not yet scavenged (at most one per slot per expiry
 /// period within `grace`).
-///
-/// Each slot keeps an `X` beside its mux, made with it (the client keeps
-/// the KCP session there, for the UDP flows that ride the first slot's
-/// session: [`get_first`](MuxPool::get_first)).
-pub(crate) struct MuxPool<X = ()> {
-    slots: Vec<tokio::sync::Mutex<Option<Slot<X>>>>,
+pub(crate) struct MuxPool<S = Mux> {
+    slots: Vec<tokio::sync::Mutex<Option<Slot<S>>>>,
     next: AtomicUsize,
     expiry: Option<Duration>,
     grace: Duration,
-    retired: Mutex<Vec<(Instant, Arc<Mux>)>>,
+    retired: Mutex<Vec<(Instant, Arc<S>)>>,
 }
 
-struct Slot<X> {
-    mux: Arc<Mux>,
-    extra: X,
+struct Slot<S> {
+    mux: Arc<S>,
     expires: Option<Instant>,
 }
 
-impl<X: Clone> MuxPool<X> {
+/// A pooled session: a [`Mux`], or a [`Mux`] with what its owner keeps
+/// beside it.
+pub(crate) trait Pooled {
+    /// The session has ended.
+    fn is_closed(&self) -> bool;
+    /// Ends the session (its streams fail).
+    fn close(&self);
+}
+
+impl Pooled for Mux {
+    fn is_closed(&self) -> bool {
+        Mux::is_closed(self)
+    }
+    fn close(&self) {
+        Mux::close(self);
+    }
+}
+
+impl<S: Pooled> MuxPool<S> {
     /// A pool of `size` slots (at least one), all empty. `expiry` of `None`
     /// keeps sessions until they end.
     #[must_use]
@@ -69,18 +82,18 @@ impl<X: Clone> MuxPool<X> {
     ///
     /// Cancel safe: a cancelled `connect` leaves the slot as it was (an
     /// expired session is then retired already).
-    pub(crate) async fn get<F, Fut>(&self, connect: F) -> io::Result<Arc<Mux>>
+    pub(crate) async fn get<F, Fut>(&self, connect: F) -> io::Result<Arc<S>>
     where
         F: FnOnce() -> Fut,
-        Fut: Future<Output = io::Result<(Mux, X)>>,
+        Fut: Future<Output = io::Result<S>>,
     {
         let idx = self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len();
-        Ok(self.get_slot(idx, connect).await?.0)
+        self.get_slot(idx, connect).await
     }
 
-    /// The first slot's session and what was made with it, as
-    /// [`get`](Self::get) gives it (made, replaced), without taking a turn
-    /// of the round robin: one session for whoever must stay on one.
+    /// The first slot's session, as [`get`](Self::get) gives it (made,
+    /// replaced), without taking a turn of the round robin: one session
+    /// for whoever must stay on one (the UDP flows of `--udplisten`).
     ///
     /// # Errors
     ///
@@ -89,41 +102,39 @@ impl<X: Clone> MuxPool<X> {
     /// # Cancel safety
     ///
     /// As [`get`](Self::get).
-    pub(crate) async fn get_first<F, Fut>(&self, connect: F) -> io::Result<(Arc<Mux>, X)>
+    pub(crate) async fn get_first<F, Fut>(&self, connect: F) -> io::Result<Arc<S>>
     where
         F: FnOnce() -> Fut,
-        Fut: Future<Output = io::Result<(Mux, X)>>,
+        Fut: Future<Output = io::Result<S>>,
     {
         self.get_slot(0, connect).await
     }
 
-    async fn get_slot<F, Fut>(&self, idx: usize, connect: F) -> io::Result<(Arc<Mux>, X)>
+    async fn get_slot<F, Fut>(&self, idx: usize, connect: F) -> io::Result<Arc<S>>
     where
         F: FnOnce() -> Fut,
-        Fut: Future<Output = io::Result<(Mux, X)>>,
+        Fut: Future<Output = io::Result<S>>,
     {
         let mut slot = self.slots[idx].lock().await;
         let now = Instant::now();
         if let Some(s) = slot.take() {
             let expired = s.expires.is_some_and(|t| now >= t);
             if !s.mux.is_closed() && !expired {
-                let got = (Arc::clone(&s.mux), s.extra.clone());
+                let mux = Arc::clone(&s.mux);
                 *slot = Some(s);
-                return Ok(got);
+                return Ok(mux);
             }
             if !s.mux.is_closed() {
                 let at = s.expires.unwrap_or(now) + self.grace;
                 self.lock_retired().push((at, s.mux));
             }
         }
-        let (mux, extra) = connect().await?;
-        let mux = Arc::new(mux);
+        let mux = Arc::new(connect().await?);
         *slot = Some(Slot {
             mux: Arc::clone(&mux),
-            extra: extra.clone(),
             expires: self.expiry.map(|e| now + e),
         });
-        Ok((mux, extra))
+        Ok(mux)
     }
 
     /// Closes the retired sessions whose grace period has passed (their
@@ -149,12 +160,12 @@ impl<X: Clone> MuxPool<X> {
         self.lock_retired().len()
     }
 
-    fn lock_retired(&self) -> std::sync::MutexGuard<'_, Vec<(Instant, Arc<Mux>)>> {
+    fn lock_retired(&self) -> std::sync::MutexGuard<'_, Vec<(Instant, Arc<S>)>> {
         self.retired.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
-impl<X: Clone> std::fmt::Debug for MuxPool<X> {
+impl<S: Pooled> std::fmt::Debug for MuxPool<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MuxPool")
             .field("slots", &self.slots.len())
@@ -175,22 +186,42 @@ mod tests {
     fn connector(
         calls: &Arc<AtomicUsize>,
         peers: &Arc<Mutex<Vec<tokio::io::DuplexStream>>>,
-    ) -> impl FnOnce() -> std::future::Ready<io::Result<(Mux, ())>> {
+    ) -> impl FnOnce() -> std::future::Ready<io::Result<Mux>> {
         let calls = Arc::clone(calls);
         let peers = Arc::clone(peers);
         move || {
             calls.fetch_add(1, Ordering::Relaxed);
             let (a, b) = tokio::io::duplex(1024);
             peers.lock().unwrap().push(b);
-            std::future::ready(Ok((Mux::client(a, &MuxConfig::default()), ())))
+            std::future::ready(Ok(Mux::client(a, &MuxConfig::default())))
         }
+    }
+
+    #[tokio::test]
+    async fn get_first_keeps_to_slot_zero_without_a_turn() {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let peers = Arc::new(Mutex::new(Vec::new()));
+        let pool = MuxPool::new(2, None, Duration::ZERO);
+        let first = pool.get_first(connector(&calls, &peers)).await.unwrap();
+        let again = pool.get_first(connector(&calls, &peers)).await.unwrap();
+        assert!(Arc::ptr_eq(&first, &again), "the same session");
+        // The round robin did not move: its first turn is slot 0's session.
+        let turn = pool.get(connector(&calls, &peers)).await.unwrap();
+        assert!(Arc::ptr_eq(&turn, &first));
+        let turn = pool.get(connector(&calls, &peers)).await.unwrap();
+        assert!(!Arc::ptr_eq(&turn, &first));
+        // Slot 0's session ended: a new one.
+        first.close();
+        let next = pool.get_first(connector(&calls, &peers)).await.unwrap();
+        assert!(!Arc::ptr_eq(&next, &first));
+        assert_eq!(calls.load(Ordering::Relaxed), 3);
     }
 
     #[tokio::test(start_paused = true)]
     async fn lazy_round_robin_expiry_and_scavenging() {
         let calls = Arc::new(AtomicUsize::new(0));
         let peers = Arc::new(Mutex::new(Vec::new()));
-        let pool: MuxPool = MuxPool::new(2, Some(Duration::from_secs(3)), Duration::from_secs(2));
+        let pool = MuxPool::new(2, Some(Duration::from_secs(3)), Duration::from_secs(2));
         assert_eq!(calls.load(Ordering::Relaxed), 0, "nothing before first use");
         let a = pool.get(connector(&calls, &peers)).await.unwrap();
         let b = pool.get(connector(&calls, &peers)).await.unwrap();
@@ -218,36 +249,8 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn get_first_keeps_to_slot_zero_and_its_extra_without_a_turn() {
-        let made = Arc::new(AtomicUsize::new(0));
-        let peers = Arc::new(Mutex::new(Vec::new()));
-        let connect = || {
-            let n = made.fetch_add(1, Ordering::Relaxed);
-            let (a, b) = tokio::io::duplex(1024);
-            peers.lock().unwrap().push(b);
-            std::future::ready(Ok((Mux::client(a, &MuxConfig::default()), n)))
-        };
-        let pool: MuxPool<usize> = MuxPool::new(2, None, Duration::ZERO);
-        let (first, extra) = pool.get_first(connect).await.unwrap();
-        assert_eq!(extra, 0);
-        let (again, extra) = pool.get_first(connect).await.unwrap();
-        assert!(
-            Arc::ptr_eq(&first, &again) && extra == 0,
-            "the same session"
-        );
-        // The round robin did not move: its first turn is slot 0's session.
-        assert!(Arc::ptr_eq(&pool.get(connect).await.unwrap(), &first));
-        assert!(!Arc::ptr_eq(&pool.get(connect).await.unwrap(), &first));
-        // Slot 0's session ended: a new one, with its own extra.
-        first.close();
-        let (next, extra) = pool.get_first(connect).await.unwrap();
-        assert!(!Arc::ptr_eq(&next, &first));
-        assert_eq!((extra, made.load(Ordering::Relaxed)), (2, 3));
-    }
-
-    #[tokio::test]
     async fn failed_connect_leaves_the_slot_empty() {
-        let pool: MuxPool = MuxPool::new(1, None, Duration::ZERO);
+        let pool = MuxPool::new(1, None, Duration::ZERO);
         let err = pool
             .get(|| std::future::ready(Err(io::Error::other("down"))))
             .await

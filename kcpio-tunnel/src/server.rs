@@ -18,7 +18,7 @@ use crate::stats::{Metered, Stats};
 /// How long a new server session may stay silent before it is dropped.
 const FIRST_BYTES_TIMEOUT: Duration = Duration::from_secs(60);
 /// A KCP segment's header: what the mtu holds besides the payload.
-const KCP_HEADER: usize = 24;
+pub(crate) const KCP_HEADER: usize = 24;
 
 /// Serves the sessions of every listener (one per port of `-l`'s range)
 /// until one fails to accept.

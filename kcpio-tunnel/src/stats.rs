@@ -38,9 +38,13 @@ pub(crate) struct Stats {
     kcp: Mutex<Vec<StatsHandle>>,
     /// The server's listeners (one per port), for their drop counters.
     listeners: OnceLock<Arc<Vec<KcpListener>>>,
-    /// Server: streams refused for want of a stream slot, or during the
-    /// dial back-off.
+    /// Streams refused for want of a stream slot (the server), local
+    /// connections refused for want of one (the client); or during the
+    /// dial back-off (the server).
     pub(crate) streams_refused: AtomicU64,
+    /// Bytes read from streams and not yet taken by their TCP connections:
+    /// what the copy buffers hold for slow readers.
+    pub(crate) copy_held: AtomicU64,
     pub(crate) streams_backed_off: AtomicU64,
     /// Server: dials that failed (timeouts included), and timed out.
     pub(crate) dials_failed: AtomicU64,
@@ -252,7 +256,7 @@ impl Stats {
              {} refused by smux; dials {} in flight, {} failed ({} timed out); \
              smux buffered {} B in, {} B out; \
              buffer budget {} B charged of {} B, {} B held (smux out and KCP send queues), \
-             reached {} times",
+             reached {} times; copy buffers hold {} B toward slow readers",
             l.streams_in_use,
             self.streams_refused.load(Ordering::Relaxed),
             self.streams_backed_off.load(Ordering::Relaxed),
@@ -266,6 +270,7 @@ impl Stats {
             l.budget,
             l.budget_held,
             l.budget_waits,
+            self.copy_held.load(Ordering::Relaxed),
         )
     }
 }

@@ -232,7 +232,11 @@
 //! In all, a peer can make one session hold at most its receive window of
 //! segments (1024 × up to 1,376 bytes, about 1.4 MiB, at the defaults), the
 //! FEC decoder's bound and the datagram queue; what the application writes
-//! is bounded by the send window (writes wait). A listener holds at most
+//! is bounded by the send window (writes wait). The send queue's storage
+//! follows its load: about once a second it is cut back to the power of two
+//! above the most segments it held in the last second, so a session that
+//! once held a full queue gives that memory back when its load falls
+//! (a session idle since keeps it until its next input or timer). A listener holds at most
 //! `max_sessions` of those: about 9 GiB at the defaults, reached only by
 //! 4,096 proven peers each filling its window while the application does
 //! not read. Lower [`window`](ConfigBuilder::window) or `max_sessions` where

@@ -26,31 +26,18 @@ N=${1:-2000}
 PACE=${2:-500}
 HOLD=${3:-10}
 SESSIONS=${4:-1}
-cargo build --release --quiet -p kcpio-tunnel -p kcpio-lab --bin kcpio-tunnel --bin attack
-BIN=${CARGO_TARGET_DIR:-target}/release
+# KCPIO_BIN_DIR: take kcpio-tunnel and attack from there instead of building.
+if [ -n "${KCPIO_BIN_DIR:-}" ]; then
+    BIN=$KCPIO_BIN_DIR
+else
+    cargo build --release --quiet -p kcpio-tunnel -p kcpio-lab --bin kcpio-tunnel --bin attack
+    BIN=${CARGO_TARGET_DIR:-target}/release
+fi
 command -v kcptun-server >/dev/null || { echo "kcptun missing: scripts/install-kcptun.sh" >&2; exit 1; }
 ulimit -n "$(ulimit -Hn)" || true
 TMP=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$TMP"' EXIT
-cat > "$TMP/target.py" <<'PY'
-import asyncio, socket, sys
-CHUNK = b"\x5a" * 65536
-async def handle(r, w):
-    try:
-        w.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 65536)
-        for _ in range(1024):
-            w.write(CHUNK)
-            await w.drain()
-        w.close()
-    except Exception:
-        pass
-async def main():
-    srv = await asyncio.start_server(handle, "127.0.0.1", int(sys.argv[1]), backlog=4096)
-    async with srv:
-        await srv.serve_forever()
-asyncio.run(main())
-PY
-python3 "$TMP/target.py" 39877 2>"$TMP/target.log" &
+python3 lab/scripts/download-target.py 39877 2>"$TMP/target.log" &
 sleep 0.5
 for name in kcptun kcpio; do
     if [ "$name" = kcptun ]; then SERVER=(kcptun-server); else SERVER=("$BIN/kcpio-tunnel" server); fi

@@ -15,8 +15,15 @@ RUNS=${2:-3}
 shift $(( $# >= 2 ? 2 : $# ))
 [ "${1:-}" = "--" ] && shift
 FLAGS=("$@")
-cargo build --release --quiet -p kcpio-tunnel
-TUNNEL=${CARGO_TARGET_DIR:-target}/release/kcpio-tunnel
+# KCPIO_TUNNEL_BIN: measure that binary instead of building this tree's;
+# KCPIO_FLAGS: flags for the two kcpio-tunnel ends only (e.g. --maxbuffer).
+if [ -n "${KCPIO_TUNNEL_BIN:-}" ]; then
+  TUNNEL=$KCPIO_TUNNEL_BIN
+else
+  cargo build --release --quiet -p kcpio-tunnel
+  TUNNEL=${CARGO_TARGET_DIR:-target}/release/kcpio-tunnel
+fi
+read -r -a KFLAGS <<< "${KCPIO_FLAGS:-}"
 command -v kcptun-client >/dev/null || { echo "kcptun missing: scripts/install-kcptun.sh" >&2; exit 1; }
 
 work=$(mktemp -d)
@@ -51,8 +58,8 @@ run() {
     kcptun-server -l "127.0.0.1:$udp" -t "127.0.0.1:$src" --quiet "${FLAGS[@]}" 2>/dev/null & srv=$!
     kcptun-client -l "127.0.0.1:$tcp" -r "127.0.0.1:$udp" --quiet "${FLAGS[@]}" 2>/dev/null & cli=$!
   else
-    "$TUNNEL" server -l "127.0.0.1:$udp" -t "127.0.0.1:$src" --quiet "${FLAGS[@]}" 2>/dev/null & srv=$!
-    "$TUNNEL" client -l "127.0.0.1:$tcp" -r "127.0.0.1:$udp" --quiet "${FLAGS[@]}" 2>/dev/null & cli=$!
+    "$TUNNEL" server -l "127.0.0.1:$udp" -t "127.0.0.1:$src" --quiet "${FLAGS[@]}" "${KFLAGS[@]}" 2>/dev/null & srv=$!
+    "$TUNNEL" client -l "127.0.0.1:$tcp" -r "127.0.0.1:$udp" --quiet "${FLAGS[@]}" "${KFLAGS[@]}" 2>/dev/null & cli=$!
   fi
   pids+=("$srv" "$cli")
   sleep 0.5

@@ -16,7 +16,11 @@
 //! The wire behaviour is unchanged: the same sets of segments, visited in the
 //! same sn order. Rings start small and double up to their bound (twice the
 //! window); each slot keeps its payload `Vec` once allocated, so a session in
-//! steady state allocates nothing per segment.
+//! steady state allocates nothing per segment. The send ring also shrinks:
+//! [`SendRing::trim`], called about once a second, cuts it (dropping the
+//! spare slots' payload buffers) to the power of two above the most
+//! segments it held since the last call, so its memory follows what was in
+//! flight lately, not the fullest queue it ever had.
 
 use std::collections::VecDeque;
 
@@ -58,6 +62,8 @@ pub(crate) struct SendRing {
     /// Most segments held at once (in flight + queued).
     pub(crate) limit: u32,
     max_cap: usize,
+    /// Most segments held at once since the last [`trim`](Self::trim).
+    high: u32,
 }
 
 const INITIAL_SLOTS: usize = 16;
@@ -77,6 +83,7 @@ impl SendRing {
             queued: 0,
             limit,
             max_cap,
+            high: 0,
         }
     }
 
@@ -109,12 +116,35 @@ impl SendRing {
         if cap <= old_cap {
             return;
         }
+        self.resize(cap);
+    }
+
+    /// Shrinks the ring to what the most segments held since the last call
+    /// need (rounded up to a power of two, at least [`INITIAL_SLOTS`]) when
+    /// it is at least twice that: the spare slots' payload buffers are
+    /// freed. A steady load keeps its slots (no allocation per segment); a
+    /// burst's memory is given back once the load falls; a load that
+    /// crosses a power of two back and forth resizes at most once a call.
+    pub(crate) fn trim(&mut self) {
+        let need = (self.high.max(self.len()) as usize)
+            .next_power_of_two()
+            .max(INITIAL_SLOTS);
+        self.high = self.len();
+        if self.metas.len() >= 2 * need {
+            self.resize(need);
+        }
+    }
+
+    /// Moves the ring into `cap` slots (a power of two, at least `len()`).
+    fn resize(&mut self, cap: usize) {
+        let old_cap = self.metas.len();
         let mut metas = vec![SendMeta::default(); cap];
         let mut datas: Vec<Vec<u8>> = (0..cap).map(|_| Vec::new()).collect();
         let new_mask = (cap - 1) as u32;
-        // Walk every old slot once (old_cap consecutive sns from `una`), so
-        // spare payload buffers move along with the live ones.
-        for k in 0..old_cap as u32 {
+        // Walk the old slots in sn order from `una` (live ones first), so
+        // spare payload buffers move along with the live ones while the new
+        // ring has room for them; a smaller ring drops the rest.
+        for k in 0..old_cap.min(cap) as u32 {
             let sn = self.una.wrapping_add(k);
             let from = (sn & self.mask) as usize;
             let to = (sn & new_mask) as usize;
@@ -134,8 +164,16 @@ impl SendRing {
     }
 
     /// Append a new queued segment holding `bytes` (caller checked `free() > 0`).
-    /// Returns `false` if the ring is at its bound.
-    pub(crate) fn push_queued(&mut self, frg: u8, bytes: &[u8], mergeable: bool) -> bool {
+    /// Returns `false` if the ring is at its bound. A mergeable segment's
+    /// buffer is given `mss` bytes at once, the most stream mode appends to
+    /// it: growing by doubling would leave up to twice that in every slot.
+    pub(crate) fn push_queued(
+        &mut self,
+        frg: u8,
+        bytes: &[u8],
+        mergeable: bool,
+        mss: usize,
+    ) -> bool {
         if self.free() == 0 {
             return false;
         }
@@ -154,8 +192,12 @@ impl SendRing {
                 ..SendMeta::default()
             };
             d.clear();
+            if mergeable && d.capacity() < mss {
+                d.reserve_exact(mss);
+            }
             d.extend_from_slice(bytes);
             self.queued += 1;
+            self.high = self.high.max(self.len());
             true
         } else {
             false

@@ -240,6 +240,11 @@ struct Params {
     ack_repeat: bool,
 }
 
+/// How often (ms) the send ring gives back slots and payload buffers that
+/// the load of the last period did not need: memory follows what was in
+/// flight lately, and a steady load keeps what it uses.
+const TRIM_PERIOD_MS: u32 = 1000;
+
 /// One KCP conversation as a sans-IO state machine.
 ///
 /// # Call contract
@@ -384,6 +389,9 @@ pub struct Kcp {
     wnd_told: u16,
     /// kcp-go's session timer: when the next periodic flush is due.
     next_timer: Timestamp,
+    /// When the send ring next gives back slots it no longer needs
+    /// ([`SendRing::trim`], every [`TRIM_PERIOD_MS`]).
+    next_trim: Timestamp,
     /// The connection was idle at the end of the last call: timer ticks are
     /// virtual (they would send nothing) until the next call with `now`.
     parked: bool,
@@ -470,6 +478,7 @@ impl Kcp {
             ack_clock: false,
             wnd_told: config.rcv_wnd,
             next_timer: Timestamp::from_millis(0),
+            next_trim: Timestamp::from_millis(0),
             parked: true,
             started: false,
             last_now: Timestamp::from_millis(0),
@@ -525,6 +534,15 @@ impl Kcp {
             self.parked = false;
         }
         self.last_now = now;
+        // Due, or further ahead than one period: the clock jumped (or this
+        // is the first call).
+        let trim_in = self.next_trim.diff(now);
+        if trim_in <= 0 || trim_in > TRIM_PERIOD_MS as i32 {
+            // Storage only: the segments, their order and the wire are the
+            // same either way.
+            self.snd.trim();
+            self.next_trim = now.add_millis(TRIM_PERIOD_MS);
+        }
         self.cc.on_clock(now.as_millis());
         if let Some(kind) = self.pending.take() {
             self.flush(now, kind);
@@ -1260,7 +1278,7 @@ impl Kcp {
         while !rest.is_empty() {
             let take = self.mss.min(rest.len());
             let (piece, more) = rest.split_at(take);
-            if !self.snd.push_queued(0, piece, self.p.stream) {
+            if !self.snd.push_queued(0, piece, self.p.stream, self.mss) {
                 break;
             }
             rest = more;
@@ -1295,7 +1313,7 @@ impl Kcp {
         }
         for (i, piece) in msg.chunks(self.mss).enumerate() {
             let frg = (count - 1 - i) as u8;
-            if !self.snd.push_queued(frg, piece, false) {
+            if !self.snd.push_queued(frg, piece, false, self.mss) {
                 // Unreachable given the free-slot check; never leave half a message.
                 return Err(SendError::WouldBlock);
             }

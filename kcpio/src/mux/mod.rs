@@ -171,9 +171,15 @@ pub(crate) fn fuzz_session(data: &[u8]) {
         if !s.wants_input() {
             // Drain the streams so input can resume.
             for sid in 0..=64 {
-                while let Ok(Some(n)) = s.read(sid, &mut read) {
-                    if n == 0 {
-                        break;
+                loop {
+                    // `readable` says whether the read returns now.
+                    let ready = s.readable(sid);
+                    let r = s.read(sid, &mut read);
+                    match (ready, r) {
+                        (Ok(true), Ok(Some(n))) if n > 0 => continue,
+                        (Ok(true), Ok(Some(_)) | Err(_)) | (Err(_), Err(_)) => break,
+                        (Ok(false), Ok(None)) => break,
+                        (ready, r) => panic!("readable {ready:?} but read {r:?}"),
                     }
                 }
             }

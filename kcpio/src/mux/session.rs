@@ -19,9 +19,15 @@ pub const STREAM_SEND_BUFFER: usize = 2 * 65_536;
 /// refusals are counted and not answered.
 pub const REFUSED_QUEUE: usize = 1024;
 
-/// A drained receive or send buffer with more capacity than this is freed,
-/// so an idle stream holds little memory.
+/// A drained receive buffer with more capacity than this is freed, so an
+/// idle stream holds little memory.
 const SHRINK_ABOVE: usize = 64 * 1024;
+/// A drained send buffer with more capacity than this is freed. Lower than
+/// for receiving: a writer whose reads are paused (a budget, a slow peer)
+/// leaves its stream's send buffer drained, and thousands of those each
+/// keeping up to 64 KiB took a quarter of a gigabyte. A stream whose source
+/// outpaces the session keeps a non-empty buffer and allocates nothing.
+const SEND_KEEP: usize = 4 * 1024;
 
 /// Which end of the session this is: it decides the stream ids.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -827,6 +833,18 @@ impl Session {
         self.accept.pop_front()
     }
 
+    /// Whether a [`read`](Self::read) of `sid` would return now: it has
+    /// received bytes, the peer's FIN, or the session's error. Nothing is
+    /// consumed, so a caller can take budget for a read before making it.
+    ///
+    /// # Errors
+    ///
+    /// [`StreamError::Unknown`] for a stream not open here.
+    pub fn readable(&self, sid: StreamId) -> Result<bool, StreamError> {
+        let s = self.streams.get(&sid).ok_or(StreamError::Unknown)?;
+        Ok(!s.recv.is_empty() || s.peer_fin || self.error.is_some())
+    }
+
     /// Reads received payload of `sid` into `buf`: `Ok(Some(n))` with
     /// `n > 0` bytes, `Ok(Some(0))` at end of stream (the peer's FIN, after
     /// all data) or for an empty `buf`, `Ok(None)` when nothing is there yet.
@@ -1085,7 +1103,7 @@ impl Session {
                 out[HEADER_LEN + k..].copy_from_slice(&b[..take - k]);
                 s.send.drain(..take);
                 self.send_total -= take;
-                if s.send.is_empty() && s.send.capacity() > SHRINK_ABOVE {
+                if s.send.is_empty() && s.send.capacity() > SEND_KEEP {
                     s.send = VecDeque::new();
                 }
                 s.num_written = s.num_written.wrapping_add(take as u32);

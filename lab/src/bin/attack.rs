@@ -9,7 +9,7 @@
 //! attack takeover ADDR                     forged datagrams from a live session's address (null crypto)
 //! attack flood    ADDR CRYPT SECS          forged openers from fresh addresses; a real client connects meanwhile
 //! attack late     ADDR CRYPT IDLE AT,.. [LOG]  a conversation, silence, then its late datagrams
-//! attack streams  ADDR CRYPT N PACE HOLD [nocomp] [v2] [sessions=S]  smux streams on S sessions (flood, slow readers)
+//! attack streams  ADDR CRYPT N PACE HOLD [nocomp] [v2] [sessions=S] [from=IP]  smux streams on S sessions (flood, slow readers)
 //! attack migrate  ADDR CRYPT SECS          a live session's captured datagrams replayed from a third address
 //! ```
 //!
@@ -34,7 +34,9 @@
 //! a server pointed at a target that never accepts shows whether its dials
 //! time out and its slots come back. `nocomp` for a server run with
 //! `--nocomp`, `v2` for `--smuxver 2`; `sessions=S` spreads the N streams
-//! over S attacking sessions (many sessions x streams).
+//! over S attacking sessions (many sessions x streams); `from=IP` binds
+//! them there (default 127.0.0.1), so a tunnel client on 127.0.0.1 can be
+//! another client of the server.
 //!
 //! `late`: a client echoes once, then falls silent while the server's
 //! application ends the session (after IDLE seconds without input, as both
@@ -405,10 +407,12 @@ async fn streams(
     nocomp: bool,
     v2: bool,
     sessions: usize,
+    from: &str,
 ) {
     let mut attackers = Vec::with_capacity(sessions);
+    let bind = format!("{from}:0");
     for _ in 0..sessions.max(1) {
-        attackers.push(tunnel_session(addr, "127.0.0.1:0", crypt, nocomp, v2).await);
+        attackers.push(tunnel_session(addr, &bind, crypt, nocomp, v2).await);
     }
     let started = Instant::now();
     let mut held = Vec::with_capacity(n);
@@ -569,6 +573,11 @@ async fn main() {
                 .skip(6)
                 .find_map(|a| a.strip_prefix("sessions=")?.parse().ok())
                 .unwrap_or(1);
+            let from = args
+                .iter()
+                .skip(6)
+                .find_map(|a| a.strip_prefix("from="))
+                .unwrap_or("127.0.0.1");
             streams(
                 addr,
                 arg(2),
@@ -578,6 +587,7 @@ async fn main() {
                 flag("nocomp"),
                 flag("v2"),
                 sessions,
+                from,
             )
             .await;
         }

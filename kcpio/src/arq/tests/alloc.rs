@@ -74,3 +74,61 @@ fn a_second_lossy_transfer_grows_nothing() {
     );
     assert_eq!((a.heap_fingerprint(), b.heap_fingerprint()), before);
 }
+
+/// A burst that fills the send queue (2 × the window: 2,048 slots) leaves
+/// it holding those slots only until the load falls: the next second's
+/// trim gives them back, so a session keeps what it used lately, not the
+/// fullest queue it ever had. A steady load keeps its slots (the test
+/// above).
+#[test]
+fn a_burst_s_send_slots_are_given_back_when_the_load_falls() {
+    let cfg = ArqConfig {
+        snd_wnd: 1024,
+        rcv_wnd: 1024,
+        stream: true,
+        ..ArqConfig::with_timing(Timing::FAST3)
+    };
+    let mut a = Kcp::new(1, &cfg).unwrap();
+    let mut b = Kcp::new(1, &cfg).unwrap();
+    let mut clock = 0;
+    // Everything offered at once: the queue fills to its bound.
+    let burst = vec![0x5a; 2048 * a.mss()];
+    assert_eq!(a.send(&burst), burst.len(), "the queue took the burst");
+    assert_eq!(a.footprint().snd_slots, 2048);
+    let data: Vec<u8> = (0..64 * 1024u32).map(|i| i as u8).collect();
+    let mut rbuf = vec![0u8; burst.len()];
+    // Deliver the burst, then a trickle for a few seconds.
+    let mut pkt = [0u8; 1500];
+    let mut got = 0;
+    for _ in 0..200_000 {
+        let now = t(clock);
+        while let Some(n) = a.poll_transmit(now, &mut pkt) {
+            b.handle_datagram(now, &pkt[..n], Origin::Regular).unwrap();
+        }
+        got += b.recv(&mut rbuf);
+        a.handle_timeout(now);
+        b.handle_timeout(now);
+        while let Some(n) = b.poll_transmit(now, &mut pkt) {
+            a.handle_datagram(now, &pkt[..n], Origin::Regular).unwrap();
+        }
+        clock += 1;
+        if got >= burst.len() {
+            break;
+        }
+    }
+    assert_eq!(got, burst.len());
+    // A light load (64 KiB, well under one window) over the next 3 s.
+    assert_eq!(
+        transfer(&mut a, &mut b, &data, &mut clock, 1_000_000),
+        data.len()
+    );
+    clock += 3000;
+    a.handle_timeout(t(clock));
+    clock += 1000;
+    a.handle_timeout(t(clock));
+    let slots = a.footprint().snd_slots;
+    assert!(
+        slots <= 128,
+        "the burst's 2,048 send slots are still held: {slots}"
+    );
+}

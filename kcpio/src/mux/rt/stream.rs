@@ -79,6 +79,18 @@ impl Handle {
         }
     }
 
+    fn poll_readable(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let mut st = self.shared.lock();
+        match st.session.readable(self.sid) {
+            Ok(true) => Poll::Ready(Ok(())),
+            Ok(false) => {
+                st.set_read_waker(self.sid, cx.waker());
+                Poll::Pending
+            }
+            Err(e) => Poll::Ready(Err(st.stream_error(e))),
+        }
+    }
+
     fn poll_writable(&self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
         let mut st = self.shared.lock();
         match st.session.write_room(self.sid) {
@@ -183,6 +195,31 @@ impl OwnedReadHalf {
     #[must_use]
     pub fn id(&self) -> StreamId {
         self.handle.sid
+    }
+
+    /// Waits until a read would not wait: received bytes, the peer's FIN
+    /// or an error are there. Nothing is consumed, so a forwarder can take
+    /// buffer space for a read only once there is something to read.
+    ///
+    /// # Errors
+    ///
+    /// As a read: the stream is no longer open here (`NotConnected`).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it consumes nothing.
+    pub async fn readable(&self) -> io::Result<()> {
+        std::future::poll_fn(|cx| self.handle.poll_readable(cx)).await
+    }
+
+    /// [`readable`](Self::readable) as a poll method; keeps the waker of the
+    /// last call (the one reads use).
+    ///
+    /// # Errors
+    ///
+    /// As [`readable`](Self::readable).
+    pub fn poll_readable(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.handle.poll_readable(cx)
     }
 }
 
