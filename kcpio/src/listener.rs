@@ -270,7 +270,8 @@ impl KcpListener {
     ///
     /// Refused peers (`refused_backlog`, `refused_cap`) are distinct
     /// addresses, each counted at its first refused datagram of a refusal
-    /// episode; an episode ends when the socket admits a new session, after
+    /// episode; an episode ends when the listener (any of its sockets) admits a new
+    /// session, after
     /// which a peer refused again counts again. Their datagrams are counted
     /// apart (`refused_backlog_datagrams`, `refused_cap_datagrams`). Each
     /// socket remembers up to 4,096 refused addresses per episode (under

@@ -579,7 +579,9 @@ async fn plain_listener_flood_is_bounded_by_backlog_and_cap() {
 /// listener admits a session again), and their datagrams separately.
 #[tokio::test]
 async fn refusals_count_peers_once_per_episode() {
-    let config = fast().accept_backlog(2).build().unwrap();
+    // One socket: which two peers fill the backlog must be the first two
+    // to send (with shards, sockets race to admit).
+    let config = fast().accept_backlog(2).reuse_port(1).build().unwrap();
     let (listener, addr) = bind_loopback(&config).await;
     let mut socks = Vec::new();
     for _ in 0..6 {

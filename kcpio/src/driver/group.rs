@@ -21,6 +21,7 @@
 
 use std::collections::HashMap;
 use std::collections::hash_map::RandomState;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use tokio::time::Instant;
@@ -48,6 +49,10 @@ pub(crate) struct Group {
     homes: Option<Mutex<HashMap<u32, Home>>>,
     /// The shards' drivers, in bind order, set once all are bound.
     shards: OnceLock<Vec<Arc<DriverShared>>>,
+    /// The listener's refusal episode: bumped when any shard admits a
+    /// session, so refusals count peers once per episode of the listener,
+    /// whichever socket a peer reaches.
+    pub(crate) refusal_episode: Arc<AtomicU64>,
 }
 
 impl Group {
@@ -60,6 +65,7 @@ impl Group {
             fingerprint: RandomState::new(),
             homes: (migration && shards > 1).then(|| Mutex::new(HashMap::new())),
             shards: OnceLock::new(),
+            refusal_episode: Arc::new(AtomicU64::new(0)),
         }
     }
 

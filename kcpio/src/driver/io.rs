@@ -429,9 +429,17 @@ impl Io {
             }; BATCH_SIZE];
             // Slots per transmit, to map "n transmits sent" back to slots.
             let mut spans = [0usize; BATCH_SIZE];
+            // Under a rate limit one call sends at most a batch's worth of
+            // slots (GSO runs included), so what leaves on credit past the
+            // bucket stays one batch, as with kcp-go.
+            let upto = if self.rate.is_some() {
+                self.tx_count.min(self.tx_sent + BATCH_SIZE)
+            } else {
+                self.tx_count
+            };
             let slots = Slots {
                 tx: &self.tx,
-                len: self.tx_len.get(..self.tx_count).unwrap_or_default(),
+                len: self.tx_len.get(..upto).unwrap_or_default(),
                 dest: &self.tx_dest,
                 stride: self.stride,
             };

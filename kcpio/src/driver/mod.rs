@@ -189,7 +189,11 @@ impl Driver {
             inbox_scratch: Vec::new(),
             routed: Vec::with_capacity(crate::sys::BATCH_SIZE * 4),
             slots_needed,
-            refused_peers: stats::RefusedPeers::default(),
+            refused_peers: group
+                .as_ref()
+                .map_or_else(stats::RefusedPeers::default, |(g, _)| {
+                    stats::RefusedPeers::shared(g.refusal_episode.clone())
+                }),
             fingerprint: group
                 .as_ref()
                 .map_or_else(RandomState::new, |(g, _)| g.fingerprint.clone()),

@@ -5,6 +5,7 @@
 use std::collections::HashSet;
 use std::hash::BuildHasher;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::table::Refusal;
@@ -107,7 +108,7 @@ socket_counters! {
     tombstoned,
     /// New peers refused because the accept backlog was full: distinct
     /// addresses, each counted at its first refused datagram of a refusal
-    /// episode (an episode ends when the socket admits a session; see
+    /// episode (an episode ends when the listener admits a session; see
     /// [`KcpListener::stats`](crate::KcpListener::stats) for the memory
     /// bound).
     refused_backlog,
@@ -185,8 +186,9 @@ const MAX_REFUSED_PEERS: usize = 4096;
 /// refusal counters count peers rather than datagrams. Owned by the driver
 /// task.
 ///
-/// An episode ends when the socket admits a new session
-/// ([`new_episode`](Self::new_episode)): a peer refused again after that
+/// An episode ends when the listener admits a new session
+/// ([`new_episode`](Self::new_episode)), on any of its sockets (the
+/// shards share one episode number): a peer refused again after that
 /// counts again. At most [`MAX_REFUSED_PEERS`] addresses are remembered,
 /// as keyed 64-bit hashes (under 64 KiB, allocated on the first refusal);
 /// beyond that, every datagram of an address not remembered counts, so the
@@ -195,12 +197,30 @@ const MAX_REFUSED_PEERS: usize = 4096;
 pub(crate) struct RefusedPeers {
     seen: HashSet<u64>,
     key: std::collections::hash_map::RandomState,
+    /// The listener's episode number (shards), and the one `seen` is of.
+    shared: Option<(Arc<AtomicU64>, u64)>,
 }
 
 impl RefusedPeers {
+    /// Refusal episodes shared by the sockets of one listener.
+    pub(crate) fn shared(episode: Arc<AtomicU64>) -> Self {
+        let now = episode.load(Ordering::Relaxed);
+        Self {
+            shared: Some((episode, now)),
+            ..Self::default()
+        }
+    }
+
     /// Whether `peer` is refused for `reason` for the first time in this
     /// episode.
     pub(crate) fn first(&mut self, peer: SocketAddr, reason: u8) -> bool {
+        if let Some((episode, mine)) = self.shared.as_mut() {
+            let now = episode.load(Ordering::Relaxed);
+            if now != *mine {
+                *mine = now;
+                self.seen.clear();
+            }
+        }
         let h = self.key.hash_one((peer, reason));
         if self.seen.contains(&h) {
             return false;
@@ -211,8 +231,12 @@ impl RefusedPeers {
         true
     }
 
-    /// The socket admitted a session: the refusal episode is over.
+    /// The listener admitted a session: the refusal episode is over (for
+    /// every socket of the listener).
     pub(crate) fn new_episode(&mut self) {
+        if let Some((episode, mine)) = self.shared.as_mut() {
+            *mine = episode.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
+        }
         if !self.seen.is_empty() {
             self.seen.clear();
         }
