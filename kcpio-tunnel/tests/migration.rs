@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use kcpio_testkit::pattern::{Verifier, fill};
 use kcpio_testkit::relay::{Relay, RelayConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use tokio::time::timeout;
 
 use kcpio_tunnel as tunnel;
@@ -31,26 +31,11 @@ async fn start(cmd: &str) -> SocketAddr {
     addr
 }
 
-/// A TCP target that echoes every connection.
-async fn echo_target() -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((c, _)) = l.accept().await {
-            tokio::spawn(async move {
-                let (mut r, mut w) = c.into_split();
-                let _ = tokio::io::copy(&mut r, &mut w).await;
-            });
-        }
-    });
-    addr
-}
-
 /// A tunnel server (`server_flags` added), the relay in front of it, a
 /// tunnel client through the relay; returns the client's entry and the
 /// relay.
 async fn tunnel_through_relay(server_flags: &str) -> (SocketAddr, Relay) {
-    let target = echo_target().await;
+    let target = kcpio_testkit::tcp::echo_server().await;
     let common = "--crypt aes-128-gcm --key migration --mode fast3";
     let server = start(&format!(
         "t server -l 127.0.0.1:0 -t {target} {common} {server_flags}"

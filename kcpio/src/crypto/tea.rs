@@ -275,3 +275,15 @@ mod tests {
         }
     }
 }
+
+/// One 8-byte block through any block cipher (the tests compare ours with
+/// the reference crates block by block).
+#[cfg(test)]
+pub(super) fn encrypt_one<C>(c: &C, block: [u8; 8]) -> [u8; 8]
+where
+    C: cipher::BlockCipherEncrypt<BlockSize = cipher::consts::U8>,
+{
+    let mut b = cipher::Block::<C>::from(block);
+    cipher::BlockCipherEncrypt::encrypt_block(c, &mut b);
+    b.into()
+}
