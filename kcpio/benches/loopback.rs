@@ -12,6 +12,12 @@
 //!   everything, kcp-go's when its writes returned (queued), so ours is the
 //!   stricter figure.
 //!
+//! - `SinkGcmMigration{On,Off}1M`: the sink with `aes-128-gcm`, session
+//!   migration on (its default with that cipher) and off: the cost of the
+//!   migration rules on the listener's per-datagram receive path. Compare
+//!   them interleaved (`--bench loopback SinkGcmMigrationOn`, then `Off`,
+//!   repeated).
+//!
 //! Throughput is reported in bytes per message. Run kcp-go's side with
 //! `go test -run xxx -bench 'EchoSpeed|SinkSpeed'` in a copy of its module.
 //!
@@ -54,14 +60,25 @@ fn echo_config() -> Config {
 
 /// kcp-go's `dialSink`/`handleSink` settings.
 fn sink_config() -> Config {
+    sink_builder().build().expect("sink config")
+}
+
+/// The sink's settings with `aes-128-gcm`, migration `on` or off.
+fn sink_gcm_config(on: bool) -> Config {
+    sink_builder()
+        .crypto(Method::Aes128Gcm, Key::raw([7u8; 32]))
+        .migration(on)
+        .build()
+        .expect("sink gcm config")
+}
+
+fn sink_builder() -> kcpio::ConfigBuilder {
     Config::builder()
         .stream(true)
         .window(1024, 1024)
         .nodelay(true, 10, 2, true)
         .mtu(1400)
         .socket_buffers(16 << 20, 16 << 20)
-        .build()
-        .expect("sink config")
 }
 
 type Halves = (kcpio::OwnedReadHalf, kcpio::OwnedWriteHalf);
@@ -133,9 +150,8 @@ fn bench_echo(c: &mut Criterion, name: &str, size: usize) {
 }
 
 /// A sink server counting what it received, and a connected client.
-fn sink_pair(rt: &Runtime) -> (Halves, Arc<(AtomicU64, Notify)>) {
+fn sink_pair(rt: &Runtime, config: Config) -> (Halves, Arc<(AtomicU64, Notify)>) {
     rt.block_on(async {
-        let config = sink_config();
         let listener = KcpListener::bind("127.0.0.1:0", &config)
             .await
             .expect("bind");
@@ -164,9 +180,9 @@ fn sink_pair(rt: &Runtime) -> (Halves, Arc<(AtomicU64, Notify)>) {
     })
 }
 
-fn bench_sink(c: &mut Criterion, name: &str, size: usize) {
+fn bench_sink(c: &mut Criterion, name: &str, size: usize, config: fn() -> Config) {
     let rt = runtime();
-    let ((_read_half, w), received) = sink_pair(&rt);
+    let ((_read_half, w), received) = sink_pair(&rt, config());
     let writer = RefCell::new(Some(w));
     let mut group = c.benchmark_group("loopback");
     group.throughput(Throughput::Bytes(size as u64));
@@ -206,10 +222,16 @@ fn echo(c: &mut Criterion) {
 }
 
 fn sink(c: &mut Criterion) {
-    bench_sink(c, "SinkSpeed4K", 4096);
-    bench_sink(c, "SinkSpeed64K", 65536);
-    bench_sink(c, "SinkSpeed256K", 524_288);
-    bench_sink(c, "SinkSpeed1M", 1_048_576);
+    bench_sink(c, "SinkSpeed4K", 4096, sink_config);
+    bench_sink(c, "SinkSpeed64K", 65536, sink_config);
+    bench_sink(c, "SinkSpeed256K", 524_288, sink_config);
+    bench_sink(c, "SinkSpeed1M", 1_048_576, sink_config);
+    bench_sink(c, "SinkGcmMigrationOn1M", 1_048_576, || {
+        sink_gcm_config(true)
+    });
+    bench_sink(c, "SinkGcmMigrationOff1M", 1_048_576, || {
+        sink_gcm_config(false)
+    });
 }
 
 fn settings() -> Criterion {

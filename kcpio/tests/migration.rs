@@ -3,7 +3,8 @@
 //! socket changes mid-transfer; and the hostile side: captured datagrams
 //! replayed from a third address move nothing, and a copy of the client's
 //! fresh datagrams sent from a third address gets at most 3 times its bytes
-//! back and moves nothing either.
+//! back and moves nothing either. A client that only reads recovers from a
+//! rebinding through its quiet probe alone.
 //!
 //! kcp-go v5.6.72 as the client (`testkit/interop/kcpgo-peer`, which has
 //! `aes-128-gcm`) migrates too: it answers the listener's window probe with
@@ -176,6 +177,91 @@ async fn a_session_follows_its_peer_across_reuse_port_shards() {
     );
     assert!(s.forwarded >= 2 * s.handed_off, "{per:?}");
     assert!(stall < Duration::from_secs(5), "{stall:?}");
+}
+
+/// A client that only reads: the server streams `TOTAL` bytes to it, and
+/// at a third the relay's upstream socket changes while the link is cut
+/// (the client's last ACKs are lost, then everything the server sends goes
+/// to the old, closed address). The client has nothing to send, so only
+/// its quiet probe (400 ms after data stopped) tells the listener where it
+/// went: every byte arrives in order, the longest gap under 1 s (plus a
+/// loopback round trip). With the quiet probe off it stalls past the 10 s
+/// read timeout, no probe and no move (checked by hand).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_download_only_client_recovers_without_writing() {
+    let config = config();
+    let l = Arc::new(KcpListener::bind("127.0.0.1:0", &config).await.unwrap());
+    let server = {
+        let l = l.clone();
+        tokio::spawn(async move {
+            let (s, _) = l.accept().await.unwrap();
+            let (r, mut w) = s.into_split();
+            let mut buf = vec![0u8; 16 * 1024];
+            let mut off = 0u64;
+            while off < TOTAL {
+                let n = (TOTAL - off).min(buf.len() as u64) as usize;
+                fill(&mut buf[..n], off);
+                w.write_all(&buf[..n]).await.unwrap();
+                off += n as u64;
+            }
+            // The caller holds the session until the client has read all.
+            (r, w)
+        })
+    };
+    let relay = Arc::new(
+        Relay::start(l.local_addr().unwrap(), RelayConfig::default())
+            .await
+            .unwrap(),
+    );
+    let c = KcpStream::connect(relay.local_addr(), &config)
+        .await
+        .unwrap();
+    let (mut r, w) = c.into_split();
+    let mut v = Verifier::default();
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut last = Instant::now();
+    let mut stall = Duration::ZERO;
+    let mut moved = false;
+    while v.offset < TOTAL {
+        let n = timeout(Duration::from_secs(10), r.read(&mut buf))
+            .await
+            .unwrap_or_else(|_| panic!("the download stalls at {}: {:?}", v.offset, l.stats()))
+            .unwrap();
+        assert!(n > 0, "eof at {}", v.offset);
+        stall = stall.max(last.elapsed());
+        last = Instant::now();
+        assert!(v.push(&buf[..n]), "a wrong byte at {:?}", v.mismatch);
+        if !moved && v.offset >= TOTAL / 3 {
+            moved = true;
+            // The reader goes on meanwhile: what it drains reopens its
+            // window, and that window update must be lost too.
+            let relay = relay.clone();
+            tokio::spawn(async move {
+                relay.set_blackhole(true);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                relay.rebind(None);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                relay.set_blackhole(false);
+            });
+        }
+    }
+    let s = l.stats();
+    eprintln!(
+        "figure: download-only longest stall {stall:?}; migrations {}, path probes {}; relay {:?}",
+        s.migrations,
+        s.path_probes,
+        relay.stats()
+    );
+    assert_eq!(v.offset, TOTAL, "every byte once");
+    assert_eq!(s.migrations, 1, "{s:?}");
+    assert_eq!(s.sessions_opened, 1, "the same session");
+    // 1 s plus a loopback round trip; the cut itself is 150 ms of it.
+    assert!(stall < Duration::from_secs(1), "{stall:?}");
+    let held = timeout(Duration::from_secs(10), server)
+        .await
+        .expect("the server wrote all")
+        .unwrap();
+    drop((r, w, held));
 }
 
 /// Without migration (another cipher), a rebinding strands the session
@@ -408,6 +494,13 @@ async fn a_kcpgo_client_follows_its_nat_rebinding() {
 /// then (2 of 6 runs), with no probe and no move at all: the listener
 /// never hears the client from its new address, so the stall starts before
 /// the migration rules (the relay or the Go peer under load; not found).
+/// Another failure (1 of 16 runs of the whole file, FEC off) came after
+/// the first move only: the session, opened on shard 0 of 2, moved to the
+/// new port through shard 1 (shard 1 forwarded, shard 0 probed, moved and
+/// handed it off); the new IP's datagrams all reached the listener (relay:
+/// nothing lost), yet shard 1 probed nothing (8 stale) and the session
+/// died: a second move after a hand-off between shards looks broken. A
+/// failing run prints the listener's per-shard and the relay's counters.
 /// It runs on request: `cargo test -p kcpio --test migration -- --ignored`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "intermittent stall under parallel load, before any probe; under investigation"]
@@ -469,6 +562,14 @@ async fn kcpgo_rebinding(shapes: &[(usize, usize)]) {
             s.migrations,
             s.path_probes
         );
+        if !run.passed() {
+            eprintln!(
+                "listener {s:?}; per socket {:?}; relay {:?}, sources {:?}",
+                l.stats_per_socket(),
+                relay.stats(),
+                relay.upstream_sources()
+            );
+        }
         assert!(run.passed(), "{run:?}");
         assert_eq!(run.number("bytes_verified"), Some(BYTES as f64));
         assert_eq!(s.migrations, 2, "{s:?}");
