@@ -196,6 +196,18 @@ impl XteaBe {
 
 be_word_cipher!(XteaBe);
 
+/// One 8-byte block through any block cipher (the tests compare ours with
+/// the reference crates block by block).
+#[cfg(test)]
+pub(super) fn encrypt_one<C>(c: &C, block: [u8; 8]) -> [u8; 8]
+where
+    C: BlockCipherEncrypt<BlockSize = U8>,
+{
+    let mut b = Block::<C>::from(block);
+    BlockCipherEncrypt::encrypt_block(c, &mut b);
+    b.into()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -274,16 +286,4 @@ mod tests {
             prop_assert_eq!(<[u8; 8]>::from(x), tea16_reference(&key, block));
         }
     }
-}
-
-/// One 8-byte block through any block cipher (the tests compare ours with
-/// the reference crates block by block).
-#[cfg(test)]
-pub(super) fn encrypt_one<C>(c: &C, block: [u8; 8]) -> [u8; 8]
-where
-    C: cipher::BlockCipherEncrypt<BlockSize = cipher::consts::U8>,
-{
-    let mut b = cipher::Block::<C>::from(block);
-    cipher::BlockCipherEncrypt::encrypt_block(c, &mut b);
-    b.into()
 }
