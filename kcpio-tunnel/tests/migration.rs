@@ -86,7 +86,16 @@ async fn a_tcp_stream_survives_its_clients_new_port_and_new_ip() {
     }
     eprintln!("figure: tunnel stream across a new port and a new IP: longest read gap {stall:?}");
     assert_eq!(v.offset, TOTAL);
-    drop(writer.await.unwrap());
+    // The tunnel may have carried the rest before the last change: one
+    // more round trip crosses from the new IP.
+    let mut w = writer.await.unwrap();
+    w.write_all(b"done").await.unwrap();
+    let mut tail = [0u8; 4];
+    timeout(Duration::from_secs(20), r.read_exact(&mut tail))
+        .await
+        .expect("an echo after the last change")
+        .unwrap();
+    assert_eq!(&tail, b"done");
     let src = relay.upstream_sources();
     assert_eq!(src.first().map(SocketAddr::ip), Some(new_ip), "{src:?}");
 }
