@@ -17,6 +17,9 @@ use super::firewall::Firewall;
 use super::{FakeTcpCounters, FakeTcpStats};
 use crate::sys::{BATCH_SIZE, RecvMeta, Transmit, UdpState, bump};
 
+/// Kernel connects tried when an ephemeral port collides (`EADDRINUSE`).
+const CONNECT_TRIES: u32 = 3;
+
 /// IPv4 header we write (no options).
 const IP_HEADER: usize = 20;
 /// A flow nobody sent on for this long is forgotten, its kernel socket closed.
@@ -423,20 +426,35 @@ impl FakeTcp {
     ) -> io::Result<Self> {
         let peer = v4(peer)?;
         let bind = v4(bind)?;
-        let sock = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))?;
-        sock.bind(&SockAddr::from(bind))?;
-        let port = sock
-            .local_addr()?
-            .as_socket()
-            .ok_or(io::ErrorKind::InvalidInput)?
-            .port();
-        let firewall = Arc::new(Firewall::install(port)?);
-        let raw = raw_socket(*bind.ip(), port, (0, 1))?;
-        sock.set_nonblocking(true)?;
-        let std_stream: std::net::TcpStream = sock.into();
-        let stream = tokio::net::TcpSocket::from_std_stream(std_stream)
-            .connect(SocketAddr::V4(peer))
-            .await?;
+        // An ephemeral port can collide at connect with another flow's
+        // (EADDRINUSE when many clients start at once): a fresh socket, a
+        // new port, at most CONNECT_TRIES times.
+        let mut tries = 0;
+        let (stream, firewall, raw) = loop {
+            tries += 1;
+            let sock = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))?;
+            sock.bind(&SockAddr::from(bind))?;
+            let port = sock
+                .local_addr()?
+                .as_socket()
+                .ok_or(io::ErrorKind::InvalidInput)?
+                .port();
+            let firewall = Arc::new(Firewall::install(port)?);
+            let raw = raw_socket(*bind.ip(), port, (0, 1))?;
+            sock.set_nonblocking(true)?;
+            let std_stream: std::net::TcpStream = sock.into();
+            match tokio::net::TcpSocket::from_std_stream(std_stream)
+                .connect(SocketAddr::V4(peer))
+                .await
+            {
+                Ok(stream) => break (stream, firewall, raw),
+                Err(e)
+                    if e.kind() == io::ErrorKind::AddrInUse
+                        && bind.port() == 0
+                        && tries < CONNECT_TRIES => {}
+                Err(e) => return Err(e),
+            }
+        };
         let sock = Socket::from(stream.into_std()?);
         silence(&sock)?;
         let local = v4(sock
