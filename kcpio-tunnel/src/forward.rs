@@ -3,7 +3,7 @@
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::Poll;
 use std::time::Duration;
 
@@ -23,10 +23,23 @@ use crate::stats::Stats;
 /// has room for, so a stream whose peer does not read holds nothing here.
 pub(crate) const COPY_BUF: usize = 64 * 1024;
 
+/// With `--closewait` set: after the peer's FIN, how long the direction
+/// toward the peer may hold its source back (no room, no budget) without
+/// moving a byte before the stream is ended. A kcptun client closes its whole stream on FIN, and an
+/// attacker that leaves reads nothing: either way that direction would
+/// otherwise hold a slot, a descriptor and its queued bytes for the whole
+/// `--closewait`.
+pub(crate) const PEER_GONE_STALL: Duration = Duration::from_secs(5);
+
 /// Copies both ways between a TCP connection and a stream. A direction
 /// that ends cleanly is half-closed on the other side (TCP shutdown, or a
 /// FIN); the other direction then runs until it ends, or for at most
-/// `closewait` when that is set. An error in either ends both.
+/// `closewait` when that is set. With `closewait` set, a direction toward
+/// a peer that sent its FIN also ends once it has held its source's bytes
+/// back for [`PEER_GONE_STALL`] without giving the peer one (waiting for
+/// room in the stream, or for the buffer budget, which a peer that reads
+/// nothing keeps spent; counted in `streams_peer_gone`). An error in either
+/// ends both.
 ///
 /// A TCP connection that fails (a reset: its peer's kernel may have
 /// discarded bytes its application wrote) is counted in `tcp_errors`: the
@@ -62,27 +75,37 @@ pub(crate) async fn forward(
 /// A source whose readiness can be awaited without reading from it, so a
 /// forwarder takes budget only once there is something to read.
 pub(crate) trait Ready {
-    /// Waits until a read would not block (data, EOF or an error).
-    fn ready(&self) -> impl Future<Output = io::Result<()>> + Send;
+    /// Waits until a read would not block (data, EOF or an error); returns
+    /// how many bytes a read would return where the source knows (`Some(0)`:
+    /// the end), `None` where it does not (a socket).
+    fn ready(&self) -> impl Future<Output = io::Result<Option<usize>>> + Send;
 }
 
 impl Ready for tokio::net::tcp::OwnedReadHalf {
-    async fn ready(&self) -> io::Result<()> {
-        self.readable().await
+    async fn ready(&self) -> io::Result<Option<usize>> {
+        self.readable().await.map(|()| None)
     }
 }
 
 impl Ready for OwnedReadHalf {
-    async fn ready(&self) -> io::Result<()> {
-        self.readable().await
+    async fn ready(&self) -> io::Result<Option<usize>> {
+        self.readable().await.map(Some)
     }
 }
 
 #[cfg(unix)]
 impl Ready for tokio::net::unix::OwnedReadHalf {
-    async fn ready(&self) -> io::Result<()> {
-        self.readable().await
+    async fn ready(&self) -> io::Result<Option<usize>> {
+        self.readable().await.map(|()| None)
     }
+}
+
+/// The budget a read of a source that reported `ready` takes: at most
+/// `want`, no more than the source holds, and none for its end (which must
+/// not wait behind a spent budget: a stream whose peer sent its FIN would
+/// otherwise keep its slot until some budget came back).
+fn budget_for(ready: Option<usize>, want: usize) -> usize {
+    ready.map_or(want, |n| n.min(want))
 }
 
 /// A connection at the near end of a stream: TCP, or a Unix socket (a
@@ -122,22 +145,52 @@ async fn halves(
     budget: Option<&Charge>,
 ) -> io::Result<(u64, u64)> {
     let (sr, sw) = stream.into_split();
-    let up = pipe_in(tr, sw, &stats.tcp_in, &stats.tcp_errors, budget);
+    // Set while `up` waits for its source; `moved` counts what it has
+    // given the peer.
+    let source_idle = AtomicBool::new(false);
+    let moved = AtomicU64::new(0);
+    let up = pipe_in(
+        tr,
+        sw,
+        (&stats.tcp_in, &stats.tcp_errors),
+        budget,
+        (&source_idle, &moved),
+    );
     let down = pipe(sr, tw, stats, budget);
     tokio::pin!(up, down);
-    let wait = |first: io::Result<u64>| async move {
-        let n = first?;
-        Ok::<_, io::Error>(n)
-    };
     tokio::select! {
         r = &mut up => {
-            let u = wait(r).await?;
+            let u = r?;
             let d = second(down, closewait).await?;
             Ok((u, d))
         }
         r = &mut down => {
-            let d = wait(r).await?;
-            let u = second(up, closewait).await?;
+            let d = r?;
+            if closewait.is_zero() {
+                return Ok((up.await?, d));
+            }
+            let stalled = async {
+                let mut last = moved.load(Ordering::Relaxed);
+                let mut since = tokio::time::Instant::now();
+                let mut tick = tokio::time::interval(PEER_GONE_STALL / 5);
+                loop {
+                    tick.tick().await;
+                    let now = moved.load(Ordering::Relaxed);
+                    if now != last || source_idle.load(Ordering::Relaxed) {
+                        last = now;
+                        since = tokio::time::Instant::now();
+                    } else if since.elapsed() >= PEER_GONE_STALL {
+                        return;
+                    }
+                }
+            };
+            let u = tokio::select! {
+                u = second(up, closewait) => u?,
+                () = stalled => {
+                    stats.streams_peer_gone.fetch_add(1, Ordering::Relaxed);
+                    moved.load(Ordering::Relaxed)
+                }
+            };
             Ok((u, d))
         }
     }
@@ -257,11 +310,21 @@ async fn pipe(
         let (n, _reserved) = match budget {
             None => (read_lazy(&mut from, &mut buf, COPY_BUF).await?, None),
             Some(b) => {
-                idle(&mut buf, from.ready()).await?;
-                let r = idle(&mut buf, b.reserve(COPY_BUF)).await?;
-                match read_now(&mut from, &mut buf, r.bytes()).await? {
-                    Some(n) => (n, Some(r)),
-                    None => continue,
+                let ready = idle(&mut buf, from.ready()).await?;
+                let want = budget_for(ready, COPY_BUF);
+                if want == 0 {
+                    // The end (or the session's error) takes no budget; a
+                    // one-byte read returns it (an empty one would not ask).
+                    match read_now(&mut from, &mut buf, 1).await? {
+                        Some(n) => (n, None),
+                        None => continue,
+                    }
+                } else {
+                    let r = idle(&mut buf, b.reserve(want)).await?;
+                    match read_now(&mut from, &mut buf, r.bytes()).await? {
+                        Some(n) => (n, Some(r)),
+                        None => continue,
+                    }
                 }
             }
         };
@@ -283,12 +346,17 @@ async fn pipe(
 /// and holds no buffer. With a `budget`, it waits for `from` to be
 /// readable, then for as much budget as it means to read, and reads no
 /// more than that.
+///
+/// `source_idle` is set while it waits for `from` to have something, and
+/// `moved` counts the bytes it gave the stream: the caller's view of a
+/// peer that takes nothing (moved stands still while the source is not
+/// idle: the stream, its session or the budget hold it back).
 async fn pipe_in(
     mut from: impl AsyncRead + Ready + Unpin,
     mut to: OwnedWriteHalf,
-    counter: &AtomicU64,
-    tcp_errors: &AtomicU64,
+    (counter, tcp_errors): (&AtomicU64, &AtomicU64),
     budget: Option<&Charge>,
+    (source_idle, moved): (&AtomicBool, &AtomicU64),
 ) -> io::Result<u64> {
     let mut buf = BytesMut::new();
     let mut total = 0u64;
@@ -296,20 +364,23 @@ async fn pipe_in(
         // Wait for room; a stream that has none holds no buffer either.
         let room = idle(&mut buf, to.writable()).await?;
         let want = room.min(COPY_BUF);
+        source_idle.store(true, Ordering::Relaxed);
         let (n, reserved) = match budget {
             None => (
                 counted(read_lazy(&mut from, &mut buf, want).await, tcp_errors)?,
                 None,
             ),
             Some(b) => {
-                counted(idle(&mut buf, from.ready()).await, tcp_errors)?;
-                let r = idle(&mut buf, b.reserve(want)).await?;
+                let ready = counted(idle(&mut buf, from.ready()).await, tcp_errors)?;
+                source_idle.store(false, Ordering::Relaxed);
+                let r = idle(&mut buf, b.reserve(budget_for(ready, want))).await?;
                 match counted(read_now(&mut from, &mut buf, r.bytes()).await, tcp_errors)? {
                     Some(n) => (n, Some(r)),
                     None => continue,
                 }
             }
         };
+        source_idle.store(false, Ordering::Relaxed);
         if n == 0 {
             to.shutdown().await?;
             return Ok(total);
@@ -319,6 +390,7 @@ async fn pipe_in(
             r.commit(n);
         }
         total += n as u64;
+        moved.store(total, Ordering::Relaxed);
         counter.fetch_add(n as u64, Ordering::Relaxed);
     }
 }

@@ -43,6 +43,14 @@ pub(crate) const MAX_BUFFER_DEFAULT_MIB: usize = 256;
 const SETTLE_PERIOD: Duration = Duration::from_millis(20);
 /// At most one "budget reached" log line per this long.
 const FULL_LOG_PERIOD: Duration = Duration::from_secs(10);
+/// How often the server looks whether a load has drained
+/// ([`Gate::trim_when_drained`]).
+pub(crate) const DRAIN_CHECK_PERIOD: Duration = Duration::from_secs(1);
+/// What one forwarded stream costs besides its charged bytes (mux and KCP
+/// state, the forwarder's task; 36-42 KiB measured for an idle one).
+const STREAM_COST: usize = 40 << 10;
+/// The smallest peak load worth handing back to the system after it drains.
+const TRIM_MIN_PEAK: usize = 16 << 20;
 
 /// `--maxstreams`'s default: the soft descriptor limit (`ulimit -n`, read
 /// from `/proc/self/limits`) less [`RESERVED_FDS`], at least 1, at most
@@ -500,6 +508,57 @@ impl Drop for Reserved<'_> {
     }
 }
 
+/// Decides when a load has drained far enough to give the freed heap back
+/// to the system: once the load (charged bytes plus a per-stream cost) has
+/// fallen to a quarter of its peak since the last trim, and that peak was
+/// at least [`TRIM_MIN_PEAK`]. A trim starts a new peak at the load of the
+/// moment, so a drain trims once per fourfold fall while its load is still
+/// above the minimum: a few times at most, never once a second.
+#[derive(Debug, Default)]
+pub(crate) struct DrainWatch {
+    peak: usize,
+}
+
+impl DrainWatch {
+    /// Notes the load now; true when the heap should be trimmed.
+    pub(crate) fn observe(&mut self, load: usize) -> bool {
+        self.peak = self.peak.max(load);
+        if self.peak >= TRIM_MIN_PEAK && load <= self.peak / 4 {
+            self.peak = load;
+            return true;
+        }
+        false
+    }
+}
+
+impl Gate {
+    /// The load the drain watch follows: bytes charged plus each stream's
+    /// fixed cost.
+    pub(crate) fn load(&self) -> usize {
+        self.buffer_charged() + self.streams_in_use() * STREAM_COST
+    }
+
+    /// Runs for as long as the server: every [`DRAIN_CHECK_PERIOD`], when
+    /// the load has drained ([`DrainWatch`]), hands the freed heap back to
+    /// the system (`kcpio::release_free_memory`) and logs it. Without it a
+    /// server keeps the resident size of its worst attack for good.
+    pub(crate) async fn trim_when_drained(self: Arc<Self>, log: Log) {
+        let mut watch = DrainWatch::default();
+        let mut tick = tokio::time::interval(DRAIN_CHECK_PERIOD);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let load = self.load();
+            if watch.observe(load) && kcpio::release_free_memory() {
+                log.line(format!(
+                    "load drained to {} KiB: freed memory returned to the system",
+                    load >> 10
+                ));
+            }
+        }
+    }
+}
+
 impl Drop for Charge {
     fn drop(&mut self) {
         let left = *self.charged.get_mut();
@@ -572,6 +631,27 @@ mod tests {
         drop(charge);
         tokio::time::sleep(SETTLE_PERIOD * 2).await;
         assert_eq!(gate.buffer_charged(), 0);
+    }
+
+    /// Not while the load is small or still high; once when it falls to a
+    /// quarter of its peak; again only after another fourfold fall from a
+    /// load above the minimum, or after a new peak drains.
+    #[test]
+    fn a_drained_load_is_trimmed_once() {
+        let mut w = DrainWatch::default();
+        assert!(!w.observe(TRIM_MIN_PEAK - 1));
+        assert!(!w.observe(0), "a peak below the minimum is never trimmed");
+        assert!(!w.observe(100 << 20));
+        assert!(!w.observe(30 << 20), "still above a quarter of the peak");
+        assert!(w.observe(25 << 20));
+        assert!(
+            !w.observe(10 << 20),
+            "the same drain trims once per fourfold fall"
+        );
+        assert!(w.observe(6 << 20));
+        assert!(!w.observe(0), "below the minimum");
+        assert!(!w.observe(64 << 20));
+        assert!(w.observe(1 << 20), "a new peak that drains trims again");
     }
 
     #[test]

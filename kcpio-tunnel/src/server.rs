@@ -31,6 +31,7 @@ pub(crate) async fn run_server(
     let mss = settings.kcp.kcp_mtu().saturating_sub(KCP_HEADER);
     let gate = Arc::new(Gate::new(settings.limits, mss));
     stats.watch_gate(Arc::clone(&gate));
+    tokio::spawn(Arc::clone(&gate).trim_when_drained(log.clone()));
     let udp = settings.udp_beside.clone().map(|target| {
         crate::udp::server::beside(settings.clone(), target, Arc::clone(&stats), log.clone())
     });

@@ -46,6 +46,9 @@ pub(crate) struct Stats {
     /// what the copy buffers hold for slow readers.
     pub(crate) copy_held: AtomicU64,
     pub(crate) streams_backed_off: AtomicU64,
+    /// Streams ended because their peer sent its FIN and then took nothing
+    /// for `PEER_GONE_STALL` (with `--closewait` set).
+    pub(crate) streams_peer_gone: AtomicU64,
     /// Server: dials that failed (timeouts included), and timed out.
     pub(crate) dials_failed: AtomicU64,
     pub(crate) dials_timed_out: AtomicU64,
@@ -80,7 +83,7 @@ pub(crate) struct LimitStats {
 impl Stats {
     /// What an operator would call activity: sessions, streams, TCP bytes
     /// and rejected datagrams (keepalives alone do not count).
-    fn activity(&self) -> [u64; 19] {
+    fn activity(&self) -> [u64; 20] {
         let l = self.limits();
         let udp = self.udp.get().map_or([0; 4], |u| u.activity());
         [
@@ -94,6 +97,7 @@ impl Stats {
             l.streams_in_use as u64,
             self.streams_refused.load(Ordering::Relaxed),
             self.streams_backed_off.load(Ordering::Relaxed),
+            self.streams_peer_gone.load(Ordering::Relaxed),
             self.dials_failed.load(Ordering::Relaxed),
             self.sessions_opened.load(Ordering::Relaxed),
             self.sessions_open.load(Ordering::Relaxed) as u64,
@@ -256,7 +260,8 @@ impl Stats {
              {} refused by smux; dials {} in flight, {} failed ({} timed out); \
              smux buffered {} B in, {} B out; \
              buffer budget {} B charged of {} B, {} B held (smux out and KCP send queues), \
-             reached {} times; copy buffers hold {} B toward slow readers",
+             reached {} times; copy buffers hold {} B toward slow readers; \
+             {} streams ended after their peer's FIN as it read nothing",
             l.streams_in_use,
             self.streams_refused.load(Ordering::Relaxed),
             self.streams_backed_off.load(Ordering::Relaxed),
@@ -271,6 +276,7 @@ impl Stats {
             l.budget_held,
             l.budget_waits,
             self.copy_held.load(Ordering::Relaxed),
+            self.streams_peer_gone.load(Ordering::Relaxed),
         )
     }
 }

@@ -318,6 +318,64 @@ async fn two_thousand_slow_readers_hold_one_session_budget() {
     .expect("timed out");
 }
 
+/// Slow readers that send their FIN and go on reading nothing (an attacker
+/// that leaves, or kcptun clients, which close the whole stream on FIN):
+/// with the server's default `--closewait 30`, each stream ends once it has
+/// waited 5 s for room without moving a byte, so the slots and descriptors
+/// come back within seconds, not after the whole close-wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_readers_that_leave_free_their_slots_within_seconds() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let target = download_server(64 * 1024 * 1024).await;
+        let log = scratch("leave.log");
+        let server = start(
+            &format!("t server -l 127.0.0.1:0 -t {target} --quiet --snmpperiod 1"),
+            log.to_str().unwrap(),
+        )
+        .await;
+        let slow = attacker(server).await;
+        let mut held = Vec::new();
+        for _ in 0..200 {
+            held.push(slow.open_stream().await.unwrap());
+        }
+        let l = wait_progress(
+            &log,
+            Duration::from_secs(15),
+            Duration::from_secs(60),
+            |l| l[0],
+            |l| l[0] >= 200,
+        )
+        .await;
+        assert_eq!(l[0], 200, "not every stream was forwarded: {l:?}");
+        // Let the targets fill what the session can hold.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        for s in &mut held {
+            s.shutdown().await.unwrap();
+        }
+        let left = tokio::time::Instant::now();
+        // The mux session lives on and still reads nothing.
+        let l = wait_stats(&log, Duration::from_secs(20), |l| l[0] == 0).await;
+        let took = left.elapsed();
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let gone = figures_after(&text, "B toward slow readers; ", 1).map(|v| v[0]);
+        eprintln!(
+            "200 slow readers that left: streams {} after {took:?}, {gone:?} ended as gone",
+            l[0]
+        );
+        assert_eq!(l[0], 0, "streams still forwarded {took:?} after the FINs");
+        assert!(
+            took < Duration::from_secs(20),
+            "the slots came back only after {took:?}"
+        );
+        assert_eq!(gone, Some(200), "not counted as peers gone");
+        drop(held);
+        drop(slow);
+        let _ = std::fs::remove_file(&log);
+    })
+    .await
+    .expect("timed out");
+}
+
 /// A target whose accept queue is full: dials time out (`--dialtimeout 1`),
 /// new streams are refused during the back-off, and once the attacker is
 /// gone every slot is free again.

@@ -391,6 +391,24 @@ pub use socket::KcpSocket;
 pub use stream::split::{OwnedReadHalf, OwnedWriteHalf, ReadHalf, ReuniteError, WriteHalf};
 pub use stream::{KcpStream, StatsHandle};
 
+/// Returns the heap memory this process has freed to the operating system,
+/// where the allocator allows it; reports whether any was returned.
+///
+/// After a burst (thousands of sessions or streams that queued megabytes,
+/// then ended) the freed memory stays with the allocator: glibc keeps it in
+/// its per-thread arenas, so the process's resident size stays at its peak
+/// although nothing holds it. On Linux with glibc this calls
+/// `malloc_trim(0)`, which hands the free pages of every arena back; it
+/// walks the whole heap (milliseconds for hundreds of megabytes), so call it
+/// when a large load has just drained, not per request. Elsewhere (musl,
+/// other systems, or another global allocator in charge of the memory) it
+/// does nothing useful and returns `false`. kcpio never calls it itself:
+/// the application knows when a burst is over (`kcpio-tunnel`'s server does
+/// when its buffer budget drains).
+pub fn release_free_memory() -> bool {
+    sys::trim_heap()
+}
+
 /// The listener's session table and migration rules for the simulator
 /// (`kcpio/tests/sim`). Not part of the API.
 #[doc(hidden)]

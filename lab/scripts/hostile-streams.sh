@@ -3,9 +3,15 @@
 # smux streams, PACE per 0.6 s or all at once with 0, never reads them, then
 # a second session downloads) against kcptun-server and `kcpio-tunnel
 # server`, each forwarding to a target that sends 64 MiB per connection.
-# Prints each server's peak RSS and descriptors beside the attack's JSON
-# line (streams the server ended, the second session's bytes), and whether
-# the second download was complete.
+# The attacker binds 127.0.0.3; another client downloads 64 MiB from
+# 127.0.0.2 while the attack holds, and again 3 s after the attacker left (a
+# FIN on each of its streams). Prints each server's RSS and descriptors
+# before, at the peak under attack, 5 s after the attacker left and SETTLE s
+# (15; 75 shows the sessions' end: an attacker's sessions live until smux's
+# keepalive timeout, 30-60 s) after the attack tool ended, when the
+# descriptors and the memory came back, beside the attack's JSON line (streams
+# the server ended, both downloads' bytes), and whether each download was
+# complete.
 #
 # The target's send buffer is pinned at 64 KiB a connection: thousands of
 # stalled connections with autotuned buffers (1.1 MB each measured) take
@@ -26,6 +32,7 @@ N=${1:-2000}
 PACE=${2:-500}
 HOLD=${3:-10}
 SESSIONS=${4:-1}
+SETTLE=${SETTLE:-15}
 # KCPIO_BIN_DIR: take kcpio-tunnel and attack from there instead of building.
 if [ -n "${KCPIO_BIN_DIR:-}" ]; then
     BIN=$KCPIO_BIN_DIR
@@ -39,26 +46,47 @@ TMP=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$TMP"' EXIT
 python3 lab/scripts/download-target.py 39877 2>"$TMP/target.log" &
 sleep 0.5
+now_ms() { date +%s%3N; }
 for name in kcptun kcpio; do
     if [ "$name" = kcptun ]; then SERVER=(kcptun-server); else SERVER=("$BIN/kcpio-tunnel" server); fi
     "${SERVER[@]}" -l 127.0.0.1:39878 -t 127.0.0.1:39877 --quiet --nocomp >"$TMP/$name.log" 2>&1 &
     SP=$!
     sleep 1
+    base_rss=$(awk '/VmRSS/{print $2}' "/proc/$SP/status")
+    base_fd=$(ls "/proc/$SP/fd" | wc -l)
     aborts=$(nstat -az TcpExtTCPAbortOnMemory 2>/dev/null | awk '/TcpExt/{print $2}')
-    "$BIN/attack" streams 127.0.0.1:39878 aes "$N" "$PACE" "$HOLD" nocomp "sessions=$SESSIONS" >"$TMP/$name.out" 2>&1 &
+    "$BIN/attack" streams 127.0.0.1:39878 aes "$N" "$PACE" "$HOLD" nocomp "sessions=$SESSIONS" from=127.0.0.3 >"$TMP/$name.out" 2>&1 &
     AP=$!
-    peak=0; peakfd=0
-    while kill -0 "$AP" 2>/dev/null; do
+    # Samples (ms, RSS KiB, descriptors) while the attack runs and for
+    # SETTLE s after it ends.
+    : >"$TMP/$name.samples"
+    settle_end=""
+    while :; do
+        if [ -z "$settle_end" ] && ! kill -0 "$AP" 2>/dev/null; then settle_end=$(( $(now_ms) + SETTLE * 1000 )); fi
+        [ -n "$settle_end" ] && [ "$(now_ms)" -ge "$settle_end" ] && break
         r=$(awk '/VmRSS/{print $2}' "/proc/$SP/status" 2>/dev/null || echo 0)
         f=$(ls "/proc/$SP/fd" 2>/dev/null | wc -l)
-        [ "${r:-0}" -gt "$peak" ] && peak=$r
-        [ "$f" -gt "$peakfd" ] && peakfd=$f
+        echo "$(now_ms) ${r:-0} $f" >>"$TMP/$name.samples"
         sleep 0.5
     done
     aborts=$(( $(nstat -az TcpExtTCPAbortOnMemory 2>/dev/null | awk '/TcpExt/{print $2}') - ${aborts:-0} ))
-    echo "$name: peak RSS $((peak / 1024)) MB, peak descriptors $peakfd, TCP connections the kernel aborted for memory: $aborts"
     cat "$TMP/$name.out"
-    grep -q '"legit_bytes":67108864,' "$TMP/$name.out" && echo "$name: download complete" || echo "$name: download SHORT"
+    left=$(grep -o '"left_at_ms":[0-9]*' "$TMP/$name.out" | cut -d: -f2 || true)
+    awk -v name="$name" -v left="${left:-0}" -v base_rss="$base_rss" -v base_fd="$base_fd" -v aborts="$aborts" '
+        { t[NR] = $1; r[NR] = $2; f[NR] = $3
+          if (left == 0 || $1 < left) { if ($2 > pr) pr = $2; if ($3 > pf) pf = $3 }
+          if (left > 0 && $1 >= left + 5000 && !at5) { at5 = 1; r5 = $2; f5 = $3 }
+          if (left > 0 && $1 >= left && tf == "" && $3 <= base_fd + 16) tf = ($1 - left) / 1000
+          if (left > 0 && $1 >= left && tr == "" && $2 <= pr / 4) tr = ($1 - left) / 1000 }
+        END {
+          printf "%s: before %d MB / %d fds; peak under attack %d MB RSS / %d fds; 5 s after it left %s; at the end (%d s after) %d MB / %d fds; descriptors back (within 16 of before) after %s s, RSS under a quarter of its peak after %s s; TCP connections the kernel aborted for memory: %d\n",
+            name, base_rss / 1024, base_fd, pr / 1024, pf,
+            (at5 ? sprintf("%d MB / %d fds", r5 / 1024, f5) : "n/a"),
+            (left > 0 ? (t[NR] - left) / 1000 : 0), r[NR] / 1024, f[NR],
+            (tf == "" ? "never" : tf), (tr == "" ? "never" : tr), aborts
+        }' "$TMP/$name.samples"
+    grep -q '"legit_bytes":67108864,' "$TMP/$name.out" && echo "$name: download during the attack complete" || echo "$name: download during the attack SHORT"
+    grep -q '"after_bytes":67108864,' "$TMP/$name.out" && echo "$name: download after the attack complete" || echo "$name: download after the attack SHORT"
     kill "$SP" 2>/dev/null || true
     wait "$SP" 2>/dev/null || true
 done

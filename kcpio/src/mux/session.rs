@@ -841,8 +841,27 @@ impl Session {
     ///
     /// [`StreamError::Unknown`] for a stream not open here.
     pub fn readable(&self, sid: StreamId) -> Result<bool, StreamError> {
+        Ok(self.read_ready(sid)?.is_some())
+    }
+
+    /// What a [`read`](Self::read) of `sid` would return now: `Some(n)`
+    /// bytes received and unread, `Some(0)` at the end of the stream (the
+    /// peer's FIN, or the session's error, with nothing left to read),
+    /// `None` when it would wait. A caller that takes budget for a read
+    /// takes no more than `n`, and none to read an end.
+    ///
+    /// # Errors
+    ///
+    /// [`StreamError::Unknown`] for a stream not open here.
+    pub fn read_ready(&self, sid: StreamId) -> Result<Option<usize>, StreamError> {
         let s = self.streams.get(&sid).ok_or(StreamError::Unknown)?;
-        Ok(!s.recv.is_empty() || s.peer_fin || self.error.is_some())
+        Ok(
+            if !s.recv.is_empty() || s.peer_fin || self.error.is_some() {
+                Some(s.recv.len())
+            } else {
+                None
+            },
+        )
     }
 
     /// Reads received payload of `sid` into `buf`: `Ok(Some(n))` with

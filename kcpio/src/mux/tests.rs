@@ -237,9 +237,13 @@ fn frames_straddle_calls_and_fin_gives_eof_after_data() {
     }
     let sid = s.accept_stream().unwrap();
     let mut buf = [0; 3];
+    // What a read would return is known before it: the bytes, then the end.
+    assert_eq!(s.read_ready(sid), Ok(Some(5)));
     assert_eq!(s.read(sid, &mut buf), Ok(Some(3)));
+    assert_eq!(s.read_ready(sid), Ok(Some(2)));
     assert_eq!(s.read(sid, &mut buf), Ok(Some(2)));
     assert_eq!(&buf[..2], b"lo");
+    assert_eq!(s.read_ready(sid), Ok(Some(0)));
     assert_eq!(s.read(sid, &mut buf), Ok(Some(0)));
     // The peer's FIN does not close our half: we may still write.
     assert_eq!(s.write(sid, b"late"), Ok(4));

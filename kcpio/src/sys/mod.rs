@@ -512,3 +512,20 @@ pub(crate) fn force_recv_buffer(sock: &socket2::Socket, bytes: usize) -> bool {
         false
     }
 }
+
+/// Gives the heap memory this process has freed back to the system, where
+/// the allocator can (glibc's `malloc_trim`); reports whether any was
+/// returned. Elsewhere (musl, other systems) it does nothing and returns
+/// `false`.
+pub(crate) fn trim_heap() -> bool {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: malloc_trim takes a padding size and only walks glibc's
+        // own arenas under their locks; it touches no memory of ours.
+        unsafe { libc::malloc_trim(0) == 1 }
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    {
+        false
+    }
+}

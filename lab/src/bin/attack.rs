@@ -28,9 +28,12 @@
 //! once, a stream-open flood), and never reads them (slow readers); after
 //! HOLD seconds a second session's stream downloads what the target sends
 //! for at most 20 s (from 127.0.0.2: another client, where a server
-//! shares its slots per source address). It prints the streams the server ended (FIN) while
-//! held and the second session's bytes; the server's memory and
-//! descriptors are read beside it (`lab/scripts/tunnel-vs-kcptun.sh`), and
+//! shares its slots per source address). Then the attacker leaves (a FIN
+//! on every stream, its sessions dropped a second later; `left_at_ms` is
+//! when, in Unix milliseconds) and, 3 s later, a third session downloads the same way
+//! (`after_bytes`). It prints the streams the server ended (FIN) while
+//! held and the other sessions' bytes; the server's memory and
+//! descriptors are read beside it (`lab/scripts/hostile-streams.sh`), and
 //! a server pointed at a target that never accepts shows whether its dials
 //! time out and its slots come back. `nocomp` for a server run with
 //! `--nocomp`, `v2` for `--smuxver 2`; `sessions=S` spreads the N streams
@@ -438,7 +441,46 @@ async fn streams(
             fin += 1;
         }
     }
-    // Another client: its own source address.
+    // Another client: its own source address, while the attack holds.
+    let before_legit = started.elapsed().as_secs_f64();
+    let (bytes, legit_end, legit_s, legit_mux) = legit_download(addr, crypt, nocomp, v2).await;
+    let opening_s = before_legit + legit_s.0 - hold as f64;
+    let sessions = attackers.len();
+    // The attacker leaves: a FIN on every stream, its sessions dropped.
+    let left_at_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    let attacker_mux = format!("{:?}", attackers[0].stats());
+    for s in &mut held {
+        let _ = timeout(Duration::from_millis(50), s.shutdown()).await;
+    }
+    // A KCP session dropped at once would take its queued FINs with it:
+    // the sessions live one more second, then go.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    drop(held);
+    drop(attackers);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (after_bytes, after_end, after_s, _) = legit_download(addr, crypt, nocomp, v2).await;
+    println!(
+        "{{\"attack\":\"streams\",\"crypt\":\"{crypt}\",\"n\":{n},\"pace\":{pace},\"hold_s\":{hold},\
+         \"sessions\":{sessions},\"open_errors\":{open_errors},\"ended_while_held\":{fin},\"opening_s\":{opening_s:.1},\
+         \"attacker_mux\":\"{attacker_mux}\",\"legit_bytes\":{bytes},\"legit_end\":\"{legit_end}\",\"legit_mux\":\"{legit_mux}\",\
+         \"legit_s\":{:.1},\"left_at_ms\":{left_at_ms},\"after_bytes\":{after_bytes},\"after_end\":\"{after_end}\",\
+         \"after_s\":{:.1}}}",
+        legit_s.1, after_s.1,
+    );
+}
+
+/// Another client's download through its own session from 127.0.0.2: the
+/// bytes read (at most 20 s), how it ended, (seconds from `started` to the
+/// session being up, seconds the download took) and the mux's stats.
+async fn legit_download(
+    addr: SocketAddr,
+    crypt: &str,
+    nocomp: bool,
+    v2: bool,
+) -> (u64, String, (f64, f64), String) {
+    let asked = Instant::now();
     let legit = tunnel_session(addr, "127.0.0.2:0", crypt, nocomp, v2).await;
     let legit_started = Instant::now();
     let mut bytes = 0u64;
@@ -455,16 +497,15 @@ async fn streams(
             }
         };
     }
-    println!(
-        "{{\"attack\":\"streams\",\"crypt\":\"{crypt}\",\"n\":{n},\"pace\":{pace},\"hold_s\":{hold},\
-         \"sessions\":{},\"open_errors\":{open_errors},\"ended_while_held\":{fin},\"opening_s\":{:.1},\
-         \"attacker_mux\":\"{:?}\",\"legit_bytes\":{bytes},\"legit_end\":\"{legit_end}\",\"legit_mux\":\"{:?}\",\"legit_s\":{:.1}}}",
-        attackers.len(),
-        (legit_started - started).as_secs_f64() - hold as f64,
-        attackers[0].stats(),
-        legit.stats(),
-        legit_started.elapsed().as_secs_f64(),
-    );
+    (
+        bytes,
+        legit_end,
+        (
+            (legit_started - asked).as_secs_f64(),
+            legit_started.elapsed().as_secs_f64(),
+        ),
+        format!("{:?}", legit.stats()),
+    )
 }
 
 /// One echo of `n` bytes on `c`, within 5 s.

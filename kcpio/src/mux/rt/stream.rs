@@ -79,11 +79,11 @@ impl Handle {
         }
     }
 
-    fn poll_readable(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+    fn poll_readable(&self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
         let mut st = self.shared.lock();
-        match st.session.readable(self.sid) {
-            Ok(true) => Poll::Ready(Ok(())),
-            Ok(false) => {
+        match st.session.read_ready(self.sid) {
+            Ok(Some(n)) => Poll::Ready(Ok(n)),
+            Ok(None) => {
                 st.set_read_waker(self.sid, cx.waker());
                 Poll::Pending
             }
@@ -198,8 +198,11 @@ impl OwnedReadHalf {
     }
 
     /// Waits until a read would not wait: received bytes, the peer's FIN
-    /// or an error are there. Nothing is consumed, so a forwarder can take
-    /// buffer space for a read only once there is something to read.
+    /// or an error are there. Returns the bytes a read would return now, 0
+    /// at the end of the stream (a read then returns 0, or the session's
+    /// error). Nothing is consumed, so a forwarder can take buffer space
+    /// for a read only once there is something to read, no more than is
+    /// there, and none to read an end.
     ///
     /// # Errors
     ///
@@ -208,7 +211,7 @@ impl OwnedReadHalf {
     /// # Cancel safety
     ///
     /// Cancel safe: it consumes nothing.
-    pub async fn readable(&self) -> io::Result<()> {
+    pub async fn readable(&self) -> io::Result<usize> {
         std::future::poll_fn(|cx| self.handle.poll_readable(cx)).await
     }
 
@@ -218,7 +221,7 @@ impl OwnedReadHalf {
     /// # Errors
     ///
     /// As [`readable`](Self::readable).
-    pub fn poll_readable(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+    pub fn poll_readable(&self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
         self.handle.poll_readable(cx)
     }
 }
