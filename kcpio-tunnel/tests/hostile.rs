@@ -321,15 +321,17 @@ async fn two_thousand_slow_readers_hold_one_session_budget() {
 /// Slow readers that send their FIN and go on reading nothing (an attacker
 /// that leaves, or kcptun clients, which close the whole stream on FIN):
 /// with the server's default `--closewait 30`, each stream ends once it has
-/// waited 5 s for room without moving a byte, so the slots and descriptors
-/// come back within seconds, not after the whole close-wait.
+/// held its target back for 5 s without moving a byte, so the slots and
+/// descriptors come back within seconds, not after the whole close-wait.
+/// The buffer budget (1 MiB here) is spent by the attack itself: a FIN
+/// must not wait behind it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_readers_that_leave_free_their_slots_within_seconds() {
     tokio::time::timeout(TEST_TIMEOUT, async {
         let target = download_server(64 * 1024 * 1024).await;
         let log = scratch("leave.log");
         let server = start(
-            &format!("t server -l 127.0.0.1:0 -t {target} --quiet --snmpperiod 1"),
+            &format!("t server -l 127.0.0.1:0 -t {target} --quiet --snmpperiod 1 --maxbuffer 1"),
             log.to_str().unwrap(),
         )
         .await;
