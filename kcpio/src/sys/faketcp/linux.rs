@@ -25,6 +25,7 @@ use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use super::codec::{self, DATA_HEADER_LEN, Drop as Why, Flow};
 use super::firewall::{Family, Firewall};
 use super::{FakeTcpCounters, FakeTcpStats};
+use crate::sys::linux::set_int;
 use crate::sys::{BATCH_SIZE, RecvMeta, Transmit, UdpState, bump};
 
 /// Kernel connects tried when an ephemeral port collides (`EADDRINUSE`).
@@ -186,31 +187,6 @@ fn bind_for(bind: SocketAddr, peer: SocketAddr) -> io::Result<SocketAddr> {
             io::ErrorKind::InvalidInput,
             format!("fake TCP: cannot reach {p} from {b} (another IP version)"),
         )),
-    }
-}
-
-/// Sets an integer socket option.
-fn set_int(
-    sock: &Socket,
-    level: libc::c_int,
-    name: libc::c_int,
-    value: libc::c_int,
-) -> io::Result<()> {
-    // SAFETY: `value` is a live local of the length given; the kernel
-    // only reads it.
-    let r = unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            level,
-            name,
-            ptr::from_ref(&value).cast(),
-            size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
     }
 }
 
@@ -749,25 +725,25 @@ impl FakeTcp {
     fn recv_one(&self, buf: &mut [u8]) -> Option<(usize, Option<V6Addrs>)> {
         let mut iov = [IoSliceMut::new(buf)];
         // SAFETY: plain C structs; all-zero bytes are valid values.
-        let mut hdr: libc::mmsghdr = unsafe { mem::zeroed() };
+        let mut hdr: libc::msghdr = unsafe { mem::zeroed() };
+        // SAFETY: as above.
         let mut name: libc::sockaddr_in6 = unsafe { mem::zeroed() };
         let mut control = PktinfoCmsg::zeroed();
         // `IoSliceMut` is ABI-compatible with `iovec` on Unix.
-        hdr.msg_hdr.msg_iov = iov.as_mut_ptr().cast::<libc::iovec>();
-        hdr.msg_hdr.msg_iovlen = 1;
+        hdr.msg_iov = iov.as_mut_ptr().cast::<libc::iovec>();
+        hdr.msg_iovlen = 1;
         if self.family == Family::V6 {
-            hdr.msg_hdr.msg_name = ptr::from_mut(&mut name).cast();
-            hdr.msg_hdr.msg_namelen = size_of::<libc::sockaddr_in6>() as libc::socklen_t;
-            hdr.msg_hdr.msg_control = ptr::from_mut(&mut control).cast();
-            hdr.msg_hdr.msg_controllen = size_of::<PktinfoCmsg>();
+            hdr.msg_name = ptr::from_mut(&mut name).cast();
+            hdr.msg_namelen = size_of::<libc::sockaddr_in6>() as libc::socklen_t;
+            hdr.msg_control = ptr::from_mut(&mut control).cast();
+            hdr.msg_controllen = size_of::<PktinfoCmsg>();
         }
         // SAFETY: the header points at one iovec over `buf`, and (IPv6) at
         // `name` and `control`, live locals of the lengths given, not
         // otherwise touched during the call.
-        let r =
-            unsafe { libc::recvmsg(self.raw.as_raw_fd(), &mut hdr.msg_hdr, libc::MSG_DONTWAIT) };
+        let r = unsafe { libc::recvmsg(self.raw.as_raw_fd(), &mut hdr, libc::MSG_DONTWAIT) };
         let n = usize::try_from(r).ok()?;
-        let v6 = (self.family == Family::V6).then(|| v6_addrs(&hdr.msg_hdr, &name, &control));
+        let v6 = (self.family == Family::V6).then(|| v6_addrs(&hdr, &name, &control));
         Some((n, v6.flatten()))
     }
 
