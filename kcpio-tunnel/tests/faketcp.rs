@@ -1,7 +1,9 @@
 //! `--tcp` (fake TCP) in network namespaces: client — router — server, each
 //! end a real process (`kcpio-tunnel` or Debian's kcptun) inside its own
 //! namespace, the router between them playing the network: one that drops
-//! all UDP, a strict stateful firewall with NAT, GRO on the ends.
+//! all UDP, a strict stateful firewall with NAT, GRO on the ends. Every
+//! link has IPv4 and IPv6 (ULA, `nodad`) addresses; a path says which one
+//! the tunnel uses.
 //!
 //! Needs root (namespaces, raw sockets, nftables); without it every test
 //! prints `SKIPPED` and passes. The kcptun tests also need `kcptun-client`
@@ -20,6 +22,8 @@ use kcpio_testkit::pattern;
 
 const EXE: &str = env!("CARGO_BIN_EXE_kcpio-tunnel");
 const SERVER_IP: &str = "10.77.2.2";
+/// The server's IPv6 address, as a host in an address with a port.
+const SERVER_IP6: &str = "[fd77:2::2]";
 const SOURCE: &str = "127.0.0.1:5201";
 const ENTRY: &str = "127.0.0.1:12948";
 const MB: u64 = 1 << 20;
@@ -76,6 +80,8 @@ struct PathOpts {
     nat: bool,
     /// GRO on at both ends.
     gro: bool,
+    /// The tunnel runs over IPv6 (the server's [`SERVER_IP6`]).
+    v6: bool,
 }
 
 /// Three namespaces `<p>c — <p>r — <p>s`; deleted on drop.
@@ -83,6 +89,8 @@ struct Net {
     c: String,
     r: String,
     s: String,
+    /// The server's address the tunnel uses ([`SERVER_IP`] or [`SERVER_IP6`]).
+    server_ip: &'static str,
 }
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
@@ -98,6 +106,7 @@ impl Net {
             c: format!("{p}c"),
             r: format!("{p}r"),
             s: format!("{p}s"),
+            server_ip: if opts.v6 { SERVER_IP6 } else { SERVER_IP },
         };
         for ns in [&net.c, &net.r, &net.s] {
             must("ip", &["netns", "add", ns]);
@@ -122,6 +131,26 @@ impl Net {
             net.exec(ns, "ip", &["addr", "add", addr, "dev", dev]);
             net.exec(ns, "ip", &["link", "set", dev, "up"]);
         }
+        for (ns, dev, addr) in [
+            (&net.c, "c0", "fd77:1::2/64"),
+            (&net.r, "rc", "fd77:1::1/64"),
+            (&net.r, "rs", "fd77:2::1/64"),
+            (&net.s, "s0", "fd77:2::2/64"),
+        ] {
+            // `nodad`: usable at once, no duplicate detection to wait for.
+            net.exec(ns, "ip", &["-6", "addr", "add", addr, "dev", dev, "nodad"]);
+        }
+        net.exec(
+            &net.c,
+            "ip",
+            &["-6", "route", "add", "default", "via", "fd77:1::1"],
+        );
+        net.exec(
+            &net.s,
+            "ip",
+            &["-6", "route", "add", "default", "via", "fd77:2::1"],
+        );
+        net.exec(&net.r, "sysctl", &["-qw", "net.ipv6.conf.all.forwarding=1"]);
         net.exec(
             &net.c,
             "ip",
@@ -164,6 +193,8 @@ impl Net {
         if opts.nat {
             rules.push_str(
                 "table ip nat {\n chain post { type nat hook postrouting priority srcnat;\n  \
+                 oifname \"rs\" masquerade\n }\n}\n\
+                 table ip6 nat {\n chain post { type nat hook postrouting priority srcnat;\n  \
                  oifname \"rs\" masquerade\n }\n}\n",
             );
         }
@@ -327,10 +358,11 @@ enum End {
     Kcptun,
 }
 
-/// Starts a tunnel end in its namespace: the server on 10.77.2.2:29900
-/// forwarding to the source, the client's entry at 127.0.0.1:12948.
+/// Starts a tunnel end in its namespace: the server on the path's server
+/// address, port 29900, forwarding to the source, the client's entry at
+/// 127.0.0.1:12948.
 fn start(net: &Net, end: End, server: bool, flags: &str, log: Option<&str>) -> Proc {
-    let remote = format!("{SERVER_IP}:29900");
+    let remote = format!("{}:29900", net.server_ip);
     let mut args: Vec<&str> = Vec::new();
     let (ns, program) = match (end, server) {
         (End::Kcpio, true) => {
@@ -414,10 +446,11 @@ fn transfer(
         );
         // The router's conntrack still holds the flow as a proper TCP
         // connection after the idle gap: established and assured.
+        let family = if opts.v6 { "ipv6" } else { "ipv4" };
         let ct = net.exec(
             &net.r,
             "conntrack",
-            &["-L", "-p", "tcp", "--dport", "29900"],
+            &["-L", "-f", family, "-p", "tcp", "--dport", "29900"],
         );
         assert!(
             ct.lines()
@@ -482,6 +515,42 @@ fn interop_with_kcptun_tcp_both_ways_defaults_and_fast3() {
     }
 }
 
+/// Over IPv6, both ways with Debian's kcptun (tcpraw 1.2.25 carries IPv6:
+/// an `AF_INET6` raw socket, checksums over the IPv6 pseudo-header, an
+/// `ip6tables -m hl --hl-eq 1` rule), and between kcpio ends.
+#[test]
+fn ipv6_interop_with_kcptun_tcp_both_ways_and_kcpio_to_kcpio() {
+    let test = "ipv6_interop_with_kcptun_tcp_both_ways_and_kcpio_to_kcpio";
+    if !privileged(test) {
+        return;
+    }
+    let v6 = PathOpts {
+        v6: true,
+        drop_udp: true,
+        ..PathOpts::default()
+    };
+    let mut pairs = vec![(End::Kcpio, End::Kcpio, 20 * MB)];
+    if have_kcptun(test) {
+        pairs.extend([
+            (End::Kcptun, End::Kcpio, 20 * MB),
+            (End::Kcpio, End::Kcptun, 20 * MB),
+        ]);
+    }
+    for (client, server, bytes) in pairs {
+        let (got, log) = transfer(v6, client, server, "--tcp", bytes, Duration::ZERO, LONG);
+        assert_eq!(
+            got,
+            Ok(bytes),
+            "{client:?} -> {server:?} over IPv6\nserver log:\n{log}"
+        );
+        if server == End::Kcpio {
+            let (refused, merged) = segment_counters(&log).expect("stats line");
+            println!("figure: IPv6 {client:?} -> kcpio: refused {refused} merged {merged}");
+            assert_eq!(merged, 0, "{log}");
+        }
+    }
+}
+
 #[test]
 fn a_path_that_drops_udp_passes_tcp_only() {
     let test = "a_path_that_drops_udp_passes_tcp_only";
@@ -522,7 +591,25 @@ fn a_path_that_drops_udp_passes_tcp_only() {
 
 #[test]
 fn strict_firewall_nat_and_gro_see_no_invalid_packet_across_an_idle_gap() {
-    let test = "strict_firewall_nat_and_gro_see_no_invalid_packet_across_an_idle_gap";
+    strict_idle_gap(
+        "strict_firewall_nat_and_gro_see_no_invalid_packet_across_an_idle_gap",
+        false,
+        20 * MB,
+    );
+}
+
+/// The same over IPv6, with the strict firewall's conntrack holding the
+/// IPv6 flow across the idle gap.
+#[test]
+fn ipv6_strict_firewall_nat_and_gro_see_no_invalid_packet_across_an_idle_gap() {
+    strict_idle_gap(
+        "ipv6_strict_firewall_nat_and_gro_see_no_invalid_packet_across_an_idle_gap",
+        true,
+        10 * MB,
+    );
+}
+
+fn strict_idle_gap(test: &str, v6: bool, bytes: u64) {
     if !privileged(test) {
         return;
     }
@@ -532,6 +619,7 @@ fn strict_firewall_nat_and_gro_see_no_invalid_packet_across_an_idle_gap() {
         strict: Some(8),
         nat: true,
         gro: true,
+        v6,
         ..PathOpts::default()
     };
     let mut pairs = vec![(End::Kcpio, End::Kcpio)];
@@ -544,11 +632,11 @@ fn strict_firewall_nat_and_gro_see_no_invalid_packet_across_an_idle_gap() {
             client,
             server,
             "--tcp --keepalive 2",
-            20 * MB,
+            bytes,
             Duration::from_secs(12),
             LONG,
         );
-        assert_eq!(got, Ok(20 * MB), "{client:?} -> {server:?}\n{log}");
+        assert_eq!(got, Ok(bytes), "{client:?} -> {server:?}\n{log}");
         let (_, merged) = segment_counters(&log).expect("stats line");
         assert_eq!(merged, 0, "GRO merged segments:\n{log}");
     }
@@ -556,12 +644,30 @@ fn strict_firewall_nat_and_gro_see_no_invalid_packet_across_an_idle_gap() {
 
 #[test]
 fn firewall_tables_go_at_exit_and_a_killed_ones_at_the_next_start() {
-    let test = "firewall_tables_go_at_exit_and_a_killed_ones_at_the_next_start";
+    tables_go_at_exit(
+        "firewall_tables_go_at_exit_and_a_killed_ones_at_the_next_start",
+        false,
+    );
+}
+
+/// Over IPv6 the table is in the `ip6` family, with the same life.
+#[test]
+fn ipv6_firewall_tables_go_at_exit_and_a_killed_ones_at_the_next_start() {
+    tables_go_at_exit(
+        "ipv6_firewall_tables_go_at_exit_and_a_killed_ones_at_the_next_start",
+        true,
+    );
+}
+
+fn tables_go_at_exit(test: &str, v6: bool) {
     if !privileged(test) {
         return;
     }
-    let net = Net::new(PathOpts::default());
-    let remote = format!("{SERVER_IP}:29900");
+    let net = Net::new(PathOpts {
+        v6,
+        ..PathOpts::default()
+    });
+    let remote = format!("{}:29900", net.server_ip);
     let server = || {
         net.spawn(
             &net.s,
@@ -585,7 +691,9 @@ fn firewall_tables_go_at_exit_and_a_killed_ones_at_the_next_start() {
     };
     let mut first = server();
     wait_listening(&net, &net.s, 29900);
-    tables(1);
+    let family = if v6 { "table ip6 " } else { "table ip " };
+    let t = tables(1);
+    assert!(t[0].starts_with(family), "{t:?}");
     first.stop();
     tables(0);
     // Killed: its table stays; the next start removes it with its own.

@@ -1,7 +1,8 @@
 //! Fake TCP ([`Carrier::FakeTcp`]) at the library level, each test inside a
-//! private network namespace of its own (loopback only): a sharded
-//! listener (`reuse_port`) serving many clients, and the iptables fallback
-//! when `nft` is missing.
+//! private network namespace of its own (loopback only, plus a ULA IPv6
+//! address for the IPv6 tests): a sharded listener (`reuse_port`) serving
+//! many clients, and the iptables (ip6tables) fallback when `nft` is
+//! missing, each over IPv4 and IPv6.
 //!
 //! Needs root (namespaces, raw sockets, firewall rules); without it every
 //! test prints `SKIPPED` and passes. Each test runs this binary again
@@ -85,6 +86,7 @@ fn rules_in(ns: &str) -> String {
     for line in exec(&["nft", "list", "tables"])
         .lines()
         .chain(exec(&["iptables", "-w", "-t", "raw", "-S"]).lines())
+        .chain(exec(&["ip6tables", "-w", "-t", "raw", "-S"]).lines())
     {
         if line.contains("kcpio_") {
             found.push_str(line);
@@ -160,11 +162,42 @@ async fn fetch(server: SocketAddr, config: &Config, bytes: u64) -> u64 {
     off
 }
 
-/// Many clients through `shards` shards of one listener: all fetch every
-/// byte; returns each shard's sessions opened.
-async fn many_clients(shards: usize, clients: usize, bytes: u64) -> Vec<u64> {
+/// The IPv6 address the IPv6 tests listen on (a ULA on the namespace's
+/// loopback).
+const V6_ADDR: &str = "fd00:77::1";
+
+/// Adds [`V6_ADDR`] to this namespace's loopback, usable at once (`nodad`).
+fn add_v6_address() {
+    let out = run(
+        "ip",
+        &[
+            "-6",
+            "addr",
+            "add",
+            &format!("{V6_ADDR}/128"),
+            "dev",
+            "lo",
+            "nodad",
+        ],
+    );
+    assert!(out.status.success(), "{out:?}");
+}
+
+/// The address a test listens on: port 0 (or `port`) on 127.0.0.1 or
+/// [`V6_ADDR`].
+fn listen_addr(v6: bool, port: u16) -> String {
+    if v6 {
+        format!("[{V6_ADDR}]:{port}")
+    } else {
+        format!("127.0.0.1:{port}")
+    }
+}
+
+/// Many clients through `shards` shards of one listener on `bind`: all
+/// fetch every byte; returns each shard's sessions opened.
+async fn many_clients(bind: &str, shards: usize, clients: usize, bytes: u64) -> Vec<u64> {
     let config = config(shards);
-    let listener = Arc::new(KcpListener::bind("127.0.0.1:0", &config).await.unwrap());
+    let listener = Arc::new(KcpListener::bind(bind, &config).await.unwrap());
     let server = listener.local_addr().unwrap();
     assert_eq!(listener.stats_per_socket().len(), shards);
     let srv = serve(listener.clone(), clients, bytes);
@@ -182,9 +215,11 @@ async fn many_clients(shards: usize, clients: usize, bytes: u64) -> Vec<u64> {
     let per = listener.stats_per_socket();
     for (i, s) in per.iter().enumerate() {
         println!(
-            "figure: shard {i}: sessions {} datagrams in {} refused segments {}",
-            s.sessions_opened, s.datagrams_in, s.segments_refused
+            "figure: {server} shard {i}: sessions {} datagrams in {} refused segments {} merged {}",
+            s.sessions_opened, s.datagrams_in, s.segments_refused, s.segments_merged
         );
+        // Nothing was cut, merged or failed its checksum.
+        assert_eq!(s.segments_merged, 0, "shard {i}");
     }
     per.iter().map(|s| s.sessions_opened).collect()
 }
@@ -204,12 +239,36 @@ fn runtime() -> tokio::runtime::Runtime {
 /// arrives, and the firewall table is gone afterwards.
 #[test]
 fn shards_split_many_clients_and_each_flow_lives_on_one_shard() {
-    const NAME: &str = "shards_split_many_clients_and_each_flow_lives_on_one_shard";
-    if std::env::var(IN_NETNS).as_deref() == Ok(NAME) {
+    shards_split(
+        "shards_split_many_clients_and_each_flow_lives_on_one_shard",
+        false,
+    );
+}
+
+/// The same over IPv6 ([`V6_ADDR`], many ports): the kernel filter reads
+/// the IPv6 source behind `SKF_NET_OFF`, the flows are keyed by IPv6
+/// addresses, the `ip6` table comes and goes.
+#[test]
+fn ipv6_shards_split_many_clients_and_each_flow_lives_on_one_shard() {
+    shards_split(
+        "ipv6_shards_split_many_clients_and_each_flow_lives_on_one_shard",
+        true,
+    );
+}
+
+fn shards_split(name: &str, v6: bool) {
+    if std::env::var(IN_NETNS).as_deref() == Ok(name) {
+        if v6 {
+            add_v6_address();
+        }
+        let bind = listen_addr(v6, 0);
         let per = runtime().block_on(async {
-            timeout(Duration::from_secs(90), many_clients(3, 24, 256 * 1024))
-                .await
-                .expect("all clients done within 90 s")
+            timeout(
+                Duration::from_secs(90),
+                many_clients(&bind, 3, 24, 256 * 1024),
+            )
+            .await
+            .expect("all clients done within 90 s")
         });
         assert_eq!(per.iter().sum::<u64>(), 24, "sessions per shard {per:?}");
         assert!(per.iter().all(|&n| n > 0), "a shard got no peer: {per:?}");
@@ -219,17 +278,20 @@ fn shards_split_many_clients_and_each_flow_lives_on_one_shard() {
     if std::env::var_os(IN_NETNS).is_some() {
         return;
     }
-    if let Some(text) = in_netns(NAME, &[]) {
-        assert!(text.contains("figure: shard 2"), "{text}");
+    if let Some(text) = in_netns(name, &[]) {
+        assert!(text.contains("shard 2: sessions"), "{text}");
+        if v6 {
+            assert!(text.contains(&format!("figure: [{V6_ADDR}]:")), "{text}");
+        }
     }
 }
 
 /// A directory holding `iptables` and `ip` but no `nft`: with it as `PATH`
 /// the firewall falls back to iptables.
-fn path_without_nft() -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("kcpio-nonft-{}", std::process::id()));
+fn path_without_nft(tag: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("kcpio-nonft-{}-{tag}", std::process::id()));
     let _ = std::fs::create_dir_all(&dir);
-    for tool in ["iptables", "ip", "timeout", "sh"] {
+    for tool in ["iptables", "ip6tables", "ip", "timeout", "sh"] {
         let found = run("sh", &["-c", &format!("command -v {tool}")]);
         let at = String::from_utf8_lossy(&found.stdout).trim().to_string();
         assert!(!at.is_empty(), "{tool} not found");
@@ -240,9 +302,10 @@ fn path_without_nft() -> std::path::PathBuf {
     dir
 }
 
-/// Our iptables chains (raw table) and the OUTPUT jumps to them.
-fn iptables_chains() -> Vec<String> {
-    let out = run("iptables", &["-w", "-t", "raw", "-S"]);
+/// Our chains in the raw table of `tool` (`iptables` or `ip6tables`) and
+/// the OUTPUT jumps to them.
+fn iptables_chains(tool: &str) -> Vec<String> {
+    let out = run(tool, &["-w", "-t", "raw", "-S"]);
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter(|l| l.contains("kcpio_"))
@@ -257,13 +320,37 @@ fn iptables_chains() -> Vec<String> {
 /// the next start.
 #[test]
 fn without_nft_the_iptables_rules_appear_work_and_go_also_after_a_kill() {
-    const NAME: &str = "without_nft_the_iptables_rules_appear_work_and_go_also_after_a_kill";
+    iptables_fallback(
+        "without_nft_the_iptables_rules_appear_work_and_go_also_after_a_kill",
+        false,
+    );
+}
+
+/// The same over IPv6: the rules go into `ip6tables` (`-m hl --hl-eq 1`).
+#[test]
+fn ipv6_without_nft_the_ip6tables_rules_appear_work_and_go_also_after_a_kill() {
+    iptables_fallback(
+        "ipv6_without_nft_the_ip6tables_rules_appear_work_and_go_also_after_a_kill",
+        true,
+    );
+}
+
+fn iptables_fallback(name: &str, v6: bool) {
     const HOLD: &str = "KCPIO_FAKETCP_HOLD";
-    if std::env::var(IN_NETNS).as_deref() == Ok(NAME) {
+    let (tool, ttl_rule, ttl_counted) = if v6 {
+        ("ip6tables", "--hl-eq 1", "HL match HL == 1")
+    } else {
+        ("iptables", "--ttl-eq 1", "TTL match TTL == 1")
+    };
+    let iptables_chains = || iptables_chains(tool);
+    if std::env::var(IN_NETNS).as_deref() == Ok(name) {
+        if v6 && std::env::var_os(HOLD).is_none() {
+            add_v6_address();
+        }
         if std::env::var_os(HOLD).is_some() {
             // The process to be killed: a listener that never closes.
             return runtime().block_on(async {
-                let l = KcpListener::bind("127.0.0.1:29977", &config(1))
+                let l = KcpListener::bind(listen_addr(v6, 29977), &config(1))
                     .await
                     .unwrap();
                 println!("HOLDING {}", l.local_addr().unwrap());
@@ -276,8 +363,13 @@ fn without_nft_the_iptables_rules_appear_work_and_go_also_after_a_kill() {
         );
         runtime().block_on(async {
             let config = config(1);
-            let listener = Arc::new(KcpListener::bind("127.0.0.1:0", &config).await.unwrap());
+            let listener = Arc::new(
+                KcpListener::bind(listen_addr(v6, 0), &config)
+                    .await
+                    .unwrap(),
+            );
             let server = listener.local_addr().unwrap();
+            assert_eq!(server.is_ipv6(), v6);
             let chains = iptables_chains();
             let port = server.port().to_string();
             assert!(
@@ -287,7 +379,7 @@ fn without_nft_the_iptables_rules_appear_work_and_go_also_after_a_kill() {
             assert!(
                 chains
                     .iter()
-                    .any(|l| l.contains(&port) && l.contains("--ttl-eq 1") && l.contains("DROP")),
+                    .any(|l| l.contains(&port) && l.contains(ttl_rule) && l.contains("DROP")),
                 "{chains:?}"
             );
             assert!(
@@ -307,14 +399,14 @@ fn without_nft_the_iptables_rules_appear_work_and_go_also_after_a_kill() {
             assert_eq!(got, 1 << 20);
             srv.await.unwrap();
             // The kernel's own ACKs (TTL 1) hit the drop rules.
-            let counted = run("iptables", &["-w", "-t", "raw", "-L", "-v", "-n", "-x"]);
+            let counted = run(tool, &["-w", "-t", "raw", "-L", "-v", "-n", "-x"]);
             let text = String::from_utf8_lossy(&counted.stdout).into_owned();
             let drops: u64 = text
                 .lines()
-                .filter(|l| l.contains("DROP") && l.contains("TTL match TTL == 1"))
+                .filter(|l| l.contains("DROP") && l.contains(ttl_counted))
                 .filter_map(|l| l.split_whitespace().next()?.parse::<u64>().ok())
                 .sum();
-            println!("figure: kernel segments dropped by the iptables rules: {drops}");
+            println!("figure: kernel segments dropped by the {tool} rules: {drops}");
             assert!(drops > 0, "{text}");
             drop(listener);
         });
@@ -324,7 +416,7 @@ fn without_nft_the_iptables_rules_appear_work_and_go_also_after_a_kill() {
         // A killed process leaves its chain; the next start removes it.
         let exe = std::env::current_exe().unwrap();
         let mut held = Command::new(exe)
-            .args(["--exact", NAME, "--nocapture", "--test-threads", "1"])
+            .args(["--exact", name, "--nocapture", "--test-threads", "1"])
             .env(HOLD, "1")
             .stdout(std::process::Stdio::piped())
             .spawn()
@@ -346,7 +438,9 @@ fn without_nft_the_iptables_rules_appear_work_and_go_also_after_a_kill() {
             "a SIGKILL leaves the chain: {left:?}"
         );
         runtime().block_on(async {
-            let l = KcpListener::bind("127.0.0.1:0", &config(1)).await.unwrap();
+            let l = KcpListener::bind(listen_addr(v6, 0), &config(1))
+                .await
+                .unwrap();
             let now = iptables_chains();
             let ours = format!(
                 "kcpio_{}_{}",
@@ -359,16 +453,19 @@ fn without_nft_the_iptables_rules_appear_work_and_go_also_after_a_kill() {
             );
         });
         assert!(iptables_chains().is_empty(), "{:?}", iptables_chains());
-        println!("figure: iptables fallback clean after a kill");
+        println!("figure: {tool} fallback clean after a kill");
         return;
     }
     if std::env::var_os(IN_NETNS).is_some() {
         return;
     }
-    let dir = path_without_nft();
-    let text = in_netns(NAME, &[("PATH", dir.to_str().unwrap())]);
+    let dir = path_without_nft(tool);
+    let text = in_netns(name, &[("PATH", dir.to_str().unwrap())]);
     let _ = std::fs::remove_dir_all(&dir);
     if let Some(text) = text {
-        assert!(text.contains("figure: iptables fallback clean"), "{text}");
+        assert!(
+            text.contains(&format!("figure: {tool} fallback clean")),
+            "{text}"
+        );
     }
 }

@@ -799,7 +799,7 @@ impl ConfigBuilder {
     /// A fake-TCP segment's header is 24 bytes longer than UDP's, so the
     /// datagram (and the KCP mtu) shrink by 24 bytes: with the default
     /// [`mtu`](Self::mtu) of 1400 the IP packets have the same size in
-    /// both carriers. Fake TCP is Linux-only, IPv4-only and needs
+    /// both carriers. Fake TCP is Linux-only (IPv4 and IPv6) and needs
     /// `CAP_NET_RAW` and `CAP_NET_ADMIN` (root): see [`Carrier::FakeTcp`].
     ///
     /// # Errors

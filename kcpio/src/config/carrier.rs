@@ -23,7 +23,9 @@ pub enum Carrier {
     /// replaced at the next start if a crash left it, and removed when the
     /// socket closes.
     ///
-    /// Linux only, IPv4 only. Needs `CAP_NET_RAW` (the raw socket) and
+    /// Linux only; IPv4 and IPv6 (a listener on `[::]` takes IPv6 peers
+    /// only; the IPv6 header costs UDP and fake TCP the same 20 bytes, so
+    /// the mtu means the same packet size on both). Needs `CAP_NET_RAW` (the raw socket) and
     /// `CAP_NET_ADMIN` (the firewall table): without them binding or
     /// connecting fails with `PermissionDenied`, naming the capability;
     /// elsewhere with `Unsupported`.

@@ -130,7 +130,7 @@ impl KcpStream {
     ///   handshake's errors (`ConnectionRefused` when no TCP listener is
     ///   there, `TimedOut` when it does not complete within the connect
     ///   timeout), `PermissionDenied` naming `CAP_NET_RAW` or `CAP_NET_ADMIN`
-    ///   without them, `Unsupported` outside Linux or for IPv6.
+    ///   without them, `Unsupported` outside Linux.
     ///
     /// # Cancel safety
     ///

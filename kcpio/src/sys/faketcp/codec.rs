@@ -455,9 +455,10 @@ impl Flow {
 
 /// The `faketcp_codec` fuzz target: the input is a selector byte (bit 0:
 /// the kernel's handshake is done, bit 1: give back each answer's sequence
-/// space, all of it: the timestamp base), then packets, each a big-endian
-/// `u16` length and that many bytes of an IPv4 packet as the raw socket
-/// reads it. Each packet is parsed and fed to one [`Flow`]; whenever the
+/// space, bit 2: IPv6, all of it: the timestamp base), then packets, each a
+/// big-endian `u16` length and that many bytes of an IPv4 packet as the
+/// raw socket reads it (with bit 2: a TCP segment as an IPv6 raw socket
+/// reads it, between two fixed addresses). Each packet is parsed and fed to one [`Flow`]; whenever the
 /// flow is ready it numbers an answer, which must parse back as built.
 ///
 /// # Panics
@@ -482,7 +483,14 @@ pub(crate) fn fuzz(data: &[u8]) {
         let take = usize::from(u16::from_be_bytes(*len)).min(tail.len());
         let (packet, tail) = tail.split_at(take);
         rest = tail;
-        let Ok((src, dst, seg)) = parse_ipv4(packet) else {
+        let parsed = if sel & 4 != 0 {
+            let src = IpAddr::V6(std::net::Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1));
+            let dst = IpAddr::V6(std::net::Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 2));
+            parse_tcp(packet, src, dst).map(|seg| (src, dst, seg))
+        } else {
+            parse_ipv4(packet).map(|(src, dst, seg)| (IpAddr::V4(src), IpAddr::V4(dst), seg))
+        };
+        let Ok((src, dst, seg)) = parsed else {
             continue;
         };
         let end = seg.payload_offset + seg.payload.len();
@@ -494,7 +502,7 @@ pub(crate) fn fuzz(data: &[u8]) {
             continue;
         }
         let payload = seg.payload.get(..64).unwrap_or(seg.payload);
-        let (ours, theirs) = (IpAddr::V4(dst), IpAddr::V4(src));
+        let (ours, theirs) = (dst, src);
         let h = flow.next_header(seg.dst_port, seg.src_port, payload.len(), u32::from(sel));
         let mut head = [0u8; DATA_HEADER_LEN];
         write_header(&mut head, &h, ours, theirs, payload);
