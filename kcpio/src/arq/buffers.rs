@@ -16,95 +16,13 @@
 //! The wire behaviour is unchanged: the same sets of segments, visited in the
 //! same sn order. Rings start small and double up to their bound (twice the
 //! window); each slot keeps its payload `Vec` once allocated, so a session in
-//! steady state allocates nothing per segment.
-//!
-//! A send slot can lend its payload to the socket, which then sends it where
-//! it lies instead of a copy ([`SlotData::lend`]; `Kcp::poll_transmit_lend`).
-//! The writer fills the slot's own `Vec`; the first time the segment is lent
-//! that `Vec` is swapped into the slot's `Arc` ([`Lent`]), whose holders
-//! only read it, and the `Arc`'s previous buffer becomes the slot's own for
-//! the next segment. Every `Arc` operation happens where the segments are
-//! sent (the socket's task), none where the application writes, so a writer
-//! on another core pays no atomic operation per segment; and the bytes of
-//! a buffer somebody still holds are never changed: a slot whose `Arc` is
-//! still out when its next segment is lent (the socket blocked meanwhile)
-//! gets a new `Arc`. The send ring also shrinks:
+//! steady state allocates nothing per segment. The send ring also shrinks:
 //! [`SendRing::trim`], called about once a second, cuts it (dropping the
 //! spare slots' payload buffers) to the power of two above the most
 //! segments it held since the last call, so its memory follows what was in
 //! flight lately, not the fullest queue it ever had.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
-
-/// A segment's payload lent to whoever sends it (read-only while shared).
-pub(crate) type Lent = Arc<Vec<u8>>;
-
-/// A send slot's payload.
-#[derive(Debug, Default)]
-pub(crate) struct SlotData {
-    /// The slot's own buffer: the payload until it is first lent, after
-    /// that a spare buffer for the slot's next segment.
-    own: Vec<u8>,
-    /// The lent payload (and kept after its segment, for the next swap).
-    shared: Option<Lent>,
-    /// The payload lives in `shared`.
-    lent: bool,
-}
-
-impl SlotData {
-    /// The payload.
-    pub(crate) fn bytes(&self) -> &[u8] {
-        match (&self.shared, self.lent) {
-            (Some(s), true) => s,
-            _ => &self.own,
-        }
-    }
-
-    /// The payload, shared: moved into the slot's `Arc` the first time
-    /// (the `Arc`'s previous buffer becomes the slot's own).
-    pub(crate) fn lend(&mut self) -> Lent {
-        if !self.lent {
-            match self.shared.as_mut().and_then(Arc::get_mut) {
-                Some(inner) => core::mem::swap(inner, &mut self.own),
-                // Never lent, or its last lent buffer is still out: a new
-                // `Arc` (the old one stays with its holder, unchanged).
-                None => self.shared = Some(Arc::new(core::mem::take(&mut self.own))),
-            }
-            self.lent = true;
-        }
-        match &self.shared {
-            Some(s) => Arc::clone(s),
-            None => Arc::default(),
-        }
-    }
-
-    /// The segment left the ring (acknowledged): its payload buffer goes
-    /// back to being the slot's own when nobody holds it any more, so each
-    /// slot writes one buffer over and over (the other stays empty) and
-    /// the ring's memory is touched no more than without lending.
-    fn reclaim(&mut self) {
-        if self.lent
-            && let Some(inner) = self.shared.as_mut().and_then(Arc::get_mut)
-        {
-            core::mem::swap(inner, &mut self.own);
-            self.lent = false;
-        }
-    }
-
-    /// The slot's own buffer, for a new segment's payload.
-    fn fresh(&mut self) -> &mut Vec<u8> {
-        self.lent = false;
-        self.own.clear();
-        &mut self.own
-    }
-
-    /// Heap bytes held (tests).
-    #[cfg(test)]
-    fn capacity(&self) -> usize {
-        self.own.capacity() + self.shared.as_ref().map_or(0, |s| s.capacity())
-    }
-}
 
 /// Per-segment send state (kcp-go `segment` minus the payload).
 #[derive(Clone, Copy, Debug, Default)]
@@ -133,7 +51,7 @@ pub(crate) struct SendMeta {
 #[derive(Debug)]
 pub(crate) struct SendRing {
     metas: Vec<SendMeta>,
-    datas: Vec<SlotData>,
+    datas: Vec<Vec<u8>>,
     mask: u32,
     /// kcp-go `snd_una`: sn of the oldest segment still in `snd_buf`.
     pub(crate) una: u32,
@@ -158,7 +76,7 @@ impl SendRing {
         let cap = INITIAL_SLOTS.min(max_cap);
         Self {
             metas: vec![SendMeta::default(); cap],
-            datas: (0..cap).map(|_| SlotData::default()).collect(),
+            datas: (0..cap).map(|_| Vec::new()).collect(),
             mask: (cap - 1) as u32,
             una: 0,
             nxt: 0,
@@ -221,7 +139,7 @@ impl SendRing {
     fn resize(&mut self, cap: usize) {
         let old_cap = self.metas.len();
         let mut metas = vec![SendMeta::default(); cap];
-        let mut datas: Vec<SlotData> = (0..cap).map(|_| SlotData::default()).collect();
+        let mut datas: Vec<Vec<u8>> = (0..cap).map(|_| Vec::new()).collect();
         let new_mask = (cap - 1) as u32;
         // Walk the old slots in sn order from `una` (live ones first), so
         // spare payload buffers move along with the live ones while the new
@@ -273,7 +191,7 @@ impl SendRing {
                 mergeable,
                 ..SendMeta::default()
             };
-            let d = d.fresh();
+            d.clear();
             if mergeable && d.capacity() < mss {
                 d.reserve_exact(mss);
             }
@@ -294,8 +212,7 @@ impl SendRing {
         let pos = self.una.wrapping_add(self.len()).wrapping_sub(1);
         let i = self.idx(pos);
         match (self.metas.get(i), self.datas.get_mut(i)) {
-            // Queued, so never lent: the payload is the slot's own buffer.
-            (Some(m), Some(d)) if m.mergeable && !d.lent => Some(&mut d.own),
+            (Some(m), Some(d)) if m.mergeable => Some(d),
             _ => None,
         }
     }
@@ -307,7 +224,7 @@ impl SendRing {
         }
         let i = self.idx(self.una.wrapping_add(self.len()).wrapping_sub(1));
         match (self.metas.get(i), self.datas.get(i)) {
-            (Some(m), Some(d)) if m.mergeable && !d.lent => mss.saturating_sub(d.own.len()),
+            (Some(m), Some(d)) if m.mergeable => mss.saturating_sub(d.len()),
             _ => 0,
         }
     }
@@ -333,19 +250,20 @@ impl SendRing {
 
     /// Drop in-flight segments with `sn < una` (kcp-go `parse_una`); returns how many.
     pub(crate) fn remove_before(&mut self, una: u32) -> u32 {
-        self.remove_before_with(una, |_| {})
+        let mut n = 0;
+        while self.una != self.nxt && (una.wrapping_sub(self.una) as i32) > 0 {
+            self.una = self.una.wrapping_add(1);
+            n += 1;
+        }
+        n
     }
 
     /// [`remove_before`](Self::remove_before), calling `f` on each segment dropped.
     pub(crate) fn remove_before_with(&mut self, una: u32, mut f: impl FnMut(&SendMeta)) -> u32 {
         let mut n = 0;
         while self.una != self.nxt && (una.wrapping_sub(self.una) as i32) > 0 {
-            let i = self.idx(self.una);
-            if let Some(m) = self.metas.get(i) {
+            if let Some(m) = self.metas.get(self.idx(self.una)) {
                 f(m);
-            }
-            if let Some(d) = self.datas.get_mut(i) {
-                d.reclaim();
             }
             self.una = self.una.wrapping_add(1);
             n += 1;
@@ -372,13 +290,13 @@ impl SendRing {
     }
 
     /// Metadata and payload of in-flight segment `sn`.
-    pub(crate) fn get_with_data(&mut self, sn: u32) -> Option<(&mut SendMeta, &mut SlotData)> {
+    pub(crate) fn get_with_data(&mut self, sn: u32) -> Option<(&mut SendMeta, &[u8])> {
         if sn.wrapping_sub(self.una) >= self.in_flight() {
             return None;
         }
         let i = self.idx(sn);
-        match (self.metas.get_mut(i), self.datas.get_mut(i)) {
-            (Some(m), Some(d)) => Some((m, d)),
+        match (self.metas.get_mut(i), self.datas.get(i)) {
+            (Some(m), Some(d)) => Some((m, d.as_slice())),
             _ => None,
         }
     }
@@ -421,7 +339,7 @@ impl SendRing {
     pub(crate) fn heap_fingerprint(&self) -> usize {
         self.metas.capacity()
             + self.datas.capacity()
-            + self.datas.iter().map(SlotData::capacity).sum::<usize>()
+            + self.datas.iter().map(Vec::capacity).sum::<usize>()
     }
 }
 

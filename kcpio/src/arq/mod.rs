@@ -26,7 +26,6 @@ pub use error::{InputError, RecvError, SendError};
 pub use stats::ArqStats;
 pub use time::Timestamp;
 
-pub(crate) use buffers::Lent;
 use buffers::{OutItem, OutKind, OutQueue, RecvRing, SendMeta, SendRing};
 use cc::Controller;
 use rtt::Rtt;
@@ -1128,35 +1127,18 @@ impl Kcp {
     /// of each flush. `buf` should hold at least `mtu` bytes; a shorter buffer
     /// gets what fits, and a segment that fits no empty `buf` stays queued.
     pub fn poll_transmit(&mut self, now: Timestamp, buf: &mut [u8]) -> Option<usize> {
-        self.poll_transmit_lend(now, buf, false).map(|(n, _)| n)
-    }
-
-    /// [`poll_transmit`](Self::poll_transmit), but with `lend` a packet
-    /// that ends with a PUSH segment leaving no room for another segment
-    /// (a full-size segment, as bulk data sends) is written without that
-    /// segment's payload: `buf[..n]` holds every header and the payloads
-    /// before it, and the payload itself is handed out as the send ring
-    /// keeps it, for the caller to send behind `buf[..n]` without copying.
-    /// The packet on the wire is byte for byte the one `poll_transmit`
-    /// writes: it is closed at the same segment either way.
-    pub(crate) fn poll_transmit_lend(
-        &mut self,
-        now: Timestamp,
-        buf: &mut [u8],
-        lend: bool,
-    ) -> Option<(usize, Option<Lent>)> {
         self.enter(now, true);
-        let (n, tail) = self.assemble(buf, lend);
+        let n = self.assemble(buf);
         self.leave();
         if n > 0 {
             self.stats.datagrams_out += 1;
-            Some((n, tail))
+            Some(n)
         } else {
             None
         }
     }
 
-    fn assemble(&mut self, buf: &mut [u8], lend: bool) -> (usize, Option<Lent>) {
+    fn assemble(&mut self, buf: &mut [u8]) -> usize {
         let limit = self.mtu.min(buf.len());
         let mut used = 0usize;
         while let Some(&item) = self.out.front() {
@@ -1189,8 +1171,7 @@ impl Kcp {
                         self.out.pop();
                         continue;
                     }
-                    let end = used + HEADER_LEN + data.bytes().len();
-                    if end > limit {
+                    if used + HEADER_LEN + data.len() > limit {
                         break;
                     }
                     let hdr = Header {
@@ -1200,19 +1181,10 @@ impl Kcp {
                         ts: m.ts,
                         sn: m.sn,
                         una: m.una,
-                        len: data.bytes().len() as u32,
+                        len: data.len() as u32,
                         ..hdr
                     };
-                    // No segment fits behind this one: the packet ends
-                    // here, so its payload can go out from where it lies.
-                    let tail = (lend && !data.bytes().is_empty() && end + HEADER_LEN > limit)
-                        .then(|| data.lend());
-                    let written = if tail.is_some() {
-                        &[][..]
-                    } else {
-                        data.bytes()
-                    };
-                    match hdr.encode_at(buf, used, written) {
+                    match hdr.encode_at(buf, used, data) {
                         Some(end) => used = end,
                         None => break,
                     }
@@ -1220,9 +1192,6 @@ impl Kcp {
                     self.out.pop();
                     self.stats.segments_out += 1;
                     self.stats.push_out += 1;
-                    if tail.is_some() {
-                        return (used, tail);
-                    }
                     continue;
                 }
                 OutKind::Ack => (Command::Ack, &mut self.stats.acks_out),
@@ -1244,7 +1213,7 @@ impl Kcp {
             self.stats.segments_out += 1;
             self.out.pop();
         }
-        (used, None)
+        used
     }
 
     /// Let [`poll_transmit`](Self::poll_transmit) pack the output of

@@ -119,7 +119,7 @@ use dgram_fec::DgramFec;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::arq::{ArqStats, Kcp, Lent, Origin, RecvError, Timestamp};
+use crate::arq::{ArqStats, Kcp, Origin, RecvError, Timestamp};
 use crate::config::{Config, ConfigError, ConfigInner};
 use crate::crypto::MAX_DATAGRAM;
 use crate::fec::{self, FecDecoder, FecEncoder, FecStats, PacketKind};
@@ -721,28 +721,6 @@ impl Conn {
         None
     }
 
-    /// [`emit`](Self::emit) for a datagram in two pieces: `head` in the
-    /// slot, then the ring's `tail`. Over the budget both are copied aside,
-    /// as `emit` keeps a whole body.
-    fn emit_lent(&mut self, head: &[u8], tail: Lent) -> Option<(Transmit, Option<Lent>)> {
-        let total = head.len() + tail.len();
-        if self.charge(total) {
-            let t = self.sent(total, false);
-            return Some((
-                Transmit {
-                    len: head.len(),
-                    ..t
-                },
-                Some(tail),
-            ));
-        }
-        self.held_buf.clear();
-        self.held_buf.extend_from_slice(head);
-        self.held_buf.extend_from_slice(&tail);
-        self.held = Some((total, false));
-        None
-    }
-
     // ------------------------------------------------------------ network
 
     fn advance(&mut self, now: Duration) {
@@ -928,23 +906,6 @@ impl Conn {
     /// FEC-framed when FEC is on. `None` when nothing is due; the session's dead-link and
     /// idle rules are checked then.
     pub fn poll_transmit(&mut self, now: Duration, slot: &mut [u8]) -> Option<Transmit> {
-        self.poll_transmit_lend(now, slot, false).map(|(t, _)| t)
-    }
-
-    /// [`poll_transmit`](Self::poll_transmit) for a caller that can send a
-    /// datagram in two pieces: with `lend`, no crypto and no FEC, a full
-    /// KCP packet's last payload is not copied into `slot` but handed out
-    /// as the send ring keeps it ([`Kcp::poll_transmit_lend`]). The
-    /// datagram is then `slot[header_len()..][..t.len]` followed by the
-    /// payload (`Transmit::len` counts only the first piece). The caller
-    /// drops the payload once it is sent; while it holds it, the ring gives
-    /// a reused slot a new buffer rather than change those bytes.
-    pub(crate) fn poll_transmit_lend(
-        &mut self,
-        now: Duration,
-        slot: &mut [u8],
-        lend: bool,
-    ) -> Option<(Transmit, Option<Lent>)> {
         self.advance(now);
         if self.error.is_some() {
             return None;
@@ -961,12 +922,12 @@ impl Conn {
             }
             out.copy_from_slice(self.held_buf.get(..len)?);
             self.held = None;
-            return Some((self.sent(len, parity), None));
+            return Some(self.sent(len, parity));
         }
         if let Some(enc) = self.enc.as_mut()
             && let Some(p) = slot.get_mut(hc..).and_then(|b| enc.poll_parity(b))
         {
-            return self.emit(slot.get(hc..hc + p)?, true).map(|t| (t, None));
+            return self.emit(slot.get(hc..hc + p)?, true);
         }
         if self.dx_on {
             let plain = self.plain_max();
@@ -974,24 +935,19 @@ impl Conn {
             if let (Some(dx), Some(body)) = (self.dx.as_mut(), slot.get_mut(hc..hc + plain))
                 && let Some(len) = dx.poll_transmit(self.now, body, &mut self.oob_out, conv)
             {
-                return self.emit(slot.get(hc..hc + len)?, false).map(|t| (t, None));
+                return self.emit(slot.get(hc..hc + len)?, false);
             }
         } else if let Some(len) = self.poll_oob(slot) {
             self.wire.oob_sent += 1;
-            return self.emit(slot.get(hc..hc + len)?, false).map(|t| (t, None));
+            return self.emit(slot.get(hc..hc + len)?, false);
         }
         if self.quiet.as_mut().is_some_and(|q| q.due(self.now)) {
-            return self
-                .write_window_probe(crate::arq::CLOCKED_PROBE, 0, slot)
-                .map(|t| (t, None));
+            return self.write_window_probe(crate::arq::CLOCKED_PROBE, 0, slot);
         }
         let now_ts = ts(self.now);
         let wins_out = self.kcp.stats().wins_out;
         let kcp_buf = slot.get_mut(hc + hf..hc + hf + self.kcp_mtu)?;
-        // Only a datagram nothing transforms after the ARQ wrote it can
-        // leave in two pieces: sealing and FEC shards need it whole.
-        let lend = lend && self.enc.is_none() && self.overhead == 0;
-        let Some((n, tail)) = self.kcp.poll_transmit_lend(now_ts, kcp_buf, lend) else {
+        let Some(n) = self.kcp.poll_transmit(now_ts, kcp_buf) else {
             self.check_liveness();
             return None;
         };
@@ -1009,11 +965,7 @@ impl Conn {
             (Some(enc), Some(buf)) => enc.encode(now_ts, buf, n),
             _ => n,
         };
-        let head = slot.get(hc..hc + len)?;
-        match tail {
-            None => self.emit(head, false).map(|t| (t, None)),
-            Some(tail) => self.emit_lent(head, tail),
-        }
+        self.emit(slot.get(hc..hc + len)?, false)
     }
 
     /// The oldest queued datagram framed as kcp-go's OOB packet at

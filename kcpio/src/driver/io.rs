@@ -2,7 +2,7 @@
 //! place), the transmit slots (seal outside any session lock, GSO runs),
 //! the rate limiter, and the system calls. Knows nothing of sessions.
 
-use std::io::{self, IoSlice, IoSliceMut};
+use std::io::{self, IoSliceMut};
 use std::net::SocketAddr;
 use std::ops::Range;
 use std::sync::Arc;
@@ -16,11 +16,10 @@ use tokio::net::UdpSocket;
 
 use super::shared::DriverShared;
 use super::stats::{add, bump};
-use crate::arq::Lent;
 use crate::config::{ConfigInner, DEFAULT_RECV_BUFFER};
 use crate::crypto::{MAX_DATAGRAM, PacketCrypto};
 use crate::sys::faketcp::FakeTcpSocket;
-use crate::sys::{BATCH_SIZE, Gathered, RecvMeta, Transmit, UdpState};
+use crate::sys::{BATCH_SIZE, RecvMeta, Transmit, UdpState};
 
 /// Receive buffers of a client socket (a listener uses `BATCH_SIZE`).
 const CLIENT_RECV_BUFFERS: usize = 8;
@@ -31,9 +30,6 @@ const CLIENT_RECV_BUFFERS: usize = 8;
 /// of the buffer are touched only as far as it fills, so an idle session's
 /// socket does not pay for it.
 const TX_SLOTS: usize = 4 * BATCH_SIZE;
-/// Pieces one gathered send hands the kernel at most (a slot's bytes and a
-/// payload lent by the send ring are two pieces of one datagram).
-const GATHER_PIECES: usize = 2 * TX_SLOTS;
 /// Rate limiter burst in bytes (kcp-go: 64 datagrams of 1500 bytes).
 const RATE_BURST: f64 = 96_000.0;
 
@@ -114,14 +110,6 @@ pub(crate) struct Io {
     tx: Vec<u8>,
     stride: usize,
     tx_len: Vec<usize>,
-    /// A payload the send ring lent for the slot's datagram: it follows
-    /// the slot's `tx_len` bytes on the wire (sent from where it lies).
-    tx_tail: Vec<Option<Lent>>,
-    /// Slots in `[tx_sent, tx_count)` with a lent payload.
-    tx_lent: usize,
-    /// Datagrams leave as sealed by [`PacketCrypto`] unchanged (no header,
-    /// no trailer): only then may a datagram leave in pieces.
-    plain: bool,
     tx_dest: Vec<SocketAddr>,
     tx_slots: usize,
     tx_count: usize,
@@ -185,9 +173,6 @@ impl Io {
             tx: vec![0; tx_slots * stride],
             stride,
             tx_len: vec![0; tx_slots],
-            tx_tail: (0..tx_slots).map(|_| None).collect(),
-            tx_lent: 0,
-            plain: config.crypto.header_len() == 0 && config.crypto.trailer_len() == 0,
             tx_dest: vec![unspecified; tx_slots],
             tx_slots,
             tx_count: 0,
@@ -361,73 +346,21 @@ impl Io {
             .unwrap_or_default()
     }
 
-    /// Whether a session may lend this socket payloads to send where they
-    /// lie ([`crate::conn::Conn::poll_transmit_lend`]): plain UDP datagrams
-    /// (nothing to seal) on a socket that sends gathered pieces.
-    pub(crate) fn lends(&self, udp: &UdpState) -> bool {
-        self.plain && matches!(self.socket, Socket::Udp(_)) && udp.can_gather()
-    }
-
     /// The next slot now holds a datagram body of `payload` plaintext bytes
-    /// for `dest`, to be sealed; with `tail`, the datagram continues with
-    /// those bytes (only when [`lends`](Self::lends) said so).
-    pub(crate) fn push(&mut self, dest: SocketAddr, payload: usize, tail: Option<Lent>) {
-        if let (Some(len), Some(d), Some(t)) = (
+    /// for `dest`, to be sealed.
+    pub(crate) fn push(&mut self, dest: SocketAddr, payload: usize) {
+        if let (Some(len), Some(d)) = (
             self.tx_len.get_mut(self.tx_count),
             self.tx_dest.get_mut(self.tx_count),
-            self.tx_tail.get_mut(self.tx_count),
         ) {
             *len = payload;
             *d = dest;
-            self.tx_lent += usize::from(tail.is_some());
-            *t = tail;
             self.tx_count += 1;
         }
     }
 
-    /// Copies the lent payloads of the waiting slots behind their bytes
-    /// (the socket cannot send pieces after all, or they are to be
-    /// sealed) and gives them back to their rings.
-    fn materialize(&mut self) {
-        for i in self.tx_sent..self.tx_count {
-            let (Some(tail), Some(len)) = (
-                self.tx_tail.get_mut(i).and_then(Option::take),
-                self.tx_len.get_mut(i),
-            ) else {
-                continue;
-            };
-            self.tx_lent = self.tx_lent.saturating_sub(1);
-            let at = i * self.stride + *len;
-            match self.tx.get_mut(at..at + tail.len()) {
-                Some(dst) if *len + tail.len() <= self.stride => {
-                    dst.copy_from_slice(&tail);
-                    *len += tail.len();
-                }
-                // Cannot happen (a datagram fits its slot); never sent.
-                _ => *len = 0,
-            }
-        }
-    }
-
-    /// Marks `k` more waiting slots sent (or dropped), giving their lent
-    /// payloads back.
-    fn advance_sent(&mut self, k: usize) {
-        let end = (self.tx_sent + k).min(self.tx_count);
-        if self.tx_lent > 0 {
-            for t in self.tx_tail.get_mut(self.tx_sent..end).unwrap_or_default() {
-                if t.take().is_some() {
-                    self.tx_lent = self.tx_lent.saturating_sub(1);
-                }
-            }
-        }
-        self.tx_sent = end;
-    }
-
     /// Seals the datagrams not yet sealed (no session lock is held here).
     fn seal_pending(&mut self) {
-        if self.tx_lent > 0 && !self.plain {
-            self.materialize();
-        }
         let nonce_len = self.crypto.nonce_len().min(self.nonce.len());
         let plain = self.crypto.header_len() == 0 && self.crypto.trailer_len() == 0;
         while self.tx_sealed < self.tx_count {
@@ -489,13 +422,6 @@ impl Io {
                     Poll::Ready(Ok(())) => {}
                 }
             }
-            if self.tx_lent > 0 {
-                if self.lends(&shared.udp) {
-                    self.send_gathered(shared);
-                    continue;
-                }
-                self.materialize();
-            }
             let mut transmits = [Transmit {
                 destination: shared.local_addr,
                 contents: &[],
@@ -523,7 +449,6 @@ impl Io {
                 &mut spans,
                 shared.udp.max_gso_segments(),
             );
-            // Nothing lent here: the payloads were copied in above.
             self.tx_sent += skipped;
             if n == 0 {
                 continue;
@@ -548,7 +473,7 @@ impl Io {
                     if let Some(rate) = self.rate.as_mut() {
                         rate.tokens -= sent_bytes as f64;
                     }
-                    self.advance_sent(slots.max(1));
+                    self.tx_sent += slots.max(1);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
                 Err(e) => {
@@ -557,7 +482,7 @@ impl Io {
                     self.refused |= e.kind() == io::ErrorKind::ConnectionRefused;
                     self.path_failed |= local_path_failed(&e);
                     bump(&shared.counters.send_errors);
-                    self.advance_sent(spans.first().copied().unwrap_or(1).max(1));
+                    self.tx_sent += spans.first().copied().unwrap_or(1).max(1);
                 }
             }
         }
@@ -565,127 +490,6 @@ impl Io {
         self.tx_sealed = 0;
         self.tx_sent = 0;
         true
-    }
-}
-
-impl Io {
-    /// One gathered send of the waiting slots (their bytes, then the
-    /// payloads lent for them): runs of full-size datagrams to one peer are
-    /// one GSO message, as [`Slots::gather`] makes them. Accounts what left
-    /// as [`poll_flush`](Self::poll_flush) does; a `WouldBlock` leaves all
-    /// waiting.
-    fn send_gathered(&mut self, shared: &DriverShared) {
-        let upto = if self.rate.is_some() {
-            self.tx_count.min(self.tx_sent + BATCH_SIZE)
-        } else {
-            self.tx_count
-        };
-        let stride = self.stride;
-        let max_run = shared
-            .udp
-            .max_gso_segments()
-            .min(65_507 / stride.max(1))
-            .max(1);
-        let mut iov = [IoSlice::new(&[]); GATHER_PIECES];
-        let mut msgs: [Gathered; BATCH_SIZE] = std::array::from_fn(|_| Gathered {
-            destination: shared.local_addr,
-            parts: 0..0,
-            datagrams: 0,
-            segment_size: stride,
-        });
-        // A datagram never sealed (length 0) is never sent.
-        while self.tx_sent < upto && self.total(self.tx_sent) == 0 {
-            self.advance_sent(1);
-        }
-        let (mut n, mut pieces) = (0, 0);
-        let mut i = self.tx_sent;
-        while i < upto && n < BATCH_SIZE && pieces + 2 <= GATHER_PIECES {
-            let first_pieces = pieces;
-            let dest = self.tx_dest.get(i).copied();
-            let mut j = i;
-            // A run: full-size datagrams to one peer, the last may be shorter.
-            while j < upto && j - i < max_run && pieces + 2 <= GATHER_PIECES {
-                let total = self.total(j);
-                if total == 0 || self.tx_dest.get(j).copied() != dest {
-                    break;
-                }
-                let (Some(&len), Some(tail)) = (self.tx_len.get(j), self.tx_tail.get(j)) else {
-                    break;
-                };
-                if let Some(p) = iov.get_mut(pieces) {
-                    *p = IoSlice::new(
-                        self.tx
-                            .get(j * stride..j * stride + len)
-                            .unwrap_or_default(),
-                    );
-                    pieces += 1;
-                }
-                if let (Some(t), Some(p)) = (tail, iov.get_mut(pieces)) {
-                    *p = IoSlice::new(t);
-                    pieces += 1;
-                }
-                j += 1;
-                if total != stride {
-                    break;
-                }
-            }
-            if let (Some(m), Some(dest)) = (msgs.get_mut(n), dest)
-                && j > i
-            {
-                m.destination = dest;
-                m.parts = first_pieces..pieces;
-                m.datagrams = j - i;
-            } else {
-                break;
-            }
-            n += 1;
-            i = j;
-        }
-        let Socket::Udp(socket) = &self.socket else {
-            return;
-        };
-        if n == 0 {
-            return;
-        }
-        let batch = msgs.get(..n).unwrap_or_default();
-        let res = socket.try_io(Interest::WRITABLE, || {
-            shared
-                .udp
-                .send_gathered(socket2::SockRef::from(socket), &iov, batch)
-        });
-        match res {
-            Ok(sent) => {
-                let sent = sent.min(i - self.tx_sent);
-                let sent_bytes: usize = (self.tx_sent..self.tx_sent + sent)
-                    .map(|k| self.total(k))
-                    .sum();
-                add(&shared.counters.datagrams_out, sent);
-                add(&shared.counters.bytes_out, sent_bytes);
-                if let Some(rate) = self.rate.as_mut() {
-                    rate.tokens -= sent_bytes as f64;
-                }
-                self.advance_sent(sent);
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-            Err(e) => {
-                // About the first message only, as in `poll_flush`.
-                self.refused |= e.kind() == io::ErrorKind::ConnectionRefused;
-                self.path_failed |= local_path_failed(&e);
-                bump(&shared.counters.send_errors);
-                let first = msgs.first().map_or(1, |m| m.datagrams.max(1));
-                self.advance_sent(first);
-            }
-        }
-    }
-
-    /// Bytes of waiting slot `i`'s datagram: the slot's, then its lent payload's.
-    fn total(&self, i: usize) -> usize {
-        self.tx_len.get(i).copied().unwrap_or(0)
-            + self
-                .tx_tail
-                .get(i)
-                .and_then(Option::as_ref)
-                .map_or(0, |t| t.len())
     }
 }
 

@@ -549,7 +549,7 @@ impl Driver {
                     if let Some(t) =
                         migrate::probe(&mut self.table, id, &mut st.conn, now, again, slot)
                     {
-                        self.io.push(from, t.len, None);
+                        self.io.push(from, t.len);
                         bump(&self.shared.counters.path_probes);
                     }
                 }
@@ -772,7 +772,6 @@ impl Driver {
         };
         let finished;
         let dest = self.table.peer(id).unwrap_or(session.peer);
-        let lend = self.io.lends(&self.shared.udp);
         {
             let mut guard = lock(&session.state);
             let st = &mut *guard;
@@ -781,11 +780,10 @@ impl Driver {
                 if self.io.free_slots() < self.slots_needed {
                     return Serviced::SlotsFull;
                 }
-                let Some((t, tail)) = st.conn.poll_transmit_lend(now, self.io.next_slot(), lend)
-                else {
+                let Some(t) = st.conn.poll_transmit(now, self.io.next_slot()) else {
                     break;
                 };
-                self.io.push(dest, t.len, tail);
+                self.io.push(dest, t.len);
             }
             finished = st.conn.is_finished();
             if let Some(e) = st.conn.error() {

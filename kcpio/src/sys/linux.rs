@@ -5,7 +5,7 @@
 //! system call (or a few, when a send batch is longer than one vector), and
 //! reads the results back. Nothing is allocated.
 
-use std::io::{self, IoSlice, IoSliceMut};
+use std::io::{self, IoSliceMut};
 use std::mem::{self, size_of};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::AsRawFd;
@@ -15,8 +15,8 @@ use std::sync::atomic::Ordering;
 use socket2::{SockAddr, Socket};
 
 use super::{
-    BATCH_SIZE, Caps, Gathered, MAX_SEGMENTS, MAX_UDP_PAYLOAD, RecvMeta, Transmit, UdpState, bump,
-    fallback, finish_meta, partial_send,
+    BATCH_SIZE, Caps, MAX_SEGMENTS, MAX_UDP_PAYLOAD, RecvMeta, Transmit, UdpState, bump, fallback,
+    finish_meta, partial_send,
 };
 
 /// `CMSG_SPACE(n)` as a `usize`.
@@ -416,7 +416,21 @@ pub(super) fn send(
             h.msg_iov = ptr::from_mut(iov);
             h.msg_iovlen = 1;
             if let Some(seg) = gso.and_then(|s| u16::try_from(s).ok()) {
-                set_segment_size(h, cmsg, seg);
+                h.msg_control = cmsg.0.as_mut_ptr().cast();
+                h.msg_controllen = cmsg_space(size_of::<u16>()) as _;
+                // SAFETY: `msg_control` points at this message's `CmsgBuf`
+                // (aligned for `cmsghdr`, `CMSG_CAP` bytes) and
+                // `msg_controllen` is no larger, so `CMSG_FIRSTHDR` returns a
+                // header inside it with room for a `u16` after it.
+                unsafe {
+                    let c = libc::CMSG_FIRSTHDR(h);
+                    if !c.is_null() {
+                        (*c).cmsg_level = libc::SOL_UDP;
+                        (*c).cmsg_type = libc::UDP_SEGMENT;
+                        (*c).cmsg_len = cmsg_len(size_of::<u16>()) as _;
+                        ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), seg);
+                    }
+                }
             }
             count += 1;
             if end >= total {
@@ -511,145 +525,6 @@ pub(super) fn send(
         }
     }
     Ok(done)
-}
-
-/// Points `h`'s control data at `cmsg`, holding a `UDP_SEGMENT` message
-/// (GSO: the kernel cuts the message's bytes every `seg`).
-fn set_segment_size(h: &mut libc::msghdr, cmsg: &mut CmsgBuf, seg: u16) {
-    h.msg_control = cmsg.0.as_mut_ptr().cast();
-    h.msg_controllen = cmsg_space(size_of::<u16>()) as _;
-    // SAFETY: `msg_control` points at this message's `CmsgBuf` (aligned for
-    // `cmsghdr`, `CMSG_CAP` bytes) and `msg_controllen` is no larger, so
-    // `CMSG_FIRSTHDR` returns a header inside it with room for a `u16` after
-    // it.
-    unsafe {
-        let c = libc::CMSG_FIRSTHDR(h);
-        if !c.is_null() {
-            (*c).cmsg_level = libc::SOL_UDP;
-            (*c).cmsg_type = libc::UDP_SEGMENT;
-            (*c).cmsg_len = cmsg_len(size_of::<u16>()) as _;
-            ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), seg);
-        }
-    }
-}
-
-/// `sendmmsg` over messages gathered from pieces. Contract as
-/// [`UdpState::send_gathered`].
-pub(super) fn send_gathered(
-    state: &UdpState,
-    sock: &Socket,
-    iov: &[IoSlice<'_>],
-    msgs: &[Gathered],
-) -> io::Result<usize> {
-    let mut done = 0;
-    let mut datagrams = 0;
-    while let Some(batch) = msgs.get(done..).filter(|b| !b.is_empty()) {
-        let batch = batch.get(..BATCH_SIZE).unwrap_or(batch);
-        // SAFETY: `mmsghdr` is a plain C struct of integers and raw pointers;
-        // all-zero bytes are a valid value (null pointers, zero lengths).
-        let mut hdrs: [libc::mmsghdr; BATCH_SIZE] = unsafe { mem::zeroed() };
-        let mut names = [SockAddrBuf::ZERO; BATCH_SIZE];
-        let mut ctrl = [CmsgBuf::ZERO; BATCH_SIZE];
-        let slots = hdrs.iter_mut().zip(names.iter_mut().zip(ctrl.iter_mut()));
-        for (m, (hdr, (name, cmsg))) in batch.iter().zip(slots) {
-            let parts = iov.get(m.parts.clone()).unwrap_or_default();
-            let h = &mut hdr.msg_hdr;
-            h.msg_namelen = name.set(state.destination(m.destination));
-            h.msg_name = ptr::from_mut(name).cast();
-            // `IoSlice` is ABI-compatible with `iovec` on Unix (std's
-            // guarantee), so the pieces are handed over as they are.
-            h.msg_iov = parts.as_ptr().cast_mut().cast::<libc::iovec>();
-            h.msg_iovlen = parts.len() as _;
-            if m.datagrams > 1
-                && let Ok(seg) = u16::try_from(m.segment_size)
-            {
-                set_segment_size(h, cmsg, seg);
-            }
-        }
-        let count = batch.len();
-        let result = loop {
-            bump(&state.counters.send_syscalls, 1);
-            // SAFETY: the first `count` headers point at memory that stays
-            // valid and unchanged for the call: the caller's iovecs (and the
-            // buffers they borrow), and addresses and control buffers on this
-            // stack frame with the lengths given. The kernel only reads them
-            // (and writes `msg_len` into the headers).
-            let r = unsafe {
-                libc::sendmmsg(
-                    sock.as_raw_fd(),
-                    hdrs.as_mut_ptr(),
-                    count as libc::c_uint,
-                    libc::MSG_DONTWAIT as _,
-                )
-            };
-            match usize::try_from(r) {
-                Ok(sent) => break Ok(sent.min(count)),
-                Err(_) => {
-                    let e = io::Error::last_os_error();
-                    if e.kind() != io::ErrorKind::Interrupted {
-                        break Err(e);
-                    }
-                }
-            }
-        };
-        match result {
-            Ok(0) => return partial_send(state, datagrams, io::ErrorKind::WouldBlock.into()),
-            Ok(sent) => {
-                for m in batch.iter().take(sent) {
-                    bump(&state.counters.datagrams_sent, m.datagrams);
-                    datagrams += m.datagrams;
-                }
-                done += sent;
-                if sent < count {
-                    return Ok(datagrams);
-                }
-            }
-            Err(e) => {
-                if e.raw_os_error() == Some(libc::ENOSYS) {
-                    // Before Linux 3.0: the caller copies and sends one by one.
-                    state.send_mmsg.store(false, Ordering::Relaxed);
-                }
-                let gso_refused = matches!(e.raw_os_error(), Some(libc::EINVAL | libc::EIO));
-                let Some(first) = batch.first().filter(|m| gso_refused && m.datagrams > 1) else {
-                    return partial_send(state, datagrams, e);
-                };
-                // Is GSO at fault, or the destination? Send the first
-                // datagram alone: if that works, GSO is what failed.
-                let hdr = hdrs.first_mut().map(|h| &mut h.msg_hdr);
-                let alone = hdr.and_then(|h| {
-                    let parts = iov.get(first.parts.clone())?;
-                    let (mut len, mut n) = (0, 0);
-                    for p in parts {
-                        if len >= first.segment_size {
-                            break;
-                        }
-                        len += p.len();
-                        n += 1;
-                    }
-                    (len == first.segment_size).then_some(())?;
-                    h.msg_iovlen = n as _;
-                    h.msg_control = ptr::null_mut();
-                    h.msg_controllen = 0;
-                    Some(h)
-                });
-                let Some(h) = alone else {
-                    return partial_send(state, datagrams, e);
-                };
-                bump(&state.counters.send_syscalls, 1);
-                // SAFETY: `h` is the first header built above, now without
-                // control data and with fewer of the same valid iovecs.
-                let r = unsafe { libc::sendmsg(sock.as_raw_fd(), h, libc::MSG_DONTWAIT as _) };
-                if r < 0 {
-                    return partial_send(state, datagrams, io::Error::last_os_error());
-                }
-                state.gso_segments.store(1, Ordering::Relaxed);
-                bump(&state.counters.gso_fallbacks, 1);
-                bump(&state.counters.datagrams_sent, 1);
-                return Ok(datagrams + 1);
-            }
-        }
-    }
-    Ok(datagrams)
 }
 
 /// Sends the datagram of `seg` bytes (or fewer, at the end) at `start` in

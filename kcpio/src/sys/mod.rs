@@ -109,22 +109,6 @@ pub(crate) struct Transmit<'a> {
     pub(crate) segment_size: Option<usize>,
 }
 
-/// One outgoing message whose bytes lie in several buffers (for
-/// [`UdpState::send_gathered`]): a datagram, or a run of them to one peer.
-#[derive(Clone, Debug)]
-pub(crate) struct Gathered {
-    /// Where to send (as [`Transmit::destination`]).
-    pub(crate) destination: SocketAddr,
-    /// Its pieces, `iov[parts]` of the slice passed along, laid end to end.
-    pub(crate) parts: std::ops::Range<usize>,
-    /// Datagrams it carries: with more than one, they are cut every
-    /// `segment_size` bytes by GSO, the last possibly shorter, and the pieces
-    /// of each datagram end exactly at its boundary.
-    pub(crate) datagrams: usize,
-    /// Size of each datagram but the last, when `datagrams > 1`.
-    pub(crate) segment_size: usize,
-}
-
 impl<'a> Transmit<'a> {
     /// Size of each datagram in `contents` when it holds more than one.
     fn segment(&self) -> Option<usize> {
@@ -357,41 +341,6 @@ impl UdpState {
             return linux::send(self, &sock, transmits);
         }
         fallback::send(self, &sock, transmits)
-    }
-
-    /// Whether [`send_gathered`](Self::send_gathered) works on this socket
-    /// (Linux, with `sendmmsg`); elsewhere the caller copies the pieces of
-    /// a datagram together and uses [`send`](Self::send).
-    pub(crate) fn can_gather(&self) -> bool {
-        #[cfg(target_os = "linux")]
-        return self.send_mmsg.load(Ordering::Relaxed);
-        #[cfg(not(target_os = "linux"))]
-        return false;
-    }
-
-    /// Sends `msgs`, one message each (the caller keeps a message within
-    /// [`max_gso_segments`](Self::max_gso_segments) datagrams and 65,507
-    /// bytes), their bytes gathered from the pieces in `iov`: no copy on
-    /// this side of the kernel. Returns how many datagrams (not messages)
-    /// left, always whole messages except when GSO is found missing: then
-    /// the first datagram goes alone and GSO is off from then on. Errors
-    /// as [`send`](Self::send). `Unsupported` where
-    /// [`can_gather`](Self::can_gather) is false.
-    pub(crate) fn send_gathered(
-        &self,
-        sock: socket2::SockRef<'_>,
-        iov: &[io::IoSlice<'_>],
-        msgs: &[Gathered],
-    ) -> io::Result<usize> {
-        if msgs.is_empty() {
-            return Ok(0);
-        }
-        #[cfg(target_os = "linux")]
-        if self.send_mmsg.load(Ordering::Relaxed) {
-            return linux::send_gathered(self, &sock, iov, msgs);
-        }
-        let _ = (sock, iov);
-        Err(io::ErrorKind::Unsupported.into())
     }
 
     /// Datagrams one [`Transmit`] may carry with GSO; 1 when GSO is
