@@ -660,39 +660,66 @@ async fn address_goes_away() {
     assert_eq!(first.ip(), "10.99.0.2".parse::<IpAddr>().unwrap());
     assert_eq!(c.local_addr().unwrap(), first);
     const N: u64 = 4 << 20;
-    let reader = tokio::spawn(async move {
-        let mut v = Verifier::default();
-        let mut buf = vec![0u8; 65536];
-        let mut last = Instant::now();
-        let mut stall = Duration::ZERO;
-        while v.offset < N {
-            let n = timeout(Duration::from_secs(20), s.read(&mut buf))
-                .await
-                .expect("the upload goes on")
-                .unwrap();
-            stall = stall.max(last.elapsed());
-            last = Instant::now();
-            assert!(v.push(&buf[..n]), "a wrong byte at {:?}", v.mismatch);
-        }
-        (stall, s.peer_addr().unwrap())
-    });
+    let read = Arc::new(AtomicU64::new(0));
+    let reader = {
+        let read = read.clone();
+        tokio::spawn(async move {
+            let mut v = Verifier::default();
+            let mut buf = vec![0u8; 65536];
+            let mut last = Instant::now();
+            let mut stall = Duration::ZERO;
+            while v.offset < N {
+                let n = match timeout(Duration::from_secs(20), s.read(&mut buf)).await {
+                    Ok(Ok(n)) if n > 0 => n,
+                    r => return Err(format!("the upload ends at {}: {r:?}", v.offset)),
+                };
+                stall = stall.max(last.elapsed());
+                last = Instant::now();
+                assert!(v.push(&buf[..n]), "a wrong byte at {:?}", v.mismatch);
+                read.store(v.offset, Ordering::Relaxed);
+            }
+            Ok((stall, s.peer_addr().unwrap()))
+        })
+    };
+    // The address goes once a third is written and the server has read a
+    // quarter: the session is under way and its peer proved it receives
+    // (a listener moves only such a session: deleted within the first
+    // round trip, the client's answer to the proof probe never reaches
+    // the listener, which refuses the new address and fails the session
+    // unproven after 10 s). The rest is written after, so the client
+    // sends from its new address.
     let mut buf = vec![0u8; 16 * 1024];
     let mut off = 0u64;
     let mut deleted = false;
     while off < N {
-        let n = (N - off).min(buf.len() as u64) as usize;
-        fill(&mut buf[..n], off);
-        c.write_all(&buf[..n]).await.unwrap();
-        off += n as u64;
         if !deleted && off >= N / 3 {
             deleted = true;
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while read.load(Ordering::Relaxed) < N / 4 {
+                assert!(
+                    Instant::now() < deadline,
+                    "the server reads: {:?}",
+                    l.stats()
+                );
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
             assert!(ip(&["addr", "del", "10.99.0.2/32", "dev", "lo"]));
         }
+        let n = (N - off).min(buf.len() as u64) as usize;
+        fill(&mut buf[..n], off);
+        let wrote = timeout(Duration::from_secs(20), c.write_all(&buf[..n])).await;
+        assert!(
+            matches!(wrote, Ok(Ok(()))),
+            "the write at {off} ({wrote:?}); server read {}; {:?}",
+            read.load(Ordering::Relaxed),
+            l.stats()
+        );
+        off += n as u64;
     }
-    let (stall, now_at) = timeout(Duration::from_secs(60), reader)
-        .await
-        .unwrap()
-        .unwrap();
+    let (stall, now_at) = match timeout(Duration::from_secs(30), reader).await {
+        Ok(Ok(Ok(done))) => done,
+        r => panic!("{r:?}; {:?}", l.stats()),
+    };
     // tokio's convention: the address the socket is bound to now.
     let local = c.local_addr().unwrap();
     assert_eq!(
