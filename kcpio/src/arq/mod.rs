@@ -1607,10 +1607,22 @@ impl Kcp {
         sn: u32,
         buf: &mut [u8],
     ) -> Option<usize> {
+        self.write_bare(Command::Wask, frg, now, sn, buf)
+    }
+
+    /// One segment without data at `buf`, carrying our window and `una`.
+    fn write_bare(
+        &self,
+        cmd: Command,
+        frg: u8,
+        now: Timestamp,
+        sn: u32,
+        buf: &mut [u8],
+    ) -> Option<usize> {
         let out: &mut [u8; HEADER_LEN] = buf.get_mut(..HEADER_LEN)?.try_into().ok()?;
         Header {
             conv: self.conv,
-            cmd: Command::Wask as u8,
+            cmd: cmd as u8,
             frg,
             wnd: self.wnd_unused(),
             ts: now.as_millis(),
@@ -1639,18 +1651,8 @@ impl Kcp {
             return None;
         }
         let sn = self.snd.una.wrapping_sub(1);
-        let out: &mut [u8; HEADER_LEN] = buf.get_mut(..HEADER_LEN)?.try_into().ok()?;
-        Header {
-            conv: self.conv,
-            cmd: Command::Push as u8,
-            wnd: self.wnd_unused(),
-            ts: now.as_millis(),
-            sn,
-            una: self.rcv.nxt,
-            ..Default::default()
-        }
-        .encode(out);
-        Some((HEADER_LEN, (sn, now.as_millis())))
+        let n = self.write_bare(Command::Push, 0, now, sn, buf)?;
+        Some((n, (sn, now.as_millis())))
     }
 
     /// The packet acknowledges the path nudge `(sn, ts)`
