@@ -183,7 +183,8 @@ async fn a_session_follows_its_peer_across_reuse_port_shards() {
 /// `want` of `l`, a listener of several `SO_REUSEPORT` sockets with no
 /// traffic yet: each try sends one junk datagram (refused as undecryptable)
 /// and sees which socket counted it. Tries that reach another socket stay
-/// bound until the end, so the kernel does not hand their ports out again.
+/// bound while it searches, so the kernel does not hand their ports out
+/// again.
 async fn socket_to_shard(l: &KcpListener, ip: IpAddr, want: usize) -> std::net::UdpSocket {
     let server = l.local_addr().unwrap();
     let counts = || -> Vec<u64> {
