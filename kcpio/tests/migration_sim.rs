@@ -127,25 +127,7 @@ fn run_as(
             }
         }
         // The server echoes.
-        if let Some(&s) = sim.host.as_ref().and_then(|h| h.sessions.first()) {
-            loop {
-                if !echo.is_empty() {
-                    match sim.conn(s).write(&echo) {
-                        Ok(n) => drop(echo.drain(..n)),
-                        Err(ConnError::WouldBlock) => break,
-                        Err(e) => panic!("server write: {e}"),
-                    }
-                    if !echo.is_empty() {
-                        break;
-                    }
-                }
-                match sim.conn(s).read(&mut buf) {
-                    Ok(n) => echo.extend_from_slice(&buf[..n]),
-                    Err(ConnError::WouldBlock) => break,
-                    Err(e) => panic!("server read: {e}\n{}\n{}", sim.log, summary(sim)),
-                }
-            }
-        }
+        serve_echo(sim, &mut echo, &mut buf);
         // The client checks the echo.
         loop {
             match sim.conn(c).read(&mut buf) {
@@ -204,6 +186,31 @@ fn run_as(
         third_in: h.received_from.get(&third).copied().unwrap_or(0),
         third_out: h.sent_to.get(&third).copied().unwrap_or(0),
         end_ms: sim.elapsed_ms(),
+    }
+}
+
+/// The host's first session echoes: what `echo` holds goes out first,
+/// then it reads (into `buf`) until it would block.
+fn serve_echo(sim: &mut Sim, echo: &mut Vec<u8>, buf: &mut [u8]) {
+    let Some(&s) = sim.host.as_ref().and_then(|h| h.sessions.first()) else {
+        return;
+    };
+    loop {
+        if !echo.is_empty() {
+            match sim.conn(s).write(echo) {
+                Ok(n) => drop(echo.drain(..n)),
+                Err(ConnError::WouldBlock) => break,
+                Err(e) => panic!("server write: {e}"),
+            }
+            if !echo.is_empty() {
+                break;
+            }
+        }
+        match sim.conn(s).read(buf) {
+            Ok(n) => echo.extend_from_slice(&buf[..n]),
+            Err(ConnError::WouldBlock) => break,
+            Err(e) => panic!("server read: {e}\n{}\n{}", sim.log, summary(sim)),
+        }
     }
 }
 
@@ -325,6 +332,101 @@ fn a_client_on_kcp_gos_wire_follows_too_and_a_mirror_moves_nothing() {
             eprintln!("figure: kcp-go wire, {what}");
             assert!(r.migrations.is_empty(), "{what}");
             assert!(r.third_out <= 3 * r.third_in, "{what}");
+        }
+    }
+}
+
+/// A client on kcp-go's wire whose port changes while the server has not
+/// read for a while: the session's window is closed and everything the
+/// client sent is acknowledged, so the client sends only zero-window
+/// probes, which carry nothing fresh (a replay could carry the same). The
+/// first one from the new port makes a weak candidate; the host's nudge
+/// there (a PUSH without data for a segment the client holds) comes back
+/// acknowledged, bound to the nudge, and the session moves before the
+/// server reads again; then the echo completes. Without the nudge the
+/// probes stay stale, the session stays at the old address and the echo
+/// deadlocks (checked by hand).
+#[test]
+fn a_client_on_kcp_gos_wire_behind_a_closed_window_is_nudged_and_follows() {
+    const PAUSE_AT: u64 = 300;
+    const MOVE_AT: u64 = 1_500;
+    const RESUME_AT: u64 = 4_000;
+    for fec in [false, true] {
+        for (seed, loss) in [(1, 0.0), (2, 0.02), (3, 0.02)] {
+            let what = format!("fec {fec} seed {seed} loss {loss}");
+            // Small windows: the echo is still under way at the pause, and
+            // the session's window closes soon after.
+            let mut b = Config::builder().stream(true).window(32, 32).crypto(
+                Method::Aes128Gcm,
+                Key::passphrase("migration in the simulator"),
+            );
+            if fec {
+                b = b.fec(10, 3);
+            }
+            let config = b.build().expect("valid");
+            let mut sim = Sim::new(seed, 1_000);
+            let host = addr(HOST);
+            sim.listen(host, &config, lossy(loss));
+            let c = sim.add(0x5eed_0004, &config, lossy(loss));
+            sim.place(c, addr(HOME), host);
+            let now = sim.now();
+            sim.conn(c).connect(now);
+            let data = payload(seed, TOTAL);
+            let (mut sent, mut got) = (0usize, 0usize);
+            let mut echo: Vec<u8> = Vec::new();
+            let mut buf = vec![0u8; 64 * 1024];
+            let (mut moved, mut moved_before_resume) = (false, false);
+            let done = sim.drive(2_000_000, |sim| {
+                let t = sim.elapsed_ms();
+                while sent < TOTAL {
+                    match sim.conn(c).write(&data[sent..TOTAL.min(sent + 16 * 1024)]) {
+                        Ok(n) => sent += n,
+                        Err(ConnError::WouldBlock) => break,
+                        Err(e) => panic!("client write: {e}"),
+                    }
+                }
+                if !(PAUSE_AT..RESUME_AT).contains(&t) {
+                    serve_echo(sim, &mut echo, &mut buf);
+                }
+                while let Ok(n) = sim.conn(c).read(&mut buf) {
+                    assert_eq!(&buf[..n], &data[got..got + n], "a wrong byte at {got}");
+                    got += n;
+                }
+                if !moved && t >= MOVE_AT {
+                    moved = true;
+                    sim.move_node(c, addr(REBOUND));
+                }
+                if t < RESUME_AT {
+                    let h = sim.host.as_ref().expect("a host");
+                    moved_before_resume = !h.migrations.is_empty();
+                }
+                if got == TOTAL {
+                    return Flow::Done;
+                }
+                // Every 50 ms until the server reads again (the move and
+                // the resume fall on that grid), then at every event.
+                if t < RESUME_AT {
+                    Flow::WakeAt(t / 50 * 50 + 50)
+                } else {
+                    Flow::Continue
+                }
+            });
+            let summary = summary(&sim);
+            assert!(done, "deadlock at {got} of {TOTAL}: {what}: {summary}");
+            let h = sim.host.as_ref().expect("a host");
+            let s = h.sessions.first().copied().expect("a session");
+            eprintln!("figure: closed window, {what}: {summary}");
+            assert_eq!(got, TOTAL, "{what}");
+            assert_eq!(h.migrations.len(), 1, "{what}: {summary}");
+            assert!(
+                moved_before_resume,
+                "nudged, not freed by the server's reads: {what}: {summary}"
+            );
+            assert_eq!(sim.session_peer(s), Some(addr(REBOUND)), "{what}");
+            assert!(
+                h.stale > 0,
+                "its window probes were stale: {what}: {summary}"
+            );
         }
     }
 }

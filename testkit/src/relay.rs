@@ -222,6 +222,9 @@ struct Shared {
     /// many, and the source IP the latest asks for (`None`: the same).
     rebinds: AtomicU64,
     rebind_ip: Mutex<Option<std::net::IpAddr>>,
+    /// A socket the latest rebinding hands the first client (the caller
+    /// bound it: a chosen source address).
+    rebind_socket: Mutex<Option<StdUdpSocket>>,
     /// Each client's upstream source address.
     sources: Mutex<Vec<SocketAddr>>,
 }
@@ -327,6 +330,23 @@ impl Relay {
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = ip;
         self.shared.rebinds.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// [`rebind`](Self::rebind) with the first client's new upstream socket
+    /// given: `socket`, bound by the caller (a source address chosen for
+    /// where the server's kernel steers it, such as one socket of a
+    /// `SO_REUSEPORT` group). Later clients get sockets on its IP. Takes
+    /// effect within about 20 ms.
+    pub fn rebind_to(&self, socket: StdUdpSocket) -> io::Result<()> {
+        socket.set_nonblocking(true)?;
+        let ip = socket.local_addr()?.ip();
+        *self
+            .shared
+            .rebind_socket
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(socket);
+        self.rebind(Some(ip));
+        Ok(())
     }
 
     /// The source addresses the relay sends to the server from now.
@@ -497,6 +517,12 @@ impl RelayTask {
         Ok((s.try_clone()?, UdpSocket::from_std(s)?))
     }
 
+    /// A caller's socket ([`Relay::rebind_to`]) as an upstream socket.
+    fn adopt_socket(&self, s: StdUdpSocket) -> io::Result<(StdUdpSocket, UdpSocket)> {
+        s.connect(self.upstream)?;
+        Ok((s.try_clone()?, UdpSocket::from_std(s)?))
+    }
+
     /// Handles a pending [`Relay::rebind`].
     fn rebind(&mut self) {
         let wanted = self.shared.rebinds.load(Ordering::Relaxed);
@@ -511,8 +537,18 @@ impl RelayTask {
             .unwrap_or_else(PoisonError::into_inner)
             .unwrap_or(self.bind.ip());
         self.bind = SocketAddr::new(ip, 0);
+        let mut given = self
+            .shared
+            .rebind_socket
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
         for i in 0..self.clients.len() {
-            if let Ok((tx, rx)) = self.upstream_socket(ip)
+            let socket = match given.take() {
+                Some(s) => self.adopt_socket(s),
+                None => self.upstream_socket(ip),
+            };
+            if let Ok((tx, rx)) = socket
                 && let Some(c) = self.clients.get_mut(i)
             {
                 c.upstream = rx;

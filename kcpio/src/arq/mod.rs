@@ -361,6 +361,9 @@ pub struct Kcp {
     /// The peer acknowledged a segment this side sent (an ACK for one in
     /// flight, or `una` moving past one): it receives what we send.
     peer_acked: bool,
+    /// `una` moved past a segment this side sent: `snd.una - 1` is one the
+    /// peer holds (the sn a path nudge names).
+    una_moved: bool,
 
     /// The congestion controller ([`Congestion`]): phase 4's window and
     /// admission, pacing, the response to retransmissions.
@@ -471,6 +474,7 @@ impl Kcp {
             dead: false,
             cc: Controller::new(controller, mss as u32, interval),
             peer_acked: false,
+            una_moved: false,
             scan_dirty: false,
             resend_floor: None,
             pending: None,
@@ -734,10 +738,12 @@ impl Kcp {
                 {
                     flush_full = true;
                     self.peer_acked = true;
+                    self.una_moved = true;
                 }
             } else if self.snd.remove_before(seg.una()) > 0 {
                 flush_full = true;
                 self.peer_acked = true;
+                self.una_moved = true;
             }
             match cmd {
                 Command::Ack => {
@@ -1601,10 +1607,22 @@ impl Kcp {
         sn: u32,
         buf: &mut [u8],
     ) -> Option<usize> {
+        self.write_bare(Command::Wask, frg, now, sn, buf)
+    }
+
+    /// One segment without data at `buf`, carrying our window and `una`.
+    fn write_bare(
+        &self,
+        cmd: Command,
+        frg: u8,
+        now: Timestamp,
+        sn: u32,
+        buf: &mut [u8],
+    ) -> Option<usize> {
         let out: &mut [u8; HEADER_LEN] = buf.get_mut(..HEADER_LEN)?.try_into().ok()?;
         Header {
             conv: self.conv,
-            cmd: Command::Wask as u8,
+            cmd: cmd as u8,
             frg,
             wnd: self.wnd_unused(),
             ts: now.as_millis(),
@@ -1614,6 +1632,40 @@ impl Kcp {
         }
         .encode(out);
         Some(HEADER_LEN)
+    }
+
+    /// A path nudge at `buf`: a PUSH without data, stamped `now`, for
+    /// `snd.una - 1`, a segment the peer acknowledged (it holds it). kcp-go
+    /// and C KCP acknowledge every PUSH inside their receive window, one
+    /// they delivered already too, echoing its `sn` and `ts`, and store
+    /// nothing for it; so the ACK that comes back is bound to this nudge
+    /// ([`is_nudge_answer`](Self::is_nudge_answer)) and to nothing a
+    /// replay could carry. Returns its length and `(sn, ts)`; `None` until
+    /// `una` moved past a segment this side sent.
+    pub(crate) fn write_path_nudge(
+        &self,
+        now: Timestamp,
+        buf: &mut [u8],
+    ) -> Option<(usize, (u32, u32))> {
+        if !self.una_moved {
+            return None;
+        }
+        let sn = self.snd.una.wrapping_sub(1);
+        let n = self.write_bare(Command::Push, 0, now, sn, buf)?;
+        Some((n, (sn, now.as_millis())))
+    }
+
+    /// The packet acknowledges the path nudge `(sn, ts)`
+    /// ([`write_path_nudge`](Self::write_path_nudge)).
+    pub(crate) fn is_nudge_answer(&self, packet: &[u8], (sn, ts): (u32, u32)) -> bool {
+        Segments::new(packet).any(|s| {
+            s.is_ok_and(|s| {
+                s.conv() == self.conv
+                    && s.command() == Some(Command::Ack)
+                    && s.sn() == sn
+                    && s.ts() == ts
+            })
+        })
     }
 
     /// `sn` of the last WASK received.

@@ -685,6 +685,26 @@ impl ConfigBuilder {
     /// probe's tag); a kcp-go client's answer counts only once its old
     /// address fell silent.
     ///
+    /// A kcp-go client that sends nothing fresh after its address changed
+    /// (everything it sent was acknowledged and the session's window is
+    /// closed, so it only probes the window, every 0.5 s and then less
+    /// often: a probe carries nothing a replay could not) is nudged: once
+    /// its old address has been silent for 100 ms, such a probe's address
+    /// gets a PUSH without data for a segment the client holds (within the
+    /// same 3 times budget), which the client acknowledges with the nudge's
+    /// own `sn` and `ts`; that acknowledgement counts as fresh, and the
+    /// address is validated as above. A kcp-go client that only downloads
+    /// sends nothing at all once its data goes to its old address (kcp-go
+    /// has no timer that sends without a reason): nothing tells the
+    /// listener where it went until it next writes (a kcptun client's smux
+    /// keepalive, every 10 s by default, does).
+    ///
+    /// Only a session whose peer proved it receives (it acknowledged the
+    /// listener's data or answered its window probe: the first round trip)
+    /// moves: a client whose address changes before that is refused at the
+    /// new one, and its session fails unproven
+    /// ([`proof_timeout`](Self::proof_timeout)).
+    ///
     /// On a client, it turns on the quiet probe: when no data came for
     /// 400 ms, the client sends a window probe stamped with its clock (again
     /// after 800 ms and 1.6 s while nothing is heard), so a client that only

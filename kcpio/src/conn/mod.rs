@@ -447,6 +447,15 @@ impl std::fmt::Debug for Conn {
 }
 
 /// The KCP timestamp of `now`: its milliseconds modulo 2^32.
+/// The KCP bytes of an opened datagram (none in parity or OOB).
+fn kcp_of(packet: &[u8]) -> Option<&[u8]> {
+    match fec::classify(packet) {
+        PacketKind::Kcp => Some(packet),
+        PacketKind::Data => fec::data_payload(packet),
+        PacketKind::Parity | PacketKind::Oob => None,
+    }
+}
+
 fn ts(now: Duration) -> Timestamp {
     Timestamp::from_millis(now.as_millis() as u32)
 }
@@ -1182,12 +1191,7 @@ impl Conn {
     /// address a migration candidate. Parity, OOB and other conversations'
     /// packets are not.
     pub(crate) fn is_fresh(&self, packet: &[u8]) -> bool {
-        let kcp = match fec::classify(packet) {
-            PacketKind::Kcp => Some(packet),
-            PacketKind::Data => fec::data_payload(packet),
-            PacketKind::Parity | PacketKind::Oob => None,
-        };
-        kcp.is_some_and(|k| self.kcp.is_fresh(k))
+        kcp_of(packet).is_some_and(|k| self.kcp.is_fresh(k))
     }
 
     /// A path probe: one window probe (WASK) in a datagram of its own at
@@ -1226,28 +1230,65 @@ impl Conn {
     /// tagged `tag`: a clocked WINS that echoes it, newer than every
     /// clocked segment received.
     pub(crate) fn is_bound_answer(&self, packet: &[u8], tag: u32) -> bool {
-        let kcp = match fec::classify(packet) {
-            PacketKind::Kcp => Some(packet),
-            PacketKind::Data => fec::data_payload(packet),
-            PacketKind::Parity | PacketKind::Oob => None,
-        };
-        kcp.is_some_and(|k| self.kcp.is_bound_answer(k, tag))
+        kcp_of(packet).is_some_and(|k| self.kcp.is_bound_answer(k, tag))
     }
 
     /// One WASK with `frg` (0, or [`CLOCKED_PROBE`](crate::arq::CLOCKED_PROBE))
     /// and `sn` stamped now, alone in a datagram at `slot[header_len()..]`
     /// (FEC-framed when FEC is on); the ARQ's state untouched.
     fn write_window_probe(&mut self, frg: u8, sn: u32, slot: &mut [u8]) -> Option<Transmit> {
+        self.write_control(slot, |kcp, now, buf| {
+            kcp.write_window_probe(now, frg, sn, buf)
+        })
+    }
+
+    /// A segment `write` puts at the KCP bytes of `slot` (given the ARQ and
+    /// the time), alone in a datagram (FEC-framed when FEC is on).
+    fn write_control(
+        &mut self,
+        slot: &mut [u8],
+        write: impl FnOnce(&Kcp, Timestamp, &mut [u8]) -> Option<usize>,
+    ) -> Option<Transmit> {
         let (hc, hf) = (self.header, self.fec_header);
         let now_ts = ts(self.now);
-        let n = self
-            .kcp
-            .write_window_probe(now_ts, frg, sn, slot.get_mut(hc + hf..)?)?;
+        let n = write(&self.kcp, now_ts, slot.get_mut(hc + hf..)?)?;
         let len = match (self.enc.as_mut(), slot.get_mut(hc..)) {
             (Some(enc), Some(buf)) => enc.encode(now_ts, buf, n),
             _ => n,
         };
         Some(self.sent(len, false))
+    }
+
+    /// A path nudge toward an address a kcp-go peer may have moved to
+    /// while it sends nothing fresh (`Kcp::write_path_nudge`: a PUSH
+    /// without data for a segment it holds, which it acknowledges with the
+    /// nudge's `sn` and `ts`), at `slot[header_len()..]` as
+    /// [`poll_path_probe`](Self::poll_path_probe) writes; its `(sn, ts)`
+    /// for [`is_nudge_answer`](Self::is_nudge_answer). `None` until the
+    /// peer acknowledged a segment. Changes nothing in the ARQ; counted as
+    /// output. The same wire size as a path probe.
+    pub(crate) fn poll_path_nudge(
+        &mut self,
+        now: Duration,
+        slot: &mut [u8],
+    ) -> Option<(Transmit, (u32, u32))> {
+        self.advance(now);
+        if self.error.is_some() {
+            return None;
+        }
+        let slot = slot.get_mut(..self.datagram)?;
+        let mut nudge = None;
+        let t = self.write_control(slot, |kcp, now, buf| {
+            let (n, sent) = kcp.write_path_nudge(now, buf)?;
+            nudge = Some(sent);
+            Some(n)
+        })?;
+        Some((t, nudge?))
+    }
+
+    /// An opened datagram acknowledges the path nudge `nudge`.
+    pub(crate) fn is_nudge_answer(&self, packet: &[u8], nudge: (u32, u32)) -> bool {
+        kcp_of(packet).is_some_and(|k| self.kcp.is_nudge_answer(k, nudge))
     }
 
     /// A client's quiet probe, on or off (the tokio client turns it on

@@ -41,13 +41,20 @@ pub(crate) enum Verdict {
         /// still heard: probe again without waiting for the spacing.
         again: bool,
     },
+    /// Stale (dropped, counted `migration_stale`), but from a kcp-go
+    /// peer's possible new address while its old one is silent
+    /// ([`Table::stale_seen`]: a weak candidate): send it a path nudge
+    /// ([`probe`]) when the slots allow. What the peer acknowledges of it
+    /// is bound to it, and makes the candidate a fresh one.
+    Nudge,
 }
 
 /// A datagram (`plain` opened, `wire` bytes as received) of session `id`'s
 /// conversation from `from`, an address that is not the session's
 /// (`Route::Migrate`). Fresh (something `conn` never received): `from`
 /// becomes the candidate. From the candidate after a probe, the answer:
-/// the session moves. Anything else is stale.
+/// the session moves. Anything else is stale; from a kcp-go peer while its
+/// address is silent, stale but probed ([`Verdict::Nudge`]).
 ///
 /// The answer, from a kcpio client (it clocks its probes and answers:
 /// [`Conn::peer_clocks`]), is a WINS that echoes this candidate's probe tag
@@ -73,13 +80,29 @@ pub(crate) fn from_elsewhere<S>(
         return Verdict::Stale;
     }
     let binds = conn.peer_clocks();
-    let answer = match table.candidate(id).filter(|c| c.addr == from) {
+    // A weak candidate that acknowledged its nudge proved it receives
+    // there: validated from now on as a fresh one is, with a probe at once.
+    let nudged = table
+        .candidate(id)
+        .filter(|c| c.addr == from && c.weak)
+        .and_then(|c| c.nudge)
+        .is_some_and(|n| conn.is_nudge_answer(plain, n));
+    if nudged && conn.error().is_none() {
+        table.candidate_seen(id, from, wire, true);
+        return Verdict::Candidate { again: true };
+    }
+    // A weak candidate's answers never count (see `Table::stale_seen`).
+    let answer = match table.candidate(id).filter(|c| c.addr == from && !c.weak) {
         Some(c) if binds => c.tag.is_some_and(|t| conn.is_bound_answer(plain, t)),
         Some(_) => Inbound::parse(plain).is_ok_and(|i| i.has_wins()),
         None => false,
     };
     let fresh = conn.error().is_none() && conn.is_fresh(plain);
     if !table.candidate_seen(id, from, wire, fresh) {
+        let alive = conn.error().is_none();
+        if alive && !binds && table.stale_seen(id, from, wire, now) {
+            return Verdict::Nudge;
+        }
         return Verdict::Stale;
     }
     if answer {
@@ -96,6 +119,8 @@ pub(crate) fn from_elsewhere<S>(
     }
     if fresh {
         Verdict::Candidate { again: false }
+    } else if table.candidate(id).is_some_and(|c| c.weak) {
+        Verdict::Nudge
     } else {
         Verdict::Stale
     }
@@ -120,6 +145,15 @@ pub(crate) fn probe<S>(
     let wire = conn.path_probe_wire_len();
     if !table.probe_candidate(id, wire, now, again) {
         return None;
+    }
+    if table.candidate(id).is_some_and(|c| c.weak) {
+        // A PUSH without data its peer acknowledges, bound to this nudge;
+        // a WASK (which carries the window) before the peer acknowledged
+        // anything.
+        if let Some((t, nudge)) = conn.poll_path_nudge(now, slot) {
+            table.set_nudge(id, nudge);
+            return Some(t);
+        }
     }
     let tag = table.probe_tag(id, |nth| conn.probe_tag(nth))?;
     conn.poll_path_probe(now, tag, slot)
@@ -180,6 +214,8 @@ pub mod sim_support {
         /// Fresh from a candidate (or an answer that did not count yet:
         /// `.0`); deliver, and ask [`Listener::probe`].
         Candidate(bool),
+        /// Stale, dropped; but ask [`Listener::probe`] (a weak candidate).
+        Nudge,
     }
 
     /// A listener socket's session table, sessions valued by `usize`.
@@ -283,6 +319,7 @@ pub mod sim_support {
                 super::Verdict::Stale => Verdict::Stale,
                 super::Verdict::Moved { old, new } => Verdict::Moved(old, new),
                 super::Verdict::Candidate { again } => Verdict::Candidate(again),
+                super::Verdict::Nudge => Verdict::Nudge,
             }
         }
 

@@ -544,16 +544,33 @@ impl Driver {
                 Some(id)
             }
             migrate::Verdict::Candidate { again } => {
-                if self.io.free_slots() >= self.slots_needed {
-                    let slot = self.io.next_slot();
-                    if let Some(t) =
-                        migrate::probe(&mut self.table, id, &mut st.conn, now, again, slot)
-                    {
-                        self.io.push(from, t.len);
-                        bump(&self.shared.counters.path_probes);
-                    }
-                }
+                self.path_probe(id, &mut st.conn, from, again, now);
                 Some(id)
+            }
+            migrate::Verdict::Nudge => {
+                let episode = &mut self.refused_peers;
+                self.shared.counters.refused(Refusal::Stale, from, episode);
+                self.path_probe(id, &mut st.conn, from, false, now);
+                None
+            }
+        }
+    }
+
+    /// A path probe to `id`'s candidate `to` ([`migrate::probe`]), when
+    /// the transmit slots and its budget allow.
+    fn path_probe(
+        &mut self,
+        id: SessionId,
+        conn: &mut Conn,
+        to: SocketAddr,
+        again: bool,
+        now: Duration,
+    ) {
+        if self.io.free_slots() >= self.slots_needed {
+            let slot = self.io.next_slot();
+            if let Some(t) = migrate::probe(&mut self.table, id, conn, now, again, slot) {
+                self.io.push(to, t.len);
+                bump(&self.shared.counters.path_probes);
             }
         }
     }

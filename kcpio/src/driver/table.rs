@@ -84,6 +84,12 @@ pub(crate) struct Candidate {
     pub(crate) nth: u32,
     /// The tag its probes carry, fixed at the first.
     pub(crate) tag: Option<u32>,
+    /// Nothing fresh came from it yet ([`Table::stale_seen`]): nudged, but
+    /// no answer counts until a fresh datagram, or the acknowledgement of
+    /// its last nudge, comes from it.
+    pub(crate) weak: bool,
+    /// The `(sn, ts)` of its last path nudge (`Conn::poll_path_nudge`).
+    pub(crate) nudge: Option<(u32, u32)>,
 }
 
 /// The header fields routing needs from an opened datagram, read once
@@ -617,22 +623,61 @@ impl<S> Table<S> {
         match e.candidate.as_mut() {
             Some(c) if c.addr == from => {
                 c.received = c.received.saturating_add(wire as u64);
+                c.weak &= !fresh;
                 true
             }
             _ if fresh => {
-                e.candidacies = e.candidacies.wrapping_add(1);
-                e.candidate = Some(Candidate {
-                    addr: from,
-                    received: wire as u64,
-                    sent: 0,
-                    probed_at: None,
-                    nth: e.candidacies,
-                    tag: None,
-                });
+                Self::new_candidate(e, from, wire, false);
                 true
             }
             _ => false,
         }
+    }
+
+    fn new_candidate(e: &mut Entry<S>, from: SocketAddr, wire: usize, weak: bool) {
+        e.candidacies = e.candidacies.wrapping_add(1);
+        e.candidate = Some(Candidate {
+            addr: from,
+            received: wire as u64,
+            sent: 0,
+            probed_at: None,
+            nth: e.candidacies,
+            tag: None,
+            weak,
+            nudge: None,
+        });
+    }
+
+    /// A stale datagram of `wire` bytes from `from`, not the candidate,
+    /// for `id`, whose peer cannot bind its answers (a kcp-go client):
+    /// when the session's address has been silent for [`HOME_SILENCE`] and
+    /// no fresh candidate is being validated, `from` becomes a weak
+    /// candidate (replacing another weak one), to be probed within the
+    /// same budget. Returns whether it did.
+    ///
+    /// Why: a kcp-go client whose address changed while everything it sent
+    /// was acknowledged and the session's window was closed (its receiver
+    /// full, as an echo whose replies stall makes it) sends nothing fresh:
+    /// only window probes every 7 s or more, which carry nothing new. The
+    /// probe it gets back carries the session's window, so it sends again,
+    /// and that is fresh. A weak candidate's answers never move the
+    /// session: a replayed WINS cannot, only the validation that follows
+    /// a fresh datagram from there.
+    pub(crate) fn stale_seen(
+        &mut self,
+        id: SessionId,
+        from: SocketAddr,
+        wire: usize,
+        now: Duration,
+    ) -> bool {
+        let Some(e) = self.entry_mut(id) else {
+            return false;
+        };
+        if e.candidate.is_some_and(|c| !c.weak) || now.saturating_sub(e.heard) < HOME_SILENCE {
+            return false;
+        }
+        Self::new_candidate(e, from, wire, true);
+        true
     }
 
     /// Whether a path probe of `wire` bytes may go to `id`'s candidate now:
@@ -659,6 +704,13 @@ impl<S> Table<S> {
         c.sent += wire;
         c.probed_at = Some(now);
         true
+    }
+
+    /// `id`'s weak candidate was sent the path nudge `nudge`.
+    pub(crate) fn set_nudge(&mut self, id: SessionId, nudge: (u32, u32)) {
+        if let Some(c) = self.entry_mut(id).and_then(|e| e.candidate.as_mut()) {
+            c.nudge = Some(nudge);
+        }
     }
 
     /// The tag of `id`'s candidate's probes: the first one's, else `tag`.
@@ -691,7 +743,8 @@ impl<S> Table<S> {
                 .and(None);
         }
         let e = self.entry_mut(id)?;
-        let probed = e.candidate?.probed_at?;
+        let candidate = e.candidate.filter(|c| !c.weak)?;
+        let probed = candidate.probed_at?;
         if home_silence && probed.saturating_sub(e.heard) < HOME_SILENCE {
             return None;
         }
@@ -879,10 +932,14 @@ pub(crate) fn fuzz(data: &[u8]) {
                         // The driver's part: freshness is the session's
                         // verdict, played here by the input.
                         assert!(t.get(id).is_some());
-                        if t.candidate_seen(id, peer, packet.len(), arg & 1 == 1) {
+                        let seen = t.candidate_seen(id, peer, packet.len(), arg & 1 == 1)
+                            || (arg & 8 == 8 && t.stale_seen(id, peer, packet.len(), now));
+                        if seen {
                             t.probe_candidate(id, 52, now, false);
                             if arg & 2 == 2 {
-                                t.migrate(id, now, arg & 4 == 4);
+                                let weak = t.candidate(id).is_some_and(|c| c.weak);
+                                let moved = t.migrate(id, now, arg & 4 == 4);
+                                assert!(!(weak && moved.is_some()), "a weak candidate moved");
                             }
                         }
                         if let Some(c) = t.candidate(id) {
@@ -1679,6 +1736,58 @@ mod tests {
             route(&mut t, addr(1), &seg(81, 5, 0, 0, false, 4), 2),
             Route::Migrate(id)
         );
+        t.check(10);
+    }
+
+    /// A stale datagram from elsewhere makes a weak candidate only once the
+    /// session's address was silent for `HOME_SILENCE` and no fresh
+    /// candidate is being validated; a weak candidate is probed within the
+    /// same 3x budget, its answers move nothing, and a fresh datagram from
+    /// it makes it a candidate like any other.
+    #[test]
+    fn weak_candidates_are_budgeted_and_never_move_a_session() {
+        let ms = Duration::from_millis;
+        let (mut t, id) = with_session(10);
+        t.set_migration(true);
+        // Heard at home at 1 s: stale datagrams from elsewhere just after
+        // change nothing.
+        assert_eq!(
+            route(&mut t, addr(1), &push(5, 8, false), 1),
+            Route::Deliver(id)
+        );
+        assert!(!t.stale_seen(id, addr(2), 60, ms(1050)));
+        assert_eq!(t.candidate(id), None);
+        // Silent for HOME_SILENCE: a weak candidate.
+        assert!(t.stale_seen(id, addr(2), 60, ms(1100)));
+        let c = t.candidate(id).unwrap();
+        assert!(c.weak && c.addr == addr(2) && c.received == 60);
+        // The budget: 3 x 60 bytes.
+        assert!(t.probe_candidate(id, 52, ms(1100), false));
+        t.set_nudge(id, (7, 1100));
+        assert!(t.probe_candidate(id, 52, ms(1200), false));
+        assert!(t.probe_candidate(id, 52, ms(1300), false));
+        assert!(
+            !t.probe_candidate(id, 52, ms(1400), false),
+            "156 + 52 > 180"
+        );
+        // Its answer moves nothing, whatever the home's silence.
+        assert_eq!(t.migrate(id, ms(5000), true), None);
+        assert_eq!(t.migrate(id, ms(5000), false), None);
+        assert_eq!(t.peer(id), Some(addr(1)));
+        // Another stale address replaces a weak candidate (fresh budget).
+        assert!(t.stale_seen(id, addr(3), 60, ms(1500)));
+        assert_eq!(
+            t.candidate(id).map(|c| (c.addr, c.sent, c.nudge)),
+            Some((addr(3), 0, None))
+        );
+        // A fresh datagram from it: a candidate as any fresh one.
+        assert!(t.candidate_seen(id, addr(3), 60, true));
+        assert!(!t.candidate(id).unwrap().weak);
+        // Which a stale one from elsewhere no longer replaces.
+        assert!(!t.stale_seen(id, addr(4), 60, ms(1600)));
+        assert_eq!(t.candidate(id).map(|c| c.addr), Some(addr(3)));
+        assert!(t.probe_candidate(id, 52, ms(1600), false));
+        assert_eq!(t.migrate(id, ms(1610), true), Some((addr(1), addr(3))));
         t.check(10);
     }
 

@@ -688,7 +688,8 @@ impl Sim {
             }
             Route::Migrate(s, i) => {
                 let conn = &mut self.nodes[i].conn;
-                match h.table.from_elsewhere(s, conn, from, plain, wire, now) {
+                let verdict = h.table.from_elsewhere(s, conn, from, plain, wire, now);
+                match verdict {
                     Verdict::Stale => {
                         h.stale += 1;
                         return;
@@ -698,12 +699,20 @@ impl Sim {
                         h.migrations.push((t, old, new));
                         self.note(format_args!("node {i} moved from {old} to {new}"));
                     }
-                    Verdict::Candidate(again) => {
+                    // A weak candidate's probe: the datagram itself is stale.
+                    Verdict::Candidate(_) | Verdict::Nudge => {
+                        let again = verdict == Verdict::Candidate(true);
                         if let Some((len, to)) = h.table.probe(s, conn, now, again, &mut self.slot)
                         {
                             h.path_probes += 1;
                             let host = h.addr;
                             self.emit(i, len, Some(host), Target::Addr(to));
+                        }
+                        if verdict == Verdict::Nudge {
+                            if let Some(h) = self.host.as_mut() {
+                                h.stale += 1;
+                            }
+                            return;
                         }
                     }
                 }
