@@ -194,14 +194,21 @@ fn assert_accounted(
     assert_eq!(get(&s_udp.local_in), run.echoed, "every echo was read");
     let (c, s) = (c_udp.sessions(), s_udp.sessions());
     assert_eq!((c.len(), s.len()), (1, 1), "one session each end");
-    let (c, s) = (c[0].datagram_fec.clone(), s[0].datagram_fec.clone());
     // What the session sent and the other end did not take was lost on
-    // the path or dropped by the sender's session as an overload.
+    // the path, dropped by the sender's session as an overload, or found
+    // the receiving session's queue full (`oob_dropped`, with or without
+    // FEC: the tunnel's reader fell behind).
     let lost_up = get(&c_udp.tunnel_out) - get(&s_udp.tunnel_in);
     let lost_down = get(&s_udp.tunnel_out) - get(&c_udp.tunnel_in);
+    let (c_oob, s_oob) = (c[0].oob_dropped, s[0].oob_dropped);
+    let (c, s) = (c[0].datagram_fec.clone(), s[0].datagram_fec.clone());
+    eprintln!(
+        "relay {:?} / {:?}\nclient oob_dropped {c_oob} {c:?}\nserver oob_dropped {s_oob} {s:?}",
+        r.to_server, r.to_client
+    );
     let (path_up, path_down) = (
-        r.to_server.lost + c.dropped_overload,
-        r.to_client.lost + s.dropped_overload,
+        r.to_server.lost + c.dropped_overload + s_oob,
+        r.to_client.lost + s.dropped_overload + c_oob,
     );
     assert!(lost_up <= path_up, "{lost_up} > {:?} {c:?}", r.to_server);
     assert!(
@@ -241,7 +248,10 @@ struct Outcome {
 async fn fifty_flows_through_a_lossy_relay(fec: bool) -> Outcome {
     {
         const FLOWS: usize = 50;
-        const EACH: u32 = 120;
+        // 30,000 round trips: a failed FEC group loses ~7 datagrams at
+        // once, so over the 6,000 of a shorter run a 0.1% bound was one
+        // failed group (1 run in 7 at the 1e-4 target), not the residual.
+        const EACH: u32 = 600;
         let (target, echoed, peers) = echo_server().await;
         let opts = "--mode fast3 --crypt aes-128-gcm --mtu 1400";
         let (server, s_udp) = start_with(
@@ -295,12 +305,13 @@ async fn fifty_flows_through_a_lossy_relay_lose_almost_nothing_with_datagram_fec
         .expect("test timed out");
     assert!(o.negotiated, "both ends negotiated FEC datagrams");
     assert!(o.recovered > 0, "parity rebuilt some of the relay's losses");
-    // About 9.75% of round trips cross a loss; FEC leaves at most 0.25%
-    // (15 of 6,000) missing. (Measured: 0 to 7 of 6,000 per run, two
-    // crossings each; the per-datagram residual target is asserted in the
-    // simulator, `kcpio/tests/dgram_fec.rs`. Without FEC, >= 3% is lost.)
+    // About 9.75% of round trips cross a loss; FEC leaves at most 0.1%
+    // (30 of 30,000) missing: at the 1e-4 residual target about 6, in
+    // bursts of a failed group. (The per-datagram target over many runs
+    // is asserted in the simulator, `kcpio/tests/dgram_fec.rs`. Without
+    // FEC, >= 3% is lost.)
     assert!(
-        (o.sent - o.received) * 400 <= o.sent,
+        (o.sent - o.received) * 1000 <= o.sent,
         "{} of {} round trips lost after FEC ({} recovered): {:#?}",
         o.sent - o.received,
         o.sent,
