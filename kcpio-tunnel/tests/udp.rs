@@ -163,6 +163,30 @@ struct Run {
     received: u64,
     echoed: u64,
     sockets: usize,
+    /// The tunnel client's local address and the echo server's: the
+    /// kernel drops what their sockets' buffers cannot take (a busy
+    /// machine), before either program sees it.
+    entry: SocketAddr,
+    target: SocketAddr,
+}
+
+/// Datagrams the kernel dropped at the IPv4 UDP socket bound to `addr`
+/// (its receive buffer was full): the last column of `/proc/net/udp`.
+fn kernel_drops(addr: SocketAddr) -> u64 {
+    let want = format!(":{:04X}", addr.port());
+    std::fs::read_to_string("/proc/net/udp")
+        .unwrap_or_default()
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let cols: Vec<&str> = l.split_whitespace().collect();
+            let local = cols.get(1)?;
+            local
+                .ends_with(&want)
+                .then(|| cols.last()?.parse::<u64>().ok())
+                .flatten()
+        })
+        .sum()
 }
 
 /// Every datagram of a run accounted for at both ends (`[client, server]`),
@@ -176,10 +200,11 @@ fn assert_accounted(
 ) -> (kcpio::DatagramFecStats, kcpio::DatagramFecStats) {
     assert_balanced("client", c_udp);
     assert_balanced("server", s_udp);
+    let (entry_drops, target_drops) = (kernel_drops(run.entry), kernel_drops(run.target));
     assert_eq!(
-        get(&c_udp.local_in),
+        get(&c_udp.local_in) + entry_drops,
         run.sent,
-        "the client read every datagram"
+        "the client read every datagram the kernel did not drop"
     );
     assert_eq!(
         get(&c_udp.local_out),
@@ -188,20 +213,27 @@ fn assert_accounted(
     );
     assert_eq!(
         get(&s_udp.local_out),
-        run.echoed,
-        "what the server wrote arrived"
+        run.echoed + target_drops,
+        "what the server wrote arrived or the kernel dropped it"
     );
     assert_eq!(get(&s_udp.local_in), run.echoed, "every echo was read");
     let (c, s) = (c_udp.sessions(), s_udp.sessions());
     assert_eq!((c.len(), s.len()), (1, 1), "one session each end");
-    let (c, s) = (c[0].datagram_fec.clone(), s[0].datagram_fec.clone());
     // What the session sent and the other end did not take was lost on
-    // the path or dropped by the sender's session as an overload.
+    // the path, dropped by the sender's session as an overload, or found
+    // the receiving session's queue full (`oob_dropped`, with or without
+    // FEC: the tunnel's reader fell behind).
     let lost_up = get(&c_udp.tunnel_out) - get(&s_udp.tunnel_in);
     let lost_down = get(&s_udp.tunnel_out) - get(&c_udp.tunnel_in);
+    let (c_oob, s_oob) = (c[0].oob_dropped, s[0].oob_dropped);
+    let (c, s) = (c[0].datagram_fec.clone(), s[0].datagram_fec.clone());
+    eprintln!(
+        "relay {:?} / {:?}\nclient oob_dropped {c_oob} {c:?}\nserver oob_dropped {s_oob} {s:?}",
+        r.to_server, r.to_client
+    );
     let (path_up, path_down) = (
-        r.to_server.lost + c.dropped_overload,
-        r.to_client.lost + s.dropped_overload,
+        r.to_server.lost + c.dropped_overload + s_oob,
+        r.to_client.lost + s.dropped_overload + c_oob,
     );
     assert!(lost_up <= path_up, "{lost_up} > {:?} {c:?}", r.to_server);
     assert!(
@@ -241,7 +273,10 @@ struct Outcome {
 async fn fifty_flows_through_a_lossy_relay(fec: bool) -> Outcome {
     {
         const FLOWS: usize = 50;
-        const EACH: u32 = 120;
+        // 30,000 round trips: a failed FEC group loses ~7 datagrams at
+        // once, so over the 6,000 of a shorter run a 0.1% bound was one
+        // failed group (1 run in 7 at the 1e-4 target), not the residual.
+        const EACH: u32 = 600;
         let (target, echoed, peers) = echo_server().await;
         let opts = "--mode fast3 --crypt aes-128-gcm --mtu 1400";
         let (server, s_udp) = start_with(
@@ -274,12 +309,16 @@ async fn fifty_flows_through_a_lossy_relay(fec: bool) -> Outcome {
                 received,
                 echoed: get(&echoed),
                 sockets: peers.lock().unwrap().len(),
+                entry,
+                target,
             },
         );
         // 5% each way: at least most of it arrives, with or without FEC.
         assert!(received * 10 >= sent * 8, "{received} of {sent} echoed");
         Outcome {
-            sent,
+            // What entered the tunnel (the kernel may drop a few at the
+            // client's socket on a busy machine).
+            sent: get(&c_udp.local_in),
             received,
             recovered: c.recovered + s.recovered,
             negotiated: c.negotiated && s.negotiated,
@@ -295,12 +334,13 @@ async fn fifty_flows_through_a_lossy_relay_lose_almost_nothing_with_datagram_fec
         .expect("test timed out");
     assert!(o.negotiated, "both ends negotiated FEC datagrams");
     assert!(o.recovered > 0, "parity rebuilt some of the relay's losses");
-    // About 9.75% of round trips cross a loss; FEC leaves at most 0.25%
-    // (15 of 6,000) missing. (Measured: 0 to 7 of 6,000 per run, two
-    // crossings each; the per-datagram residual target is asserted in the
-    // simulator, `kcpio/tests/dgram_fec.rs`. Without FEC, >= 3% is lost.)
+    // About 9.75% of round trips cross a loss; FEC leaves at most 0.1%
+    // (30 of 30,000) missing: at the 1e-4 residual target about 6, in
+    // bursts of a failed group. (The per-datagram target over many runs
+    // is asserted in the simulator, `kcpio/tests/dgram_fec.rs`. Without
+    // FEC, >= 3% is lost.)
     assert!(
-        (o.sent - o.received) * 400 <= o.sent,
+        (o.sent - o.received) * 1000 <= o.sent,
         "{} of {} round trips lost after FEC ({} recovered): {:#?}",
         o.sent - o.received,
         o.sent,
@@ -716,6 +756,8 @@ async fn tcp_streams_and_udp_flows_share_one_session_through_a_lossy_relay() {
                 received,
                 echoed: get(&echoed),
                 sockets: peers.lock().unwrap().len(),
+                entry: udp_entry,
+                target: udp_target,
             },
         );
         assert!(

@@ -91,6 +91,10 @@ const QUEUE_HIGH_MS: u16 = 10;
 /// shared machine a WireGuard download read such spikes as overload, and
 /// the cut parity and pacing below its rate cost it a third).
 const QUEUE_REPORTS: u8 = 2;
+/// Growth of the reported queueing delay (ms) between two reports beyond
+/// which a standing queue is taken as growing: the budget then goes below
+/// the delivered rate to drain it.
+const QUEUE_GROWTH_MS: u16 = 5;
 /// Shards a report must cover for its loss to count as a spike (over
 /// twice the model's loss plus 5%): a sign of overload like a queue.
 const SPIKE_SHARDS: u64 = 32;
@@ -114,6 +118,11 @@ const IP_UDP: usize = 28;
 /// The loss rate assumed before the first report, and its weight in shards.
 const PRIOR_LOSS: f64 = 0.03;
 const PRIOR_WEIGHT: f64 = 20.0;
+/// Standard errors of the loss estimate above it that the parity table
+/// is built for.
+const LOSS_MARGIN: f64 = 1.0;
+/// The smallest group built for the estimate plus [`LOSS_MARGIN`].
+const MARGIN_K: usize = 16;
 /// Shards over which the loss estimate halves its memory.
 const LOSS_HALF_LIFE: f64 = 2000.0;
 /// Reports fold into the loss model at most this often (a rebuild of the
@@ -307,11 +316,25 @@ impl LossModel {
     /// case; one that costs a sixteenth, little), and falls as soon as one
     /// fewer meets the target.
     fn rebuild(&mut self, target: f64, fresh: bool) {
+        // Groups of [`MARGIN_K`] or more get parity for the loss rate one
+        // standard error above the estimate: the true rate is above the
+        // estimate half the time and the residual grows faster than
+        // linearly with it, so parity for the estimate itself missed the
+        // target on average (at 5% over groups of 30, the estimate's noise
+        // alone about doubled it). A failed large group loses many shards
+        // at once (7 of 30 at 5%), which a short run or a sparse flow sees
+        // as a burst of loss; and there one more parity shard costs at
+        // most a sixteenth of the data.
         let p = self.p;
+        let p_hi = (self.p
+            + LOSS_MARGIN * (self.p * (1.0 - self.p) / (self.seen + PRIOR_WEIGHT)).sqrt())
+        .min(0.5);
         let r = (1.0 - 1.0 / self.burst).clamp(0.0, 0.95);
-        let q = (p * (1.0 - r) / (1.0 - p).max(1e-9)).clamp(0.0, 1.0);
+        let q_of = |p: f64| (p * (1.0 - r) / (1.0 - p).max(1e-9)).clamp(0.0, 1.0);
         let mut m = 0usize;
         for k in 1..=MAX_K {
+            let p = if k >= MARGIN_K { p_hi } else { p };
+            let q = q_of(p);
             // The fewest parity shards meeting the target (never fewer
             // than the last size's: a larger group needs at least as many).
             while m < MAX_M && residual(k, m, p, r, q) > target {
@@ -424,6 +447,8 @@ pub(crate) struct DgramFec {
     queued_reports: u8,
     /// The path's rate as measured under the last standing queue.
     path_rate: f64,
+    /// The queueing delay (ms) of the last report.
+    last_queue: u16,
     /// Reported counters last seen: received, lost, runs, bytes, clock.
     last_report: Option<[u32; 5]>,
     /// When (this side's clock) the last report was taken.
@@ -529,6 +554,7 @@ impl DgramFec {
             congested_until: Duration::ZERO,
             queued_reports: 0,
             path_rate: 0.0,
+            last_queue: 0,
             last_report: None,
             last_report_at: Duration::ZERO,
             tx_bytes: 0,
@@ -567,10 +593,19 @@ impl DgramFec {
         s
     }
 
-    /// A queued datagram dropped for a newer one (the queue was full).
-    pub(crate) fn count_dropped(&mut self) {
+    /// A queued datagram of `len` bytes dropped for a newer one (the
+    /// queue was full).
+    pub(crate) fn count_dropped(&mut self, len: usize) {
         self.stats.dropped_overload += 1;
         self.stats.dropped_queue_full += 1;
+        self.offered_unsent(len);
+    }
+
+    /// A datagram of `len` bytes dropped unsent still counts in the data
+    /// rate: the rate parity is sized against is what was offered.
+    fn offered_unsent(&mut self, len: usize) {
+        let shards = len.div_ceil(self.stats.single_packet_payload.max(1)).max(1);
+        self.window_bytes += (len + shards * (HDR + BODY_HDR + self.wire_extra)) as f64;
     }
 
     pub(crate) fn set_negotiated(&mut self) {
@@ -688,8 +723,13 @@ impl DgramFec {
         // Data waiting past the group deadline on a congested path: the
         // path does not hold the parity now; shed the rest of it (counted
         // as a reduction) before any datagram waits long enough to be
-        // dropped.
-        if congested && self.group.pending.is_some() && waited.is_some_and(|w| w > self.deadline) {
+        // dropped. Not when the data alone exceeds the budget: it is
+        // dropped whatever the parity, and what is sent keeps its parity.
+        if congested
+            && self.group.pending.is_some()
+            && waited.is_some_and(|w| w > self.deadline)
+            && self.budget.is_some_and(|b| self.data_rate < b)
+        {
             self.group.pending = None;
             self.stats.redundancy_limited += 1;
         }
@@ -714,6 +754,7 @@ impl DgramFec {
             .front_time()
             .is_some_and(|t| now.saturating_sub(t) > limit)
         {
+            self.offered_unsent(queue.front_len().unwrap_or(0));
             queue.drop_front();
             self.stats.dropped_overload += 1;
             self.stats.dropped_stale += 1;
@@ -863,6 +904,9 @@ impl DgramFec {
         }
         let want = usize::from(self.model.table.get(k).copied().unwrap_or(0));
         let mut m = want;
+        // The data rate is what was offered (sent, or dropped unsent): the
+        // data sent under a binding budget is whatever the parity leaves,
+        // so measured alone one cut made the next, down to none.
         if let Some(b) = self.budget
             && self.data_rate > 0.0
         {
@@ -874,6 +918,12 @@ impl DgramFec {
                 // loss target costs a tunnelled TCP far more than the
                 // bytes. Up to half the data's size may always follow.
                 room = room.max(UNCONGESTED_ROOM);
+            } else if self.data_rate >= b {
+                // The data alone does not fit: datagrams are dropped
+                // whatever the parity (a TCP inside overshooting, which
+                // the drops slow down), and parity cut for them would
+                // only add loss after FEC to what is sent.
+                room = f64::from(MAX_M as u8);
             }
             let allowed = (k as f64 * room).floor() as usize;
             if allowed < m {
@@ -962,6 +1012,17 @@ impl DgramFec {
         // it comes at the top rate: congestion, not a channel property.
         let spike =
             shards >= SPIKE_SHARDS && lost as f64 > (2.0 * self.model.p + 0.05) * shards as f64;
+        // A report taken while the path queues shows this side's own
+        // overflow of the bottleneck on top of the channel's loss: only
+        // what the model expected of it joins the model, or a clean
+        // path's overflow raised the parity that overflowed it further.
+        // (A spike without a queue may be the channel's own burst: the
+        // burst estimate needs it.)
+        let lost = if queue > QUEUE_HIGH_MS {
+            lost.min((self.model.p * shards as f64).ceil() as u32)
+        } else {
+            lost
+        };
         let (s, l, r) = &mut self.pending_loss;
         *s += shards;
         *l += u64::from(lost);
@@ -991,14 +1052,27 @@ impl DgramFec {
             } else {
                 0
             };
+            let growing = queue > self.last_queue.saturating_add(QUEUE_GROWTH_MS);
+            self.last_queue = queue;
             let budget = if self.queued_reports >= QUEUE_REPORTS {
-                // A standing queue: what the path delivered now is its
-                // rate; below it, by more the longer the queue, until the
-                // queue drains.
+                // A standing queue: the most the path delivered over the
+                // last reports is its rate (a queue seen by a receiver
+                // waiting for a busy core, with no bottleneck at all,
+                // came with a report of little delivered, and pacing at
+                // that dropped the next bursts). Below it (by more the
+                // longer the queue) only while the queue grows: a queue
+                // that holds is a sender inside (a TCP filling the
+                // bottleneck's buffer) at the path's rate, and pacing
+                // below that rate only moved its drops into this side's
+                // queue and cut parity.
                 self.congested_until = now + CONGESTED_HOLD;
                 self.pace_gain = 1.0;
-                self.path_rate = delivered / lossless;
-                self.path_rate * (1.0 - (f64::from(queue) / 200.0).min(0.3))
+                self.path_rate = max / lossless;
+                if growing {
+                    self.path_rate * (1.0 - (f64::from(queue) / 200.0).min(0.3))
+                } else {
+                    self.path_rate
+                }
             } else if now < self.congested_until {
                 // Recently overloaded, the queue gone: just under the rate
                 // the path showed.

@@ -1541,9 +1541,10 @@ impl Conn {
                 if self.oob_out.is_empty() {
                     return Err(ConnError::WouldBlock);
                 }
+                let len = self.oob_out.front_len().unwrap_or(0);
                 self.oob_out.drop_front();
                 if let Some(dx) = self.dx.as_mut() {
-                    dx.count_dropped();
+                    dx.count_dropped(len);
                 }
             }
             return Ok(());
