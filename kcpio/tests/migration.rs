@@ -382,8 +382,8 @@ async fn a_kcpgo_session_moves_again_after_a_hand_off_between_shards() {
 /// (the client's last ACKs are lost, then everything the server sends goes
 /// to the old, closed address). The client has nothing to send, so only
 /// its quiet probe (400 ms after data stopped) tells the listener where it
-/// went: every byte arrives in order, the longest gap under 1 s (plus a
-/// loopback round trip). With the quiet probe off it stalls past the 10 s
+/// went: every byte arrives in order, the longest gap under 1 s plus the
+/// session's round trip. With the quiet probe off it stalls past the 10 s
 /// read timeout, no probe and no move (checked by hand).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_download_only_client_recovers_without_writing() {
@@ -453,12 +453,18 @@ async fn a_download_only_client_recovers_without_writing() {
     assert_eq!(v.offset, TOTAL, "every byte once");
     assert_eq!(s.migrations, 1, "{s:?}");
     assert_eq!(s.sessions_opened, 1, "the same session");
-    // 1 s plus a loopback round trip; the cut itself is 150 ms of it.
-    assert!(stall < Duration::from_secs(1), "{stall:?}");
     let held = timeout(Duration::from_secs(10), server)
         .await
         .expect("the server wrote all")
         .unwrap();
+    // The target: 1 s plus a round trip (the server's smoothed RTT: a
+    // loopback one, stretched when the machine is loaded); the cut itself
+    // is 150 ms of it.
+    let rtt = held.1.stats().srtt;
+    assert!(
+        stall < Duration::from_secs(1) + rtt,
+        "{stall:?} (rtt {rtt:?})"
+    );
     drop((r, w, held));
 }
 
