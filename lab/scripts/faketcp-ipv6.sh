@@ -4,7 +4,10 @@
 # namespaces joined by a veth (no impairment; 10.88.0.0/24 and fd88::/64,
 # `nodad`). Runs interleaved; prints each run's MB/s and the CPU seconds of
 # the two tunnel processes, then medians and the ratios kcpio/kcptun (same
-# family) and IPv6/IPv4 (same program).
+# family) and IPv6/IPv4 (same program). GRO is on at both veths (with
+# ethtool), and each kcpio run prints the fake-TCP segments its ends refused
+# and the merged ones they detected: `faketcp-ipv6.sh 1024 1` is the 1 GiB
+# GRO check.
 #
 #   lab/scripts/faketcp-ipv6.sh [MB] [RUNS]
 #
@@ -39,6 +42,17 @@ ip -n "$C" -6 addr add fd88::1/64 dev c0 nodad
 ip -n "$S" -6 addr add fd88::2/64 dev s0 nodad
 ip -n "$C" link set c0 up
 ip -n "$S" link set s0 up
+# GRO on at both ends (veth does it with XDP off only when asked): a run of
+# PSH segments may then reach the raw socket merged, which kcpio must
+# detect and count ("merged" below), never decode as one datagram.
+GRO=off
+if command -v ethtool >/dev/null \
+  && ip netns exec "$C" ethtool -K c0 gro on 2>/dev/null \
+  && ip netns exec "$S" ethtool -K s0 gro on 2>/dev/null; then
+  GRO=on
+fi
+echo "GRO on both veths: $GRO"
+LOGS=$(mktemp -d)
 
 # The source: BYTES of a fixed pattern to every connection at 127.0.0.1:5301
 # in the server namespace (bounded: 4 connections per run, all runs).
@@ -75,9 +89,10 @@ run() {
   local prog=$1 fam=$2 host srv cli
   if [ "$fam" = 6 ]; then host="[fd88::2]"; else host=10.88.0.2; fi
   if [ "$prog" = kcpio ]; then
-    ip netns exec "$S" "$TUNNEL" server --tcp -l "$host:29900" -t 127.0.0.1:5301 --quiet 2>/dev/null & srv=$!
+    : >"$LOGS/srv.log"; : >"$LOGS/cli.log"
+    ip netns exec "$S" "$TUNNEL" server --tcp -l "$host:29900" -t 127.0.0.1:5301 --quiet --log "$LOGS/srv.log" 2>/dev/null & srv=$!
     CHILDREN+=("$srv"); wait_port "$S" 29900
-    ip netns exec "$C" "$TUNNEL" client --tcp -l 127.0.0.1:12950 -r "$host:29900" --quiet 2>/dev/null & cli=$!
+    ip netns exec "$C" "$TUNNEL" client --tcp -l 127.0.0.1:12950 -r "$host:29900" --quiet --log "$LOGS/cli.log" 2>/dev/null & cli=$!
   else
     ip netns exec "$S" kcptun-server --tcp -l "$host:29900" -t 127.0.0.1:5301 --quiet >/dev/null 2>&1 & srv=$!
     CHILDREN+=("$srv"); wait_port "$S" 29900
@@ -99,14 +114,22 @@ except OSError:
 print(f"{time.monotonic() - t:.3f} {h.hexdigest()} {n}")
 PY
 )
-  local cpu=0 p
+  local cpu=0 p seg=""
   for p in "$srv" "$cli"; do cpu=$((cpu + $(cpu_ticks "$p"))); done
+  if [ "$prog" = kcpio ]; then
+    # A stats line from each end (SIGUSR1): the fake-TCP segments it
+    # refused and the merged ones it detected.
+    kill -USR1 "$srv" "$cli" 2>/dev/null || true
+    sleep 0.3
+    seg=$(cat "$LOGS/srv.log" "$LOGS/cli.log" | grep -o 'tcp segments refused [0-9]* merged [0-9]*' \
+      | awk '{r += $4; m += $6} END {printf ", fake-TCP segments refused %d merged %d (both ends)", r, m}')
+  fi
   stop "$cli"; stop "$srv"
   # The next server binds the same port: let the kernel socket go.
   sleep 0.5
   set -- $out
   [ "$2" = "$want" ] || die "$prog IPv$fam: hash mismatch ($3 of $BYTES bytes)"
-  echo "$1 $(awk -v t="$cpu" -v hz="$CLK_TCK" 'BEGIN{printf "%.2f", t/hz}')"
+  echo "$1 $(awk -v t="$cpu" -v hz="$CLK_TCK" 'BEGIN{printf "%.2f", t/hz}')$seg"
 }
 
 median() { sort -n | awk '{a[NR]=$1} END{print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
@@ -117,9 +140,10 @@ for i in $(seq "$RUNS"); do
   for fam in 4 6; do
     for prog in kcptun kcpio; do
       run "$prog" "$fam" >"$RESULT"
-      read -r s c <"$RESULT"
+      read -r s c seg <"$RESULT"
+      c=${c%,}
       r=$(awk -v s="$s" -v m="$MB" 'BEGIN{printf "%.1f", m * 1.048576 / s}')
-      echo "run $i $prog IPv$fam: $r MB/s ($s s), tunnel CPU $c s, load $(cut -d' ' -f1 /proc/loadavg)"
+      echo "run $i $prog IPv$fam: $r MB/s ($s s), tunnel CPU $c s${seg:+, $seg}, load $(cut -d' ' -f1 /proc/loadavg)"
       rates[$prog$fam]+="$r"$'\n'; cpus[$prog$fam]+="$c"$'\n'
     done
   done
@@ -131,5 +155,5 @@ for k in kcptun4 kcpio4 kcptun6 kcpio6; do
 done
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.2f", a / b}'; }
 echo "kcpio/kcptun: IPv4 $(ratio "${med[kcpio4]}" "${med[kcptun4]}"), IPv6 $(ratio "${med[kcpio6]}" "${med[kcptun6]}")"
-rm -f "$RESULT"
+rm -f "$RESULT"; rm -rf "$LOGS"
 echo "IPv6/IPv4: kcpio $(ratio "${med[kcpio6]}" "${med[kcpio4]}"), kcptun $(ratio "${med[kcptun6]}" "${med[kcptun4]}")"
