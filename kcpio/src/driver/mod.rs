@@ -323,28 +323,31 @@ impl Driver {
             counters.bad_crypto(d.peer, &mut self.refused_peers);
             return;
         };
-        let route = match Inbound::parse(self.io.rx(range.clone())) {
-            Ok(inbound) if self.forward_foreign(d, &inbound, range.clone()) => {
-                bump(&counters.forwarded);
-                return;
-            }
+        let plain = self.io.rx(range.clone());
+        let route = match Inbound::parse(plain) {
             Ok(inbound) => {
                 let accept = &self.shared.accept;
                 // The whole datagram as opened in place is a function of
                 // the bytes received: a replay has the same fingerprint.
                 let whole = self.io.rx(d.start..d.end);
                 let keys = &self.fingerprint;
+                let group = self.group.as_ref();
                 self.table.route(
                     d.peer,
                     &inbound,
                     now,
                     || accept.len(),
                     || keys.hash_one(whole),
+                    |conv| forward_foreign(group, conv, d, plain),
                 )
             }
             Err(r) => Route::Drop(r),
         };
         let id = match route {
+            Route::Forwarded => {
+                bump(&counters.forwarded);
+                return;
+            }
             Route::Deliver(id) => id,
             Route::Migrate(id) => {
                 let plain = Plain::Rx(range.start, range.end);
@@ -383,37 +386,6 @@ impl Driver {
             start: range.start,
             end: range.end,
         });
-    }
-
-    /// A datagram for a session of another shard of the listener (its peer
-    /// moved to an address the kernel steers here): handed to that shard's
-    /// driver. Returns whether it was (false: not such a datagram, or that
-    /// driver's queue of them is full and it is dropped as stale).
-    fn forward_foreign(
-        &self,
-        d: io::Datagram,
-        inbound: &Inbound<'_>,
-        range: std::ops::Range<usize>,
-    ) -> bool {
-        let Some((g, me)) = &self.group else {
-            return false;
-        };
-        if !g.crosses() {
-            return false;
-        }
-        let Some(conv) = self.table.foreign_conv(d.peer, inbound) else {
-            return false;
-        };
-        let Some(home) = g.home_elsewhere(conv, *me).and_then(|h| g.shard(h)) else {
-            return false;
-        };
-        let f = Forwarded {
-            peer: d.peer,
-            wire: d.end - d.start,
-            plain: self.io.rx(range).to_vec(),
-            from: *me,
-        };
-        home.forward(f)
     }
 
     /// Sessions and datagrams the listener's other drivers handed over.
@@ -481,7 +453,7 @@ impl Driver {
                 self.shared.counters.refused(r, f.peer, episode);
                 return;
             }
-            Route::Accept { .. } => return,
+            Route::Accept { .. } | Route::Forwarded => return,
         };
         self.deliver_run(id, Plain::Forwarded(&f.plain), now);
         if self.table.peer(id) == Some(f.peer) {
@@ -1044,4 +1016,33 @@ fn spawn_client_on(
     }
     tokio::spawn(driver);
     Ok(session)
+}
+
+/// A datagram of `conv` from an address no session of this shard (`group`:
+/// the listener's group and this driver's index) has, and a conv none of
+/// them holds: when another shard's session alone holds it (its peer moved
+/// to an address the kernel steers here), handed to that shard's driver.
+/// Returns whether it was (false: no such session, or that driver's queue
+/// of them is full).
+fn forward_foreign(
+    group: Option<&(Arc<Group>, usize)>,
+    conv: u32,
+    d: io::Datagram,
+    plain: &[u8],
+) -> bool {
+    let Some((g, me)) = group else {
+        return false;
+    };
+    if !g.crosses() {
+        return false;
+    }
+    let Some(home) = g.home_elsewhere(conv, *me).and_then(|h| g.shard(h)) else {
+        return false;
+    };
+    home.forward(Forwarded {
+        peer: d.peer,
+        wire: d.end - d.start,
+        plain: plain.to_vec(),
+        from: *me,
+    })
 }
