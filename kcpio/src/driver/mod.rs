@@ -397,7 +397,7 @@ impl Driver {
         self.adopted = adopted;
         let mut forwarded = std::mem::take(&mut self.forwarded);
         for f in forwarded.drain(..) {
-            self.take_forwarded(&f, now);
+            self.take_forwarded(f, now);
         }
         self.forwarded = forwarded;
     }
@@ -435,7 +435,7 @@ impl Driver {
     /// the session at its address, or validated as a migration; when the
     /// session ends up at that address, it goes to the shard that receives
     /// it.
-    fn take_forwarded(&mut self, f: &Forwarded, now: Duration) {
+    fn take_forwarded(&mut self, f: Forwarded, now: Duration) {
         let Ok(inbound) = Inbound::parse(&f.plain) else {
             return;
         };
@@ -447,6 +447,17 @@ impl Driver {
                     return;
                 };
                 id
+            }
+            Route::Drop(Refusal::Stale) => {
+                // No session of its conv here: handed to another shard
+                // since it was forwarded (or closed).
+                let counters = &self.shared.counters;
+                if inbound.conv().is_some_and(|c| self.forward_again(c, f)) {
+                    bump(&counters.reforwarded);
+                } else {
+                    bump(&counters.forwarded_dropped);
+                }
+                return;
             }
             Route::Drop(r) => {
                 let episode = &mut self.refused_peers;
@@ -461,13 +472,36 @@ impl Driver {
         }
     }
 
+    /// A datagram forwarded here for a session no longer here: when it was
+    /// handed to another shard meanwhile (the datagram waited in this
+    /// driver's queue), passed on to that shard, as its own socket would
+    /// have received it. Once: `false` (dropped, `forwarded_dropped`) for
+    /// one forwarded again already, or when that shard's queue is full.
+    fn forward_again(&self, conv: u32, mut f: Forwarded) -> bool {
+        let Some((g, me)) = &self.group else {
+            return false;
+        };
+        if f.again {
+            return false;
+        }
+        let Some(home) = g.home_elsewhere(conv, *me).and_then(|h| g.shard(h)) else {
+            return false;
+        };
+        f.again = true;
+        home.forward(f)
+    }
+
     /// Session `id` moved to an address shard `to` receives: it leaves this
     /// table for that shard's (kept here once the listener is closed, as
-    /// that driver may be gone).
+    /// that driver may be gone). Nothing when `to` is this shard (a
+    /// datagram forwarded back to the shard that received it).
     fn hand_off(&mut self, id: SessionId, to: usize) {
-        let Some((g, _)) = &self.group else {
+        let Some((g, me)) = &self.group else {
             return;
         };
+        if to == *me {
+            return;
+        }
         let (Some(target), Some(peer)) = (g.shard(to).cloned(), self.table.peer(id)) else {
             return;
         };
@@ -1044,5 +1078,6 @@ fn forward_foreign(
         wire: d.end - d.start,
         plain: plain.to_vec(),
         from: *me,
+        again: false,
     })
 }

@@ -174,6 +174,11 @@ impl<'a> Inbound<'a> {
         self.opener
     }
 
+    /// The first segment's conv, when there are enough bytes.
+    pub(crate) fn conv(&self) -> Option<u32> {
+        self.conv
+    }
+
     /// The packet carries a window update (WINS) among its segments: the
     /// answer to a path probe.
     pub(crate) fn has_wins(&self) -> bool {
