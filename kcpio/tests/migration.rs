@@ -161,11 +161,26 @@ async fn a_session_follows_its_peer_across_reuse_port_shards() {
     let per: Vec<_> = l
         .stats_per_socket()
         .iter()
-        .map(|s| (s.sessions_opened, s.migrations, s.forwarded, s.handed_off))
+        .map(|s| {
+            (
+                s.sessions_opened,
+                s.migrations,
+                s.forwarded,
+                s.handed_off,
+                s.reforwarded,
+                s.forwarded_dropped,
+                s.migration_stale,
+            )
+        })
         .collect();
     eprintln!(
-        "figure: longest stall {stall:?}; migrations {}, forwarded {}, handed off {}; per shard (opened, migrations, forwarded, handed off) {per:?}",
-        s.migrations, s.forwarded, s.handed_off
+        "figure: longest stall {stall:?}; migrations {}, forwarded {}, handed off {}, forwarded on {}, dropped {}, stale {}; per shard (opened, migrations, forwarded, handed off, forwarded on, dropped, stale) {per:?}",
+        s.migrations,
+        s.forwarded,
+        s.handed_off,
+        s.reforwarded,
+        s.forwarded_dropped,
+        s.migration_stale
     );
     assert_eq!(s.sessions_opened, 1, "the same session: {s:?}");
     // A change that comes before the last one's move completed replaces
@@ -293,7 +308,9 @@ where
 /// What [`move_hand_off_move_again`] must show: exactly two moves of the
 /// one session, the first forwarded by the new port's shard and handed to
 /// it, the second forwarded back and handed back when it reached the first
-/// shard again.
+/// shard again; and the datagrams still queued for a shard when it hands
+/// the session off (forwarded while it validated the move, up to 256) are
+/// forwarded on to the session's new shard, none dropped.
 fn check_two_moves_across_shards(
     got: Option<(kcpio::ListenerStats, Vec<kcpio::ListenerStats>, usize)>,
     back_to_first: bool,
@@ -309,12 +326,14 @@ fn check_two_moves_across_shards(
                 s.path_probes,
                 s.forwarded,
                 s.handed_off,
+                s.reforwarded,
+                s.forwarded_dropped,
                 s.migration_stale,
             )
         })
         .collect();
     eprintln!(
-        "figure: back to the first shard {back_to_first}: per shard (opened, migrations, probes, forwarded, handed off, stale) {brief:?}, first {a}"
+        "figure: back to the first shard {back_to_first}: per shard (opened, migrations, probes, forwarded, handed off, forwarded on, dropped, stale) {brief:?}, first {a}"
     );
     assert_eq!(s.sessions_opened, 1, "the same session: {s:?}");
     assert_eq!(s.migrations, 2, "{brief:?}");
@@ -332,6 +351,11 @@ fn check_two_moves_across_shards(
     } else {
         assert_eq!(per[b].handed_off, 0, "it stayed: {brief:?}");
     }
+    // Dropped (as stale), they were 0 to 255 per hand-off (retransmitted).
+    assert_eq!(
+        s.forwarded_dropped, 0,
+        "datagrams queued at a hand-off are forwarded on: {brief:?}"
+    );
 }
 
 /// A kcpio client: [`move_hand_off_move_again`] in both shard orders.

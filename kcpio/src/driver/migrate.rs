@@ -269,7 +269,11 @@ pub mod sim_support {
                 h.finish()
             };
             let value = |t: &Table<usize>, id| t.get(id).copied().unwrap_or(usize::MAX);
-            match self.table.route(from, &inbound, now, || backlog, print) {
+            // One shard: nothing is forwarded.
+            match self
+                .table
+                .route(from, &inbound, now, || backlog, print, |_| false)
+            {
                 table::Route::Deliver(id) => Route::Deliver(Session(id), value(&self.table, id)),
                 table::Route::Migrate(id) => Route::Migrate(Session(id), value(&self.table, id)),
                 table::Route::Accept {
@@ -281,6 +285,7 @@ pub mod sim_support {
                     Route::Drop("a takeover or an eviction (not modelled)".into())
                 }
                 table::Route::Drop(r) => Route::Drop(format!("{r:?}")),
+                table::Route::Forwarded => Route::Drop("forwarded (one shard: never)".into()),
             }
         }
 

@@ -323,28 +323,31 @@ impl Driver {
             counters.bad_crypto(d.peer, &mut self.refused_peers);
             return;
         };
-        let route = match Inbound::parse(self.io.rx(range.clone())) {
-            Ok(inbound) if self.forward_foreign(d, &inbound, range.clone()) => {
-                bump(&counters.forwarded);
-                return;
-            }
+        let plain = self.io.rx(range.clone());
+        let route = match Inbound::parse(plain) {
             Ok(inbound) => {
                 let accept = &self.shared.accept;
                 // The whole datagram as opened in place is a function of
                 // the bytes received: a replay has the same fingerprint.
                 let whole = self.io.rx(d.start..d.end);
                 let keys = &self.fingerprint;
+                let group = self.group.as_ref();
                 self.table.route(
                     d.peer,
                     &inbound,
                     now,
                     || accept.len(),
                     || keys.hash_one(whole),
+                    |conv| forward_foreign(group, conv, d, plain),
                 )
             }
             Err(r) => Route::Drop(r),
         };
         let id = match route {
+            Route::Forwarded => {
+                bump(&counters.forwarded);
+                return;
+            }
             Route::Deliver(id) => id,
             Route::Migrate(id) => {
                 let plain = Plain::Rx(range.start, range.end);
@@ -385,37 +388,6 @@ impl Driver {
         });
     }
 
-    /// A datagram for a session of another shard of the listener (its peer
-    /// moved to an address the kernel steers here): handed to that shard's
-    /// driver. Returns whether it was (false: not such a datagram, or that
-    /// driver's queue of them is full and it is dropped as stale).
-    fn forward_foreign(
-        &self,
-        d: io::Datagram,
-        inbound: &Inbound<'_>,
-        range: std::ops::Range<usize>,
-    ) -> bool {
-        let Some((g, me)) = &self.group else {
-            return false;
-        };
-        if !g.crosses() {
-            return false;
-        }
-        let Some(conv) = self.table.foreign_conv(d.peer, inbound) else {
-            return false;
-        };
-        let Some(home) = g.home_elsewhere(conv, *me).and_then(|h| g.shard(h)) else {
-            return false;
-        };
-        let f = Forwarded {
-            peer: d.peer,
-            wire: d.end - d.start,
-            plain: self.io.rx(range).to_vec(),
-            from: *me,
-        };
-        home.forward(f)
-    }
-
     /// Sessions and datagrams the listener's other drivers handed over.
     fn take_from_shards(&mut self, now: Duration) {
         let mut adopted = std::mem::take(&mut self.adopted);
@@ -425,7 +397,7 @@ impl Driver {
         self.adopted = adopted;
         let mut forwarded = std::mem::take(&mut self.forwarded);
         for f in forwarded.drain(..) {
-            self.take_forwarded(&f, now);
+            self.take_forwarded(f, now);
         }
         self.forwarded = forwarded;
     }
@@ -463,7 +435,7 @@ impl Driver {
     /// the session at its address, or validated as a migration; when the
     /// session ends up at that address, it goes to the shard that receives
     /// it.
-    fn take_forwarded(&mut self, f: &Forwarded, now: Duration) {
+    fn take_forwarded(&mut self, f: Forwarded, now: Duration) {
         let Ok(inbound) = Inbound::parse(&f.plain) else {
             return;
         };
@@ -476,12 +448,23 @@ impl Driver {
                 };
                 id
             }
+            Route::Drop(Refusal::Stale) => {
+                // No session of its conv here: handed to another shard
+                // since it was forwarded (or closed).
+                let counters = &self.shared.counters;
+                if inbound.conv().is_some_and(|c| self.forward_again(c, f)) {
+                    bump(&counters.reforwarded);
+                } else {
+                    bump(&counters.forwarded_dropped);
+                }
+                return;
+            }
             Route::Drop(r) => {
                 let episode = &mut self.refused_peers;
                 self.shared.counters.refused(r, f.peer, episode);
                 return;
             }
-            Route::Accept { .. } => return,
+            Route::Accept { .. } | Route::Forwarded => return,
         };
         self.deliver_run(id, Plain::Forwarded(&f.plain), now);
         if self.table.peer(id) == Some(f.peer) {
@@ -489,13 +472,36 @@ impl Driver {
         }
     }
 
+    /// A datagram forwarded here for a session no longer here: when it was
+    /// handed to another shard meanwhile (the datagram waited in this
+    /// driver's queue), passed on to that shard, as its own socket would
+    /// have received it. Once: `false` (dropped, `forwarded_dropped`) for
+    /// one forwarded again already, or when that shard's queue is full.
+    fn forward_again(&self, conv: u32, mut f: Forwarded) -> bool {
+        let Some((g, me)) = &self.group else {
+            return false;
+        };
+        if f.again {
+            return false;
+        }
+        let Some(home) = g.home_elsewhere(conv, *me).and_then(|h| g.shard(h)) else {
+            return false;
+        };
+        f.again = true;
+        home.forward(f)
+    }
+
     /// Session `id` moved to an address shard `to` receives: it leaves this
     /// table for that shard's (kept here once the listener is closed, as
-    /// that driver may be gone).
+    /// that driver may be gone). Nothing when `to` is this shard (a
+    /// datagram forwarded back to the shard that received it).
     fn hand_off(&mut self, id: SessionId, to: usize) {
-        let Some((g, _)) = &self.group else {
+        let Some((g, me)) = &self.group else {
             return;
         };
+        if to == *me {
+            return;
+        }
         let (Some(target), Some(peer)) = (g.shard(to).cloned(), self.table.peer(id)) else {
             return;
         };
@@ -1044,4 +1050,34 @@ fn spawn_client_on(
     }
     tokio::spawn(driver);
     Ok(session)
+}
+
+/// A datagram of `conv` from an address no session of this shard (`group`:
+/// the listener's group and this driver's index) has, and a conv none of
+/// them holds: when another shard's session alone holds it (its peer moved
+/// to an address the kernel steers here), handed to that shard's driver.
+/// Returns whether it was (false: no such session, or that driver's queue
+/// of them is full).
+fn forward_foreign(
+    group: Option<&(Arc<Group>, usize)>,
+    conv: u32,
+    d: io::Datagram,
+    plain: &[u8],
+) -> bool {
+    let Some((g, me)) = group else {
+        return false;
+    };
+    if !g.crosses() {
+        return false;
+    }
+    let Some(home) = g.home_elsewhere(conv, *me).and_then(|h| g.shard(h)) else {
+        return false;
+    };
+    home.forward(Forwarded {
+        peer: d.peer,
+        wire: d.end - d.start,
+        plain: plain.to_vec(),
+        from: *me,
+        again: false,
+    })
 }

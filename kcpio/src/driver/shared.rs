@@ -252,6 +252,9 @@ pub(crate) struct Forwarded {
     pub(crate) plain: Vec<u8>,
     /// The driver that received it (index in the listener's group).
     pub(crate) from: usize,
+    /// Forwarded a second time: its session had left the first driver it
+    /// was forwarded to. Never forwarded again.
+    pub(crate) again: bool,
 }
 
 /// A session moving to this driver, with its peer's new address.

@@ -144,6 +144,15 @@ socket_counters! {
     /// Sessions this socket handed to another socket of its group once
     /// their peer's move to an address that socket receives was validated.
     handed_off,
+    /// Datagrams forwarded to this socket whose session it had handed to
+    /// another socket of its group meanwhile (they were waiting in its
+    /// queue): forwarded on to that socket, once each and within its
+    /// queue's bound.
+    reforwarded,
+    /// Datagrams forwarded to this socket for a session it no longer holds
+    /// that could not be forwarded on (the session closed, or moved again,
+    /// or the next socket's queue was full): dropped.
+    forwarded_dropped,
     /// Client sockets replaced because their local address stopped
     /// working (the session kept).
     rebinds,

@@ -51,6 +51,9 @@ pub(crate) enum Route {
     /// fresh ([`Table::candidate_seen`]), and whether it answers the path
     /// probe ([`Inbound::has_wins`], [`Table::migrate`]).
     Migrate(SessionId),
+    /// Another shard of the listener took it: no session here holds its
+    /// conv, the shard whose session does validates it.
+    Forwarded,
     /// Drop and count.
     Drop(Refusal),
 }
@@ -169,6 +172,11 @@ impl<'a> Inbound<'a> {
     /// first segment was acknowledged before it could send sn 1 alone.
     pub(crate) fn is_opener(&self) -> bool {
         self.opener
+    }
+
+    /// The first segment's conv, when there are enough bytes.
+    pub(crate) fn conv(&self) -> Option<u32> {
+        self.conv
     }
 
     /// The packet carries a window update (WINS) among its segments: the
@@ -469,6 +477,11 @@ impl<S> Table<S> {
     /// backlog's length and `fingerprint` a keyed hash of the whole
     /// datagram as received (opened in place: a function of its sealed
     /// bytes); both are asked only for a would-be new conversation.
+    /// `elsewhere` is offered, with migration on, a datagram from an
+    /// unknown address whose conv no session here holds (perhaps one of
+    /// another shard of the listener, whose peer moved to an address the
+    /// kernel steers here); it returns whether it took it
+    /// ([`Route::Forwarded`]). The address is looked up once.
     pub(crate) fn route(
         &mut self,
         peer: SocketAddr,
@@ -476,6 +489,7 @@ impl<S> Table<S> {
         now: Duration,
         backlog: impl FnOnce() -> usize,
         fingerprint: impl FnOnce() -> u64,
+        elsewhere: impl FnOnce(u32) -> bool,
     ) -> Route {
         if inbound.oob {
             // Unreliable datagrams reach an existing session of their conv
@@ -488,8 +502,21 @@ impl<S> Table<S> {
             };
         }
         let Some(&id) = self.by_addr.get(&peer) else {
-            if let Some(id) = self.migrating(inbound) {
-                return Route::Migrate(id);
+            if self.migration
+                && let Some(conv) = inbound.conv
+            {
+                match self.by_conv.get(&conv) {
+                    Some(c) => {
+                        if let Some(id) = self.alone_proven(c, conv) {
+                            return Route::Migrate(id);
+                        }
+                    }
+                    None => {
+                        if elsewhere(conv) {
+                            return Route::Forwarded;
+                        }
+                    }
+                }
             }
             return match inbound.conv {
                 Some(conv) if self.accepting => {
@@ -531,26 +558,18 @@ impl<S> Table<S> {
         if !self.migration {
             return None;
         }
-        let c = self.by_conv.get(&inbound.conv?)?;
+        let conv = inbound.conv?;
+        self.alone_proven(self.by_conv.get(&conv)?, conv)
+    }
+
+    /// The session `c` indexes for `conv`, when it is proven and alone with
+    /// its conv (one that may migrate).
+    fn alone_proven(&self, c: &ConvIndex, conv: u32) -> Option<SessionId> {
         let e = self.entry(c.id)?;
-        (c.count == 1 && e.proven && Some(e.conv) == inbound.conv).then_some(c.id)
+        (c.count == 1 && e.proven && e.conv == conv).then_some(c.id)
     }
 
     // ------------------------------------------------- across shards
-
-    /// The conv of a datagram that no session of this table could take
-    /// (not from a session's address, not a live conv here) while
-    /// migration is on: perhaps a session of another shard of the
-    /// listener whose peer moved. Openers included, as [`Self::migrating`]
-    /// treats them; out-of-band packets never move anything.
-    pub(crate) fn foreign_conv(&self, peer: SocketAddr, inbound: &Inbound<'_>) -> Option<u32> {
-        let conv = inbound.conv?;
-        (self.migration
-            && !inbound.oob
-            && !self.by_addr.contains_key(&peer)
-            && !self.by_conv.contains_key(&conv))
-        .then_some(conv)
-    }
 
     /// Where a datagram another shard forwarded goes: the session at its
     /// address, or the migrating session of its conv (never a new one).
@@ -909,7 +928,8 @@ pub(crate) fn fuzz(data: &[u8]) {
                             packet.hash(&mut h);
                             h.finish()
                         };
-                        t.route(peer, &i, now, || backlog, print)
+                        // Another shard takes it when the input says so.
+                        t.route(peer, &i, now, || backlog, print, |_| arg & 32 == 32)
                     }
                     Err(r) => Route::Drop(r),
                 };
@@ -945,6 +965,14 @@ pub(crate) fn fuzz(data: &[u8]) {
                         if let Some(c) = t.candidate(id) {
                             assert!(c.sent <= c.received * CANDIDATE_FACTOR);
                         }
+                    }
+                    Route::Forwarded => {
+                        // Offered only what no session here could take.
+                        let i = Inbound::parse(&packet).ok();
+                        let conv = i.as_ref().and_then(|i| i.conv);
+                        assert!(t.migration && !i.is_some_and(|i| i.oob));
+                        assert!(!t.by_addr.contains_key(&peer), "the address is a session's");
+                        assert!(conv.is_some_and(|c| !t.by_conv.contains_key(&c)));
                     }
                     Route::Drop(_) => {}
                 }
@@ -1074,7 +1102,7 @@ mod tests {
 
     fn route_at(t: &mut Table<u32>, peer: SocketAddr, packet: &[u8], now: Duration) -> Route {
         match Inbound::parse(packet) {
-            Ok(i) => t.route(peer, &i, now, || 0, || print(packet)),
+            Ok(i) => t.route(peer, &i, now, || 0, || print(packet), |_| false),
             Err(r) => Route::Drop(r),
         }
     }
@@ -1197,7 +1225,7 @@ mod tests {
         let p = push(1, 0, false);
         let i = Inbound::parse(&p).unwrap();
         assert_eq!(
-            t2.route(addr(1), &i, Duration::ZERO, || 1, || 1),
+            t2.route(addr(1), &i, Duration::ZERO, || 1, || 1, |_| false),
             Route::Drop(Refusal::Backlog)
         );
         // A client table accepts nothing.
@@ -1410,7 +1438,7 @@ mod tests {
         for n in 0..(MAX_REPLAY as u32 + 10) {
             let p = push(n, 0, false);
             let i = Inbound::parse(&p).unwrap();
-            let r = t.route(ip(n), &i, Duration::ZERO, || 0, || u64::from(n));
+            let r = t.route(ip(n), &i, Duration::ZERO, || 0, || u64::from(n), |_| false);
             assert!(matches!(r, Route::Accept { .. }));
         }
         assert!(t.admission.replay_len() <= MAX_REPLAY);
@@ -1642,6 +1670,62 @@ mod tests {
                 Route::Drop(Refusal::UnknownSession)
             );
         }
+    }
+
+    /// What the table offers another shard (`elsewhere`), from its one
+    /// address lookup: with migration on, a datagram from an unknown
+    /// address whose conv no session here holds, and nothing else (not a
+    /// session's address, a conv held here, parity, out-of-band packets).
+    /// Taken, it is `Forwarded`; declined, admission goes on as before.
+    #[test]
+    fn only_datagrams_no_session_here_could_take_are_offered_elsewhere() {
+        let (mut t, id) = with_session(10);
+        let mut offered = Vec::new();
+        let mut go = |t: &mut Table<u32>, peer: SocketAddr, p: &[u8], take: bool| {
+            let i = Inbound::parse(p).unwrap();
+            let elsewhere = |conv| {
+                offered.push(conv);
+                take
+            };
+            t.route(peer, &i, secs(1), || 0, || print(p), elsewhere)
+        };
+        let other = push(6, 3, false);
+        // Migration off: never offered.
+        let r = go(&mut t, addr(2), &other, true);
+        assert_eq!(r, Route::Drop(Refusal::NotOpener));
+        t.set_migration(true);
+        // Another conv from an unknown address: offered, and taken.
+        assert_eq!(go(&mut t, addr(2), &other, true), Route::Forwarded);
+        // Declined: admission as before (a non-opener, an opener).
+        let r = go(&mut t, addr(2), &other, false);
+        assert_eq!(r, Route::Drop(Refusal::NotOpener));
+        let r = go(&mut t, addr(3), &push(7, 0, false), false);
+        assert!(matches!(r, Route::Accept { conv: 7, .. }), "{r:?}");
+        // The session's address, even with another conv; the session's
+        // conv from elsewhere (it migrates here); parity; out-of-band.
+        assert_eq!(
+            go(&mut t, addr(1), &push(5, 2, false), true),
+            Route::Deliver(id)
+        );
+        let r = go(&mut t, addr(1), &other, true);
+        assert_eq!(r, Route::Drop(Refusal::ConvMismatch));
+        assert_eq!(
+            go(&mut t, addr(4), &push(5, 2, false), true),
+            Route::Migrate(id)
+        );
+        let mut parity = vec![0u8; 20];
+        parity[4..6].copy_from_slice(&0xf2u16.to_le_bytes());
+        let r = go(&mut t, addr(4), &parity, true);
+        assert_eq!(r, Route::Drop(Refusal::UnknownSession));
+        assert_eq!(
+            go(&mut t, addr(4), &oob(6), true),
+            Route::Drop(Refusal::Oob)
+        );
+        assert_eq!(
+            offered,
+            [6, 6, 7],
+            "offered only what no session here could take"
+        );
     }
 
     /// Migration transcript: a non-opener of a live conversation from
