@@ -5,9 +5,10 @@
 # `nodad`). Runs interleaved; prints each run's MB/s and the CPU seconds of
 # the two tunnel processes, then medians and the ratios kcpio/kcptun (same
 # family) and IPv6/IPv4 (same program). GRO is on at both veths (with
-# ethtool), and each kcpio run prints the fake-TCP segments its ends refused
-# and the merged ones they detected: `faketcp-ipv6.sh 1024 1` is the 1 GiB
-# GRO check.
+# ethtool), and each kcpio run prints the fake-TCP segments the server
+# refused and found merged, and its retransmissions (a segment merged on the
+# way to the client is dropped there and resent): `faketcp-ipv6.sh 1024 1`
+# is the 1 GiB GRO check.
 #
 #   lab/scripts/faketcp-ipv6.sh [MB] [RUNS]
 #
@@ -89,10 +90,10 @@ run() {
   local prog=$1 fam=$2 host srv cli
   if [ "$fam" = 6 ]; then host="[fd88::2]"; else host=10.88.0.2; fi
   if [ "$prog" = kcpio ]; then
-    : >"$LOGS/srv.log"; : >"$LOGS/cli.log"
+    : >"$LOGS/srv.log"
     ip netns exec "$S" "$TUNNEL" server --tcp -l "$host:29900" -t 127.0.0.1:5301 --quiet --log "$LOGS/srv.log" 2>/dev/null & srv=$!
     CHILDREN+=("$srv"); wait_port "$S" 29900
-    ip netns exec "$C" "$TUNNEL" client --tcp -l 127.0.0.1:12950 -r "$host:29900" --quiet --log "$LOGS/cli.log" 2>/dev/null & cli=$!
+    ip netns exec "$C" "$TUNNEL" client --tcp -l 127.0.0.1:12950 -r "$host:29900" --quiet 2>/dev/null & cli=$!
   else
     ip netns exec "$S" kcptun-server --tcp -l "$host:29900" -t 127.0.0.1:5301 --quiet >/dev/null 2>&1 & srv=$!
     CHILDREN+=("$srv"); wait_port "$S" 29900
@@ -117,12 +118,17 @@ PY
   local cpu=0 p seg=""
   for p in "$srv" "$cli"; do cpu=$((cpu + $(cpu_ticks "$p"))); done
   if [ "$prog" = kcpio ]; then
-    # A stats line from each end (SIGUSR1): the fake-TCP segments it
-    # refused and the merged ones it detected.
-    kill -USR1 "$srv" "$cli" 2>/dev/null || true
+    # The server's stats line (SIGUSR1): the fake-TCP segments it refused
+    # and found merged, and its retransmissions. The client keeps its
+    # socket's counters to itself, but a segment merged on the way to it
+    # would be dropped there and resent by the server: 0 retransmissions on
+    # this lossless link means none was.
+    kill -USR1 "$srv" 2>/dev/null || true
     sleep 0.3
-    seg=$(cat "$LOGS/srv.log" "$LOGS/cli.log" | grep -o 'tcp segments refused [0-9]* merged [0-9]*' \
-      | awk '{r += $4; m += $6} END {printf ", fake-TCP segments refused %d merged %d (both ends)", r, m}')
+    seg=$(grep -o 'retransmits [0-9]*\|tcp segments refused [0-9]* merged [0-9]*' "$LOGS/srv.log" | tail -2 | tr '\n' ' ' \
+      | awk '{for (i = 1; i < NF; i++) { if ($i == "retransmits") x = $(i + 1); if ($i == "refused") r = $(i + 1); if ($i == "merged") m = $(i + 1) } }
+             END {if (x == "" || m == "") printf ", no stats line from the server";
+                  else printf ", server: segments refused %d merged %d, retransmits %d", r, m, x}')
   fi
   stop "$cli"; stop "$srv"
   # The next server binds the same port: let the kernel socket go.
