@@ -158,23 +158,9 @@ async fn a_session_follows_its_peer_across_reuse_port_shards() {
         .unwrap();
     let stall = echo_changing(&relay, &config, 8, |_| relay.rebind(None)).await;
     let s = l.stats();
-    let per: Vec<_> = l
-        .stats_per_socket()
-        .iter()
-        .map(|s| {
-            (
-                s.sessions_opened,
-                s.migrations,
-                s.forwarded,
-                s.handed_off,
-                s.reforwarded,
-                s.forwarded_dropped,
-                s.migration_stale,
-            )
-        })
-        .collect();
+    let per = shard_figures(&l.stats_per_socket());
     eprintln!(
-        "figure: longest stall {stall:?}; migrations {}, forwarded {}, handed off {}, forwarded on {}, dropped {}, stale {}; per shard (opened, migrations, forwarded, handed off, forwarded on, dropped, stale) {per:?}",
+        "figure: longest stall {stall:?}; migrations {}, forwarded {}, handed off {}, forwarded on {}, dropped {}, stale {}; per shard {SHARD_FIGURES} {per:?}",
         s.migrations,
         s.forwarded,
         s.handed_off,
@@ -305,6 +291,28 @@ where
     Some((s, per, first.load(Ordering::Relaxed)))
 }
 
+/// What [`shard_figures`] lists for each shard, in order.
+const SHARD_FIGURES: &str =
+    "(opened, migrations, probes, forwarded, handed off, forwarded on, dropped, stale)";
+
+/// Each shard's migration figures, as [`SHARD_FIGURES`] names them.
+fn shard_figures(per: &[kcpio::ListenerStats]) -> Vec<[u64; 8]> {
+    per.iter()
+        .map(|s| {
+            [
+                s.sessions_opened,
+                s.migrations,
+                s.path_probes,
+                s.forwarded,
+                s.handed_off,
+                s.reforwarded,
+                s.forwarded_dropped,
+                s.migration_stale,
+            ]
+        })
+        .collect()
+}
+
 /// What [`move_hand_off_move_again`] must show: exactly two moves of the
 /// one session, the first forwarded by the new port's shard and handed to
 /// it, the second forwarded back and handed back when it reached the first
@@ -317,23 +325,9 @@ fn check_two_moves_across_shards(
 ) {
     let (s, per, a) = got.expect("the client verified every byte");
     let b = 1 - a;
-    let brief: Vec<_> = per
-        .iter()
-        .map(|s| {
-            (
-                s.sessions_opened,
-                s.migrations,
-                s.path_probes,
-                s.forwarded,
-                s.handed_off,
-                s.reforwarded,
-                s.forwarded_dropped,
-                s.migration_stale,
-            )
-        })
-        .collect();
+    let brief = shard_figures(&per);
     eprintln!(
-        "figure: back to the first shard {back_to_first}: per shard (opened, migrations, probes, forwarded, handed off, forwarded on, dropped, stale) {brief:?}, first {a}"
+        "figure: back to the first shard {back_to_first}: per shard {SHARD_FIGURES} {brief:?}, first {a}"
     );
     assert_eq!(s.sessions_opened, 1, "the same session: {s:?}");
     assert_eq!(s.migrations, 2, "{brief:?}");
