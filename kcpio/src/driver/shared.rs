@@ -240,7 +240,10 @@ pub(crate) struct Inbox {
 }
 
 /// Datagrams waiting in one driver's inbox from its listener's other
-/// drivers; more are dropped (and counted as stale) until it drains them.
+/// drivers. While it is full, [`DriverShared::forward`] refuses more, and
+/// the receiving driver handles the datagram as though no shard held its
+/// conv: admission, where a datagram from the middle of a session is
+/// refused as no opener (and counted so).
 pub(crate) const MAX_FORWARDED: usize = 256;
 
 /// A datagram received by another socket of the listener, opened.
