@@ -153,6 +153,12 @@ pub struct UdpSettings {
     /// The datagram FEC group deadline (`--udpdeadline`): about the most
     /// delay a rebuilt datagram gets.
     pub deadline: Duration,
+    /// The receive and send buffer asked for each of the UDP mode's own
+    /// sockets, the client's listening socket and the server's flow
+    /// sockets (`--sockbuf`; the kernel grants at most
+    /// `net.core.rmem_max`/`wmem_max`). A burst that finds the tunnel busy
+    /// waits there instead of being dropped by the kernel.
+    pub sockbuf: usize,
     /// Whether the session's stream is FEC-framed (`--datashard` above 0):
     /// then datagrams cross even a peer that did not negotiate datagram
     /// FEC, as kcp-go's unprotected OOB packets.
@@ -527,6 +533,7 @@ pub(crate) fn resolve(cli: Cli) -> Result<Settings, String> {
             flows: c.udpflows,
             idle: Duration::from_secs(c.udpidle),
             deadline: Duration::from_millis(c.udpdeadline),
+            sockbuf: c.sockbuf,
             stream_fec: c.datashard > 0,
         },
         udp_beside: udp_beside.as_deref().map(go_addr),

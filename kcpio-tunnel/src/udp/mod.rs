@@ -66,6 +66,16 @@ pub const WIREGUARD_OVERHEAD: usize = 32;
 pub(crate) const MAX_UDP: usize = 65_535;
 
 /// Writes a version 1 data header for `flow`, `seq` into `buf[..8]`.
+/// Asks for `bytes` of receive and send buffer on one of the UDP mode's
+/// own sockets ([`UdpSettings::sockbuf`](crate::UdpSettings::sockbuf)); the
+/// kernel caps it, and a refusal leaves its default (the socket works
+/// either way).
+pub(crate) fn size_buffers(sock: &tokio::net::UdpSocket, bytes: usize) {
+    let s = socket2::SockRef::from(sock);
+    let _ = s.set_recv_buffer_size(bytes);
+    let _ = s.set_send_buffer_size(bytes);
+}
+
 pub(crate) fn put_header(buf: &mut [u8], flow: u32, seq: u32) {
     let id = (flow & MAX_FLOW_ID).to_be_bytes();
     buf[0] = V1_DATA;
@@ -434,6 +444,28 @@ pub(crate) fn session_datagram_line(sessions: impl Iterator<Item = kcpio::Sessio
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The UDP mode's sockets get the buffer `--sockbuf` asks for, as far
+    /// as the kernel allows (it reports twice what it grants).
+    #[tokio::test]
+    async fn the_udp_modes_sockets_get_the_asked_buffer() {
+        let sock = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let asked = 1 << 20;
+        size_buffers(&sock, asked);
+        let cap = |name: &str| -> usize {
+            std::fs::read_to_string(format!("/proc/sys/net/core/{name}"))
+                .ok()
+                .and_then(|t| t.trim().parse().ok())
+                .unwrap_or(0)
+        };
+        let s = socket2::SockRef::from(&sock);
+        let (rcv, snd) = (s.recv_buffer_size().unwrap(), s.send_buffer_size().unwrap());
+        assert!(
+            rcv >= 2 * asked.min(cap("rmem_max")),
+            "receive buffer {rcv}"
+        );
+        assert!(snd >= 2 * asked.min(cap("wmem_max")), "send buffer {snd}");
+    }
 
     #[test]
     fn header_round_trip_and_rejects() {

@@ -256,6 +256,7 @@ async fn open_flow(
             return None;
         }
     };
+    super::size_buffers(&sock, shared.settings.udp.sockbuf);
     if let Err(e) = sock.connect(target).await {
         shared
             .log
