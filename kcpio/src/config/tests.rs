@@ -564,6 +564,9 @@ fn default_is_the_builders_default() {
     let a = Config::default();
     let b = Config::builder().build().unwrap();
     assert_eq!(format!("{a:?}"), format!("{b:?}"));
+    // The key schedule too (the `Debug` above leaves it out).
+    assert_eq!(a.inner.crypto.method(), b.inner.crypto.method());
+    assert_eq!(a.inner.crypto.header_len(), b.inner.crypto.header_len());
 }
 
 #[test]

@@ -59,35 +59,21 @@ impl ConfigBuilder {
     pub fn build(self) -> Result<Config, ConfigError> {
         self.check_limits()?;
         self.check_lifecycle()?;
-        let preset_fec = self.preset.fec();
-        let fec_shape = self
-            .fec
-            .or_else(|| preset_fec.map(|(shape, _)| shape))
-            .unwrap_or((0, 0));
-        let fec = match fec_shape {
-            (0, 0) => None,
-            (data, parity) => {
-                if data == 0 || parity == 0 || data + parity > MAX_FEC_GROUP {
-                    return Err(ConfigError::InvalidFec { data, parity });
-                }
-                fec::FecEncoder::new(data, parity)
-                    .map_err(|_| ConfigError::InvalidFec { data, parity })?;
-                Some((data, parity))
+        let fec = self.fec_shape();
+        if let Some((data, parity)) = fec {
+            if data == 0 || parity == 0 || data + parity > MAX_FEC_GROUP {
+                return Err(ConfigError::InvalidFec { data, parity });
             }
-        };
-        // The preset's deadline rides with FEC (the preset's own shape or an
-        // explicit one); an explicit `fec_group_deadline` needs FEC on.
-        let fec_group_deadline = match (self.fec_group_deadline, fec) {
-            (Some(_), None) => {
-                return Err(ConfigError::Requires {
-                    name: "fec_group_deadline",
-                    needs: "FEC on: fec(data, parity) with both at least 1",
-                });
-            }
-            (Some(d), Some(_)) => Some(d),
-            (None, Some(_)) => preset_fec.map(|(_, d)| d),
-            (None, None) => None,
-        };
+            fec::FecEncoder::new(data, parity)
+                .map_err(|_| ConfigError::InvalidFec { data, parity })?;
+        }
+        // An explicit `fec_group_deadline` needs FEC on.
+        if self.fec_group_deadline.is_some() && fec.is_none() {
+            return Err(ConfigError::Requires {
+                name: "fec_group_deadline",
+                needs: "FEC on: fec(data, parity) with both at least 1",
+            });
+        }
         if self.migration == Some(true) && self.method != Method::Aes128Gcm {
             return Err(ConfigError::Requires {
                 name: "migration",
@@ -105,20 +91,62 @@ impl ConfigBuilder {
             key.truncate(need);
         }
         let crypto = PacketCrypto::new(self.method, &key).map_err(ConfigError::InvalidKey)?;
-        let fec_header = if fec.is_some() { fec::DATA_HEADER } else { 0 };
-        let overhead = crypto.header_len() + fec_header + crypto.trailer_len();
-        // The carrier's header beyond UDP's comes off the datagram.
-        let carrier_overhead = self.carrier.overhead();
-        let min_mtu = overhead + MIN_KCP_MTU + carrier_overhead;
+        let overhead = packet_overhead(&crypto, fec.is_some()) + self.carrier.overhead();
+        let min_mtu = overhead + MIN_KCP_MTU;
         if self.mtu < min_mtu {
             return Err(ConfigError::MtuTooSmall {
                 mtu: self.mtu,
-                overhead: overhead + carrier_overhead,
+                overhead,
             });
         }
         range("mtu", self.mtu, min_mtu, MAX_DATAGRAM)?;
-        let datagram_mtu = self.mtu - carrier_overhead;
-        let kcp_mtu = datagram_mtu - overhead;
+        let explicit_rto = self.min_rto.is_some() || self.max_rto.is_some();
+        let config = self.assemble(crypto);
+        let arq = &config.inner.arq;
+        if explicit_rto {
+            check_rto_cap(arq)?;
+        }
+        arq.validate().map_err(ConfigError::Arq)?;
+        let capacity = write_capacity(arq);
+        if capacity < MIN_WRITE_CAPACITY {
+            return Err(ConfigError::OutOfRange {
+                name: "window: bytes writable before the peer reads, (2 x send + receive) x mss",
+                value: capacity as u64,
+                min: MIN_WRITE_CAPACITY as u64,
+                max: u64::MAX,
+            });
+        }
+        Ok(config)
+    }
+
+    /// The FEC shape in force: the explicit one, else the preset's, `None`
+    /// for off (`(0, 0)`). Unchecked: [`build`](Self::build) checks it.
+    fn fec_shape(&self) -> Option<(usize, usize)> {
+        match self
+            .fec
+            .or_else(|| self.preset.fec().map(|(shape, _)| shape))
+        {
+            None | Some((0, 0)) => None,
+            shape => shape,
+        }
+    }
+
+    /// The configuration these settings make with `crypto` (the key
+    /// schedule of their method), derived without a check: infallible, so
+    /// [`Config::default`] needs no `expect`. [`build`](Self::build) checks
+    /// the settings before it and the derived ARQ parameters after it.
+    pub(super) fn assemble(self, crypto: PacketCrypto) -> Config {
+        let fec = self.fec_shape();
+        // The preset's deadline rides with FEC (the preset's own shape or
+        // an explicit one).
+        let fec_group_deadline = match (self.fec_group_deadline, fec) {
+            (Some(d), Some(_)) => Some(d),
+            (None, Some(_)) => self.preset.fec().map(|(_, d)| d),
+            (_, None) => None,
+        };
+        // The carrier's header beyond UDP's comes off the datagram.
+        let datagram_mtu = self.mtu.saturating_sub(self.carrier.overhead());
+        let kcp_mtu = datagram_mtu.saturating_sub(packet_overhead(&crypto, fec.is_some()));
         let mut arq = self.preset.arq_config();
         if let Some((nodelay, interval, resend, nc)) = self.nodelay {
             arq.nodelay = nodelay;
@@ -143,9 +171,6 @@ impl ConfigBuilder {
         if let Some(d) = self.max_rto {
             arq.max_rto = Some(ms(d));
         }
-        if self.min_rto.is_some() || self.max_rto.is_some() {
-            check_rto_cap(&arq)?;
-        }
         if let Some(on) = self.tail_probe {
             arq.tail_probe = on;
         }
@@ -160,17 +185,7 @@ impl ConfigBuilder {
         } else {
             self.dead_link
         };
-        arq.validate().map_err(ConfigError::Arq)?;
-        let capacity = write_capacity(&arq);
-        if capacity < MIN_WRITE_CAPACITY {
-            return Err(ConfigError::OutOfRange {
-                name: "window: bytes writable before the peer reads, (2 x send + receive) x mss",
-                value: capacity as u64,
-                min: MIN_WRITE_CAPACITY as u64,
-                max: u64::MAX,
-            });
-        }
-        Ok(Config {
+        Config {
             inner: Arc::new(ConfigInner {
                 arq,
                 mtu: datagram_mtu,
@@ -205,7 +220,7 @@ impl ConfigBuilder {
                 carrier: self.carrier,
                 reuse_port: self.reuse_port,
             }),
-        })
+        }
     }
 
     /// The range of every option that stands on its own (the ones that
@@ -264,6 +279,13 @@ impl ConfigBuilder {
         }
         Ok(())
     }
+}
+
+/// What a packet carries besides the KCP segment: the crypto header and
+/// trailer, and the FEC header when sending FEC.
+fn packet_overhead(crypto: &PacketCrypto, fec: bool) -> usize {
+    let fec_header = if fec { fec::DATA_HEADER } else { 0 };
+    crypto.header_len() + fec_header + crypto.trailer_len()
 }
 
 /// [`Config::write_capacity`] of an ARQ configuration.

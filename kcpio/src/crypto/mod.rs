@@ -348,6 +348,15 @@ fn key_array<const N: usize>(method: Method, key: &[u8]) -> Result<[u8; N], KeyE
 }
 
 impl PacketCrypto {
+    /// `null`'s: what a configuration without a cipher (the builder's
+    /// default) uses. Infallible, where [`new`](Self::new) checks the key.
+    pub(crate) fn null() -> Self {
+        Self {
+            method: Method::Null,
+            engine: Engine::Null,
+        }
+    }
+
     /// Expands `key` for `method`. The key must be exactly
     /// [`Method::key_len`] bytes, except for `null` and `none`, which ignore it.
     ///
