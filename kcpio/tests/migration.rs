@@ -36,11 +36,14 @@ use tokio::time::timeout;
 const TOTAL: u64 = 6 << 20;
 
 fn config() -> Config {
+    builder().build().unwrap()
+}
+
+/// [`config`]'s settings, to build on.
+fn builder() -> kcpio::ConfigBuilder {
     Config::builder()
         .stream(true)
         .crypto(Method::Aes128Gcm, Key::passphrase("migration tests"))
-        .build()
-        .unwrap()
 }
 
 /// The client uploads `TOTAL` pattern bytes; the server echoes them; the
@@ -144,12 +147,7 @@ async fn a_session_follows_nat_rebinding_and_a_new_ip_mid_transfer() {
 /// over; every byte still arrives once, in order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_follows_its_peer_across_reuse_port_shards() {
-    let config = Config::builder()
-        .stream(true)
-        .crypto(Method::Aes128Gcm, Key::passphrase("migration tests"))
-        .reuse_port(4)
-        .build()
-        .unwrap();
+    let config = builder().reuse_port(4).build().unwrap();
     let l = Arc::new(KcpListener::bind("127.0.0.1:0", &config).await.unwrap());
     assert_eq!(l.stats().sockets, 4);
     serve_echo(l.clone());
@@ -355,12 +353,7 @@ fn check_two_moves_across_shards(
 /// A kcpio client: [`move_hand_off_move_again`] in both shard orders.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_moves_again_after_a_hand_off_between_shards() {
-    let config = Config::builder()
-        .stream(true)
-        .crypto(Method::Aes128Gcm, Key::passphrase("migration tests"))
-        .reuse_port(2)
-        .build()
-        .unwrap();
+    let config = builder().reuse_port(2).build().unwrap();
     for back_to_first in [true, false] {
         let c = config.clone();
         let got = move_hand_off_move_again(&config, back_to_first, |relay, change| async move {
