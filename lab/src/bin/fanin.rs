@@ -18,8 +18,14 @@
 //! sockets (their `drops` in `/proc/net/udp`, `/proc/net/udp6`: receive
 //! buffer overflows), and the segments the server received twice
 //! (retransmissions of segments that had arrived); then medians, spreads
-//! and each shard count's median against the first's. `FANIN_RCVBUF=bytes`
-//! sets the sockets' receive buffer (default: kcpio's).
+//! and each shard count's median against the first's. Also per run: the
+//! data segments the clients sent that the server never received (the
+//! kernel counts a dropped GRO run as one drop, however many datagrams it
+//! held), and the CPU seconds per GB of the server's runtime threads and
+//! of the clients' (`/proc/self/task`), which say whether the server or
+//! the clients are the bottleneck. `FANIN_RCVBUF=bytes` sets the sockets'
+//! receive buffer (default: kcpio's); `FANIN_WINDOW=segments` the
+//! receive window (the send window stays 1,024).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -45,6 +51,46 @@ struct Outcome {
     drops: u64,
     /// Drops at the clients' sockets (ACKs and window updates lost).
     client_drops: u64,
+    /// Data segments the clients sent that no server session received
+    /// (lost between the sockets: a GRO batch the kernel drops counts
+    /// once in `drops` but may hold up to 64 of these).
+    lost: u64,
+    /// CPU seconds per GB moved of the server's runtime threads (drivers
+    /// and readers) and of the clients' (drivers and writers).
+    server_cpu: f64,
+    client_cpu: f64,
+}
+
+/// The server's and the clients' runtime threads, by name.
+const SERVER_THREADS: &str = "fanin-server";
+const CLIENT_THREADS: &str = "fanin-client";
+
+/// CPU seconds (user + system) the threads of this process named `name`
+/// have used (`/proc/self/task/*/stat`).
+fn threads_cpu(name: &str) -> f64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0.0;
+    };
+    let mut ticks = 0u64;
+    for task in tasks.flatten() {
+        let dir = task.path();
+        let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        if comm.trim_end() != name {
+            continue;
+        }
+        let stat = std::fs::read_to_string(dir.join("stat")).unwrap_or_default();
+        // Fields after the command's closing parenthesis: state is the
+        // first, utime and stime the 12th and 13th.
+        let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+        let f: Vec<u64> = rest
+            .split_whitespace()
+            .skip(11)
+            .take(2)
+            .filter_map(|v| v.parse().ok())
+            .collect();
+        ticks += f.iter().sum::<u64>();
+    }
+    ticks as f64 / rustix::param::clock_ticks_per_second() as f64
 }
 
 /// The kernel's drop counts of the UDP sockets bound to local `port`
@@ -77,8 +123,14 @@ fn config(shards: usize) -> Result<Config, String> {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
-    Config::builder()
-        .crypto(Method::Aes128, Key::passphrase("fanin"))
+    let mut b = Config::builder();
+    if let Some(w) = std::env::var("FANIN_WINDOW")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        b = b.window(1024, w);
+    }
+    b.crypto(Method::Aes128, Key::passphrase("fanin"))
         .reuse_port(shards)
         .socket_buffers(rcvbuf, 0)
         .build()
@@ -124,18 +176,19 @@ fn one_run(
                             Err(e) => return Err(format!("read: {e}")),
                         }
                     }
-                    let repeats = s.stats().arq.repeat_segments;
-                    Ok::<_, String>((Instant::now(), repeats))
+                    let arq = s.stats().arq;
+                    Ok::<_, String>((Instant::now(), arq.repeat_segments, arq.push_in))
                 }));
             }
             let mut last = None;
-            let mut repeats = 0;
+            let (mut repeats, mut pushed) = (0, 0);
             for r in readers {
-                let (t, n) = r.await.map_err(|e| format!("reader: {e}"))??;
+                let (t, n, p) = r.await.map_err(|e| format!("reader: {e}"))??;
                 last = Some(last.map_or(t, |l: Instant| l.max(t)));
                 repeats += n;
+                pushed += p;
             }
-            last.map(|l| (l, repeats))
+            last.map(|l| (l, repeats, pushed))
                 .ok_or_else(|| "no sessions".to_string())
         }
     });
@@ -151,6 +204,7 @@ fn one_run(
         Ok::<_, String>(v)
     })?;
     let handles: Vec<StatsHandle> = clients.iter().map(|c| c.stats_handle()).collect();
+    let cpu_before = (threads_cpu(SERVER_THREADS), threads_cpu(CLIENT_THREADS));
     let start = Instant::now();
     let writers: Vec<_> = clients
         .into_iter()
@@ -168,15 +222,22 @@ fn one_run(
             })
         })
         .collect();
-    let (last, repeats) = server_rt
+    let (last, repeats, received) = server_rt
         .block_on(async { tokio::time::timeout(RUN_LIMIT, server).await })
         .map_err(|_| format!("no end within {RUN_LIMIT:?}"))?
         .map_err(|e| format!("server: {e}"))??;
     let secs = last.saturating_duration_since(start).as_secs_f64();
+    let gb = (sessions * each) as f64 / 1e9;
+    let server_cpu = (threads_cpu(SERVER_THREADS) - cpu_before.0) / gb;
+    let client_cpu = (threads_cpu(CLIENT_THREADS) - cpu_before.1) / gb;
     let retransmitted = handles.iter().map(retransmitted).sum();
     let rto = handles
         .iter()
         .map(|h| h.stats().unwrap_or_default().arq.retransmit_rto)
+        .sum();
+    let sent: u64 = handles
+        .iter()
+        .map(|h| h.stats().unwrap_or_default().arq.push_out)
         .sum();
     let drops = socket_drops(addr.port(), true).saturating_sub(drops_before);
     // The clients' sockets are new: all their drops are this run's.
@@ -194,6 +255,9 @@ fn one_run(
         repeats,
         drops,
         client_drops,
+        lost: sent.saturating_sub(received),
+        server_cpu,
+        client_cpu,
     })
 }
 
@@ -207,9 +271,10 @@ fn median(v: &[f64]) -> f64 {
     }
 }
 
-fn runtime() -> Result<Runtime, String> {
+fn runtime(name: &str) -> Result<Runtime, String> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        .thread_name(name)
         .enable_all()
         .build()
         .map_err(|e| format!("runtime: {e}"))
@@ -224,7 +289,7 @@ fn main() -> std::process::ExitCode {
         .next()
         .map(|a| a.split(',').filter_map(|n| n.parse().ok()).collect())
         .unwrap_or_else(|| vec![1, 2]);
-    let (server_rt, client_rt) = match (runtime(), runtime()) {
+    let (server_rt, client_rt) = match (runtime(SERVER_THREADS), runtime(CLIENT_THREADS)) {
         (Ok(s), Ok(c)) => (s, c),
         (Err(e), _) | (_, Err(e)) => {
             eprintln!("{e}");
@@ -235,7 +300,7 @@ fn main() -> std::process::ExitCode {
         "{sessions} sessions x {mib} MiB into one listener, aes-128, loopback; shards {shard_counts:?}; {runs} runs"
     );
     println!(
-        "run  shards  aggregate MB/s  retransmitted (RTO)  received twice  listener drops  client drops"
+        "run  shards  aggregate MB/s  retransmitted (RTO)  received twice  listener drops  client drops  segments lost  CPU-s/GB server client"
     );
     let mut results: Vec<Vec<Outcome>> = vec![Vec::new(); shard_counts.len()];
     for run in 1..=runs {
@@ -243,8 +308,16 @@ fn main() -> std::process::ExitCode {
             match one_run(&server_rt, &client_rt, shards, sessions, mib << 20) {
                 Ok(o) => {
                     println!(
-                        "{run:>3}  {shards:>6}  {:>14.1}  {:>13} ({:>5})  {:>14}  {:>14}  {:>12}",
-                        o.mbps, o.retransmitted, o.rto, o.repeats, o.drops, o.client_drops
+                        "{run:>3}  {shards:>6}  {:>14.1}  {:>13} ({:>5})  {:>14}  {:>14}  {:>12}  {:>13}  {:>13.3} {:>6.3}",
+                        o.mbps,
+                        o.retransmitted,
+                        o.rto,
+                        o.repeats,
+                        o.drops,
+                        o.client_drops,
+                        o.lost,
+                        o.server_cpu,
+                        o.client_cpu
                     );
                     results[i].push(o);
                 }
@@ -257,7 +330,7 @@ fn main() -> std::process::ExitCode {
     }
     let base = median(&results[0].iter().map(|o| o.mbps).collect::<Vec<_>>());
     println!(
-        "shards  median MB/s  (min-max)        x first  retransmitted (median, max)  drops (median, max)"
+        "shards  median MB/s  (min-max)        x first  retransmitted (median, max)  drops (median, max)  CPU-s/GB server, client (medians)"
     );
     for (i, &shards) in shard_counts.iter().enumerate() {
         let mbps: Vec<f64> = results[i].iter().map(|o| o.mbps).collect();
@@ -267,13 +340,16 @@ fn main() -> std::process::ExitCode {
         let hi = mbps.iter().copied().fold(f64::NEG_INFINITY, f64::max);
         let max = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
         let m = median(&mbps);
+        let cpu = |f: fn(&Outcome) -> f64| median(&results[i].iter().map(f).collect::<Vec<_>>());
         println!(
-            "{shards:>6}  {m:>11.1}  ({lo:.1}-{hi:.1})  {:>7.2}  {:>.0}, {:>.0}  {:>.0}, {:>.0}",
+            "{shards:>6}  {m:>11.1}  ({lo:.1}-{hi:.1})  {:>7.2}  {:>.0}, {:>.0}  {:>.0}, {:>.0}  {:.3}, {:.3}",
             m / base,
             median(&re),
             max(&re),
             median(&dr),
-            max(&dr)
+            max(&dr),
+            cpu(|o| o.server_cpu),
+            cpu(|o| o.client_cpu)
         );
     }
     std::process::ExitCode::SUCCESS
