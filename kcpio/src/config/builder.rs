@@ -486,6 +486,17 @@ impl ConfigBuilder {
     /// 208 KiB default in a burst and every drop costs a retransmission
     /// timeout. kcptun uses 4 MiB each.
     ///
+    /// A listener socket shares its buffer among its sessions' windows:
+    /// 16 senders with the default 1,024-segment windows may have about
+    /// 23 MB in flight into it, and while its driver waits for a busy core
+    /// their bursts queue there. With one socket per core (the default
+    /// [`reuse_port`](Self::reuse_port) on a multi-core host) 4 MiB each
+    /// held 16 such senders on loopback without a drop; a listener on one
+    /// socket lost 0.3–2.5% of their datagrams with 4 MiB and none with
+    /// 16 MiB (granted past `rmem_max` to a process with `CAP_NET_ADMIN`).
+    /// Lowering the windows instead costs throughput (figures in the
+    /// repository's `lab/results/SHARDS.md`).
+    ///
     /// Range: 0..=1 GiB each (the kernel caps what it grants at
     /// `net.core.rmem_max` and `wmem_max`).
     ///
