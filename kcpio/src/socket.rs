@@ -5,7 +5,7 @@ use std::fmt;
 use std::io;
 use std::net::SocketAddr;
 
-use crate::config::Config;
+use crate::config::{Config, DEFAULT_RECV_BUFFER};
 use crate::driver::io as dio;
 use crate::stream::KcpStream;
 
@@ -64,7 +64,7 @@ impl KcpSocket {
     /// host does not have, buffer sizes, DSCP.
     pub fn bind(addr: SocketAddr, config: &Config) -> io::Result<KcpSocket> {
         Ok(Self {
-            socket: dio::bind_socket(addr, &config.inner, false)?,
+            socket: dio::bind_socket(addr, &config.inner, false, DEFAULT_RECV_BUFFER)?,
             config: config.clone(),
         })
     }
@@ -80,7 +80,7 @@ impl KcpSocket {
     pub fn from_std(socket: std::net::UdpSocket, config: &Config) -> io::Result<KcpSocket> {
         let socket = socket2::Socket::from(socket);
         let ipv4 = socket.local_addr()?.is_ipv4();
-        dio::configure_socket(&socket, ipv4, &config.inner)?;
+        dio::configure_socket(&socket, ipv4, &config.inner, DEFAULT_RECV_BUFFER)?;
         Ok(Self {
             socket,
             config: config.clone(),

@@ -71,6 +71,15 @@ pub(crate) const DEFAULT_SOURCE_RATE: u32 = 256;
 /// kcpio (best effort: raised to this when the system default is smaller;
 /// the kernel caps it at `net.core.rmem_max`). kcptun uses 4 MiB too.
 pub(crate) const DEFAULT_RECV_BUFFER: usize = 4 << 20;
+/// The receive buffer a listener asks for in all, split over its
+/// [`reuse_port`](super::ConfigBuilder::reuse_port) sockets (never less than
+/// [`DEFAULT_RECV_BUFFER`] each) when
+/// [`socket_buffers`](super::ConfigBuilder::socket_buffers) leaves it to
+/// kcpio: its sessions' windows share it (16 senders' 1,024-segment
+/// windows are about 23 MB), and one socket of 4 MiB lost up to 2.6% of
+/// their datagrams on loopback while its driver waited for a core (none at
+/// 16 MiB; `lab/results/SHARDS.md`).
+pub(crate) const LISTENER_RECV_BUFFER: usize = 16 << 20;
 
 impl Default for ConfigBuilder {
     /// kcpio's defaults, as each setter documents them (see

@@ -56,8 +56,9 @@ pub(crate) const MAX_RATE_SOURCES: usize = 65_536;
 
 /// Openers that must reach the cap check after an unproven session was
 /// admitted before it may be evicted for a newcomer, per session of the
-/// cap (12,288 at the default cap of 4,096). Its peer's proof comes back
-/// behind whatever the socket queued meanwhile (the default 4 MiB receive
+/// cap (12,288 at the default cap of 4,096), per 4 MiB of the socket's
+/// receive buffer ([`Admission::set_recv_buffer`]). Its peer's proof comes
+/// back behind whatever the socket queued meanwhile (a 4 MiB receive
 /// buffer holds about 10,000 small datagrams), so a session evicted after
 /// fewer openers could not have proved itself, and a flood that keeps the
 /// queue full would evict every real client. Refusing the newcomer instead
@@ -205,6 +206,17 @@ impl Admission {
             max_sessions,
             backlog_cap,
         }
+    }
+
+    /// The receive buffer this shard's socket was granted, in bytes: the
+    /// eviction horizon is `EVICT_AFTER_PER_SESSION` × the cap per 4 MiB
+    /// of it (rounded up), as a larger buffer queues more openers ahead of
+    /// a peer's proof.
+    pub(crate) fn set_recv_buffer(&mut self, bytes: usize) {
+        let per_4mib = bytes.div_ceil(crate::config::DEFAULT_RECV_BUFFER).max(1) as u64;
+        self.evict_after = EVICT_AFTER_PER_SESSION
+            .saturating_mul(self.max_sessions as u64)
+            .saturating_mul(per_4mib);
     }
 
     /// Sessions one source IP address may open at once (`burst`), and per

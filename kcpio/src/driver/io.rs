@@ -16,7 +16,7 @@ use tokio::net::UdpSocket;
 
 use super::shared::DriverShared;
 use super::stats::{add, bump};
-use crate::config::{ConfigInner, DEFAULT_RECV_BUFFER};
+use crate::config::{ConfigInner, DEFAULT_RECV_BUFFER, LISTENER_RECV_BUFFER};
 use crate::crypto::{MAX_DATAGRAM, PacketCrypto};
 use crate::sys::faketcp::FakeTcpSocket;
 use crate::sys::{BATCH_SIZE, RecvMeta, Transmit, UdpState};
@@ -194,6 +194,18 @@ impl Io {
     /// new local address); datagrams waiting in the slots go out on it.
     pub(crate) fn replace_socket(&mut self, socket: UdpSocket) {
         self.socket = Socket::Udp(socket);
+    }
+
+    /// The receive buffer the kernel granted the UDP socket (it reports
+    /// double, with its bookkeeping); `None` for fake TCP.
+    pub(crate) fn recv_buffer(&self) -> Option<usize> {
+        match &self.socket {
+            Socket::Udp(socket) => socket2::SockRef::from(socket)
+                .recv_buffer_size()
+                .ok()
+                .map(|n| n / 2),
+            Socket::FakeTcp(_) => None,
+        }
     }
 
     /// Whether datagrams ride plain UDP (a fake-TCP flow is tied to its
@@ -577,14 +589,18 @@ impl<'a> Slots<'a> {
     }
 }
 
-/// Opens a UDP socket bound to `bind`, configured from `config`, with its
-/// batched-I/O state.
-pub(crate) fn open_socket(
+/// Opens one of a listener's `shards` UDP sockets, bound to `bind`,
+/// configured from `config`, with its batched-I/O state. Unless configured,
+/// its receive buffer is its share of [`LISTENER_RECV_BUFFER`], at least
+/// [`DEFAULT_RECV_BUFFER`].
+pub(crate) fn open_listener_socket(
     bind: SocketAddr,
     config: &ConfigInner,
-    reuse_port: bool,
+    shards: usize,
 ) -> io::Result<(Socket, UdpState)> {
-    let (socket, udp) = wrap_socket(bind_socket(bind, config, reuse_port)?, config)?;
+    let recv_default = (LISTENER_RECV_BUFFER / shards.max(1)).max(DEFAULT_RECV_BUFFER);
+    let sock = bind_socket(bind, config, shards > 1, recv_default)?;
+    let (socket, udp) = wrap_socket(sock, config)?;
     Ok((Socket::Udp(socket), udp))
 }
 
@@ -610,16 +626,19 @@ pub(crate) fn open_fake_tcp_shards(
         .collect()
 }
 
-/// A new UDP socket bound to `bind`, with `config`'s socket options.
+/// A new UDP socket bound to `bind`, with `config`'s socket options; its
+/// receive buffer at least `recv_default` bytes unless `config` sets one
+/// ([`DEFAULT_RECV_BUFFER`] but for a listener's).
 pub(crate) fn bind_socket(
     bind: SocketAddr,
     config: &ConfigInner,
     reuse_port: bool,
+    recv_default: usize,
 ) -> io::Result<socket2::Socket> {
     use socket2::{Domain, Protocol, Socket, Type};
     let domain = Domain::for_address(bind);
     let sock = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
-    configure_socket(&sock, bind.is_ipv4(), config)?;
+    configure_socket(&sock, bind.is_ipv4(), config, recv_default)?;
     if reuse_port {
         #[cfg(all(unix, not(any(target_os = "solaris", target_os = "illumos"))))]
         sock.set_reuse_port(true)?;
@@ -640,30 +659,32 @@ pub(crate) fn wrap_socket(
     Ok((socket, udp))
 }
 
-/// The receive buffer: `asked` bytes, or by default at least
-/// [`DEFAULT_RECV_BUFFER`] (4 MiB: a burst of full windows from many peers
-/// must not overflow it, or every drop costs a retransmission). The kernel
+/// The receive buffer: `asked` bytes, or by default at least `default`
+/// ([`DEFAULT_RECV_BUFFER`], 4 MiB, or a listener's share of
+/// [`LISTENER_RECV_BUFFER`]: a burst of full windows from many peers must
+/// not overflow it, or every drop costs a retransmission). The kernel
 /// caps `SO_RCVBUF` at `net.core.rmem_max` (Linux's default cap is 208
 /// KiB); when it granted less than asked, `SO_RCVBUFFORCE` asks past the
 /// cap, which works for a process with `CAP_NET_ADMIN` (root), and
 /// otherwise the capped size stays. Linux reports double the size asked
 /// (its bookkeeping overhead), so granted means reported / 2.
-fn size_recv_buffer(sock: &socket2::Socket, asked: Option<usize>) -> io::Result<()> {
+fn size_recv_buffer(
+    sock: &socket2::Socket,
+    asked: Option<usize>,
+    default: usize,
+) -> io::Result<()> {
     let want = match asked {
         Some(n) => {
             sock.set_recv_buffer_size(n)?;
             n
         }
         None => {
-            if sock
-                .recv_buffer_size()
-                .is_ok_and(|n| n >= DEFAULT_RECV_BUFFER)
-            {
+            if sock.recv_buffer_size().is_ok_and(|n| n / 2 >= default) {
                 return Ok(());
             }
             // Best effort: a small buffer is slower, not wrong.
-            let _ = sock.set_recv_buffer_size(DEFAULT_RECV_BUFFER);
-            DEFAULT_RECV_BUFFER
+            let _ = sock.set_recv_buffer_size(default);
+            default
         }
     };
     let granted = sock.recv_buffer_size().map_or(0, |n| n / 2);
@@ -673,13 +694,15 @@ fn size_recv_buffer(sock: &socket2::Socket, asked: Option<usize>) -> io::Result<
     Ok(())
 }
 
-/// `config`'s buffer sizes and DSCP on `sock`.
+/// `config`'s buffer sizes and DSCP on `sock` (a receive buffer of at least
+/// `recv_default` bytes unless `config` sets one).
 pub(crate) fn configure_socket(
     sock: &socket2::Socket,
     ipv4: bool,
     config: &ConfigInner,
+    recv_default: usize,
 ) -> io::Result<()> {
-    size_recv_buffer(sock, config.recv_buffer)?;
+    size_recv_buffer(sock, config.recv_buffer, recv_default)?;
     if let Some(n) = config.send_buffer {
         sock.set_send_buffer_size(n)?;
     }
@@ -693,4 +716,56 @@ pub(crate) fn configure_socket(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the kernel grants without `CAP_NET_ADMIN`: `net.core.rmem_max`.
+    fn rmem_max() -> usize {
+        std::fs::read_to_string("/proc/sys/net/core/rmem_max")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(usize::MAX)
+    }
+
+    /// A listener's sockets share `LISTENER_RECV_BUFFER` (at least 4 MiB
+    /// each); a configured size wins. As root (`SO_RCVBUFFORCE`) the sizes
+    /// are exact; otherwise the kernel's cap bounds them.
+    #[tokio::test]
+    async fn a_listener_socket_gets_its_share_of_the_listener_buffer() {
+        let bind = SocketAddr::from(([127, 0, 0, 1], 0));
+        let granted = |config: &ConfigInner, shards| {
+            let (socket, _) = open_listener_socket(bind, config, shards).unwrap();
+            let Socket::Udp(socket) = &socket else {
+                panic!("udp")
+            };
+            socket2::SockRef::from(socket).recv_buffer_size().unwrap() / 2
+        };
+        let config = crate::Config::default();
+        let cap = rmem_max();
+        let root = force_allowed();
+        for (shards, want) in [(1, 16 << 20), (2, 8 << 20), (4, 4 << 20), (16, 4 << 20)] {
+            let got = granted(&config.inner, shards);
+            if root {
+                assert_eq!(got, want, "{shards} shards");
+            } else {
+                assert!(got >= want.min(cap), "{shards} shards: {got}");
+            }
+        }
+        let config = crate::Config::builder()
+            .socket_buffers(1 << 20, 0)
+            .build()
+            .unwrap();
+        let got = granted(&config.inner, 1);
+        assert!(got >= (1 << 20usize).min(cap) && got < 4 << 20, "{got}");
+    }
+
+    /// Whether this process may set receive buffers past `rmem_max`.
+    fn force_allowed() -> bool {
+        let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).unwrap();
+        crate::sys::force_recv_buffer(&sock, 64 << 20)
+            && sock.recv_buffer_size().is_ok_and(|n| n / 2 == 64 << 20)
+    }
 }

@@ -51,7 +51,7 @@ use tokio::time::{Instant, Sleep};
 
 use self::admission::Limits;
 use self::group::Group;
-use self::io::{Io, Socket, open_socket, wrap_socket};
+use self::io::{Io, Socket, open_listener_socket, wrap_socket};
 use self::shared::{
     Accept, Adopted, DriverShared, Forwarded, Inbox, SessionShared, SessionState, lock, register,
     wake,
@@ -166,6 +166,9 @@ impl Driver {
         let (burst, per_second) = config.sessions_per_source;
         table.set_source_rate(burst, per_second);
         table.set_migration(listener && config.migration);
+        if let Some(bytes) = io.recv_buffer() {
+            table.set_recv_buffer(bytes);
+        }
         let slots_needed = 1 + config.fec.map_or(0, |(_, p)| p);
         let shared = Arc::new(DriverShared {
             local_addr,
@@ -733,7 +736,7 @@ impl Driver {
             SocketAddr::from(([0u16; 8], 0))
         };
         let config = &self.shared.config;
-        let socket = io::bind_socket(any, config, false)
+        let socket = io::bind_socket(any, config, false, crate::config::DEFAULT_RECV_BUFFER)
             .and_then(|s| s.connect(&peer.into()).map(|()| s))
             .and_then(|s| wrap_socket(s, config));
         match socket {
@@ -957,7 +960,7 @@ pub(crate) fn spawn_listener(
     for index in 0..n {
         let (socket, udp) = match fake_tcp.next() {
             Some(shard) => shard,
-            None => open_socket(bind, &config, n > 1)?,
+            None => open_listener_socket(bind, &config, n)?,
         };
         let member = Some((group.clone(), index));
         let driver = Driver::new(

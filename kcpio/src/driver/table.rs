@@ -287,6 +287,12 @@ impl<S> Table<S> {
         }
     }
 
+    /// The receive buffer the socket was granted (bytes): how many openers
+    /// may queue ahead of a proof ([`Admission::set_recv_buffer`]).
+    pub(crate) fn set_recv_buffer(&mut self, bytes: usize) {
+        self.admission.set_recv_buffer(bytes);
+    }
+
     /// Sessions one source IP address may open at once (`burst`), and per
     /// second after that (default [`RATE_BURST`], [`RATE_PER_SEC`]).
     pub(crate) fn set_source_rate(&mut self, burst: u32, per_sec: u32) {
@@ -1564,6 +1570,35 @@ mod tests {
         assert_eq!(
             route(&mut t, ip(6), &push(6, 0, false), 0),
             Route::Drop(Refusal::SessionCap)
+        );
+    }
+
+    /// A socket with a larger receive buffer queues more openers ahead of
+    /// a peer's proof: the eviction horizon grows with it (4 MiB: 3 × the
+    /// cap openers; 16 MiB: 12 ×).
+    #[test]
+    fn a_larger_receive_buffer_lengthens_the_eviction_horizon() {
+        let mut t = Table::new(true, 4, 100);
+        t.set_recv_buffer(16 << 20);
+        let at = Duration::ZERO;
+        feed_as(&mut t, ip(1), &push(1, 0, false), at, true);
+        feed_as(&mut t, ip(2), &push(2, 0, false), at, false);
+        feed_as(&mut t, ip(3), &push(3, 0, false), at, false);
+        feed_as(&mut t, ip(4), &push(4, 0, false), at, true);
+        let Route::Deliver(second) = route(&mut t, ip(2), &push(2, 1, false), 0) else {
+            panic!()
+        };
+        // With 4 MiB the 11th refused opener here would evict (see
+        // `unproven_sessions_make_room_at_the_cap`); with 16 MiB the 47th.
+        refused_openers(&mut t, 100, 46);
+        let r = feed_as(&mut t, ip(5), &push(5, 0, false), at, false);
+        assert_eq!(
+            r,
+            Route::Accept {
+                conv: 5,
+                replaces: None,
+                evicts: Some(second),
+            }
         );
     }
 

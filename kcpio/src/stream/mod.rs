@@ -11,7 +11,7 @@ use std::task::{Context, Poll};
 use tokio::io::ReadBuf;
 use tokio::net::ToSocketAddrs;
 
-use crate::config::Config;
+use crate::config::{Config, DEFAULT_RECV_BUFFER};
 use crate::conn::{Conn, SessionStats};
 use crate::driver::{self, io as dio, shared::SessionShared, shared::Side};
 pub(crate) mod split;
@@ -154,7 +154,7 @@ impl KcpStream {
             } else {
                 (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
             };
-            let attempt = match dio::bind_socket(bind, &config.inner, false) {
+            let attempt = match dio::bind_socket(bind, &config.inner, false, DEFAULT_RECV_BUFFER) {
                 Ok(socket) => Self::connect_socket(socket, peer, config).await,
                 Err(e) => Err(e),
             };
