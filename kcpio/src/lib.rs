@@ -168,7 +168,7 @@
 //! | congestion controller | [`congestion`](ConfigBuilder::congestion) | the preset's (`Fast`: none, kcp-go's `nc = 1`) | none (`nc = 1`) |
 //! | rate limit (bytes/s per UDP socket) | [`rate_limit`](ConfigBuilder::rate_limit) | 0 (unlimited) | — |
 //! | DSCP | [`dscp`](ConfigBuilder::dscp) | 0 (OS default) | 0 |
-//! | socket receive / send buffers | [`socket_buffers`](ConfigBuilder::socket_buffers) | OS default | 4 MiB / 4 MiB |
+//! | socket receive / send buffers | [`socket_buffers`](ConfigBuilder::socket_buffers) | receive at least 4 MiB (a listener: 16 MiB shared by its sockets, at least 4 MiB each) / OS default | 4 MiB / 4 MiB |
 //! | accept backlog | [`accept_backlog`](ConfigBuilder::accept_backlog) | 128 | 128 |
 //! | sessions per listener | [`max_sessions`](ConfigBuilder::max_sessions) | 4096 | unbounded (kcp-go) |
 //! | connect probe (WASK, answered by a WINS) | [`connect_probe`](ConfigBuilder::connect_probe), [`connect_timeout`](ConfigBuilder::connect_timeout) | on, 5 s; kcp-go: none | none |

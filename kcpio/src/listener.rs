@@ -93,9 +93,10 @@ fn accepted(taken: Taken) -> Option<io::Result<(KcpStream, SocketAddr)>> {
 ///   fails with [`SessionError::DeadLink`](crate::SessionError::DeadLink); at the
 ///   session cap, the oldest such session is evicted for a newcomer
 ///   (`evicted_unproven`), so forged openers cannot lock real clients out,
-///   but only once 3 × `max_sessions` openers have come after it (its
-///   proof may be queued behind that many: a 4 MiB receive buffer holds
-///   about 10,000 small datagrams); until then newcomers are refused
+///   but only once 3 × `max_sessions` openers per 4 MiB of its socket's
+///   receive buffer have come after it (its proof may be queued behind
+///   that many: 4 MiB holds about 10,000 small datagrams); until then
+///   newcomers are refused
 ///   (`refused_cap`) and remembered (at most 65,536 (peer, conv), about
 ///   4 MiB), and a remembered peer's retransmitted opener evicts at once,
 ///   as a real client retransmits and a one-shot forged opener does not.

@@ -481,21 +481,19 @@ impl ConfigBuilder {
     /// Socket receive and send buffer sizes in bytes (`SO_RCVBUF`,
     /// `SO_SNDBUF`); 0 means the default. Default: the send buffer is the
     /// OS default; the receive buffer is raised to 4 MiB when the OS default
-    /// is smaller (the kernel caps it at `net.core.rmem_max`), because a
-    /// listener's many peers, or one peer's full window, overflow Linux's
-    /// 208 KiB default in a burst and every drop costs a retransmission
-    /// timeout. kcptun uses 4 MiB each.
-    ///
-    /// A listener socket shares its buffer among its sessions' windows:
-    /// 16 senders with the default 1,024-segment windows may have about
-    /// 23 MB in flight into it, and while its driver waits for a busy core
-    /// their bursts queue there. With one socket per core (the default
-    /// [`reuse_port`](Self::reuse_port) on a multi-core host) 4 MiB each
-    /// held 16 such senders on loopback without a drop; a listener on one
-    /// socket lost 0.3–2.5% of their datagrams with 4 MiB and none with
-    /// 16 MiB (granted past `rmem_max` to a process with `CAP_NET_ADMIN`).
-    /// Lowering the windows instead costs throughput (figures in the
-    /// repository's `lab/results/SHARDS.md`).
+    /// is smaller, because one peer's full window overflows Linux's 208 KiB
+    /// default in a burst and every drop costs a retransmission. A
+    /// listener's sockets share 16 MiB instead (at least 4 MiB each: 16 MiB
+    /// on one socket, 8 MiB on each of two, 4 MiB from four on): its
+    /// sessions' windows share the buffer (16 senders with the default
+    /// 1,024-segment windows may have about 23 MB in flight), and while its
+    /// driver waits for a busy core their bursts queue there. On loopback,
+    /// one 4 MiB socket lost 0.04–2.6% of such senders' datagrams, one of
+    /// 16 MiB none (figures in the repository's `lab/results/SHARDS.md`).
+    /// When the OS grants less than asked (`net.core.rmem_max`), kcpio asks
+    /// past the cap with `SO_RCVBUFFORCE`, which a process with
+    /// `CAP_NET_ADMIN` is granted; otherwise the capped size stays. kcptun
+    /// uses 4 MiB each.
     ///
     /// Range: 0..=1 GiB each (the kernel caps what it grants at
     /// `net.core.rmem_max` and `wmem_max`).
