@@ -1521,34 +1521,47 @@ mod tests {
     /// At the session cap, the oldest session that never proved
     /// it receives makes room for a newcomer; proven sessions are never
     /// evicted, and an unproven session leaves no tombstone.
-    #[test]
-    fn unproven_sessions_make_room_at_the_cap() {
-        let mut t = Table::new(true, 4, 100);
+    /// A table at its cap of 4: peers 1 and 4 proven, 2 and 3 not; the
+    /// ids of 2 and 3.
+    fn at_the_cap_with_two_unproven(t: &mut Table<u32>) -> (SessionId, SessionId) {
         let at = Duration::ZERO;
-        feed_as(&mut t, ip(1), &push(1, 0, false), at, true);
-        feed_as(&mut t, ip(2), &push(2, 0, false), at, false);
-        feed_as(&mut t, ip(3), &push(3, 0, false), at, false);
-        feed_as(&mut t, ip(4), &push(4, 0, false), at, true);
+        feed_as(t, ip(1), &push(1, 0, false), at, true);
+        feed_as(t, ip(2), &push(2, 0, false), at, false);
+        feed_as(t, ip(3), &push(3, 0, false), at, false);
+        feed_as(t, ip(4), &push(4, 0, false), at, true);
         assert_eq!((t.live(), t.unproven()), (4, 2));
-        let Route::Deliver(second) = route(&mut t, ip(2), &push(2, 1, false), 0) else {
+        let Route::Deliver(second) = route(t, ip(2), &push(2, 1, false), 0) else {
             panic!()
         };
-        let Route::Deliver(third) = route(&mut t, ip(3), &push(3, 1, false), 0) else {
+        let Route::Deliver(third) = route(t, ip(3), &push(3, 1, false), 0) else {
             panic!()
         };
-        // Not before 3 x the cap openers came after it: its proof could
-        // still be queued behind them.
-        refused_openers(&mut t, 100, 10);
-        // The oldest unproven goes.
-        let r = feed_as(&mut t, ip(5), &push(5, 0, false), at, false);
+        (second, third)
+    }
+
+    /// The opener of peer 5 is admitted in place of `evicted`.
+    fn newcomer_evicts(t: &mut Table<u32>, evicted: SessionId) {
+        let r = feed_as(t, ip(5), &push(5, 0, false), Duration::ZERO, false);
         assert_eq!(
             r,
             Route::Accept {
                 conv: 5,
                 replaces: None,
-                evicts: Some(second),
+                evicts: Some(evicted),
             }
         );
+    }
+
+    #[test]
+    fn unproven_sessions_make_room_at_the_cap() {
+        let mut t = Table::new(true, 4, 100);
+        let at = Duration::ZERO;
+        let (second, third) = at_the_cap_with_two_unproven(&mut t);
+        // Not before 3 x the cap openers came after it: its proof could
+        // still be queued behind them.
+        refused_openers(&mut t, 100, 10);
+        // The oldest unproven goes.
+        newcomer_evicts(&mut t, second);
         assert_eq!((t.live(), t.unproven()), (4, 2));
         // No tombstone: its real peer, retransmitting its opener, gets in.
         t.set_proven(third);
@@ -1580,26 +1593,11 @@ mod tests {
     fn a_larger_receive_buffer_lengthens_the_eviction_horizon() {
         let mut t = Table::new(true, 4, 100);
         t.set_recv_buffer(16 << 20);
-        let at = Duration::ZERO;
-        feed_as(&mut t, ip(1), &push(1, 0, false), at, true);
-        feed_as(&mut t, ip(2), &push(2, 0, false), at, false);
-        feed_as(&mut t, ip(3), &push(3, 0, false), at, false);
-        feed_as(&mut t, ip(4), &push(4, 0, false), at, true);
-        let Route::Deliver(second) = route(&mut t, ip(2), &push(2, 1, false), 0) else {
-            panic!()
-        };
+        let (second, _) = at_the_cap_with_two_unproven(&mut t);
         // With 4 MiB the 11th refused opener here would evict (see
         // `unproven_sessions_make_room_at_the_cap`); with 16 MiB the 47th.
         refused_openers(&mut t, 100, 46);
-        let r = feed_as(&mut t, ip(5), &push(5, 0, false), at, false);
-        assert_eq!(
-            r,
-            Route::Accept {
-                conv: 5,
-                replaces: None,
-                evicts: Some(second),
-            }
-        );
+        newcomer_evicts(&mut t, second);
     }
 
     /// A peer whose opener was refused because the oldest unproven
