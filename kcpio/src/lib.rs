@@ -241,7 +241,9 @@
 //! 4,096 proven peers each filling its window while the application does
 //! not read. Lower [`window`](ConfigBuilder::window) or `max_sessions` where
 //! that is too much (with kcp-go's windows of 32 a session holds about
-//! 44 KB).
+//! 44 KB). In the kernel, what a listener's sockets may queue is their
+//! receive buffers: 16 MiB in all by default, 4 MiB per socket from four
+//! sockets on ([`socket_buffers`](ConfigBuilder::socket_buffers)).
 //!
 //! Above KCP, a [`mux`] session bounds what a peer holding the key can make
 //! it hold, each limit in [`MuxConfig`](mux::MuxConfig) with its default:
