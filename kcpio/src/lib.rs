@@ -129,9 +129,7 @@
 //!   [`mtu`](ConfigBuilder::mtu) and no cipher) before its writes wait for the
 //!   peer to read: about 4.2 MB with 1024 / 1024, 132 KB with kcp-go's 32 / 32.
 //!   Two ends that both write more than that before reading deadlock, as over
-//!   TCP with full buffers. (While the peer reads, a client's writes wait
-//!   for room in the window itself rather than fill the send buffer: it
-//!   sends them from the writing task as they are written.) At most `min(send window, peer's receive window)`
+//!   TCP with full buffers. At most `min(send window, peer's receive window)`
 //!   segments are in flight, so a session moves at most that many per round
 //!   trip (1024 × 1376 bytes per 100 ms is about 110 Mbit/s).
 //! - **Which preset.** The default, [`Preset::Fast`] (**kcptun's `fast`**,

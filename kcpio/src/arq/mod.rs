@@ -1334,52 +1334,6 @@ impl Kcp {
             .min(self.snd.limit as usize)
     }
 
-    /// Bytes [`send`](Self::send) would accept that the next flush admits
-    /// into the window at once (the sequence-space windows and the
-    /// congestion window; a pacer may still hold them): what a writer that
-    /// flushes right after writing can send while the bytes are hot. While
-    /// the peer's reader holds the window below half of ours, as much as
-    /// `send` takes: the bytes wait for the reader either way, and a writer
-    /// may then run ahead by the send buffer, as with [`send`](Self::send).
-    #[must_use]
-    pub(crate) fn send_now_capacity(&self) -> usize {
-        if self.reader_holds_back() {
-            return self.send_capacity();
-        }
-        let win = self.cc.window(self.p.snd_wnd.min(self.rmt_wnd));
-        let room = win.saturating_sub(self.snd.in_flight());
-        let segments = room.saturating_sub(self.snd.queued).min(self.snd.free());
-        let tail = if self.p.stream && room > 0 && self.snd.queued > 0 {
-            self.snd.tail_room(self.mss)
-        } else {
-            0
-        };
-        segments as usize * self.mss + tail
-    }
-
-    /// The window has room worth a writer's flush: at least an eighth of
-    /// it (one segment at least) beyond what is in flight and queued, and
-    /// the send buffer has room; or, while the peer's reader holds the
-    /// window back, room in the send buffer
-    /// ([`send_now_capacity`](Self::send_now_capacity)). Waking a writer
-    /// that sends its own writes for less would cost a wake-up and a
-    /// system call per few segments.
-    #[must_use]
-    pub(crate) fn send_now_ready(&self) -> bool {
-        if self.reader_holds_back() {
-            return self.send_capacity() > 0;
-        }
-        let win = self.cc.window(self.p.snd_wnd.min(self.rmt_wnd));
-        let room = win.saturating_sub(self.snd.len());
-        self.snd.free() > 0 && room > 0 && room >= win / 8
-    }
-
-    /// The peer advertises less than half our send window: its reader, not
-    /// the round trip, is what limits us.
-    fn reader_holds_back(&self) -> bool {
-        self.rmt_wnd < self.p.snd_wnd / 2
-    }
-
     /// Bytes [`send`](Self::send) would accept now.
     #[must_use]
     pub fn send_capacity(&self) -> usize {

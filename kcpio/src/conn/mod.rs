@@ -1361,30 +1361,6 @@ impl Conn {
         }
     }
 
-    /// [`write`](Self::write) for a writer that flushes at once: takes no
-    /// more than the window admits now (`Kcp::send_now_capacity`), so what
-    /// it takes leaves in the next [`poll_transmit`](Self::poll_transmit)
-    /// calls rather than waiting behind the window; `WouldBlock` while the
-    /// window is full.
-    ///
-    /// # Errors
-    ///
-    /// As [`write`](Self::write).
-    pub(crate) fn write_now(&mut self, data: &[u8]) -> Result<usize, ConnError> {
-        self.check_write()?;
-        if data.is_empty() {
-            return Ok(0);
-        }
-        let room = self.kcp.send_now_capacity();
-        match self
-            .kcp
-            .send(data.get(..room.min(data.len())).unwrap_or_default())
-        {
-            0 => Err(ConnError::WouldBlock),
-            n => Ok(n),
-        }
-    }
-
     fn check_write(&self) -> Result<(), ConnError> {
         if let Some(e) = self.error {
             return Err(ConnError::Closed(e));
@@ -1645,18 +1621,6 @@ impl Conn {
     pub fn writable(&self) -> bool {
         self.error.is_some()
             || self.kcp.send_capacity() > 0
-            || self.kcp.is_flushed()
-            || self.shutdown.until().is_some_and(|d| self.now >= d)
-    }
-
-    /// [`writable`](Self::writable) for a writer that flushes its own
-    /// writes ([`write_now`](Self::write_now)): the window (not only the
-    /// send buffer) has room worth a flush, or the other news `writable`
-    /// reports.
-    #[must_use]
-    pub(crate) fn writable_now(&self) -> bool {
-        self.error.is_some()
-            || self.kcp.send_now_ready()
             || self.kcp.is_flushed()
             || self.shutdown.until().is_some_and(|d| self.now >= d)
     }

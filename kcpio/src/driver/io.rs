@@ -1,18 +1,11 @@
 //! The socket half of a driver: the receive batch (GRO split, open in
 //! place), the transmit slots (seal outside any session lock, GSO runs),
 //! the rate limiter, and the system calls. Knows nothing of sessions.
-//!
-//! The transmit half ([`Tx`]) sits behind its own mutex, shared with a
-//! client's session: the driver takes it once per round, and the task that
-//! writes to a client stream may take it (never waiting for it) to send what
-//! its write made due at once, from the core that just wrote the bytes
-//! (`SessionShared::write_and_send`). One queue of slots for both keeps the
-//! datagrams in the order they were made.
 
 use std::io::{self, IoSliceMut};
 use std::net::SocketAddr;
 use std::ops::Range;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -21,7 +14,7 @@ use rand_chacha::ChaCha20Rng;
 use tokio::io::Interest;
 use tokio::net::UdpSocket;
 
-use super::shared::{DriverShared, lock};
+use super::shared::DriverShared;
 use super::stats::{add, bump};
 use crate::config::{ConfigInner, DEFAULT_RECV_BUFFER};
 use crate::crypto::{MAX_DATAGRAM, PacketCrypto};
@@ -97,42 +90,18 @@ impl Socket {
     }
 }
 
-/// A socket with its reused receive buffers, and its transmit half.
+/// A socket with its reused buffers.
 pub(crate) struct Io {
-    socket: Arc<Socket>,
+    socket: Socket,
     crypto: Arc<PacketCrypto>,
     rng: ChaCha20Rng,
+    nonce: [u8; 16],
     // Receive buffers: `rx_count` buffers of `rx_size` bytes, laid end to end.
     rx: Vec<u8>,
     rx_size: usize,
     rx_count: usize,
     rx_meta: Vec<RecvMeta>,
     rx_got: usize,
-    /// The transmit half: the driver's, and a client stream writer's.
-    pub(crate) tx: Arc<Mutex<Tx>>,
-    /// The rate limiter holds the slots until then (copied from [`Tx`]
-    /// after each [`transmit`](Self::transmit)).
-    pub(crate) rate_wait: Option<Duration>,
-    /// A send or receive reported `ConnectionRefused` (ICMP port
-    /// unreachable on a connected client socket) since the driver last
-    /// looked.
-    pub(crate) refused: bool,
-    /// A send failed because this socket's local address no longer works
-    /// (no route, the address gone, the network down) since the driver
-    /// last looked.
-    pub(crate) path_failed: bool,
-}
-
-/// The transmit half of a driver's socket: the slots, sealing, the rate
-/// limiter and the send system call.
-pub(crate) struct Tx {
-    socket: Arc<Socket>,
-    crypto: Arc<PacketCrypto>,
-    rng: ChaCha20Rng,
-    nonce: [u8; 16],
-    /// Free slots a session needs before it may produce a datagram: one
-    /// plus a FEC group's parity, so a completed group goes out together.
-    pub(crate) slots_needed: usize,
     // Transmit slots of `stride` bytes (the configured MTU, the largest
     // datagram we send), laid end to end so a run of full-size datagrams to
     // one peer is contiguous and goes out as one GSO message:
@@ -148,12 +117,15 @@ pub(crate) struct Tx {
     tx_sent: usize,
     rate: Option<RateLimiter>,
     /// The rate limiter holds the slots until then.
-    rate_wait: Option<Duration>,
-    /// A send reported `ConnectionRefused` since the driver last looked.
-    refused: bool,
-    /// A send failed because the local address no longer works since the
-    /// driver last looked.
-    path_failed: bool,
+    pub(crate) rate_wait: Option<Duration>,
+    /// A send or receive reported `ConnectionRefused` (ICMP port
+    /// unreachable on a connected client socket) since the driver last
+    /// looked.
+    pub(crate) refused: bool,
+    /// A send failed because this socket's local address no longer works
+    /// (no route, the address gone, the network down) since the driver
+    /// last looked.
+    pub(crate) path_failed: bool,
 }
 
 impl Io {
@@ -188,13 +160,16 @@ impl Io {
             last: Duration::ZERO,
         });
         let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
-        let socket = Arc::new(socket);
-        let tx = Tx {
-            socket: socket.clone(),
+        Self {
+            socket,
             crypto: config.crypto.clone(),
             rng: ChaCha20Rng::from_os_rng(),
             nonce: [0; 16],
-            slots_needed: 1 + parity,
+            rx: vec![0; rx_count * rx_size],
+            rx_size,
+            rx_count,
+            rx_meta: vec![RecvMeta::default(); rx_count],
+            rx_got: 0,
             tx: vec![0; tx_slots * stride],
             stride,
             tx_len: vec![0; tx_slots],
@@ -204,20 +179,6 @@ impl Io {
             tx_sealed: 0,
             tx_sent: 0,
             rate,
-            rate_wait: None,
-            refused: false,
-            path_failed: false,
-        };
-        Self {
-            socket,
-            crypto: config.crypto.clone(),
-            rng: ChaCha20Rng::from_os_rng(),
-            rx: vec![0; rx_count * rx_size],
-            rx_size,
-            rx_count,
-            rx_meta: vec![RecvMeta::default(); rx_count],
-            rx_got: 0,
-            tx: Arc::new(Mutex::new(tx)),
             rate_wait: None,
             refused: false,
             path_failed: false,
@@ -232,14 +193,13 @@ impl Io {
     /// Sends and receives on `socket` from now on (a client rebound to a
     /// new local address); datagrams waiting in the slots go out on it.
     pub(crate) fn replace_socket(&mut self, socket: UdpSocket) {
-        self.socket = Arc::new(Socket::Udp(socket));
-        lock(&self.tx).socket = self.socket.clone();
+        self.socket = Socket::Udp(socket);
     }
 
     /// Whether datagrams ride plain UDP (a fake-TCP flow is tied to its
     /// kernel connection and cannot be rebound to a new local address).
     pub(crate) fn is_udp(&self) -> bool {
-        matches!(*self.socket, Socket::Udp(_))
+        matches!(self.socket, Socket::Udp(_))
     }
 
     /// A random conversation id for a client.
@@ -254,7 +214,7 @@ impl Io {
     /// drained. Then [`datagram`](Self::datagram) walks them.
     pub(crate) fn poll_recv(&mut self, cx: &mut Context<'_>, shared: &DriverShared) -> Poll<usize> {
         self.rx_got = 0;
-        let socket = match &*self.socket {
+        let socket = match &self.socket {
             Socket::Udp(socket) => socket,
             Socket::FakeTcp(fake) => {
                 let mut chunks = self.rx.chunks_mut(self.rx_size);
@@ -368,41 +328,6 @@ impl Io {
 
     // ----------------------------------------------------------- transmit
 
-    /// Whether datagrams are waiting to be sent.
-    pub(crate) fn has_pending(&self) -> bool {
-        lock(&self.tx).has_pending()
-    }
-
-    /// Takes the flags and the rate limiter's wait the transmit half
-    /// collected (from the driver's sends and a writer's) since the last
-    /// call.
-    pub(crate) fn take_tx_news(&mut self, tx: &mut Tx) {
-        self.refused |= std::mem::take(&mut tx.refused);
-        self.path_failed |= std::mem::take(&mut tx.path_failed);
-        self.rate_wait = tx.rate_wait;
-    }
-}
-
-impl Tx {
-    /// Whether a stream's writer may send from its own task: plain UDP (a
-    /// fake-TCP send may have to wait for the raw socket, with the driver's
-    /// waker) and no rate limit (its bucket and wake-up are the driver's).
-    pub(crate) fn writer_may_send(&self) -> bool {
-        self.rate.is_none() && matches!(*self.socket, Socket::Udp(_))
-    }
-
-    /// A send failed in a way the driver acts on (the peer refused, the
-    /// local address stopped working).
-    pub(crate) fn has_news(&self) -> bool {
-        self.refused || self.path_failed
-    }
-
-    /// Whether the slots have room for one more datagram of a session
-    /// (with its FEC group's parity).
-    pub(crate) fn has_room(&self) -> bool {
-        self.free_slots() >= self.slots_needed
-    }
-
     /// Slots free for new datagrams.
     pub(crate) fn free_slots(&self) -> usize {
         self.tx_slots - self.tx_count
@@ -479,22 +404,18 @@ impl Tx {
 
     /// Sends what is in the transmit slots. Returns true when they are all
     /// gone (and reset), false when the socket (or the rate limit) blocked.
-    /// `cx` is the driver's, which a blocked socket wakes; `None` (a
-    /// writer's task, see [`writer_may_send`](Self::writer_may_send)) only
-    /// tries, and leaves the rest to the driver.
     pub(crate) fn poll_flush(
         &mut self,
-        mut cx: Option<&mut Context<'_>>,
+        cx: &mut Context<'_>,
         now: Duration,
         shared: &DriverShared,
     ) -> bool {
-        let socket = self.socket.clone();
         self.seal_pending();
         while self.tx_sent < self.tx_count {
             if !self.rate_allows(now) {
                 return false;
             }
-            if let (Socket::Udp(socket), Some(cx)) = (&*socket, cx.as_deref_mut()) {
+            if let Socket::Udp(socket) = &self.socket {
                 match socket.poll_send_ready(cx) {
                     Poll::Pending => return false,
                     Poll::Ready(Err(_)) => bump(&shared.counters.send_errors),
@@ -533,15 +454,14 @@ impl Tx {
                 continue;
             }
             let batch = transmits.get(..n).unwrap_or_default();
-            let res = match (&*socket, cx.as_deref_mut()) {
-                (Socket::Udp(socket), _) => socket.try_io(Interest::WRITABLE, || {
+            let res = match &self.socket {
+                Socket::Udp(socket) => socket.try_io(Interest::WRITABLE, || {
                     shared.udp.send(socket2::SockRef::from(socket), batch)
                 }),
-                (Socket::FakeTcp(fake), Some(cx)) => match fake.poll_send(cx, &shared.udp, batch) {
+                Socket::FakeTcp(fake) => match fake.poll_send(cx, &shared.udp, batch) {
                     Poll::Pending => return false,
                     Poll::Ready(r) => r,
                 },
-                (Socket::FakeTcp(_), None) => return false,
             };
             match res {
                 Ok(sent) => {
@@ -555,7 +475,6 @@ impl Tx {
                     }
                     self.tx_sent += slots.max(1);
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock && cx.is_none() => return false,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
                 Err(e) => {
                     // About transmits[0] only (unreachable, too large...):

@@ -1,10 +1,8 @@
 //! The one task per UDP socket.
 //!
 //! A [`Driver`] owns a UDP socket and every session on it. It is the only
-//! place that reads the clock, draws random numbers, or makes system calls,
-//! with one exception: a client stream's write sends the datagrams it made
-//! due through the driver's transmit half ([`io::Tx`], see
-//! [`shared::SessionShared::poll_write`]). It is split by concern:
+//! place that reads the clock, draws random numbers, or makes system calls.
+//! It is split by concern:
 //!
 //! - [`table`]: the sans-IO session table (demux by address and conv,
 //!   takeover, tombstones, admission, the deadline heap);
@@ -53,7 +51,7 @@ use tokio::time::{Instant, Sleep};
 
 use self::admission::Limits;
 use self::group::Group;
-use self::io::{Io, Socket, Tx, open_socket, wrap_socket};
+use self::io::{Io, Socket, open_socket, wrap_socket};
 use self::shared::{
     Accept, Adopted, DriverShared, Forwarded, Inbox, SessionShared, SessionState, lock, register,
     wake,
@@ -123,6 +121,9 @@ pub(crate) struct Driver {
     inbox_scratch: Vec<SessionId>,
     /// Packets of the current receive batch, by session (reused).
     routed: Vec<Routed>,
+    /// Free slots a session needs before it may produce a datagram: one
+    /// plus a FEC group's parity, so a completed group goes out together.
+    slots_needed: usize,
     /// Addresses refused admission since the last session was admitted.
     refused_peers: stats::RefusedPeers,
     /// Keys the fingerprints of session-opening datagrams (replay refusal).
@@ -165,6 +166,7 @@ impl Driver {
         let (burst, per_second) = config.sessions_per_source;
         table.set_source_rate(burst, per_second);
         table.set_migration(listener && config.migration);
+        let slots_needed = 1 + config.fec.map_or(0, |(_, p)| p);
         let shared = Arc::new(DriverShared {
             local_addr,
             udp,
@@ -186,6 +188,7 @@ impl Driver {
             deferred: Vec::new(),
             inbox_scratch: Vec::new(),
             routed: Vec::with_capacity(crate::sys::BATCH_SIZE * 4),
+            slots_needed,
             refused_peers: group
                 .as_ref()
                 .map_or_else(stats::RefusedPeers::default, |(g, _)| {
@@ -225,9 +228,6 @@ impl Driver {
             migrate::listener_conn(conv, config, now)?
         };
         let driver = self.shared.clone();
-        // A client's writer sends on the driver's transmit half (one
-        // session, one peer, a connected socket).
-        let tx = proven.then(|| self.io.tx.clone());
         let id = self.table.insert(peer, conv, proven, |id| {
             let mut st = SessionState::new(conn, id, driver.clone());
             st.queued = true;
@@ -236,7 +236,6 @@ impl Driver {
                 conv,
                 state: Mutex::new(st),
                 driver,
-                tx,
             })
         });
         if let Some((g, me)) = &self.group {
@@ -573,17 +572,10 @@ impl Driver {
         again: bool,
         now: Duration,
     ) {
-        // Under the session's lock: never wait for the transmit half (a
-        // client's writer takes it before its session's lock). A probe
-        // skipped is sent again by the migration's own retries.
-        let txm = self.io.tx.clone();
-        let Ok(mut tx) = txm.try_lock() else {
-            return;
-        };
-        if tx.has_room() {
-            let slot = tx.next_slot();
+        if self.io.free_slots() >= self.slots_needed {
+            let slot = self.io.next_slot();
             if let Some(t) = migrate::probe(&mut self.table, id, conn, now, again, slot) {
-                tx.push(to, t.len);
+                self.io.push(to, t.len);
                 bump(&self.shared.counters.path_probes);
             }
         }
@@ -649,7 +641,7 @@ impl Driver {
             } else {
                 None
             };
-            write_waker = if st.writer_has_news() {
+            write_waker = if st.conn.writable() {
                 st.write_waker.take()
             } else {
                 None
@@ -778,27 +770,15 @@ impl Driver {
         }
     }
 
-    /// Lets up to `SESSIONS_PER_ROUND` ready sessions transmit and sends
-    /// what they made, under one lock of the transmit half. Returns false
-    /// when the socket blocked with datagrams still waiting.
-    fn transmit(&mut self, cx: &mut Context<'_>, now: Duration) -> bool {
-        let txm = self.io.tx.clone();
-        let mut tx = lock(&txm);
-        let unblocked =
-            self.service_ready(cx, now, &mut tx) && tx.poll_flush(Some(cx), now, &self.shared);
-        self.io.take_tx_news(&mut tx);
-        unblocked
-    }
-
     /// Lets up to `SESSIONS_PER_ROUND` ready sessions transmit. Returns false
     /// when the socket blocked with datagrams still waiting.
-    fn service_ready(&mut self, cx: &mut Context<'_>, now: Duration, tx: &mut Tx) -> bool {
+    fn service_ready(&mut self, cx: &mut Context<'_>, now: Duration) -> bool {
         for _ in 0..SESSIONS_PER_ROUND {
             let Some(id) = self.ready.pop_front() else {
                 return true;
             };
-            while self.service(id, now, tx) == Serviced::SlotsFull {
-                if !tx.poll_flush(Some(cx), now, &self.shared) {
+            while self.service(id, now) == Serviced::SlotsFull {
+                if !self.io.poll_flush(cx, now, &self.shared) {
                     self.ready.push_front(id);
                     return false;
                 }
@@ -809,7 +789,7 @@ impl Driver {
 
     /// Runs a session's timers, collects its datagrams into the transmit
     /// slots, frees it when finished, else arms its next deadline.
-    fn service(&mut self, id: SessionId, now: Duration, tx: &mut Tx) -> Serviced {
+    fn service(&mut self, id: SessionId, now: Duration) -> Serviced {
         let Some(session) = self.table.get(id).cloned() else {
             return Serviced::Done;
         };
@@ -820,13 +800,13 @@ impl Driver {
             let st = &mut *guard;
             st.conn.handle_timeout(now);
             loop {
-                if !tx.has_room() {
+                if self.io.free_slots() < self.slots_needed {
                     return Serviced::SlotsFull;
                 }
-                let Some(t) = st.conn.poll_transmit(now, tx.next_slot()) else {
+                let Some(t) = st.conn.poll_transmit(now, self.io.next_slot()) else {
                     break;
                 };
-                tx.push(dest, t.len);
+                self.io.push(dest, t.len);
             }
             finished = st.conn.is_finished();
             if let Some(e) = st.conn.error() {
@@ -835,7 +815,7 @@ impl Driver {
                     tracing::info!(peer = %session.peer, conv = session.conv, "kcp session failed: {e}");
                 }
             } else if !finished {
-                if st.writer_has_news() {
+                if st.conn.writable() {
                     wake(&mut st.write_waker);
                 }
                 if st.conn.datagram_writable() {
@@ -912,7 +892,8 @@ impl Future for Driver {
             this.take_refusal(now);
             this.take_path_failure(now);
             this.fire_timers(now);
-            let unblocked = this.transmit(cx, now);
+            let unblocked =
+                this.service_ready(cx, now) && this.io.poll_flush(cx, now, &this.shared);
             if unblocked && !this.ready.is_empty() {
                 more = true;
             }

@@ -12,15 +12,6 @@
 //!   by the number of sessions) and wakes the driver task.
 //! - The accept backlog ([`Accept`]) is the one queue between the drivers of
 //!   a listener and its `accept` calls; only its methods touch it.
-//! - A client stream's writer also sends ([`SessionShared::poll_write`]):
-//!   it takes the driver's transmit half without waiting (else it leaves
-//!   the work to the driver as above), then its session's lock, queues what
-//!   the window admits now, lets the session write the datagrams that made
-//!   due into the slots, and sends them after the session lock is released.
-//!   Timers, retransmissions, ACKs of input and everything else stay with
-//!   the driver. Lock order: transmit half, then session; the driver keeps
-//!   it, and takes the transmit half only with `try_lock` under a session
-//!   lock.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -32,7 +23,6 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use super::io::Tx;
 use super::stats::Counters;
 use super::table::SessionId;
 use crate::config::ConfigInner;
@@ -81,9 +71,6 @@ pub(crate) struct SessionState {
     /// A task waiting in `recv_datagram` / `send_datagram`.
     pub(crate) dgram_read_waker: Option<Waker>,
     pub(crate) dgram_write_waker: Option<Waker>,
-    /// The blocked writer sends its own writes (`poll_write` on a
-    /// client): it waits for room in the window, not in the send buffer.
-    pub(crate) hot_writer: bool,
     /// In the driver's inbox or ready queue.
     pub(crate) queued: bool,
     /// The deadline the driver armed for this session (time since the
@@ -113,7 +100,6 @@ impl SessionState {
             write_waker: None,
             dgram_read_waker: None,
             dgram_write_waker: None,
-            hot_writer: false,
             queued: false,
             armed: None,
             removed: false,
@@ -131,17 +117,6 @@ impl SessionState {
         self.conn
             .poll_timeout()
             .is_some_and(|t| self.armed.is_none_or(|a| t < a))
-    }
-
-    /// A blocked writer has news: for one that sends its own writes, room
-    /// in the window worth a flush ([`Conn::writable_now`]); else
-    /// [`Conn::writable`].
-    pub(crate) fn writer_has_news(&self) -> bool {
-        if self.hot_writer {
-            self.conn.writable_now()
-        } else {
-            self.conn.writable()
-        }
     }
 
     /// Wakes the handles after the session failed or was removed.
@@ -162,9 +137,6 @@ pub(crate) struct SessionShared {
     /// every socket of a listener); the one that runs it is
     /// [`SessionState::driver`].
     pub(crate) driver: Arc<DriverShared>,
-    /// A client session's driver's transmit half, for its writer
-    /// ([`poll_write`](Self::poll_write)); `None` on a listener.
-    pub(crate) tx: Option<Arc<Mutex<Tx>>>,
 }
 
 impl fmt::Debug for SessionShared {
@@ -202,77 +174,6 @@ impl SessionShared {
                 register(slot, cx);
                 Poll::Pending
             }
-            v => Poll::Ready(v.map_err(io::Error::from)),
-        }
-    }
-
-    /// A stream write. On a client, when the driver's transmit half is free
-    /// (`try_lock`: never waits for the driver) and may be used from here
-    /// ([`Tx::writer_may_send`]): queues what the window admits now
-    /// ([`Conn::write_now`]), has the session write the datagrams that are
-    /// due into the slots (behind any the driver left there, so order is
-    /// kept), and sends them once the session's lock is released, while
-    /// the bytes are still in this core's cache. What the socket does not
-    /// take now stays in the slots for the driver, which is woken. Else, as
-    /// any other call ([`poll_call`](Self::poll_call) with
-    /// [`Conn::write`]): the driver sends.
-    pub(crate) fn poll_write(&self, cx: &Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
-        let Some(txm) = self.tx.as_ref() else {
-            return self.poll_call(cx, Side::Write, |c| c.write(data));
-        };
-        let mut tx = lock(txm);
-        if !tx.writer_may_send() {
-            drop(tx);
-            return self.poll_call(cx, Side::Write, |c| c.write(data));
-        }
-        let now = self.driver.now();
-        let driver = &self.driver;
-        let mut st = lock(&self.state);
-        let verdict = st.conn.write_now(data);
-        // Datagrams go out in batches of full slots, or when the window
-        // has just filled (nothing more can be written until ACKs come);
-        // a shorter run waits in the slots for the next write (a writer
-        // that goes on writing calls again at once) or for the driver,
-        // woken below, which runs after this task yields (on this core
-        // when it is the next task here).
-        let mut blocked = false;
-        while !st.removed {
-            while tx.has_room() {
-                let Some(t) = st.conn.poll_transmit(now, tx.next_slot()) else {
-                    break;
-                };
-                tx.push(self.peer, t.len);
-            }
-            if tx.has_room() || blocked {
-                break;
-            }
-            // Full slots: sent without the session's lock.
-            drop(st);
-            blocked = !tx.poll_flush(None, now, driver);
-            st = lock(&self.state);
-        }
-        // Output the slots could not take, a timer earlier than the armed
-        // one, or a failure: the driver's.
-        if st.conn.error().is_some() || st.needs_driver() {
-            self.notify_driver(&mut st);
-        }
-        st.hot_writer = true;
-        let window_full = matches!(verdict, Err(ConnError::WouldBlock));
-        if window_full {
-            register(&mut st.write_waker, cx);
-        }
-        drop(st);
-        if window_full && tx.has_pending() && !blocked {
-            blocked = !tx.poll_flush(None, now, driver);
-        }
-        if tx.has_pending() || blocked || tx.has_news() {
-            // Left for the driver: a short run, a full socket (the driver
-            // waits for it), or a failed send the driver acts on.
-            drop(tx);
-            driver.wake_with(|_| {});
-        }
-        match verdict {
-            Err(ConnError::WouldBlock) => Poll::Pending,
             v => Poll::Ready(v.map_err(io::Error::from)),
         }
     }

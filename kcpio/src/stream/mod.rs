@@ -39,16 +39,9 @@ impl Drop for Handle {
 /// session keeps one read waker and one write waker, so one task reads and
 /// one writes at a time.
 /// Made by [`KcpStream::connect`] (client) or
-/// [`KcpListener::accept`](crate::KcpListener::accept) (server). The I/O
-/// happens on the socket's driver task, with one exception: on a client, a
-/// write also sends the datagrams it made due (a batch of them, sealed, in
-/// one system call, never waiting for the socket), while its bytes are still
-/// in the writing core's cache; timers, retransmissions and ACKs stay with
-/// the driver. So a client's write takes what the window admits now (or, while
-/// the peer's reader holds the window below half, what the send buffer
-/// takes) and waits for ACKs beyond that. Every method is cheap and never
-/// blocks a thread for long (a client's write may wait for the driver to
-/// finish one `sendmmsg`).
+/// [`KcpListener::accept`](crate::KcpListener::accept) (server). All the I/O
+/// happens on the socket's driver task; a stream only moves bytes in and out
+/// of its ARQ, so every method is cheap and never blocks a thread.
 ///
 /// KCP has no handshake and no FIN: `connect` proves the peer is there with
 /// a window probe (see [`connect`](Self::connect)), and the peer never sees
@@ -485,7 +478,7 @@ pub(crate) fn poll_write(
     cx: &mut Context<'_>,
     data: &[u8],
 ) -> Poll<io::Result<usize>> {
-    s.poll_write(cx, data)
+    s.poll_call(cx, Side::Write, |c| c.write(data))
 }
 
 pub(crate) fn poll_flush(s: &SessionShared) -> Poll<io::Result<()>> {

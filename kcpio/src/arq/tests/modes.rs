@@ -1,7 +1,7 @@
 //! Stream and message modes, and the send-side limits.
 
 use super::util::*;
-use crate::arq::{ArqConfig, Kcp, Origin, SendError, Timing};
+use crate::arq::{ArqConfig, Kcp, SendError, Timing};
 
 #[test]
 fn stream_mode_merges_writes_into_the_unsent_tail() {
@@ -112,45 +112,4 @@ fn write_delay_still_flushes_once_the_send_window_is_full() {
     assert!(drain(&mut a, 0).is_empty());
     a.send(b"x");
     assert_eq!(cmd_sn(&drain(&mut a, 0)).len(), 4);
-}
-
-#[test]
-fn send_now_capacity_is_the_window_room_until_the_peer_reader_holds_back() {
-    let cfg = ArqConfig {
-        mtu: 124,
-        snd_wnd: 8,
-        rcv_wnd: 8,
-        no_congestion: true,
-        ..ArqConfig::with_timing(Timing::FAST3)
-    };
-    let mut a = Kcp::new(7, &cfg).unwrap();
-    assert_eq!(a.mss(), 100);
-    // The whole window is free; queued segments take their share.
-    assert_eq!(a.send_now_capacity(), 800);
-    assert!(a.send_now_ready());
-    assert_eq!(a.send(&[0; 300]), 300);
-    assert_eq!(a.send_now_capacity(), 500);
-    assert_eq!(drain(&mut a, 0).len(), 3);
-    assert_eq!(a.send_now_capacity(), 500, "in flight counts as queued did");
-    assert_eq!(a.send(&[0; 500]), 500);
-    drain(&mut a, 0);
-    // The window is full: a writer that flushes waits for ACKs, though the
-    // send buffer (2 x snd_wnd) would take more.
-    assert_eq!(a.send_now_capacity(), 0);
-    assert!(!a.send_now_ready());
-    assert_eq!(a.send_capacity(), 800);
-    // One ACK frees one segment of eight: not worth a writer's flush yet.
-    a.handle_datagram(t(1), &ack(0, 0, 1, 8), Origin::Regular)
-        .unwrap();
-    assert_eq!(a.send_now_capacity(), 100);
-    assert!(
-        a.send_now_ready(),
-        "an eighth of a window of 8 is one segment"
-    );
-    // The peer advertises 2 of our 8: its reader holds back, so a write
-    // may fill the send buffer as `send` does.
-    a.handle_datagram(t(2), &ack(1, 0, 2, 2), Origin::Regular)
-        .unwrap();
-    assert_eq!(a.send_now_capacity(), a.send_capacity());
-    assert!(a.send_now_capacity() > 0 && a.send_now_ready());
 }
