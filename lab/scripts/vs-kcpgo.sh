@@ -31,7 +31,9 @@
 #   limits    lab's udplimit: TCP, plain sendmmsg/recvmmsg and UDP GSO/GRO
 #             moving the sink's bytes one way (1400-byte datagrams): MB/s and
 #             the sender's and receiver's CPU-s per GB; the sink rows are
-#             divided by them (client ~ sender, server ~ receiver)
+#             divided by them (client ~ sender, server ~ receiver); its
+#             senders generate the sink's pattern and its receivers check it,
+#             as the peers do
 #   bulk      lab's bulk: 64 MiB one way with the default Config beside a
 #             TcpStream in one process: MB/s and kcpio/TCP per run
 #   echo-inproc  lab's echo_inproc: 1,000 sessions x 64 x 64 B ping-pong in

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! cargo run --release -p kcpio-lab --bin udplimit -- [--modes tcp,sendmmsg,gso]
-//!     [--reps N] [--mib N] [--size BYTES] [--sockbuf BYTES] [--json]
+//!     [--reps N] [--mib N] [--size BYTES] [--sockbuf BYTES] [--payload pattern|static] [--json]
 //! ```
 //!
 //! One sender thread and one receiver thread on 127.0.0.1 move `--mib`
@@ -23,6 +23,16 @@
 //! anyway are counted and reported; the rate is bytes received over the time
 //! from the first send to the last byte received.
 //!
+//! Payload (`--payload`, default `pattern`): the senders write the test
+//! pattern kcpio's and kcp-go's sink peers write (`kcpio_testkit::pattern`,
+//! the byte at stream offset `i` a function of `i`), generated chunk by
+//! chunk at its stream offset just before each write, and the receivers
+//! check it as the sink server does, so the CPU per GB compares like with
+//! like (the pattern costs ~0.2 CPU-s/GB on each side here); `static` sends
+//! one buffer filled once and checks nothing (the raw floor). With UDP a
+//! lost datagram shifts the offsets after it: the receiver then counts
+//! mismatched messages (`pattern_errors`) rather than failing.
+//!
 //! CPU: each thread's own CPU time (`CLOCK_THREAD_CPUTIME_ID`), per GB (10^9
 //! bytes) received. On loopback the receiver's kernel work (the softirq that
 //! delivers a packet) mostly runs on the sending thread, as it does for
@@ -41,6 +51,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use kcpio_testkit::pattern;
 use nix::sys::socket::{
     ControlMessage, MsgFlags, MultiHeaders, SockaddrIn, recvmmsg, sendmmsg, setsockopt, sockopt,
 };
@@ -52,6 +63,12 @@ const GSO_MAX_PAYLOAD: usize = 65_507;
 const PLAIN_BATCH: usize = 32;
 /// Messages per `sendmmsg`/`recvmmsg` with GSO/GRO.
 const GSO_BATCH: usize = 8;
+/// The larger of the two batch sizes.
+const MAX_BATCH: usize = if GSO_BATCH > PLAIN_BATCH {
+    GSO_BATCH
+} else {
+    PLAIN_BATCH
+};
 /// Bytes the UDP sender may be ahead of the receiver.
 const WINDOW: u64 = 1 << 20;
 /// TCP write/read size.
@@ -79,6 +96,16 @@ impl Mode {
     }
 }
 
+/// What the senders write.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]
+enum Payload {
+    /// The sink peers' test pattern, generated per chunk at its stream
+    /// offset and checked by the receiver (as kcpio's sink does).
+    Pattern,
+    /// One buffer filled once, nothing checked.
+    Static,
+}
+
 /// Loopback limits: TCP, sendmmsg and UDP GSO/GRO, one sender and one receiver thread.
 #[derive(clap::Parser)]
 struct Args {
@@ -102,6 +129,10 @@ struct Args {
     /// Socket buffer size for both UDP sockets (0: the OS default).
     #[arg(long, default_value_t = 4 << 20, value_parser = clap::value_parser!(u64).range(0..=1 << 30))]
     sockbuf: u64,
+    /// What the senders write: the sink peers' pattern (generated and
+    /// checked, like with like) or one static buffer.
+    #[arg(long, value_enum, default_value = "pattern")]
+    payload: Payload,
     /// One JSON object per run.
     #[arg(long)]
     json: bool,
@@ -125,6 +156,8 @@ struct Run {
     lost_datagrams: u64,
     send_calls: u64,
     recv_calls: u64,
+    /// Received messages (TCP: reads) that differed from the pattern.
+    pattern_errors: u64,
 }
 
 /// What the receiver reports.
@@ -133,9 +166,10 @@ struct RecvOutcome {
     cpu: Duration,
     calls: u64,
     end: Instant,
+    pattern_errors: u64,
 }
 
-fn tcp_run(bytes: u64, sockbuf: usize) -> Result<Run, String> {
+fn tcp_run(bytes: u64, sockbuf: usize, payload: Payload) -> Result<Run, String> {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(|e| e.to_string())?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     let receiver = thread::spawn(move || -> Result<RecvOutcome, String> {
@@ -144,12 +178,16 @@ fn tcp_run(bytes: u64, sockbuf: usize) -> Result<Run, String> {
             .map_err(|e| e.to_string())?;
         let cpu0 = thread_cpu();
         let mut buf = vec![0u8; TCP_CHUNK];
-        let (mut got, mut calls) = (0u64, 0u64);
+        let (mut got, mut calls, mut errors) = (0u64, 0u64, 0u64);
         while got < bytes {
             let n = s.read(&mut buf).map_err(|e| format!("tcp read: {e}"))?;
             calls += 1;
             if n == 0 {
                 return Err(format!("tcp: eof after {got} bytes"));
+            }
+            let data = buf.get(..n).unwrap_or_default();
+            if payload == Payload::Pattern && pattern::first_mismatch(data, got).is_some() {
+                errors += 1;
             }
             got += n as u64;
         }
@@ -158,19 +196,23 @@ fn tcp_run(bytes: u64, sockbuf: usize) -> Result<Run, String> {
             cpu: thread_cpu().saturating_sub(cpu0),
             calls,
             end: Instant::now(),
+            pattern_errors: errors,
         })
     });
     let mut s = TcpStream::connect(addr).map_err(|e| e.to_string())?;
     let _ = s.set_nodelay(true);
     let _ = sockbuf; // TCP sizes its own buffers (autotuning), as a tokio user's would be.
-    let chunk = vec![0x5au8; TCP_CHUNK];
+    let mut chunk = vec![0x5au8; TCP_CHUNK];
     let start = Instant::now();
     let cpu0 = thread_cpu();
     let (mut left, mut calls) = (bytes, 0u64);
     while left > 0 {
         let n = (left as usize).min(TCP_CHUNK);
-        s.write_all(chunk.get(..n).unwrap_or_default())
-            .map_err(|e| format!("tcp write: {e}"))?;
+        let data = chunk.get_mut(..n).unwrap_or_default();
+        if payload == Payload::Pattern {
+            pattern::fill(data, bytes - left);
+        }
+        s.write_all(data).map_err(|e| format!("tcp write: {e}"))?;
         calls += 1;
         left -= n as u64;
     }
@@ -191,6 +233,7 @@ fn figures(start: Instant, send_cpu: Duration, send_calls: u64, r: &RecvOutcome,
         lost_datagrams: lost,
         send_calls,
         recv_calls: r.calls,
+        pattern_errors: r.pattern_errors,
     }
 }
 
@@ -226,7 +269,13 @@ fn udp_pair(sockbuf: usize, gro: bool) -> Result<(UdpSocket, UdpSocket), String>
     Ok((tx, rx))
 }
 
-fn udp_run(bytes: u64, size: usize, sockbuf: usize, gso: bool) -> Result<Run, String> {
+fn udp_run(
+    bytes: u64,
+    size: usize,
+    sockbuf: usize,
+    gso: bool,
+    payload: Payload,
+) -> Result<Run, String> {
     let (tx, rx) = udp_pair(sockbuf, gso)?;
     let flow = Arc::new(Flow {
         received: AtomicU64::new(0),
@@ -246,27 +295,49 @@ fn udp_run(bytes: u64, size: usize, sockbuf: usize, gso: bool) -> Result<Run, St
         let mut headers =
             MultiHeaders::<SockaddrIn>::preallocate(batch, gso.then(|| nix::cmsg_space!(i32)));
         let cpu0 = thread_cpu();
-        let (mut got, mut calls) = (0u64, 0u64);
+        let (mut got, mut calls, mut errors) = (0u64, 0u64, 0u64);
         let mut end = Instant::now();
         let deadline = Instant::now() + RUN_LIMIT;
         loop {
             // The vectors are rebuilt per call (nix ties their lifetime to the
             // results'): one small allocation per system call, not per datagram.
-            let mut slices: Vec<[IoSliceMut<'_>; 1]> = store
-                .chunks_mut(per_buf)
-                .map(|c| [IoSliceMut::new(c)])
-                .collect();
+            let mut lens = [0usize; MAX_BATCH];
+            let res = {
+                let mut slices: Vec<[IoSliceMut<'_>; 1]> = store
+                    .chunks_mut(per_buf)
+                    .map(|c| [IoSliceMut::new(c)])
+                    .collect();
+                recvmmsg(
+                    rx.as_raw_fd(),
+                    &mut headers,
+                    slices.iter_mut(),
+                    MsgFlags::MSG_WAITFORONE,
+                    None,
+                )
+                .map(|msgs| {
+                    let mut k = 0;
+                    for (m, len) in msgs.zip(lens.iter_mut()) {
+                        *len = m.bytes;
+                        k += 1;
+                    }
+                    k
+                })
+            };
             calls += 1;
-            let res = recvmmsg(
-                rx.as_raw_fd(),
-                &mut headers,
-                slices.iter_mut(),
-                MsgFlags::MSG_WAITFORONE,
-                None,
-            );
             match res {
-                Ok(msgs) => {
-                    let n: u64 = msgs.map(|m| m.bytes as u64).sum();
+                Ok(k) => {
+                    let mut n = 0u64;
+                    for (i, &len) in lens.iter().take(k).enumerate() {
+                        let data = store
+                            .get(i * per_buf..i * per_buf + len)
+                            .unwrap_or_default();
+                        if payload == Payload::Pattern
+                            && pattern::first_mismatch(data, got + n).is_some()
+                        {
+                            errors += 1;
+                        }
+                        n += len as u64;
+                    }
                     got += n;
                     end = Instant::now();
                     rflow.received.store(got, Ordering::Release);
@@ -290,6 +361,7 @@ fn udp_run(bytes: u64, size: usize, sockbuf: usize, gso: bool) -> Result<Run, St
             cpu: thread_cpu().saturating_sub(cpu0),
             calls,
             end,
+            pattern_errors: errors,
         })
     });
 
@@ -300,7 +372,7 @@ fn udp_run(bytes: u64, size: usize, sockbuf: usize, gso: bool) -> Result<Run, St
         size
     };
     let batch = if gso { GSO_BATCH } else { PLAIN_BATCH };
-    let payload = vec![0x5au8; per_msg];
+    let mut buf = vec![0x5au8; per_msg * batch];
     let mut headers =
         MultiHeaders::<SockaddrIn>::preallocate(batch, gso.then(|| nix::cmsg_space!(u16)));
     let gso_cmsg = [ControlMessage::UdpGsoSegments(&seg)];
@@ -335,14 +407,28 @@ fn udp_run(bytes: u64, size: usize, sockbuf: usize, gso: bool) -> Result<Run, St
         // Messages this call: the rest of the run, at most one batch.
         let left = bytes - sent;
         let msgs = (left.div_ceil(per_msg as u64) as usize).clamp(1, batch);
-        let mut iovs: Vec<[IoSlice<'_>; 1]> = Vec::with_capacity(msgs);
+        let mut lens = [0usize; MAX_BATCH];
         let mut queued = 0u64;
-        for _ in 0..msgs {
-            let n = ((bytes - sent - queued) as usize).min(per_msg);
+        for (i, len) in lens.iter_mut().take(msgs).enumerate() {
             // A GSO message's last datagram may be short; keep whole datagrams.
-            iovs.push([IoSlice::new(payload.get(..n).unwrap_or_default())]);
-            queued += n as u64;
+            *len = ((bytes - sent - queued) as usize).min(per_msg);
+            if payload == Payload::Pattern {
+                let at = i * per_msg;
+                let data = buf.get_mut(at..at + *len).unwrap_or_default();
+                pattern::fill(data, sent + queued);
+            }
+            queued += *len as u64;
         }
+        let iovs: Vec<[IoSlice<'_>; 1]> = lens
+            .iter()
+            .take(msgs)
+            .enumerate()
+            .map(|(i, &n)| {
+                [IoSlice::new(
+                    buf.get(i * per_msg..i * per_msg + n).unwrap_or_default(),
+                )]
+            })
+            .collect();
         calls += 1;
         match sendmmsg(
             tx.as_raw_fd(),
@@ -389,9 +475,9 @@ fn main() {
     for rep in 1..=args.reps {
         for &mode in &args.modes {
             let res = match mode {
-                Mode::Tcp => tcp_run(bytes, sockbuf),
-                Mode::Sendmmsg => udp_run(bytes, size, sockbuf, false),
-                Mode::Gso => udp_run(bytes, size, sockbuf, true),
+                Mode::Tcp => tcp_run(bytes, sockbuf, args.payload),
+                Mode::Sendmmsg => udp_run(bytes, size, sockbuf, false, args.payload),
+                Mode::Gso => udp_run(bytes, size, sockbuf, true, args.payload),
             };
             match res {
                 Ok(r) => {
@@ -403,18 +489,21 @@ fn main() {
                                 "cpu_gb_send": r.cpu_gb_send, "cpu_gb_recv": r.cpu_gb_recv,
                                 "lost_datagrams": r.lost_datagrams,
                                 "send_calls": r.send_calls, "recv_calls": r.recv_calls,
+                                "pattern_errors": r.pattern_errors,
+                                "payload": format!("{:?}", args.payload).to_lowercase(),
                             })
                         );
                     } else {
                         println!(
-                            "{:<9} #{rep}: {:8.1} MB/s  send {:.3} CPU-s/GB  recv {:.3} CPU-s/GB  lost {}  calls {}/{}",
+                            "{:<9} #{rep}: {:8.1} MB/s  send {:.3} CPU-s/GB  recv {:.3} CPU-s/GB  lost {}  calls {}/{}  pattern errors {}",
                             mode.name(),
                             r.mb_per_s,
                             r.cpu_gb_send,
                             r.cpu_gb_recv,
                             r.lost_datagrams,
                             r.send_calls,
-                            r.recv_calls
+                            r.recv_calls,
+                            r.pattern_errors
                         );
                     }
                     runs.push((mode, r));
@@ -427,8 +516,8 @@ fn main() {
         }
     }
     eprintln!(
-        "\nmedians of {} run(s), {} MiB, {}-byte datagrams (min–max):",
-        args.reps, args.mib, args.size
+        "\nmedians of {} run(s), {} MiB, {}-byte datagrams, payload {:?} (min–max):",
+        args.reps, args.mib, args.size, args.payload
     );
     eprintln!("| mode | MB/s | send CPU-s/GB | recv CPU-s/GB |");
     eprintln!("|---|---:|---:|---:|");
@@ -467,12 +556,19 @@ mod tests {
     fn every_mode_moves_all_bytes_on_loopback() {
         // 4 MiB each: the pair delivers everything (or counts what it lost)
         // and reports positive figures.
-        let tcp = tcp_run(4 << 20, 0).expect("tcp");
-        assert!(tcp.mb_per_s > 0.0 && tcp.lost_datagrams == 0);
-        for gso in [false, true] {
-            let r = udp_run(4 << 20, 1400, 4 << 20, gso).expect("udp");
-            assert!(r.mb_per_s > 0.0, "gso={gso}: {r:?}");
-            assert!(r.recv_calls > 0 && r.send_calls > 0, "gso={gso}: {r:?}");
+        for payload in [Payload::Pattern, Payload::Static] {
+            let tcp = tcp_run(4 << 20, 0, payload).expect("tcp");
+            assert!(tcp.mb_per_s > 0.0 && tcp.lost_datagrams == 0);
+            assert_eq!(tcp.pattern_errors, 0, "tcp {payload:?}");
+            for gso in [false, true] {
+                let r = udp_run(4 << 20, 1400, 4 << 20, gso, payload).expect("udp");
+                assert!(r.mb_per_s > 0.0, "gso={gso}: {r:?}");
+                assert!(r.recv_calls > 0 && r.send_calls > 0, "gso={gso}: {r:?}");
+                // The pattern arrives intact unless a datagram was lost.
+                if r.lost_datagrams == 0 {
+                    assert_eq!(r.pattern_errors, 0, "gso={gso} {payload:?}: {r:?}");
+                }
+            }
         }
     }
 
