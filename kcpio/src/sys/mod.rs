@@ -30,6 +30,9 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering}
 
 pub(crate) mod faketcp;
 mod fallback;
+mod udp_sock;
+
+pub(crate) use udp_sock::UdpSock;
 #[cfg(target_os = "linux")]
 mod linux;
 #[cfg(test)]
@@ -240,6 +243,32 @@ impl UdpState {
             Caps::PORTABLE
         };
         Ok(Self::with_caps(ipv6, caps))
+    }
+
+    /// Prepares `sock` (a UDP socket, made non-blocking) for batched calls
+    /// without offloads: `sendmmsg`/`recvmmsg` on Linux, one datagram per
+    /// call elsewhere; no GSO, no GRO, so every received buffer holds one
+    /// datagram and the socket may also be read and written plainly.
+    ///
+    /// # Errors
+    ///
+    /// As [`new`](Self::new).
+    pub(crate) fn without_offloads(sock: socket2::SockRef<'_>) -> io::Result<Self> {
+        if sock.r#type()? != socket2::Type::DGRAM {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "batched datagram I/O needs a UDP socket",
+            ));
+        }
+        sock.set_nonblocking(true)?;
+        let ipv6 = sock.local_addr()?.is_ipv6();
+        Ok(Self::with_caps(
+            ipv6,
+            Caps {
+                mmsg: cfg!(target_os = "linux"),
+                ..Caps::PORTABLE
+            },
+        ))
     }
 
     /// The state of a fake-TCP socket ([`faketcp::FakeTcp`]): no GSO or
