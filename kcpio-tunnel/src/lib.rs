@@ -126,7 +126,7 @@ impl Bound {
                 let udp = UdpSocket::bind(&settings.listen)
                     .await
                     .map_err(|e| flag_error("--localaddr", &settings.listen, e))?;
-                udp::size_buffers(&udp, settings.udp.sockbuf);
+                udp::size_buffers(socket2::SockRef::from(&udp), settings.udp.sockbuf);
                 Ok(Self::UdpClient(udp, settings, Arc::default()))
             }
             Role::Client => {
@@ -137,7 +137,7 @@ impl Bound {
                     let udp = UdpSocket::bind(addr)
                         .await
                         .map_err(|e| flag_error("--udplisten", addr, e))?;
-                    udp::size_buffers(&udp, settings.udp.sockbuf);
+                    udp::size_buffers(socket2::SockRef::from(&udp), settings.udp.sockbuf);
                     return Ok(Self::ClientWithUdp(tcp, udp, settings, Arc::default()));
                 }
                 Ok(Self::Client(tcp, settings))
