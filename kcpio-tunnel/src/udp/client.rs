@@ -251,7 +251,7 @@ pub(crate) async fn run_udp_client(
                             udp.count_drop(DropReason::NoSession);
                             continue;
                         }
-                        lost = send_up(&kcp, buf, n, from, max, &mut flows, &udp, &log).err();
+                        lost = send_up(&kcp, max, (buf, n, from), &mut flows, (&udp, &log)).err();
                     }
                 }
                 r = kcp.recv_datagram(&mut down) => {
@@ -288,17 +288,14 @@ pub(crate) async fn run_udp_client(
 }
 
 /// Hands a local datagram (`buf[HEADER_LEN..][..n]` from `from`) to the
-/// session behind its flow's header; `Err` when the session failed.
-#[allow(clippy::too_many_arguments)]
+/// session (which takes up to `max` bytes) behind its flow's header; `Err`
+/// when the session failed.
 fn send_up(
     kcp: &KcpStream,
-    buf: &mut [u8],
-    n: usize,
-    from: SocketAddr,
     max: usize,
+    (buf, n, from): (&mut [u8], usize, SocketAddr),
     flows: &mut Flows,
-    udp: &UdpStats,
-    log: &Log,
+    (udp, log): (&UdpStats, &Log),
 ) -> io::Result<()> {
     let Some((id, flow)) = flows.flow_of(from, udp, log) else {
         udp.count_drop(DropReason::TableFull);

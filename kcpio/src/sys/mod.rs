@@ -229,14 +229,7 @@ impl UdpState {
     /// `InvalidInput` when `sock` is not a datagram socket; the OS error when
     /// the socket cannot be queried or made non-blocking.
     pub(crate) fn new(sock: socket2::SockRef<'_>, batching: bool) -> io::Result<Self> {
-        if sock.r#type()? != socket2::Type::DGRAM {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "batched datagram I/O needs a UDP socket",
-            ));
-        }
-        sock.set_nonblocking(true)?;
-        let ipv6 = sock.local_addr()?.is_ipv6();
+        let ipv6 = Self::prepare(&sock)?;
         let caps = if batching {
             platform_caps(&sock)
         } else {
@@ -254,14 +247,7 @@ impl UdpState {
     ///
     /// As [`new`](Self::new).
     pub(crate) fn without_offloads(sock: socket2::SockRef<'_>) -> io::Result<Self> {
-        if sock.r#type()? != socket2::Type::DGRAM {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "batched datagram I/O needs a UDP socket",
-            ));
-        }
-        sock.set_nonblocking(true)?;
-        let ipv6 = sock.local_addr()?.is_ipv6();
+        let ipv6 = Self::prepare(&sock)?;
         Ok(Self::with_caps(
             ipv6,
             Caps {
@@ -269,6 +255,19 @@ impl UdpState {
                 ..Caps::PORTABLE
             },
         ))
+    }
+
+    /// Checks that `sock` is a datagram socket and makes it non-blocking;
+    /// returns whether it is IPv6.
+    fn prepare(sock: &socket2::SockRef<'_>) -> io::Result<bool> {
+        if sock.r#type()? != socket2::Type::DGRAM {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "batched datagram I/O needs a UDP socket",
+            ));
+        }
+        sock.set_nonblocking(true)?;
+        Ok(sock.local_addr()?.is_ipv6())
     }
 
     /// The state of a fake-TCP socket ([`faketcp::FakeTcp`]): no GSO or
