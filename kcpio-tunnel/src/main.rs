@@ -2,14 +2,27 @@
 
 use std::process::ExitCode;
 
-#[tokio::main]
-async fn main() -> ExitCode {
-    tokio::select! {
-        code = kcpio_tunnel::run(std::env::args()) => code,
-        // SIGTERM or SIGINT: return, so the runtime drops every task and
-        // socket; a fake-TCP socket removes its firewall rules on drop.
-        () = terminated() => ExitCode::SUCCESS,
-    }
+fn main() -> ExitCode {
+    let prepared = match kcpio_tunnel::prepare(std::env::args()) {
+        Ok(p) => p,
+        Err(code) => return code,
+    };
+    // One thread for the UDP mode, the cores for TCP (see `single_threaded`).
+    let runtime = match prepared.runtime() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("kcpio-tunnel: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async {
+        tokio::select! {
+            code = prepared.run() => code,
+            // SIGTERM or SIGINT: return, so the runtime drops every task and
+            // socket; a fake-TCP socket removes its firewall rules on drop.
+            () = terminated() => ExitCode::SUCCESS,
+        }
+    })
 }
 
 /// Resolves at the first SIGTERM or SIGINT (never if neither can be watched).

@@ -369,6 +369,8 @@ pub mod fuzzing;
 mod listener;
 #[forbid(unsafe_code)]
 pub mod mux;
+#[forbid(unsafe_code)]
+mod relay;
 
 #[allow(unsafe_code)]
 mod simd; // runtime-dispatched SIMD kernels (GF(2^8), Salsa20, GCM): unsafe allowed
@@ -389,6 +391,7 @@ pub use config::{
 pub use conn::{Conn, ConnError, DatagramFecStats, SessionError, SessionStats};
 pub use crypto::Method;
 pub use listener::{KcpListener, ListenerStats};
+pub use relay::RelaySocket;
 pub use socket::KcpSocket;
 pub use stream::split::{OwnedReadHalf, OwnedWriteHalf, ReadHalf, ReuniteError, WriteHalf};
 pub use stream::{KcpStream, StatsHandle};

@@ -10,19 +10,19 @@
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
-use std::io;
+use std::io::{self, IoSliceMut};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use kcpio::KcpStream;
 use kcpio::mux::Mux;
+use kcpio::{KcpStream, RelaySocket};
 use tokio::net::UdpSocket;
 
 use super::{
-    DropReason, FlowCounters, HEADER_LEN, MAX_FLOW_ID, MAX_UDP, Seen, UdpStats, WIREGUARD_OVERHEAD,
-    Window, parse_header, put_header, wireguard_mtu,
+    DropReason, FlowCounters, HEADER_LEN, MAX_FLOW_ID, MAX_UDP, RECV_BATCH, Seen, UdpStats,
+    WIREGUARD_OVERHEAD, Window, parse_header, put_header, wireguard_mtu,
 };
 use crate::client::Pool;
 use crate::config::{HostPorts, Settings};
@@ -159,6 +159,47 @@ impl Flows {
     }
 }
 
+/// The client's local datagrams, read in batches: buffer `i` holds a
+/// flow header's room, then the payload of datagram `i`.
+struct Batch {
+    bufs: Vec<u8>,
+    from: [(usize, SocketAddr); RECV_BATCH],
+}
+
+impl Batch {
+    const STRIDE: usize = HEADER_LEN + MAX_UDP;
+
+    fn new() -> Self {
+        let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
+        Self {
+            bufs: vec![0; RECV_BATCH * Self::STRIDE],
+            from: [(0, unspecified); RECV_BATCH],
+        }
+    }
+
+    /// Waits for the local socket's next datagrams: how many.
+    async fn recv(&mut self, local: &RelaySocket) -> io::Result<usize> {
+        let mut chunks = self.bufs.chunks_mut(Self::STRIDE);
+        let mut slices: [IoSliceMut<'_>; RECV_BATCH] = std::array::from_fn(|_| {
+            IoSliceMut::new(
+                chunks
+                    .next()
+                    .and_then(|c| c.get_mut(HEADER_LEN..))
+                    .unwrap_or_default(),
+            )
+        });
+        local.recv_from_many(&mut slices, &mut self.from).await
+    }
+
+    /// Datagram `i`: its buffer (header room first), payload length and
+    /// source.
+    fn get(&mut self, i: usize) -> Option<(&mut [u8], usize, SocketAddr)> {
+        let (n, from) = *self.from.get(i)?;
+        let buf = self.bufs.chunks_mut(Self::STRIDE).nth(i)?;
+        Some((buf, n, from))
+    }
+}
+
 /// Runs the client: reads the local socket, carries each source's flow to
 /// the server over one session, and writes what comes back to the source.
 pub(crate) async fn run_udp_client(
@@ -170,11 +211,12 @@ pub(crate) async fn run_udp_client(
 ) -> io::Result<()> {
     let remote = HostPorts::parse(&settings.peer)
         .map_err(|e| io::Error::other(format!("--remoteaddr {}: {e}", settings.peer)))?;
+    let local = RelaySocket::from_std(local.into_std()?)?;
     let udp = Arc::clone(stats.udp());
     let mut flows = Flows::new(settings.udp.flows);
     let idle_ticks = settings.udp.idle.as_secs().max(1);
-    // Both buffers live as long as the client: no allocation per datagram.
-    let mut up = vec![0u8; HEADER_LEN + MAX_UDP];
+    // The buffers live as long as the client: no allocation per datagram.
+    let mut up = Batch::new();
     let mut down = vec![0u8; HEADER_LEN + MAX_UDP];
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     let mut ended: Option<Arc<KcpStream>> = None;
@@ -197,47 +239,31 @@ pub(crate) async fn run_udp_client(
             stats.watch_session(&kcp);
         }
         udp.watch_session(&kcp);
-        loop {
+        let mut lost: Option<io::Error> = None;
+        while lost.is_none() {
             tokio::select! {
-                r = local.recv_from(&mut up[HEADER_LEN..]) => {
-                    let Ok((n, from)) = r else { continue };
-                    udp.local_in.fetch_add(1, Ordering::Relaxed);
-                    let Some((id, flow)) = flows.flow_of(from, &udp, &log) else {
-                        udp.count_drop(DropReason::TableFull);
-                        continue;
-                    };
-                    flow.active = true;
-                    if HEADER_LEN + n > max {
-                        flow.counters.drop_one(&udp, DropReason::TooLarge);
-                        continue;
-                    }
-                    put_header(&mut up, id, flow.seq);
-                    flow.seq = flow.seq.wrapping_add(1);
-                    match kcp.try_send_datagram(&up[..HEADER_LEN + n]) {
-                        Ok(()) => {
-                            flow.counters.up.fetch_add(1, Ordering::Relaxed);
-                            udp.tunnel_out.fetch_add(1, Ordering::Relaxed);
+                r = up.recv(&local) => {
+                    let Ok(got) = r else { continue };
+                    udp.local_in.fetch_add(got as u64, Ordering::Relaxed);
+                    for i in 0..got {
+                        let Some((buf, n, from)) = up.get(i) else { break };
+                        if lost.is_some() {
+                            udp.count_drop(DropReason::NoSession);
+                            continue;
                         }
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                            flow.counters.drop_one(&udp, DropReason::QueueFull);
-                        }
-                        Err(e) => {
-                            flow.counters.drop_one(&udp, DropReason::NoSession);
-                            log.line(format!("udp session lost: {e}; reconnecting"));
-                            break;
-                        }
+                        lost = send_up(&kcp, max, (buf, n, from), &mut flows, (&udp, &log)).err();
                     }
                 }
                 r = kcp.recv_datagram(&mut down) => {
                     let n = match r {
                         Ok(n) => n,
                         Err(e) => {
-                            log.line(format!("udp session lost: {e}; reconnecting"));
-                            break;
+                            lost = Some(e);
+                            continue;
                         }
                     };
                     udp.tunnel_in.fetch_add(1, Ordering::Relaxed);
-                    deliver(&local, &down[..n], &mut flows, &udp).await;
+                    deliver(&local, &down[..n], &mut flows, &udp);
                 }
                 _ = tick.tick() => {
                     flows.expire(idle_ticks, &udp, &log);
@@ -250,11 +276,52 @@ pub(crate) async fn run_udp_client(
                 }
             }
         }
+        if let Some(e) = lost {
+            log.line(format!("udp session lost: {e}; reconnecting"));
+        }
         if own {
             stats.unwatch_session(&kcp);
         }
         udp.unwatch_session(&kcp);
         ended = Some(kcp);
+    }
+}
+
+/// Hands a local datagram (`buf[HEADER_LEN..][..n]` from `from`) to the
+/// session (which takes up to `max` bytes) behind its flow's header; `Err`
+/// when the session failed.
+fn send_up(
+    kcp: &KcpStream,
+    max: usize,
+    (buf, n, from): (&mut [u8], usize, SocketAddr),
+    flows: &mut Flows,
+    (udp, log): (&UdpStats, &Log),
+) -> io::Result<()> {
+    let Some((id, flow)) = flows.flow_of(from, udp, log) else {
+        udp.count_drop(DropReason::TableFull);
+        return Ok(());
+    };
+    flow.active = true;
+    if HEADER_LEN + n > max {
+        flow.counters.drop_one(udp, DropReason::TooLarge);
+        return Ok(());
+    }
+    put_header(buf, id, flow.seq);
+    flow.seq = flow.seq.wrapping_add(1);
+    match kcp.try_send_datagram(buf.get(..HEADER_LEN + n).unwrap_or_default()) {
+        Ok(()) => {
+            flow.counters.up.fetch_add(1, Ordering::Relaxed);
+            udp.tunnel_out.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        }
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+            flow.counters.drop_one(udp, DropReason::QueueFull);
+            Ok(())
+        }
+        Err(e) => {
+            flow.counters.drop_one(udp, DropReason::NoSession);
+            Err(e)
+        }
     }
 }
 
@@ -269,7 +336,7 @@ struct Target<'a> {
 }
 
 /// Hands a datagram from the server to its flow's source.
-async fn deliver(local: &UdpSocket, d: &[u8], flows: &mut Flows, udp: &UdpStats) {
+fn deliver(local: &RelaySocket, d: &[u8], flows: &mut Flows, udp: &UdpStats) {
     let Some((id, seq)) = parse_header(d) else {
         udp.count_drop(DropReason::BadHeader);
         return;
@@ -288,9 +355,9 @@ async fn deliver(local: &UdpSocket, d: &[u8], flows: &mut Flows, udp: &UdpStats)
             return flow.counters.drop_one(udp, DropReason::TooOld);
         }
     }
-    // A datagram socket's send does not wait for room: it is sent or
-    // dropped by the kernel.
-    match local.send_to(&d[HEADER_LEN..], flow.addr).await {
+    // A datagram socket's send does not wait for room: it is sent, or
+    // dropped when the send buffer is full.
+    match local.try_send_to(&d[HEADER_LEN..], flow.addr) {
         Ok(_) => {
             flow.counters.down.fetch_add(1, Ordering::Relaxed);
             udp.local_out.fetch_add(1, Ordering::Relaxed);
@@ -304,11 +371,11 @@ async fn deliver(local: &UdpSocket, d: &[u8], flows: &mut Flows, udp: &UdpStats)
 /// A session to the server, retried every second; meanwhile the local
 /// socket is drained and its datagrams counted as dropped (`no session`).
 async fn connect(
-    local: &UdpSocket,
+    local: &RelaySocket,
     target: Target<'_>,
     udp: &UdpStats,
     log: &Log,
-    buf: &mut [u8],
+    batch: &mut Batch,
 ) -> Attached {
     let Target {
         sessions,
@@ -348,12 +415,7 @@ async fn connect(
         let r = loop {
             tokio::select! {
                 r = &mut attempt => break r,
-                r = local.recv_from(buf) => {
-                    if r.is_ok() {
-                        udp.local_in.fetch_add(1, Ordering::Relaxed);
-                        udp.count_drop(DropReason::NoSession);
-                    }
-                }
+                r = batch.recv(local) => drop_all(r, udp),
             }
         };
         match r {
@@ -395,13 +457,19 @@ async fn connect(
         loop {
             tokio::select! {
                 () = &mut pause => break,
-                r = local.recv_from(buf) => {
-                    if r.is_ok() {
-                        udp.local_in.fetch_add(1, Ordering::Relaxed);
-                        udp.count_drop(DropReason::NoSession);
-                    }
-                }
+                r = batch.recv(local) => drop_all(r, udp),
             }
+        }
+    }
+}
+
+/// Counts the local datagrams read while no session carries them: in,
+/// and dropped (`no session`).
+fn drop_all(got: io::Result<usize>, udp: &UdpStats) {
+    if let Ok(n) = got {
+        udp.local_in.fetch_add(n as u64, Ordering::Relaxed);
+        for _ in 0..n {
+            udp.count_drop(DropReason::NoSession);
         }
     }
 }

@@ -40,8 +40,17 @@
 //!   server socket is closed); a later datagram from the same source opens a
 //!   new flow.
 //! - Memory: a flow holds its addresses, counters and a 128-byte window; the
-//!   server adds a socket and a 64 KiB receive buffer per flow. No buffer is
+//!   server adds a socket and a 64 KiB receive buffer per flow; the client
+//!   reads its local socket into 8 buffers of 64 KiB. No buffer is
 //!   allocated per datagram.
+//!
+//! # Cost per datagram
+//!
+//! The mode runs on one thread (see `Prepared::single_threaded`). Its own
+//! sockets are [`kcpio::RelaySocket`]s: the client reads a batch of local
+//! datagrams per system call, and no socket wakes the runtime when a
+//! datagram it sent leaves (a send that finds the buffer full is dropped,
+//! `send failed`).
 
 pub(crate) mod client;
 pub(crate) mod server;
@@ -64,14 +73,16 @@ pub const WINDOW: u32 = 1024;
 pub const WIREGUARD_OVERHEAD: usize = 32;
 /// The largest UDP payload (and receive buffer) a flow handles.
 pub(crate) const MAX_UDP: usize = 65_535;
+/// Datagrams the client takes from its local socket per system call (each
+/// with a buffer of [`HEADER_LEN`] + [`MAX_UDP`] bytes).
+pub(crate) const RECV_BATCH: usize = 8;
 
 /// Writes a version 1 data header for `flow`, `seq` into `buf[..8]`.
 /// Asks for `bytes` of receive and send buffer on one of the UDP mode's
 /// own sockets ([`UdpSettings::sockbuf`](crate::UdpSettings::sockbuf)); the
 /// kernel caps it, and a refusal leaves its default (the socket works
 /// either way).
-pub(crate) fn size_buffers(sock: &tokio::net::UdpSocket, bytes: usize) {
-    let s = socket2::SockRef::from(sock);
+pub(crate) fn size_buffers(s: socket2::SockRef<'_>, bytes: usize) {
     let _ = s.set_recv_buffer_size(bytes);
     let _ = s.set_send_buffer_size(bytes);
 }
@@ -451,7 +462,7 @@ mod tests {
     async fn the_udp_modes_sockets_get_the_asked_buffer() {
         let sock = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
         let asked = 1 << 20;
-        size_buffers(&sock, asked);
+        size_buffers(socket2::SockRef::from(&sock), asked);
         let cap = |name: &str| -> usize {
             std::fs::read_to_string(format!("/proc/sys/net/core/{name}"))
                 .ok()

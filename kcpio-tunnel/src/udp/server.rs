@@ -14,8 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use kcpio::{KcpListener, KcpStream};
-use tokio::net::UdpSocket;
+use kcpio::{KcpListener, KcpStream, RelaySocket};
 use tokio::task::JoinHandle;
 
 use super::client::report_mtu;
@@ -67,7 +66,7 @@ impl Drop for Slot {
 /// One flow of a session: its socket toward the target and the task that
 /// reads it.
 struct Flow {
-    sock: Arc<UdpSocket>,
+    sock: Arc<RelaySocket>,
     reader: JoinHandle<()>,
     /// Sequence numbers received from the client.
     window: Window,
@@ -176,7 +175,7 @@ pub(crate) async fn serve_session(kcp: Arc<KcpStream>, from: SocketAddr, shared:
                     continue;
                 };
                 if !flows.contains_key(&id) {
-                    match open_flow(&kcp, id, target, &shared, flows.len()).await {
+                    match open_flow(&kcp, id, target, &shared, flows.len()) {
                         Some(f) => {
                             log.stream(format!("{from}: udp flow {id} opened"));
                             flows.insert(id, f);
@@ -233,7 +232,7 @@ pub(crate) async fn serve_session(kcp: Arc<KcpStream>, from: SocketAddr, shared:
 /// Opens flow `id`'s socket toward `target` and its reader; `None` when
 /// the session holds `--udpflows` flows, all sessions `--maxstreams`, or
 /// the socket cannot be made.
-async fn open_flow(
+fn open_flow(
     kcp: &Arc<KcpStream>,
     id: u32,
     target: SocketAddr,
@@ -249,26 +248,28 @@ async fn open_flow(
     } else {
         (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
     };
-    let sock = match UdpSocket::bind(any).await {
+    let sock = match std::net::UdpSocket::bind(any) {
         Ok(s) => s,
         Err(e) => {
             shared.log.line(format!("udp flow {id}: bind: {e}"));
             return None;
         }
     };
-    super::size_buffers(&sock, shared.settings.udp.sockbuf);
-    if let Err(e) = sock.connect(target).await {
+    super::size_buffers(socket2::SockRef::from(&sock), shared.settings.udp.sockbuf);
+    // Connecting a UDP socket only records the address: it does not wait.
+    if let Err(e) = sock.connect(target) {
         shared
             .log
             .line(format!("udp flow {id}: connect {target}: {e}"));
         return None;
     }
-    // A new socket's readiness is unknown to tokio until the reactor has
-    // seen it: without this, `try_send` says `WouldBlock` at first.
-    if let Err(e) = sock.writable().await {
-        shared.log.line(format!("udp flow {id}: {e}"));
-        return None;
-    }
+    let sock = match RelaySocket::from_std(sock) {
+        Ok(s) => s,
+        Err(e) => {
+            shared.log.line(format!("udp flow {id}: {e}"));
+            return None;
+        }
+    };
     let sock = Arc::new(sock);
     let active = Arc::new(AtomicBool::new(true));
     let counters = Arc::new(FlowCounters::default());
@@ -308,7 +309,7 @@ fn close_flow(id: u32, f: &Flow, from: &SocketAddr, how: &str, shared: &Shared) 
 /// Reads the target's datagrams for flow `id` and sends them into the
 /// session, until the flow is closed or the session fails.
 async fn read_target(
-    sock: Arc<UdpSocket>,
+    sock: Arc<RelaySocket>,
     kcp: Arc<KcpStream>,
     id: u32,
     active: Arc<AtomicBool>,
@@ -318,12 +319,15 @@ async fn read_target(
     // One buffer per flow, for its life.
     let mut buf = vec![0u8; HEADER_LEN + MAX_UDP];
     let mut seq = 0u32;
+    let mut from = [(0, SocketAddr::from(([0, 0, 0, 0], 0)))];
     loop {
         // An ICMP error from the target (nothing listening yet) is not the
         // end of the flow.
-        let Ok(n) = sock.recv(&mut buf[HEADER_LEN..]).await else {
+        let mut slice = [io::IoSliceMut::new(&mut buf[HEADER_LEN..])];
+        if !matches!(sock.recv_from_many(&mut slice, &mut from).await, Ok(1)) {
             continue;
-        };
+        }
+        let n = from[0].0;
         udp.local_in.fetch_add(1, Ordering::Relaxed);
         active.store(true, Ordering::Relaxed);
         if HEADER_LEN + n > kcp.max_datagram_payload() {

@@ -11,15 +11,13 @@ use std::time::Duration;
 
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha20Rng;
-use tokio::io::Interest;
-use tokio::net::UdpSocket;
 
 use super::shared::DriverShared;
 use super::stats::{add, bump};
 use crate::config::{ConfigInner, DEFAULT_RECV_BUFFER, LISTENER_RECV_BUFFER};
 use crate::crypto::{MAX_DATAGRAM, PacketCrypto};
 use crate::sys::faketcp::FakeTcpSocket;
-use crate::sys::{BATCH_SIZE, RecvMeta, Transmit, UdpState};
+use crate::sys::{BATCH_SIZE, RecvMeta, Transmit, UdpSock, UdpState};
 
 /// Receive buffers of a client socket (a listener uses `BATCH_SIZE`).
 const CLIENT_RECV_BUFFERS: usize = 8;
@@ -76,7 +74,7 @@ impl Iterator for Datagrams {
 
 /// What carries a driver's datagrams ([`crate::Carrier`]).
 pub(crate) enum Socket {
-    Udp(UdpSocket),
+    Udp(UdpSock),
     FakeTcp(Box<FakeTcpSocket>),
 }
 
@@ -192,7 +190,7 @@ impl Io {
 
     /// Sends and receives on `socket` from now on (a client rebound to a
     /// new local address); datagrams waiting in the slots go out on it.
-    pub(crate) fn replace_socket(&mut self, socket: UdpSocket) {
+    pub(crate) fn replace_socket(&mut self, socket: UdpSock) {
         self.socket = Socket::Udp(socket);
     }
 
@@ -250,57 +248,41 @@ impl Io {
                 return Poll::Ready(got);
             }
         };
-        let got = loop {
-            match socket.poll_recv_ready(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(Err(_)) => {
-                    bump(&shared.counters.recv_errors);
-                    return Poll::Ready(0);
-                }
-                Poll::Ready(Ok(())) => {}
-            }
-            let (udp, rx, meta) = (&shared.udp, &mut self.rx, &mut self.rx_meta);
-            let size = self.rx_size;
-            let count = self.rx_count;
-            // A short batch (fewer messages than asked for) means the kernel
-            // found the queue empty: `recvmmsg` and the portable loop stop
-            // early only at EAGAIN or at an error, and errors cannot arise
-            // mid-queue here (driver sockets are never connected and do not
-            // set IP_RECVERR, so no ICMP error is queued but a connected
-            // client's one refusal, met first; the portable path
-            // says when it holds one back). Reporting it to tokio as
-            // `WouldBlock` clears the readiness now instead of with one more
-            // `recvmmsg` that would return EAGAIN. A datagram that arrives
-            // meanwhile is not missed: tokio clears only the readiness it
-            // handed out, not an event delivered after it.
-            let mut drained = 0;
-            let res = socket.try_io(Interest::READABLE, || {
-                let mut chunks = rx.chunks_mut(size);
-                let mut bufs: [IoSliceMut<'_>; BATCH_SIZE] =
-                    std::array::from_fn(|_| IoSliceMut::new(chunks.next().unwrap_or_default()));
-                let n = count.min(udp.batch_size());
-                let got = udp.recv(
-                    socket2::SockRef::from(socket),
-                    bufs.get_mut(..n).unwrap_or_default(),
-                    meta,
-                )?;
-                if got > 0 && got < n && !udp.recv_error_pending() {
-                    drained = got;
-                    return Err(io::ErrorKind::WouldBlock.into());
-                }
-                Ok(got)
-            });
-            match res {
-                Ok(n) => break n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock && drained > 0 => break drained,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                Err(e) => {
-                    // ICMP errors, truncation reports...: counted, never fatal
-                    // here (the driver decides what a refusal means).
-                    self.refused |= e.kind() == io::ErrorKind::ConnectionRefused;
-                    bump(&shared.counters.recv_errors);
-                    return Poll::Ready(0);
-                }
+        let (udp, rx, meta) = (&shared.udp, &mut self.rx, &mut self.rx_meta);
+        let size = self.rx_size;
+        let count = self.rx_count;
+        // A short batch (fewer messages than asked for) means the kernel
+        // found the queue empty: `recvmmsg` and the portable loop stop
+        // early only at EAGAIN or at an error, and errors cannot arise
+        // mid-queue here (driver sockets are never connected and do not
+        // set IP_RECVERR, so no ICMP error is queued but a connected
+        // client's one refusal, met first; the portable path
+        // says when it holds one back). The socket then clears its
+        // readiness now instead of with one more `recvmmsg` that would
+        // return EAGAIN. A datagram that arrives meanwhile is not missed:
+        // only the readiness handed out is cleared, not an event delivered
+        // after it.
+        let res = socket.poll_recv(cx, |s| {
+            let mut chunks = rx.chunks_mut(size);
+            let mut bufs: [IoSliceMut<'_>; BATCH_SIZE] =
+                std::array::from_fn(|_| IoSliceMut::new(chunks.next().unwrap_or_default()));
+            let n = count.min(udp.batch_size());
+            let got = udp.recv(
+                socket2::SockRef::from(s),
+                bufs.get_mut(..n).unwrap_or_default(),
+                meta,
+            )?;
+            Ok((got, got > 0 && got < n && !udp.recv_error_pending()))
+        });
+        let got = match res {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(Ok(n)) => n,
+            Poll::Ready(Err(e)) => {
+                // ICMP errors, truncation reports...: counted, never fatal
+                // here (the driver decides what a refusal means).
+                self.refused |= e.kind() == io::ErrorKind::ConnectionRefused;
+                bump(&shared.counters.recv_errors);
+                return Poll::Ready(0);
             }
         };
         self.rx_got = got;
@@ -427,7 +409,7 @@ impl Io {
             if !self.rate_allows(now) {
                 return false;
             }
-            if let Socket::Udp(socket) = &self.socket {
+            if let Socket::Udp(socket) = &mut self.socket {
                 match socket.poll_send_ready(cx) {
                     Poll::Pending => return false,
                     Poll::Ready(Err(_)) => bump(&shared.counters.send_errors),
@@ -466,10 +448,10 @@ impl Io {
                 continue;
             }
             let batch = transmits.get(..n).unwrap_or_default();
-            let res = match &self.socket {
-                Socket::Udp(socket) => socket.try_io(Interest::WRITABLE, || {
-                    shared.udp.send(socket2::SockRef::from(socket), batch)
-                }),
+            let res = match &mut self.socket {
+                Socket::Udp(socket) => {
+                    socket.try_send(|s| shared.udp.send(socket2::SockRef::from(s), batch))
+                }
                 Socket::FakeTcp(fake) => match fake.poll_send(cx, &shared.udp, batch) {
                     Poll::Pending => return false,
                     Poll::Ready(r) => r,
@@ -652,10 +634,10 @@ pub(crate) fn bind_socket(
 pub(crate) fn wrap_socket(
     sock: socket2::Socket,
     config: &ConfigInner,
-) -> io::Result<(UdpSocket, UdpState)> {
+) -> io::Result<(UdpSock, UdpState)> {
     let udp = UdpState::new(socket2::SockRef::from(&sock), config.batching)?;
     let std_sock: std::net::UdpSocket = sock.into();
-    let socket = UdpSocket::from_std(std_sock)?;
+    let socket = UdpSock::new(std_sock)?;
     Ok((socket, udp))
 }
 

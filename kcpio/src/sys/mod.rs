@@ -30,6 +30,9 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering}
 
 pub(crate) mod faketcp;
 mod fallback;
+mod udp_sock;
+
+pub(crate) use udp_sock::UdpSock;
 #[cfg(target_os = "linux")]
 mod linux;
 #[cfg(test)]
@@ -226,6 +229,37 @@ impl UdpState {
     /// `InvalidInput` when `sock` is not a datagram socket; the OS error when
     /// the socket cannot be queried or made non-blocking.
     pub(crate) fn new(sock: socket2::SockRef<'_>, batching: bool) -> io::Result<Self> {
+        let ipv6 = Self::prepare(&sock)?;
+        let caps = if batching {
+            platform_caps(&sock)
+        } else {
+            Caps::PORTABLE
+        };
+        Ok(Self::with_caps(ipv6, caps))
+    }
+
+    /// Prepares `sock` (a UDP socket, made non-blocking) for batched calls
+    /// without offloads: `sendmmsg`/`recvmmsg` on Linux, one datagram per
+    /// call elsewhere; no GSO, no GRO, so every received buffer holds one
+    /// datagram and the socket may also be read and written plainly.
+    ///
+    /// # Errors
+    ///
+    /// As [`new`](Self::new).
+    pub(crate) fn without_offloads(sock: socket2::SockRef<'_>) -> io::Result<Self> {
+        let ipv6 = Self::prepare(&sock)?;
+        Ok(Self::with_caps(
+            ipv6,
+            Caps {
+                mmsg: cfg!(target_os = "linux"),
+                ..Caps::PORTABLE
+            },
+        ))
+    }
+
+    /// Checks that `sock` is a datagram socket and makes it non-blocking;
+    /// returns whether it is IPv6.
+    fn prepare(sock: &socket2::SockRef<'_>) -> io::Result<bool> {
         if sock.r#type()? != socket2::Type::DGRAM {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -233,13 +267,7 @@ impl UdpState {
             ));
         }
         sock.set_nonblocking(true)?;
-        let ipv6 = sock.local_addr()?.is_ipv6();
-        let caps = if batching {
-            platform_caps(&sock)
-        } else {
-            Caps::PORTABLE
-        };
-        Ok(Self::with_caps(ipv6, caps))
+        Ok(sock.local_addr()?.is_ipv6())
     }
 
     /// The state of a fake-TCP socket ([`faketcp::FakeTcp`]): no GSO or
