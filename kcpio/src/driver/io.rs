@@ -198,7 +198,7 @@ impl Io {
     /// double, with its bookkeeping); `None` for fake TCP.
     pub(crate) fn recv_buffer(&self) -> Option<usize> {
         match &self.socket {
-            Socket::Udp(socket) => socket2::SockRef::from(socket)
+            Socket::Udp(socket) => socket2::SockRef::from(socket.get())
                 .recv_buffer_size()
                 .ok()
                 .map(|n| n / 2),
@@ -723,7 +723,7 @@ mod tests {
             let Socket::Udp(socket) = &socket else {
                 panic!("udp")
             };
-            socket2::SockRef::from(socket).recv_buffer_size().unwrap() / 2
+            socket2::SockRef::from(socket.get()).recv_buffer_size().unwrap() / 2
         };
         let config = crate::Config::default();
         let cap = rmem_max();
