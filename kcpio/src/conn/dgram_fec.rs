@@ -680,8 +680,32 @@ impl DgramFec {
             // A debt from overdue sends is forgiven beyond one bucket: it
             // would only hold the next datagrams to the overdue wait.
             self.tokens = (self.tokens + dt * b).clamp(-cap, cap);
+            if self.tokens >= cap && self.queued_reports == 0 && self.congested(now) {
+                self.end_hold(now);
+            }
         }
         self.refilled = self.refilled.max(now);
+    }
+
+    /// Ends the hold after a standing queue once this side left its budget
+    /// unused for a whole bucket (10 ms) with the queue gone: what comes
+    /// next is a new burst (a TCP inside resuming after a pause, its
+    /// window opened by an ACK), not a sender held at the path's rate,
+    /// which never leaves the bucket full. Held to the path's rate with a
+    /// 10 ms bucket, such a burst overflowed the send queue into the
+    /// bottleneck's empty buffer (the field's WireGuard download: 700 to
+    /// 1,300 datagrams per run dropped so).
+    fn end_hold(&mut self, now: Duration) {
+        self.congested_until = now;
+        self.pace_gain = PACE_GAIN;
+        self.budget = Some(self.open_budget().max(MIN_BUDGET));
+    }
+
+    /// The budget while the path shows no standing queue: over the most
+    /// the last reports delivered.
+    fn open_budget(&self) -> f64 {
+        let max = self.delivered_rates.iter().copied().fold(0.0, f64::max);
+        max / (1.0 - self.model.p).max(0.5) * BUDGET_GAIN
     }
 
     /// Closes the open group when its deadline passed.
@@ -1080,7 +1104,7 @@ impl DgramFec {
                 0.97 * self.path_rate
             } else {
                 self.pace_gain = PACE_GAIN;
-                max / (1.0 - self.model.p).max(0.5) * BUDGET_GAIN
+                self.open_budget()
             };
             self.budget = Some(budget.max(MIN_BUDGET));
         }
