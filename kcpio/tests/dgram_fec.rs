@@ -40,6 +40,12 @@ struct Probe {
     shards_out: u64,
     lost_after_fec: u64,
     parity_cut: u64,
+    /// Datagrams the sender dropped as overload, and datagrams lost, from
+    /// the schedule's mark on.
+    dropped_from_mark: u64,
+    lost_from_mark: u64,
+    /// The sender's loss estimate at the end.
+    loss_estimate: f64,
 }
 
 /// Sends `count` datagrams of `size` bytes every `gap_us` from node 0 to
@@ -60,10 +66,45 @@ fn probe_bursts(
     size: usize,
     burst: u64,
 ) -> Probe {
+    let path = Path {
+        link,
+        rate,
+        queue: 600_000,
+    };
+    probe_schedule(
+        seed,
+        &path,
+        count,
+        size,
+        |i| i / burst * burst * gap_us,
+        count,
+    )
+}
+
+/// A path: `link` each way behind a bottleneck of `rate` bytes/s (0:
+/// none) with a drop-tail queue of `queue` bytes.
+struct Path {
+    link: Link,
+    rate: u64,
+    queue: u64,
+}
+
+/// As [`probe`], datagram `i` handed over `due(i)` µs after the start;
+/// [`Probe::dropped_from_mark`] and [`Probe::lost_from_mark`] count from
+/// datagram `mark` on.
+fn probe_schedule(
+    seed: u64,
+    path: &Path,
+    count: u64,
+    size: usize,
+    due: impl Fn(u64) -> u64,
+    mark: u64,
+) -> Probe {
+    let (link, rate) = (&path.link, path.rate);
     let mut sim = Sim::new(seed, 0);
     let (down, up) = if rate > 0 {
-        let a = sim.add_bottleneck(rate, 600_000);
-        let b = sim.add_bottleneck(rate, 600_000);
+        let a = sim.add_bottleneck(rate, path.queue);
+        let b = sim.add_bottleneck(rate, path.queue);
         (link.clone().through(a), link.clone().through(b))
     } else {
         (link.clone(), link.clone())
@@ -74,10 +115,19 @@ fn probe_bursts(
     let now = sim.now();
     sim.conn(s).answer_datagram_fec_only();
     sim.conn(c).connect(now);
-    // Negotiation rides on the connect probe.
+    // Negotiation rides on the connect probe (and its resends: a lossy
+    // path may drop the first).
+    let negotiated = |sim: &Sim| {
+        sim.nodes[c].conn.datagram_fec_negotiated() && sim.nodes[s].conn.datagram_fec_negotiated()
+    };
     sim.run_until(2 * link.delay + 50, 100_000);
-    assert!(sim.nodes[c].conn.datagram_fec_negotiated());
-    assert!(sim.nodes[s].conn.datagram_fec_negotiated());
+    for _ in 0..20 {
+        if negotiated(&sim) {
+            break;
+        }
+        sim.run_until(sim.elapsed_ms() + 100, 100_000);
+    }
+    assert!(negotiated(&sim), "{seed}: not negotiated");
     let max = sim.nodes[c].conn.max_datagram_payload();
     assert!(max >= size, "{max}");
     let start_ms = sim.elapsed_ms();
@@ -91,11 +141,16 @@ fn probe_bursts(
     let mut next = 0u64;
     let mut buf = vec![0u8; 65536];
     let mut msg = vec![0u8; size];
-    let end_us = (start_ms * 1000) + count * gap_us + 1_000_000;
-    let due_us = |i: u64| start_ms * 1000 + i / burst * burst * gap_us;
+    let due_us = |i: u64| start_ms * 1000 + due(i);
+    let end_us = due_us(count.saturating_sub(1)) + 1_000_000;
+    let mut dropped_at_mark = None;
     sim.drive(50_000_000, |sim| {
         let now_us = sim.elapsed_ms() * 1000 + (sim.now().as_micros() as u64 % 1000);
         while next < count && due_us(next) <= now_us {
+            if next == mark {
+                let st = sim.nodes[c].conn.stats().datagram_fec;
+                dropped_at_mark = Some(st.dropped_overload);
+            }
             msg[..8].copy_from_slice(&next.to_le_bytes());
             msg[8..16].copy_from_slice(&now_us.to_le_bytes());
             sim.conn(c).send_datagram(&msg).expect("queued");
@@ -117,7 +172,7 @@ fn probe_bursts(
         Flow::WakeAt(if next < count {
             due.div_ceil(1000)
         } else {
-            end_us / 1000
+            end_us.div_ceil(1000)
         })
     });
     delays.sort_unstable();
@@ -136,6 +191,9 @@ fn probe_bursts(
     Probe {
         sent: count,
         lost: got.iter().filter(|g| !**g).count() as u64,
+        dropped_from_mark: ct.dropped_overload - dropped_at_mark.unwrap_or(ct.dropped_overload),
+        lost_from_mark: lost.iter().filter(|&&i| i as u64 >= mark).count() as u64,
+        loss_estimate: ct.loss_estimate,
         p50: pct(50),
         p99: pct(99),
         max: delays.last().copied().unwrap_or(0),
@@ -278,6 +336,68 @@ fn bursts_within_the_path_rate_are_absorbed_not_dropped() {
         assert!(p.lost * 500 <= p.sent, "{p:?}");
         assert!(p.bytes_x <= 1.65, "{p:?}");
     }
+}
+
+/// The field test's lossy path: 100 Mbit/s, 100 ms each way, 9% loss,
+/// behind a drop-tail queue of one BDP (2.5 MB).
+fn lossy9() -> Path {
+    Path {
+        link: field_link(0.09),
+        rate: 12_500_000,
+        queue: 2_500_000,
+    }
+}
+
+#[test]
+fn a_burst_after_the_queue_drained_is_sent_not_dropped() {
+    // A TCP inside the tunnel overshoots (its start-up: more data than
+    // the path carries for a second, a standing queue), pauses (its
+    // drain, or a wait for a retransmission), then sends a burst (an ACK
+    // covering a window): 1,000 datagrams in 50 ms, twice the path's
+    // rate for that moment, into a bottleneck whose queue has drained.
+    // The burst fits the path's buffer; dropping it at the sender is a
+    // loss the path never caused. (Field, before: 700-1,300 of a
+    // WireGuard download's datagrams per run dropped as queue-full so.)
+    const OVER: u64 = 11_000;
+    const BURST: u64 = 1_000;
+    let due = |i: u64| {
+        if i < OVER {
+            i * 1_000_000 / OVER
+        } else {
+            1_400_000 + (i - OVER) / 20 * 1000
+        }
+    };
+    for seed in 22..=23 {
+        let p = probe_schedule(seed, &lossy9(), OVER + BURST, 1200, due, OVER);
+        eprintln!("burst after drain {seed} {p:?}");
+        assert!(p.dropped > 0, "the overshoot itself is shed: {p:?}");
+        // (Before: 286 of the burst dropped and 307 lost, seed 22.) What
+        // is lost is FEC's residual: a failed group of the burst's ~30.
+        assert_eq!(p.dropped_from_mark, 0, "{p:?}");
+        assert!(p.lost_from_mark * 50 <= BURST, "{p:?}");
+    }
+}
+
+#[test]
+fn overflowing_a_short_queue_is_not_read_as_channel_loss() {
+    // The field test's clean path (50 Mbit/s, 1 ms, a 48 kB queue, no
+    // loss) and a sender whose bursts (40 datagrams at once, 0.9x the
+    // path's rate on average) overflow that queue: every loss is the
+    // bottleneck's, at a full queue, which never stands the 10 ms that
+    // would mark it. Read as channel loss, it raised parity, whose bytes
+    // overflowed the queue further. (Before: a loss estimate of 0.43,
+    // 1.60x the wire bytes, and 6,549 of the 20,000 datagrams lost.)
+    let clean = Path {
+        link: Link::clean(1),
+        rate: 6_250_000,
+        queue: 48_448,
+    };
+    let p = probe_schedule(31, &clean, 20_000, 1200, |i| i / 40 * 40 * 216, 20_000);
+    eprintln!("short queue {p:?}");
+    assert!(p.loss_estimate <= 0.02, "{p:?}");
+    assert!(p.bytes_x <= 1.15, "{p:?}");
+    // What is lost is the bursts' own overflow (measured: 868).
+    assert!(p.lost * 10 <= p.sent, "{p:?}");
 }
 
 #[test]

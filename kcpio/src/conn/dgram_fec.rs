@@ -12,7 +12,7 @@
 //! ```text
 //! data:   | seq u32 | F3 00 | frag u8 | 0x85 | conv u32 | body                     |
 //! parity: | first u32 | F3 00 | idx u8 | 0x86 | conv u32 | k u8 | m u8 | parity (L) |
-//! report: | 0 u32   | F3 00 | 0 u8   | 0x87 | conv u32 | counters (26 bytes)       |
+//! report: | 0 u32   | F3 00 | 0 u8   | 0x87 | conv u32 | counters (26 or 34 bytes) |
 //! body:   | stamp u16 | frag u8 | dlen u16 | payload (dlen) |   (Reed-Solomon input)
 //! ```
 //!
@@ -24,7 +24,11 @@
 //! (mod 2^16), for the receiver's queueing-delay and added-delay figures.
 //! The report carries the receiver's cumulative counters: shards received,
 //! lost on the wire, loss runs, lost after FEC, bytes received, its clock
-//! (ms) and the queueing delay it sees (ms).
+//! (ms) and the queueing delay it sees (ms); then, optionally (a sender
+//! reads a report without them as none), the shards received or lost
+//! with the path's queue full and the part of them lost: there the
+//! bottleneck drops this side's overflow, so they tell nothing of the
+//! channel's loss.
 //!
 //! # Negotiation
 //!
@@ -60,7 +64,21 @@ const HDR: usize = 12;
 const PARITY_HDR: usize = HDR + 2;
 /// The body's own header: stamp, frag, dlen.
 const BODY_HDR: usize = 5;
-const REPORT_LEN: usize = HDR + 26;
+/// A report without the optional count of losses at a full queue.
+const REPORT_BASE: usize = HDR + 26;
+const REPORT_LEN: usize = REPORT_BASE + 8;
+/// A shard waited at a full queue when it waited in the path's queue at
+/// least this long (ms) and at least 3/4 of the most any shard waited over
+/// the last second or two, that most being no more than
+/// [`SHORT_QUEUE_MS`]: a short drop-tail queue drops only when full, the
+/// channel whatever the queue. (A deeper queue stands 10 ms before it
+/// drops: [`QUEUE_HIGH_MS`] marks it; and there the delay's spread is
+/// jitter or a busy receiver's as much as the queue's.)
+const FULL_QUEUE_MIN_MS: u16 = 5;
+const SHORT_QUEUE_MS: u16 = 15;
+/// How long a window of the largest queueing delay lasts (the figure is
+/// the most over this window and the last).
+const QUEUE_MAX_WINDOW: Duration = Duration::from_secs(1);
 /// Data shards per group at most.
 pub(crate) const MAX_K: usize = 32;
 /// Parity shards per group at most.
@@ -450,7 +468,7 @@ pub(crate) struct DgramFec {
     /// The queueing delay (ms) of the last report.
     last_queue: u16,
     /// Reported counters last seen: received, lost, runs, bytes, clock.
-    last_report: Option<[u32; 5]>,
+    last_report: Option<[u32; 7]>,
     /// When (this side's clock) the last report was taken.
     last_report_at: Duration,
     /// Wire bytes of data and parity sent, and the part of them reports
@@ -469,6 +487,18 @@ pub(crate) struct DgramFec {
     /// Delivered (or recovered) bits and wire-arrival bits of the window.
     delivered: Vec<u64>,
     on_wire: Vec<u64>,
+    /// Shards found missing by a shard that waited at a full queue.
+    full_queue: Vec<u64>,
+    /// Shards received or lost on the wire at a full queue, and the part
+    /// of them lost (cumulative, reported).
+    seen_full: u32,
+    lost_full: u32,
+    /// The most a shard waited in the path's queue (ms) over the current
+    /// window and the last, and when the current one began.
+    queue_max: (u16, u16),
+    queue_max_at: Duration,
+    /// How long the newest shard waited in the path's queue (ms).
+    newest_queue: Option<u16>,
     accounted: u32,
     last_lost: bool,
     loss_runs: u32,
@@ -566,6 +596,12 @@ impl DgramFec {
             highest: None,
             delivered: vec![0; WINDOW as usize / 64],
             on_wire: vec![0; WINDOW as usize / 64],
+            full_queue: vec![0; WINDOW as usize / 64],
+            seen_full: 0,
+            lost_full: 0,
+            queue_max: (0, 0),
+            queue_max_at: Duration::ZERO,
+            newest_queue: None,
             accounted: 0,
             last_lost: false,
             loss_runs: 0,
@@ -680,8 +716,32 @@ impl DgramFec {
             // A debt from overdue sends is forgiven beyond one bucket: it
             // would only hold the next datagrams to the overdue wait.
             self.tokens = (self.tokens + dt * b).clamp(-cap, cap);
+            if self.tokens >= cap && self.queued_reports == 0 && self.congested(now) {
+                self.end_hold(now);
+            }
         }
         self.refilled = self.refilled.max(now);
+    }
+
+    /// Ends the hold after a standing queue once this side left its budget
+    /// unused for a whole bucket (10 ms) with the queue gone: what comes
+    /// next is a new burst (a TCP inside resuming after a pause, its
+    /// window opened by an ACK), not a sender held at the path's rate,
+    /// which never leaves the bucket full. Held to the path's rate with a
+    /// 10 ms bucket, such a burst overflowed the send queue into the
+    /// bottleneck's empty buffer (the field's WireGuard download: 700 to
+    /// 1,300 datagrams per run dropped so).
+    fn end_hold(&mut self, now: Duration) {
+        self.congested_until = now;
+        self.pace_gain = PACE_GAIN;
+        self.budget = Some(self.open_budget().max(MIN_BUDGET));
+    }
+
+    /// The budget while the path shows no standing queue: over the most
+    /// the last reports delivered.
+    fn open_budget(&self) -> f64 {
+        let max = self.delivered_rates.iter().copied().fold(0.0, f64::max);
+        max / (1.0 - self.model.p).max(0.5) * BUDGET_GAIN
     }
 
     /// Closes the open group when its deadline passed.
@@ -967,17 +1027,21 @@ impl DgramFec {
             out[HDR + 4 * i..HDR + 4 * i + 4].copy_from_slice(&f.to_le_bytes());
         }
         out[HDR + 24..HDR + 26].copy_from_slice(&queue.to_le_bytes());
+        out[REPORT_BASE..REPORT_BASE + 4].copy_from_slice(&self.seen_full.to_le_bytes());
+        out[REPORT_BASE + 4..REPORT_LEN].copy_from_slice(&self.lost_full.to_le_bytes());
         self.report_due = None;
         self.stats.reports_out += 1;
         Some(REPORT_LEN)
     }
 
     fn handle_report(&mut self, now: Duration, p: &[u8]) -> bool {
-        let Some(body) = p.get(HDR..REPORT_LEN) else {
+        let Some(body) = p.get(HDR..REPORT_BASE) else {
             return false;
         };
         let f = |i: usize| read_u32(body, 4 * i).unwrap_or(0);
-        let cur = [f(0), f(1), f(2), f(4), f(5)];
+        // (A peer without the fields reports none at a full queue.)
+        let full = |i: usize| read_u32(p, REPORT_BASE + 4 * i).unwrap_or(0);
+        let cur = [f(0), f(1), f(2), f(4), f(5), full(0), full(1)];
         let queue = read_u16(body, 24).unwrap_or(0);
         self.stats.reports_in += 1;
         let Some(last) = self.last_report.replace(cur) else {
@@ -986,6 +1050,7 @@ impl DgramFec {
         };
         let d = |i: usize| cur[i].wrapping_sub(last[i]);
         let (recv, lost, runs, bytes, dt) = (d(0), d(1), d(2), d(3), d(4));
+        let (seen_full, lost_full) = (d(5), d(6).min(lost));
         if seq_diff(cur[4], last[4]) <= 0 || recv > 1 << 24 || lost > 1 << 24 {
             // Old, reordered or absurd: keep the earlier counters.
             self.last_report = Some(last);
@@ -1018,13 +1083,22 @@ impl DgramFec {
         // path's overflow raised the parity that overflowed it further.
         // (A spike without a queue may be the channel's own burst: the
         // burst estimate needs it.)
+        // Shards the receiver saw with the path's queue full (received
+        // after waiting in a full queue, or lost after one that did) tell
+        // nothing of the channel: there the bottleneck drops this side's
+        // overflow, with a queue too short to stand 10 ms (a clean path's
+        // 48 kB read that as channel loss, and the parity it bought
+        // overflowed it further). The model learns from the others only;
+        // a path always at a full queue keeps the estimate it had.
+        let shards_model = shards.saturating_sub(u64::from(seen_full));
+        let lost = (lost - lost_full).min(shards_model as u32);
         let lost = if queue > QUEUE_HIGH_MS {
-            lost.min((self.model.p * shards as f64).ceil() as u32)
+            lost.min((self.model.p * shards_model as f64).ceil() as u32)
         } else {
             lost
         };
         let (s, l, r) = &mut self.pending_loss;
-        *s += shards;
+        *s += shards_model;
         *l += u64::from(lost);
         *r += u64::from(runs.min(lost));
         if *s > 0 && self.model_at.is_none_or(|t| now >= t + MODEL_EVERY) {
@@ -1080,7 +1154,7 @@ impl DgramFec {
                 0.97 * self.path_rate
             } else {
                 self.pace_gain = PACE_GAIN;
-                max / (1.0 - self.model.p).max(0.5) * BUDGET_GAIN
+                self.open_budget()
             };
             self.budget = Some(budget.max(MIN_BUDGET));
         }
@@ -1102,6 +1176,10 @@ impl DgramFec {
             let wire = self.bit(&self.on_wire, s);
             if !wire {
                 self.stats.lost_on_wire += 1;
+                if self.bit(&self.full_queue, s) {
+                    self.lost_full = self.lost_full.wrapping_add(1);
+                    self.seen_full = self.seen_full.wrapping_add(1);
+                }
                 if !self.last_lost {
                     self.loss_runs = self.loss_runs.wrapping_add(1);
                 }
@@ -1158,6 +1236,7 @@ impl DgramFec {
             self.accounted = seq;
             self.delivered.fill(0);
             self.on_wire.fill(0);
+            self.full_queue.fill(0);
             return true;
         };
         let ahead = seq_diff(seq, h);
@@ -1170,6 +1249,7 @@ impl DgramFec {
             self.account(true);
             self.delivered.fill(0);
             self.on_wire.fill(0);
+            self.full_queue.fill(0);
             self.accounted = seq;
         } else {
             // What leaves the window is counted before its bits are reused.
@@ -1182,6 +1262,7 @@ impl DgramFec {
             while seq_diff(seq, s) >= 0 {
                 Self::set_bit(&mut self.delivered, s, false);
                 Self::set_bit(&mut self.on_wire, s, false);
+                Self::set_bit(&mut self.full_queue, s, false);
                 s = s.wrapping_add(1);
             }
         }
@@ -1196,6 +1277,7 @@ impl DgramFec {
         if body.len() < BODY_HDR || body.len() > STRIDE {
             return false;
         }
+        let before = self.highest;
         if !self.admit(seq) {
             self.stats.replays += 1;
             return true;
@@ -1216,7 +1298,27 @@ impl DgramFec {
         // Queueing delay from the stamp.
         if let Some(stamp) = read_u16(body, 0) {
             let owd = ms16(sink.now).wrapping_sub(stamp);
-            self.sample_owd(sink.now, owd);
+            let queued = self.sample_owd(sink.now, owd);
+            // The shards this one skipped were lost (or come late) after
+            // the last one before them waited in the queue: at a full one
+            // (a drop-tail queue drops the tail of a burst; the next shard
+            // may come after it drained), the bottleneck's.
+            if let (Some(h), Some(q)) = (before, self.newest_queue)
+                && seq_diff(seq, h) > 1
+                && self.at_full_queue(q)
+            {
+                let mut s = h.wrapping_add(1);
+                while seq_diff(seq, s) > 0 {
+                    Self::set_bit(&mut self.full_queue, s, true);
+                    s = s.wrapping_add(1);
+                }
+            }
+            if before.is_none_or(|h| seq_diff(seq, h) > 0) {
+                self.newest_queue = queued;
+            }
+            if queued.is_some_and(|q| self.at_full_queue(q)) {
+                self.seen_full = self.seen_full.wrapping_add(1);
+            }
         }
         self.store(seq, body);
         self.deliver(seq, body, sink, false);
@@ -1224,7 +1326,16 @@ impl DgramFec {
         true
     }
 
-    fn sample_owd(&mut self, now: Duration, owd: u16) {
+    /// A shard that waited `q` ms in the path's queue waited at a full
+    /// one.
+    fn at_full_queue(&self, q: u16) -> bool {
+        let most = self.queue_max.0.max(self.queue_max.1);
+        most <= SHORT_QUEUE_MS && q >= FULL_QUEUE_MIN_MS && u32::from(q) * 4 >= u32::from(most) * 3
+    }
+
+    /// Takes a one-way delay sample; returns how long this shard waited in
+    /// the path's queue (ms), once there is a base to measure from.
+    fn sample_owd(&mut self, now: Duration, owd: u16) -> Option<u16> {
         let lower = |a: Option<u16>, b: u16| match a {
             Some(a) if (b.wrapping_sub(a) as i16) >= 0 => Some(a),
             _ => Some(b),
@@ -1241,7 +1352,15 @@ impl DgramFec {
             // jitter or reordering.
             let q = owd.wrapping_sub(b).min(30_000);
             self.queue_min = Some(self.queue_min.map_or(q, |m| m.min(q)));
+            if now.saturating_sub(self.queue_max_at) > QUEUE_MAX_WINDOW {
+                self.queue_max = (q, self.queue_max.0);
+                self.queue_max_at = now;
+            } else {
+                self.queue_max.0 = self.queue_max.0.max(q);
+            }
+            return Some(q);
         }
+        None
     }
 
     fn arm_report(&mut self, now: Duration) {
@@ -1698,6 +1817,30 @@ mod hostile {
         assert!(feed(&mut d, &mut q, t, &forged));
         let budget = d.budget.unwrap_or(0.0);
         assert!(budget <= 1e6, "a budget of {budget} B/s from 1.4 kB sent");
+    }
+
+    #[test]
+    fn losses_at_a_full_queue_stay_out_of_the_model_and_a_short_report_has_none() {
+        // 100 shards sent, a report of 20 lost: from a kcpio before the
+        // full-queue counters (38 bytes) the model takes them all; with
+        // them, none of the 20 (all at a full queue, 100 seen there).
+        for (full, raises) in [(None, true), (Some([100u32, 20]), false)] {
+            let mut d = fec();
+            let mut q = DatagramQueue::default();
+            send(&mut d, 100, Duration::ZERO);
+            let t = Duration::from_millis(100);
+            assert!(feed(&mut d, &mut q, t, &report([0, 0, 0, 0, 0, 1000])));
+            let mut r = report([80, 20, 5, 0, 0, 1100]);
+            match full {
+                None => r.truncate(REPORT_BASE),
+                Some([seen, lost]) => {
+                    r[REPORT_BASE..REPORT_BASE + 4].copy_from_slice(&seen.to_le_bytes());
+                    r[REPORT_BASE + 4..REPORT_LEN].copy_from_slice(&lost.to_le_bytes());
+                }
+            }
+            assert!(feed(&mut d, &mut q, t + Duration::from_millis(100), &r));
+            assert_eq!(d.model.p > PRIOR_LOSS, raises, "{full:?}: {}", d.model.p);
+        }
     }
 
     #[test]
