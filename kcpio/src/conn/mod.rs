@@ -685,8 +685,17 @@ impl Conn {
 
     /// The tag this side's window probes carry (`None`: untagged).
     fn offer_tag(&self) -> Option<u8> {
-        let bits = u8::from(self.dx_offer) * dgram_fec::OFFER_BIT
-            | u8::from(self.sx_offer) * stream_fec::OFFER_BIT;
+        let dx = if self.dx_offer {
+            dgram_fec::OFFER_BIT
+        } else {
+            0
+        };
+        let sx = if self.sx_offer {
+            stream_fec::OFFER_BIT
+        } else {
+            0
+        };
+        let bits = dx | sx;
         (bits != 0).then_some(PROBE_TAG_BASE | bits)
     }
 
