@@ -1110,17 +1110,18 @@ impl Conn {
             && let Some(packet) = kcp_buf.get_mut(..n)
         {
             tag_probes(packet, tag);
-        } else if self.quiet.is_some()
+        }
+        // A client's answers are clocked for migration even when it offers
+        // extensions: the listener hears the offer on the client's WASKs
+        // (connect probe, keepalives), and the tunnel's clients offer
+        // adaptive FEC by default.
+        if self.quiet.is_some()
             && self.kcp.stats().wins_out != wins_out
             && let Some(packet) = kcp_buf.get_mut(..n)
         {
             clock_answers(packet, now_ts.as_millis(), self.kcp.wask_sn_in());
         }
-        let len = match (self.sx.as_mut(), self.enc.as_mut(), slot.get_mut(hc..)) {
-            (Some(sx), _, Some(buf)) => sx.encode(self.now, buf, n),
-            (None, Some(enc), Some(buf)) => enc.encode(now_ts, buf, n),
-            _ => n,
-        };
+        let len = self.fec_frame(slot.get_mut(hc..)?, n);
         self.emit(slot.get(hc..hc + len)?, false)
     }
 
@@ -1402,11 +1403,19 @@ impl Conn {
         let (hc, hf) = (self.header, self.fec_header);
         let now_ts = ts(self.now);
         let n = write(&self.kcp, now_ts, slot.get_mut(hc + hf..)?)?;
-        let len = match (self.enc.as_mut(), slot.get_mut(hc..)) {
-            (Some(enc), Some(buf)) => enc.encode(now_ts, buf, n),
-            _ => n,
-        };
+        let len = self.fec_frame(slot.get_mut(hc..)?, n);
         Some(self.sent(len, false))
+    }
+
+    /// Frames the KCP packet at `buf[8..8 + n]` as a data shard when FEC
+    /// is on (the adaptive stream FEC's once negotiated, so its seqids
+    /// are the only ones in use); returns the packet length.
+    fn fec_frame(&mut self, buf: &mut [u8], n: usize) -> usize {
+        match (self.sx.as_mut(), self.enc.as_mut()) {
+            (Some(sx), _) => sx.encode(self.now, buf, n),
+            (None, Some(enc)) => enc.encode(ts(self.now), buf, n),
+            _ => n,
+        }
     }
 
     /// A path nudge toward an address a kcp-go peer may have moved to
