@@ -87,6 +87,14 @@ const RATE_WINDOW_MS: f64 = 20.0;
 /// group gets parity only once the path shows loss (the ARQ covers the
 /// first round trips).
 const PRIOR_LOSS: f64 = RESIDUAL_TARGET;
+/// KCP's PUSH command.
+const PUSH: u8 = 81;
+/// The one-way delay's least is kept over windows this long.
+const OWD_WINDOW: Duration = Duration::from_secs(10);
+/// The largest queueing delay is kept over windows this long.
+const QUEUE_MAX_WINDOW: Duration = Duration::from_secs(1);
+/// The least queueing delay (ms) that makes a gap the sender's overflow.
+const QUEUED_MIN_MS: i32 = 2;
 /// The smallest KCP packet (one segment header).
 const KCP_MIN: usize = 24;
 
@@ -123,11 +131,19 @@ pub struct StreamFecStats {
     pub lost_on_wire: u64,
     /// Data shards received twice or older than the window.
     pub duplicates: u64,
-    /// Parity shards that arrived after their group left the recovery
-    /// ring (128 data shards behind the newest).
-    pub parity_late: u64,
+    /// Data shards lost while the path queued (the first shard after the
+    /// gap waited at least half the recent largest queueing delay, and at
+    /// least 2 ms), or in a run longer than 16 (more than any group's
+    /// parity): the sender overflowing the bottleneck, which its congestion
+    /// controller answers and parity would only worsen, or an outage. Not
+    /// reported as loss.
+    pub lost_congested: u64,
+    /// Parity shards outside the recovery ring: their group left it (128
+    /// data shards behind the newest) or lies beyond it (none of its
+    /// shards came).
+    pub parity_unusable: u64,
     /// Stream-extension packets refused: impossible shapes, groups beyond
-    /// the ring ahead of the newest shard, conflicting shapes for a group,
+    /// the 1,024-shard window ahead of the newest shard, conflicting shapes for a group,
     /// rebuilt shards that cannot be KCP packets, reports claiming more
     /// than was sent.
     pub malformed: u64,
@@ -146,6 +162,21 @@ pub(crate) fn is_stream_parity(packet: &[u8]) -> bool {
 /// Whether `packet` (an OOB-flagged plaintext) is a stream report.
 pub(crate) fn is_stream_report(packet: &[u8]) -> bool {
     packet.get(7) == Some(&REPORT_MARK)
+}
+
+/// Bit `s` of a window bitmap.
+fn get(bits: &[u64; WINDOW as usize / 64], s: u32) -> bool {
+    let i = (s % WINDOW) as usize;
+    bits[i / 64] & (1 << (i % 64)) != 0
+}
+
+fn set(bits: &mut [u64; WINDOW as usize / 64], s: u32, v: bool) {
+    let i = (s % WINDOW) as usize;
+    if v {
+        bits[i / 64] |= 1 << (i % 64);
+    } else {
+        bits[i / 64] &= !(1 << (i % 64));
+    }
 }
 
 fn seq_diff(a: u32, b: u32) -> i32 {
@@ -187,6 +218,18 @@ pub(crate) struct StreamFec {
     // ---- receiver
     highest: Option<u32>,
     on_wire: [u64; WINDOW as usize / 64],
+    /// Shards skipped while the path queued (see `lost_congested`).
+    congested: [u64; WINDOW as usize / 64],
+    /// One-way delay (ms, this side's clock minus the PUSH's `ts`): the
+    /// least over the last 10 s windows, the current window's least, when
+    /// it started, and the queueing delay of the newest sample.
+    owd_base: Option<i32>,
+    owd_win: Option<i32>,
+    owd_win_start: Duration,
+    queue_ms: i32,
+    /// The largest queueing delay of this 1 s window and the last.
+    queue_max: [i32; 2],
+    queue_max_start: Duration,
     accounted: u32,
     last_lost: bool,
     loss_runs: u32,
@@ -240,6 +283,13 @@ impl StreamFec {
             model_at: None,
             highest: None,
             on_wire: [0; WINDOW as usize / 64],
+            congested: [0; WINDOW as usize / 64],
+            owd_base: None,
+            owd_win: None,
+            owd_win_start: Duration::ZERO,
+            queue_ms: 0,
+            queue_max: [0; 2],
+            queue_max_start: Duration::ZERO,
             accounted: 0,
             last_lost: false,
             loss_runs: 0,
@@ -482,6 +532,7 @@ impl StreamFec {
         let (Some(seq), Some(body)) = (read_u32(packet, 0), packet.get(BODY_AT..)) else {
             return;
         };
+        self.sample_queue(now, packet);
         if body.len() > STRIDE || !self.admit(seq) || self.bit(seq) {
             self.stats.duplicates += 1;
             return;
@@ -500,6 +551,47 @@ impl StreamFec {
                 }
             }
         }
+    }
+
+    /// The queueing delay from the `ts` of the packet's first PUSH (every
+    /// transmission is stamped; ACK segments echo the peer's stamps).
+    fn sample_queue(&mut self, now: Duration, packet: &[u8]) {
+        let mut at = DATA_HEADER;
+        let ts = loop {
+            let (Some(&cmd), Some(len)) = (packet.get(at + 4), read_u32(packet, at + 20)) else {
+                return;
+            };
+            if cmd == PUSH {
+                match read_u32(packet, at + 8) {
+                    Some(ts) => break ts,
+                    None => return,
+                }
+            }
+            at = at.saturating_add(KCP_MIN).saturating_add(len as usize);
+        };
+        let owd = (now.as_millis() as u32).wrapping_sub(ts) as i32;
+        if now.saturating_sub(self.owd_win_start) > OWD_WINDOW {
+            self.owd_base = self.owd_win.or(self.owd_base);
+            self.owd_win = None;
+            self.owd_win_start = now;
+        }
+        self.owd_win = Some(self.owd_win.map_or(owd, |m| m.min(owd)));
+        let base = *self.owd_base.get_or_insert(owd);
+        let base = base.min(owd);
+        self.owd_base = Some(base);
+        self.queue_ms = owd - base;
+        if now.saturating_sub(self.queue_max_start) > QUEUE_MAX_WINDOW {
+            self.queue_max = [0, self.queue_max[0]];
+            self.queue_max_start = now;
+        }
+        self.queue_max[0] = self.queue_max[0].max(self.queue_ms);
+    }
+
+    /// The path queues now: the newest shard waited at least half the
+    /// recent largest queueing delay, and at least 2 ms.
+    fn queued(&self) -> bool {
+        let max = self.queue_max[0].max(self.queue_max[1]);
+        self.queue_ms >= QUEUED_MIN_MS && 2 * self.queue_ms >= max
     }
 
     /// A stream parity packet; false when refused (counted).
@@ -530,13 +622,14 @@ impl StreamFec {
         // group must lie in the recovery ring around the newest shard.
         let first = h.wrapping_add(i32::from((word as u16).wrapping_sub(h as u16) as i16) as u32);
         let last = first.wrapping_add(u32::from(k) - 1);
-        if seq_diff(last, h) > RING as i32 {
+        if seq_diff(last, h) > WINDOW as i32 {
             return false;
         }
-        if seq_diff(h, first) >= RING as i32 {
+        if seq_diff(h, first) >= RING as i32 || seq_diff(last, h) > RING as i32 {
             // Its group's shards have left the ring (parity reordered
-            // behind newer data): nothing to rebuild with it.
-            self.stats.parity_late += 1;
+            // behind newer data), or none of them came (a long outage or
+            // overflow): nothing to rebuild with it.
+            self.stats.parity_unusable += 1;
             return true;
         }
         let same = |s: &ParitySlot| s.is_some_and(|s| s.0 == first);
@@ -607,9 +700,13 @@ impl StreamFec {
             self.on_wire = [0; WINDOW as usize / 64];
             self.accounted = seq;
         } else {
+            // A run longer than any group's parity is an outage or an
+            // overflow (the queue drained since), beyond what FEC repairs.
+            let queued = self.queued() || ahead as usize > MAX_M + 1;
             let mut s = h.wrapping_add(1);
             while seq_diff(seq, s) >= 0 {
                 self.set_bit(s, false);
+                set(&mut self.congested, s, queued && s != seq);
                 s = s.wrapping_add(1);
             }
         }
@@ -625,6 +722,12 @@ impl StreamFec {
         while seq_diff(upto, self.accounted) >= 0 {
             let s = self.accounted;
             let lost = !self.bit(s);
+            if lost && get(&self.congested, s) {
+                // The sender's own overflow: neither loss nor delivery.
+                self.stats.lost_congested += 1;
+                self.accounted = s.wrapping_add(1);
+                continue;
+            }
             if lost {
                 self.stats.lost_on_wire += 1;
                 if !self.last_lost {
@@ -641,17 +744,11 @@ impl StreamFec {
         if self.highest.is_none_or(|h| seq_diff(s, h) > 0) {
             return false;
         }
-        let i = (s % WINDOW) as usize;
-        self.on_wire[i / 64] & (1 << (i % 64)) != 0
+        get(&self.on_wire, s)
     }
 
     fn set_bit(&mut self, s: u32, v: bool) {
-        let i = (s % WINDOW) as usize;
-        if v {
-            self.on_wire[i / 64] |= 1 << (i % 64);
-        } else {
-            self.on_wire[i / 64] &= !(1 << (i % 64));
-        }
+        set(&mut self.on_wire, s, v);
     }
 
     fn store(&mut self, seq: u32, body: &[u8]) {
@@ -919,7 +1016,7 @@ mod tests {
             forge(&|p| p.resize(BODY_AT + STRIDE + 1, 0)),
             // A group far ahead of the newest shard.
             forge(&|p| {
-                let f = u16::from_le_bytes([p[0], p[1]]).wrapping_add(1000);
+                let f = u16::from_le_bytes([p[0], p[1]]).wrapping_add(2000);
                 p[..2].copy_from_slice(&f.to_le_bytes());
             }),
         ];
