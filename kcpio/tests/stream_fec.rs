@@ -369,3 +369,35 @@ fn a_short_queue_overflowed_by_the_sender_is_not_read_as_channel_loss() {
     assert_eq!(b.tx.redundancy, 0.0, "{b:?}");
     assert!(b.rx.lost_congested > b.rx.lost_on_wire, "{b:?}");
 }
+
+#[test]
+fn kcpio_ends_negotiate_over_sockets() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let cfg = config(true);
+        let listener = kcpio::KcpListener::bind("127.0.0.1:0", &cfg).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut buf = vec![0u8; 1 << 20];
+            s.read_exact(&mut buf).await.unwrap();
+            s.write_all(&buf[..1024]).await.unwrap();
+            s.stats().stream_fec
+        });
+        let mut c = kcpio::KcpStream::connect(addr, &cfg).await.unwrap();
+        c.write_all(&vec![7u8; 1 << 20]).await.unwrap();
+        let mut back = [0u8; 1024];
+        tokio::time::timeout(Duration::from_secs(20), c.read_exact(&mut back))
+            .await
+            .expect("1 MiB over loopback within 20 s")
+            .unwrap();
+        let s = server.await.unwrap();
+        let c = c.stats().stream_fec;
+        assert!(c.negotiated && s.negotiated, "{c:?} {s:?}");
+        assert!(s.data_in > 0 && c.data_out > 0, "{c:?} {s:?}");
+    });
+}

@@ -271,8 +271,9 @@ impl ConfigBuilder {
     /// the data shards sent within the group deadline
     /// ([`fec_group_deadline`](Self::fec_group_deadline), 10 ms when unset;
     /// at most 32) and its parity the fewest shards that meet a residual
-    /// loss of 10^-2 on the loss the receiver reports (none on a path that
-    /// shows none; at most half the group's data), the ARQ repairing the
+    /// loss of 10^-4 on the loss the receiver reports (none on a path that
+    /// shows none, nor on one whose round trip is within twice the
+    /// deadline; at most half the group's data), the ARQ repairing the
     /// rest. A kcp-go or kcptun peer sees exactly the fixed shape's wire.
     #[must_use]
     pub fn adaptive_fec(mut self, on: bool) -> Self {

@@ -1412,7 +1412,10 @@ impl Conn {
     /// are the only ones in use); returns the packet length.
     fn fec_frame(&mut self, buf: &mut [u8], n: usize) -> usize {
         match (self.sx.as_mut(), self.enc.as_mut()) {
-            (Some(sx), _) => sx.encode(self.now, buf, n),
+            (Some(sx), _) => {
+                sx.set_srtt(self.kcp.srtt());
+                sx.encode(self.now, buf, n)
+            }
             (None, Some(enc)) => enc.encode(ts(self.now), buf, n),
             _ => n,
         }
