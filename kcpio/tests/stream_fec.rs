@@ -136,9 +136,10 @@ fn a_clean_path_carries_no_parity_once_the_loss_is_known() {
     eprintln!("clean {b:?}");
     assert_eq!(b.delivered, TOTAL, "{b:?}");
     assert_eq!(b.fixed_parity, 0, "{b:?}");
-    // Only the first groups, built on the prior before any report, carry
-    // parity: a fixed 10/3 shape would have sent 0.3 per data shard.
-    assert!(parity_per_data(&b) < 0.02, "{b:?}");
+    // Only the first groups, built on the prior before any report (the
+    // first 100 ms of a 260 ms transfer), carry parity: a fixed 10/3
+    // shape would have sent 0.3 per data shard.
+    assert!(parity_per_data(&b) < 0.06, "{b:?}");
     assert_eq!(b.rx.lost_on_wire, 0, "{b:?}");
     assert!(b.tx.loss_estimate < 0.01, "{b:?}");
     assert_eq!(b.tx.redundancy, 0.0, "{b:?}");
