@@ -478,6 +478,25 @@ fn ts(now: Duration) -> Timestamp {
     Timestamp::from_millis(now.as_millis() as u32)
 }
 
+/// Hands each packet `poll` rebuilds into `buf` to the ARQ as
+/// [`Origin::Recovered`], counting those it refuses.
+fn feed_rebuilt(
+    kcp: &mut Kcp,
+    now_ts: Timestamp,
+    out: &mut Received,
+    buf: &mut [u8],
+    mut poll: impl FnMut(&mut [u8]) -> Option<usize>,
+) {
+    while let Some(n) = poll(buf) {
+        let Some(rec) = buf.get(..n) else {
+            break;
+        };
+        if kcp.handle_datagram(now_ts, rec, Origin::Recovered).is_err() {
+            out.bad_kcp += 1;
+        }
+    }
+}
+
 /// The earlier of two optional deadlines.
 fn earliest(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
     match (a, b) {
@@ -903,18 +922,10 @@ impl Conn {
                     enc.set_guard(None);
                 }
             }
-            while let Some(n) = fec_in.dec.poll_recovered(&mut fec_in.scratch) {
-                let Some(rec) = fec_in.scratch.get(..n) else {
-                    break;
-                };
-                if self
-                    .kcp
-                    .handle_datagram(now_ts, rec, Origin::Recovered)
-                    .is_err()
-                {
-                    out.bad_kcp += 1;
-                }
-            }
+            let dec = &mut fec_in.dec;
+            feed_rebuilt(&mut self.kcp, now_ts, &mut out, &mut fec_in.scratch, |b| {
+                dec.poll_recovered(b)
+            });
         }
         self.wire.input_errors += u64::from(out.bad_kcp);
         if out.accepted
@@ -938,18 +949,9 @@ impl Conn {
             return;
         };
         let mut buf = [0u8; MAX_DATAGRAM];
-        while let Some(n) = sx.poll_recovered(&mut buf) {
-            let Some(rec) = buf.get(..n) else {
-                break;
-            };
-            if self
-                .kcp
-                .handle_datagram(now_ts, rec, Origin::Recovered)
-                .is_err()
-            {
-                out.bad_kcp += 1;
-            }
-        }
+        feed_rebuilt(&mut self.kcp, now_ts, out, &mut buf, |b| {
+            sx.poll_recovered(b)
+        });
     }
 
     /// An out-of-band packet: its payload joins the receive queue when it
