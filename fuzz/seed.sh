@@ -137,6 +137,17 @@ for sel in (0, 1, 2, 3):
     recs += ext(1, 2, 0, bytes([2, 1]) + bytes(15))
     recs += ext(60, 3, 0, bytes(26))
     put("dgram_fec", bytes([sel]) + recs)
+# stream_fec: data shards carrying a KCP ACK, a k=2 m=1 parity for them,
+# a report.
+for sel in (0, 1, 2, 3):
+    recs = b""
+    for i in range(4):
+        kcp = struct.pack("<IBBHIIII", 0x01020304, 82, 0, 128, i, 0, 0, 0)
+        recs += ext(2, 1, i, kcp)
+    word = 0 | (1 << 16)  # first 0, k 2, m 1, idx 0
+    recs += ext(1, 2, word, bytes(26))
+    recs += ext(60, 3, 0, struct.pack("<III", 3, 1, 1))
+    put("stream_fec", bytes([sel]) + recs)
 # faketcp_codec: the kcptun --tcp capture's packets, in order, once as a
 # flow before the kernel's handshake and once after.
 cap = os.path.join(here, "..", "kcpio", "src", "sys", "faketcp", "kcptun_tcp_capture.txt")

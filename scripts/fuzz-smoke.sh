@@ -2,7 +2,7 @@
 # Fuzz smoke: builds every cargo-fuzz target in fuzz/ (`cargo fuzz list`:
 # the crypto, FEC, ARQ and pipeline decoders, the smux session, a whole
 # `Conn` as a listener's session, the FEC datagram extension's decoder
-# (`dgram_fec`), the fake-TCP codec (`faketcp_codec`), and the session table) and runs each for a
+# (`dgram_fec`), the adaptive stream FEC's (`stream_fec`), the fake-TCP codec (`faketcp_codec`), and the session table) and runs each for a
 # few seconds from the seed corpora (fuzz/seed.sh, taken from kcpio/tests/vectors).
 # Fails on a build error or on any crash, leak of the memory limit, or
 # timeout. Needs the nightly toolchain; installs cargo-fuzz if it is missing.

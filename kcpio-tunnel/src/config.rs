@@ -75,6 +75,7 @@ struct JsonConfig {
     udplisten: Option<String>,
     udptarget: Option<String>,
     nomigrate: Option<bool>,
+    fixedfec: Option<bool>,
     noicmpreset: Option<bool>,
 }
 
@@ -233,6 +234,7 @@ pub(crate) fn resolve(cli: Cli) -> Result<Settings, String> {
     let mut tcp = c.tcp.unwrap_or(false);
     let mut udp = c.udp.unwrap_or(false);
     let mut nomigrate = c.nomigrate.unwrap_or(false);
+    let mut fixedfec = c.fixedfec.unwrap_or(false);
     let mut noicmpreset = c.noicmpreset.unwrap_or(false);
     if !c.c.is_empty() {
         let text = std::fs::read_to_string(&c.c).map_err(|e| format!("-c {}: {e}", c.c))?;
@@ -271,7 +273,7 @@ pub(crate) fn resolve(cli: Cli) -> Result<Settings, String> {
             udp => udp, udpflows => c.udpflows, udpidle => c.udpidle,
             maxbuffer => c.maxbuffer,
             udpdeadline => c.udpdeadline,
-            nomigrate => nomigrate, noicmpreset => noicmpreset,
+            nomigrate => nomigrate, noicmpreset => noicmpreset, fixedfec => fixedfec,
         );
         if let Some(n) = j.maxstreams {
             c.maxstreams = Some(n);
@@ -395,6 +397,9 @@ pub(crate) fn resolve(cli: Cli) -> Result<Settings, String> {
         .icmp_reset(!noicmpreset)
         .crypto(method, Key::passphrase(c.key.as_str()))
         .fec(c.datashard, c.parityshard)
+        // Between kcpio ends (negotiated) parity follows the path's loss;
+        // kcptun peers, and --fixedfec, keep the shape given.
+        .adaptive_fec(!fixedfec)
         .mtu(c.mtu)
         .window(sndwnd, rcvwnd)
         .stream(true)
@@ -492,7 +497,7 @@ pub(crate) fn resolve(cli: Cli) -> Result<Settings, String> {
          keepalive: {}, sockbuf: {}, dscp: {}, acknodelay: {acknodelay}, compression: {}, \
          smuxver: {}, smuxbuf: {}, streambuf: {}, framesize: {}, conn: {conn}, \
          congestion: {congestion_name}, maxwnd: {maxwnd}, migration: {}, \
-         icmpreset: {}{udp_summary}",
+         icmpreset: {}, adaptivefec: {}{udp_summary}",
         go_addr(&listen),
         c.crypt,
         method.name(),
@@ -510,6 +515,7 @@ pub(crate) fn resolve(cli: Cli) -> Result<Settings, String> {
         c.framesize,
         kcp.migration(),
         !noicmpreset,
+        !fixedfec && c.datashard > 0 && c.parityshard > 0,
     );
     Ok(Settings {
         role,

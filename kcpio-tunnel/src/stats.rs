@@ -204,7 +204,19 @@ impl Stats {
     fn line(&self) -> String {
         let kcp = self.lock_kcp();
         let (mut dgin, mut dgout, mut bin, mut bout, mut rexmit, mut fec_rec) = (0, 0, 0, 0, 0, 0);
+        let mut sfec = kcpio::StreamFecStats::default();
+        let mut loss_max = 0.0f64;
         for s in kcp.iter().filter_map(StatsHandle::stats) {
+            let f = &s.stream_fec;
+            if f.negotiated {
+                sfec.negotiated = true;
+                sfec.data_out += f.data_out;
+                sfec.parity_out += f.parity_out;
+                sfec.recovered += f.recovered;
+                sfec.lost_on_wire += f.lost_on_wire;
+                sfec.lost_congested += f.lost_congested;
+                loss_max = loss_max.max(f.loss_estimate);
+            }
             dgin += s.datagrams_in;
             dgout += s.datagrams_out;
             bin += s.bytes_in;
@@ -212,6 +224,22 @@ impl Stats {
             rexmit += s.arq.retransmit_rto + s.arq.retransmit_fast + s.arq.retransmit_early;
             fec_rec += s.fec_in.recovered;
         }
+        // Between kcpio ends: the adaptive stream FEC's shards, what it
+        // rebuilt, the loss it counted (and left to congestion control)
+        // and the highest loss estimate of a session.
+        let adaptive = if sfec.negotiated {
+            format!(
+                ", adaptive fec data {} parity {} recovered {} lost {} congested {} loss {:.4}",
+                sfec.data_out,
+                sfec.parity_out,
+                sfec.recovered,
+                sfec.lost_on_wire,
+                sfec.lost_congested,
+                loss_max
+            )
+        } else {
+            String::new()
+        };
         let udp = match self.udp.get() {
             Some(u) => format!(
                 ", {}, {}",
@@ -225,7 +253,7 @@ impl Stats {
         format!(
             "stats: sessions {} open / {} total, streams {} open / {} total, \
              tcp in {} B out {} B ({} connections reset), kcp stream in {} B out {} B, \
-             udp in {dgin} pkts {bin} B out {dgout} pkts {bout} B, retransmits {rexmit}, fec recovered {fec_rec}{udp}{}{}",
+             udp in {dgin} pkts {bin} B out {dgout} pkts {bout} B, retransmits {rexmit}, fec recovered {fec_rec}{adaptive}{udp}{}{}",
             self.sessions_open.load(Ordering::Relaxed),
             self.sessions_opened.load(Ordering::Relaxed),
             self.streams_open.load(Ordering::Relaxed),

@@ -388,7 +388,7 @@ pub use config::{
     DEFAULT_KEEPALIVE, Key, MIN_WRITE_CAPACITY, Preset,
 };
 
-pub use conn::{Conn, ConnError, DatagramFecStats, SessionError, SessionStats};
+pub use conn::{Conn, ConnError, DatagramFecStats, SessionError, SessionStats, StreamFecStats};
 pub use crypto::Method;
 pub use listener::{KcpListener, ListenerStats};
 pub use relay::RelaySocket;

@@ -57,6 +57,7 @@ pub struct ConfigBuilder {
     pub(super) fec_group_deadline: Option<Duration>,
     pub(super) fec_max_shards: usize,
     pub(super) datagram_fec: bool,
+    pub(super) adaptive_fec: bool,
     pub(super) datagram_fec_deadline: Duration,
     pub(super) datagram_fec_residual_ppm: u32,
     pub(super) nodelay: Option<(bool, u32, u32, bool)>,
@@ -258,6 +259,25 @@ impl ConfigBuilder {
     #[must_use]
     pub fn datagram_fec(mut self, on: bool) -> Self {
         self.datagram_fec = on;
+        self
+    }
+
+    /// **kcpio-only**: adaptive stream FEC between kcpio ends. Off by
+    /// default; it needs [`fec`](Self::fec), whose shape then serves kcp-go
+    /// and kcptun peers (always) and a kcpio peer until both sides offered.
+    /// On, a client offers it on its window probes and a listener's session
+    /// answers in kind only after hearing the offer (as for
+    /// [`datagram_fec`](Self::datagram_fec)); once both spoke, each group is
+    /// the data shards sent within the group deadline
+    /// ([`fec_group_deadline`](Self::fec_group_deadline), 10 ms when unset;
+    /// at most 32) and its parity the fewest shards that meet a residual
+    /// loss of 10^-4 on the loss the receiver reports (none on a path that
+    /// shows none, nor on one whose round trip is within twice the
+    /// deadline; at most half the group's data), the ARQ repairing the
+    /// rest. A kcp-go or kcptun peer sees exactly the fixed shape's wire.
+    #[must_use]
+    pub fn adaptive_fec(mut self, on: bool) -> Self {
+        self.adaptive_fec = on;
         self
     }
 

@@ -97,6 +97,7 @@ impl Default for ConfigBuilder {
             fec_group_deadline: None,
             fec_max_shards: DEFAULT_MAX_SHARDS,
             datagram_fec: false,
+            adaptive_fec: false,
             datagram_fec_deadline: DEFAULT_DATAGRAM_FEC_DEADLINE,
             datagram_fec_residual_ppm: DEFAULT_DATAGRAM_FEC_RESIDUAL_PPM,
             nodelay: None,

@@ -93,6 +93,7 @@ pub(crate) struct ConfigInner {
     pub(crate) fec_max_shards: usize,
     /// The FEC datagram extension: on, its group deadline, residual target.
     pub(crate) datagram_fec: bool,
+    pub(crate) adaptive_fec: bool,
     pub(crate) datagram_fec_deadline: Duration,
     pub(crate) datagram_fec_residual: f64,
     pub(crate) rate_limit: u64,
@@ -180,6 +181,7 @@ impl fmt::Debug for Config {
             .field("sessions_per_source", &c.sessions_per_source)
             .field("proof_timeout", &c.proof_timeout)
             .field("datagram_fec", &c.datagram_fec)
+            .field("adaptive_fec", &c.adaptive_fec)
             .field("datagram_fec_deadline", &c.datagram_fec_deadline)
             .field("idle_timeout", &c.idle_timeout)
             .field("keepalive", &c.keepalive)

@@ -195,6 +195,7 @@ impl ConfigBuilder {
                 fec_group_deadline: fec_group_deadline.map(ms),
                 fec_max_shards: self.fec_max_shards,
                 datagram_fec: self.datagram_fec,
+                adaptive_fec: self.adaptive_fec,
                 datagram_fec_deadline: self.datagram_fec_deadline,
                 datagram_fec_residual: f64::from(self.datagram_fec_residual_ppm) / 1e6,
                 rate_limit: self.rate_limit,

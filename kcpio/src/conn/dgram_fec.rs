@@ -37,7 +37,8 @@
 //! packets to the application's handler, so nothing here may reach a peer
 //! that has not said it speaks it. The offer rides on the KCP window probe:
 //! kcp-go ignores `frg` of WASK and WINS segments, and a side with the
-//! extension on sets it to [`PROBE_TAG`]. A client offers on its connect
+//! extension on sets bit [`OFFER_BIT`] of the tag `0xD0 | bits` there
+//! (0xD1 alone; see `conn::probe_offers`). A client offers on its connect
 //! probe (and keepalive probes); a listener's session only answers in kind
 //! after it heard the tag, so a kcp-go client sees exactly what it saw.
 //! Either side starts sending extension packets once it heard the tag (or
@@ -48,11 +49,15 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use super::datagram::{DATAGRAM_QUEUE_BYTES, DatagramQueue};
-use crate::fec::codec::{ErasureCodec, VandermondeCodec};
+#[cfg(test)]
+use super::loss_model::PRIOR_LOSS;
+use super::loss_model::{Codecs, LossModel, MAX_K, MAX_M};
+use crate::fec::codec::ErasureCodec;
 use crate::fec::{FLAG_OOB, grow_arena, read_u16, read_u32};
 
-/// `frg` of the WASK and WINS segments of a side that speaks the extension.
-pub(crate) const PROBE_TAG: u8 = 0xD1;
+/// The bit of the window-probe tag (`0xD0 | bits`: 0xD1 alone) that
+/// offers the extension.
+pub(crate) const OFFER_BIT: u8 = 0x01;
 /// The extension's version.
 pub(crate) const VERSION: u8 = 1;
 const TYPE_DATA: u8 = 1;
@@ -79,10 +84,6 @@ const SHORT_QUEUE_MS: u16 = 15;
 /// How long a window of the largest queueing delay lasts (the figure is
 /// the most over this window and the last).
 const QUEUE_MAX_WINDOW: Duration = Duration::from_secs(1);
-/// Data shards per group at most.
-pub(crate) const MAX_K: usize = 32;
-/// Parity shards per group at most.
-pub(crate) const MAX_M: usize = 16;
 /// Fragments per datagram at most.
 pub(crate) const MAX_FRAGMENTS: usize = 16;
 /// Arena stride of one shard body.
@@ -133,16 +134,6 @@ const UNCONGESTED_ROOM: f64 = 0.5;
 const MIN_BUDGET: f64 = 64_000.0;
 /// Wire bytes per datagram beyond its plaintext: IPv4 and UDP.
 const IP_UDP: usize = 28;
-/// The loss rate assumed before the first report, and its weight in shards.
-const PRIOR_LOSS: f64 = 0.03;
-const PRIOR_WEIGHT: f64 = 20.0;
-/// Standard errors of the loss estimate above it that the parity table
-/// is built for.
-const LOSS_MARGIN: f64 = 1.0;
-/// The smallest group built for the estimate plus [`LOSS_MARGIN`].
-const MARGIN_K: usize = 16;
-/// Shards over which the loss estimate halves its memory.
-const LOSS_HALF_LIFE: f64 = 2000.0;
 /// Reports fold into the loss model at most this often (a rebuild of the
 /// parity table costs tens of microseconds; reports come every
 /// [`REPORT_EVERY`]): a flood of reports costs no more than one.
@@ -245,172 +236,6 @@ fn seq_diff(a: u32, b: u32) -> i32 {
 
 fn ms16(now: Duration) -> u16 {
     now.as_millis() as u16
-}
-
-/// A few Reed-Solomon codecs by shape, reused (a shape's matrix is built
-/// once; a new shape evicts round robin). Made for decoding: a shape's
-/// parity tables are built by its first encode, never for a shape only a
-/// peer chose.
-#[derive(Default)]
-struct Codecs {
-    list: Vec<(usize, usize, VandermondeCodec)>,
-    victim: usize,
-}
-
-impl Codecs {
-    const CAP: usize = 16;
-
-    fn get(&mut self, k: usize, m: usize) -> Option<&mut VandermondeCodec> {
-        let i = match self.list.iter().position(|(a, b, _)| *a == k && *b == m) {
-            Some(i) => i,
-            None => {
-                let c = VandermondeCodec::for_decoding(k, m)?;
-                if self.list.len() < Self::CAP {
-                    self.list.push((k, m, c));
-                    self.list.len() - 1
-                } else {
-                    let v = self.victim;
-                    self.victim = (v + 1) % Self::CAP;
-                    *self.list.get_mut(v)? = (k, m, c);
-                    v
-                }
-            }
-        };
-        self.list.get_mut(i).map(|(_, _, c)| c)
-    }
-}
-
-/// The sender's loss model: Gilbert-Elliott from the reported loss rate
-/// and mean loss run, and the parity each group size needs.
-#[derive(Clone, Debug)]
-struct LossModel {
-    lost: f64,
-    seen: f64,
-    runs: f64,
-    p: f64,
-    burst: f64,
-    /// Parity for a group of `k` data shards, index `k`.
-    table: [u8; MAX_K + 1],
-    /// Updates folded in.
-    updates: u64,
-}
-
-impl LossModel {
-    fn new(target: f64) -> Self {
-        let mut m = Self {
-            lost: 0.0,
-            seen: 0.0,
-            runs: 0.0,
-            p: PRIOR_LOSS,
-            burst: 1.0 / (1.0 - PRIOR_LOSS),
-            table: [0; MAX_K + 1],
-            updates: 0,
-        };
-        m.rebuild(target, true);
-        m
-    }
-
-    fn update(&mut self, seen: u64, lost: u64, runs: u64, target: f64) {
-        self.updates += 1;
-        let (seen, lost, runs) = (seen as f64, lost as f64, runs as f64);
-        let decay = 0.5f64.powf(seen / LOSS_HALF_LIFE);
-        self.lost = self.lost * decay + lost;
-        self.seen = self.seen * decay + seen;
-        self.runs = self.runs * decay + runs;
-        self.p =
-            ((self.lost + PRIOR_LOSS * PRIOR_WEIGHT) / (self.seen + PRIOR_WEIGHT)).clamp(0.0, 0.5);
-        self.burst = if self.runs >= 1.0 {
-            (self.lost / self.runs).max(1.0)
-        } else {
-            1.0 / (1.0 - self.p)
-        };
-        self.rebuild(target, false);
-    }
-
-    /// Parity per group size for the target; with hysteresis against the
-    /// estimate's noise: a size's parity rises only when its residual
-    /// exceeds the target by more than `2 / (k + m)` of it (a step that
-    /// costs a third more bytes, as for single datagrams, needs a clear
-    /// case; one that costs a sixteenth, little), and falls as soon as one
-    /// fewer meets the target.
-    fn rebuild(&mut self, target: f64, fresh: bool) {
-        // Groups of [`MARGIN_K`] or more get parity for the loss rate one
-        // standard error above the estimate: the true rate is above the
-        // estimate half the time and the residual grows faster than
-        // linearly with it, so parity for the estimate itself missed the
-        // target on average (at 5% over groups of 30, the estimate's noise
-        // alone about doubled it). A failed large group loses many shards
-        // at once (7 of 30 at 5%), which a short run or a sparse flow sees
-        // as a burst of loss; and there one more parity shard costs at
-        // most a sixteenth of the data.
-        let p = self.p;
-        let p_hi = (self.p
-            + LOSS_MARGIN * (self.p * (1.0 - self.p) / (self.seen + PRIOR_WEIGHT)).sqrt())
-        .min(0.5);
-        let r = (1.0 - 1.0 / self.burst).clamp(0.0, 0.95);
-        let q_of = |p: f64| (p * (1.0 - r) / (1.0 - p).max(1e-9)).clamp(0.0, 1.0);
-        let mut m = 0usize;
-        for k in 1..=MAX_K {
-            let p = if k >= MARGIN_K { p_hi } else { p };
-            let q = q_of(p);
-            // The fewest parity shards meeting the target (never fewer
-            // than the last size's: a larger group needs at least as many).
-            while m < MAX_M && residual(k, m, p, r, q) > target {
-                m += 1;
-            }
-            let old = usize::from(self.table[k]);
-            let new = if fresh || m > old {
-                let slack = 1.0 + 2.0 / (k + old) as f64;
-                if !fresh && m > old && residual(k, old, p, r, q) <= slack * target {
-                    old
-                } else {
-                    m
-                }
-            } else {
-                m
-            };
-            self.table[k] = new as u8;
-        }
-    }
-}
-
-/// The share of data shards a `k + m` group loses after decoding on a
-/// Gilbert-Elliott channel: loss after a loss with probability `r`, after
-/// a delivery with `q` (stationary loss `p`). Data shards go first.
-fn residual(k: usize, m: usize, p: f64, r: f64, q: f64) -> f64 {
-    if p <= 0.0 {
-        return 0.0;
-    }
-    let n = k + m;
-    let cap = m + 1;
-    // prob[losses][last lost], and the expected lost-data mass.
-    let mut prob = [[0.0f64; 2]; MAX_M + 2];
-    let mut mass = [[0.0f64; 2]; MAX_M + 2];
-    prob[0][0] = 1.0 - p;
-    prob[1.min(cap)][1] = p;
-    mass[1.min(cap)][1] = p;
-    for pos in 1..n {
-        let data = pos < k;
-        let mut np = [[0.0f64; 2]; MAX_M + 2];
-        let mut nm = [[0.0f64; 2]; MAX_M + 2];
-        for l in 0..=cap {
-            for s in 0..2 {
-                let (pr, ms) = (prob[l][s], mass[l][s]);
-                if pr == 0.0 && ms == 0.0 {
-                    continue;
-                }
-                let pl = if s == 1 { r } else { q };
-                let l2 = (l + 1).min(cap);
-                np[l][0] += pr * (1.0 - pl);
-                nm[l][0] += ms * (1.0 - pl);
-                np[l2][1] += pr * pl;
-                nm[l2][1] += ms * pl + if data { pr * pl } else { 0.0 };
-            }
-        }
-        prob = np;
-        mass = nm;
-    }
-    (mass[cap][0] + mass[cap][1]) / k as f64
 }
 
 /// A stored parity shard: its group's first data shard, `k`, `m`, its
@@ -1695,35 +1520,9 @@ impl DgramFec {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn residual_matches_the_binomial_bound_without_bursts() {
-        // k = 1, m = 2, i.i.d.: a shard is lost only with both copies.
-        let p = 0.046;
-        let r = residual(1, 2, p, p, p);
-        assert!((r - p * p * p).abs() < 1e-9, "{r}");
-        // More parity never hurts; bursts hurt.
-        assert!(residual(12, 4, p, p, p) < residual(12, 3, p, p, p));
-        let burst = residual(12, 4, p, 0.5, p * 0.5 / (1.0 - p));
-        assert!(burst > residual(12, 4, p, p, p));
-    }
-
-    #[test]
-    fn the_model_picks_the_fewest_parity_meeting_the_target() {
-        let mut m = LossModel::new(1e-4);
-        m.update(100_000, 4_600, 4_390, 1e-4);
-        assert_eq!(m.table[1], 2, "{:?}", m.table);
-        let k12 = usize::from(m.table[12]);
-        assert!((3..=5).contains(&k12), "{:?}", m.table);
-        assert!(residual(12, k12, m.p, m.p, m.p) <= 2e-4);
-    }
-}
-
-#[cfg(test)]
 mod hostile {
     use super::*;
+    use crate::fec::codec::VandermondeCodec;
 
     const CONV: u32 = 7;
     /// The plaintext room of a slot at the default mtu under `null`.

@@ -103,6 +103,8 @@
 mod datagram;
 mod dgram_fec;
 mod error;
+mod loss_model;
+mod stream_fec;
 #[cfg(test)]
 mod tests;
 
@@ -112,9 +114,11 @@ pub use datagram::{
 };
 pub use dgram_fec::DatagramFecStats;
 pub use error::{ConnError, SessionError};
+pub use stream_fec::StreamFecStats;
 
 use datagram::DatagramQueue;
 use dgram_fec::DgramFec;
+use stream_fec::StreamFec;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -172,6 +176,11 @@ pub struct SessionStats {
     /// after FEC, redundancy in use, the loss and rate estimates, added
     /// delay. Default when off.
     pub datagram_fec: DatagramFecStats,
+    /// The adaptive stream FEC between kcpio ends
+    /// ([`ConfigBuilder::adaptive_fec`](crate::ConfigBuilder::adaptive_fec)):
+    /// shards and parity each way, rebuilt, lost on the wire, redundancy in
+    /// use and the loss estimate. Default until negotiated.
+    pub stream_fec: StreamFecStats,
     /// What the model-based congestion controller
     /// ([`Congestion::Bbr`](crate::Congestion::Bbr)) estimates:
     /// bandwidth, minimum RTT, pacing rate, in-flight cap; `None` with the
@@ -433,6 +442,15 @@ pub struct Conn {
     dx_offer: bool,
     /// The peer speaks the extension.
     dx_on: bool,
+    /// The adaptive stream FEC, once negotiated: it then frames the KCP
+    /// output in place of the fixed encoder.
+    sx: Option<Box<StreamFec>>,
+    /// This side tags its probes with the stream offer (a client with
+    /// adaptive FEC on, or any side once the peer offered it).
+    sx_offer: bool,
+    /// The peer's stream-extension packets arrived: its data shards no
+    /// longer go to the fixed decoder.
+    sx_peer: bool,
 }
 
 impl std::fmt::Debug for Conn {
@@ -458,6 +476,25 @@ fn kcp_of(packet: &[u8]) -> Option<&[u8]> {
 
 fn ts(now: Duration) -> Timestamp {
     Timestamp::from_millis(now.as_millis() as u32)
+}
+
+/// Hands each packet `poll` rebuilds into `buf` to the ARQ as
+/// [`Origin::Recovered`], counting those it refuses.
+fn feed_rebuilt(
+    kcp: &mut Kcp,
+    now_ts: Timestamp,
+    out: &mut Received,
+    buf: &mut [u8],
+    mut poll: impl FnMut(&mut [u8]) -> Option<usize>,
+) {
+    while let Some(n) = poll(buf) {
+        let Some(rec) = buf.get(..n) else {
+            break;
+        };
+        if kcp.handle_datagram(now_ts, rec, Origin::Recovered).is_err() {
+            out.bad_kcp += 1;
+        }
+    }
 }
 
 /// The earlier of two optional deadlines.
@@ -523,6 +560,7 @@ impl Conn {
             ))
         });
         let dx_offer = config.datagram_fec;
+        let sx_offer = config.adaptive_fec && config.fec.is_some();
         Ok(Self {
             kcp,
             enc,
@@ -554,6 +592,9 @@ impl Conn {
             dx,
             dx_offer,
             dx_on: false,
+            sx: None,
+            sx_offer,
+            sx_peer: false,
         })
     }
 
@@ -628,6 +669,53 @@ impl Conn {
         if !self.dx_on {
             self.dx_offer = false;
         }
+        if self.sx.is_none() {
+            self.sx_offer = false;
+        }
+    }
+
+    /// The peer offered the adaptive stream FEC
+    /// ([`ConfigBuilder::adaptive_fec`](crate::ConfigBuilder::adaptive_fec))
+    /// and this side has it on (with FEC configured): the stream's parity
+    /// now follows the path's loss instead of the configured shape.
+    #[must_use]
+    pub fn adaptive_fec_negotiated(&self) -> bool {
+        self.sx.is_some()
+    }
+
+    /// The peer offered or spoke the adaptive stream FEC: switch the
+    /// sender, continuing the fixed encoder's seqids.
+    fn sx_heard(&mut self) {
+        if self.sx.is_some() || !self.config.adaptive_fec {
+            return;
+        }
+        let Some(enc) = self.enc.as_ref() else {
+            return;
+        };
+        let deadline = self
+            .config
+            .fec_group_deadline
+            .map_or(stream_fec::DEFAULT_DEADLINE, |ms| {
+                Duration::from_millis(u64::from(ms))
+            });
+        self.sx = Some(Box::new(StreamFec::new(deadline, enc.next_seqid())));
+        self.sx_offer = true;
+    }
+
+    /// The tag this side's window probes carry (`None`: untagged).
+    fn offer_tag(&self) -> Option<u8> {
+        let dx = if self.dx_offer {
+            dgram_fec::OFFER_BIT
+        } else {
+            0
+        };
+        let sx = if self.sx_offer {
+            stream_fec::OFFER_BIT
+        } else {
+            0
+        };
+        let bits = dx | sx;
+        (bits != 0).then_some(PROBE_TAG_BASE | bits)
     }
 
     /// The peer speaks the FEC datagram extension (it offered it, or sent
@@ -756,15 +844,21 @@ impl Conn {
             u.received += (packet.len() + self.overhead) as u64;
         }
         let kind = fec::classify(packet);
+        let awaiting = (self.dx.is_some() && !self.dx_on)
+            || (self.sx.is_none() && self.config.adaptive_fec && self.enc.is_some());
         let kcp_bytes = match kind {
-            PacketKind::Kcp | PacketKind::Data if self.dx.is_some() && !self.dx_on => {
+            PacketKind::Kcp | PacketKind::Data if awaiting => {
                 let bytes = if kind == PacketKind::Kcp {
                     Some(packet)
                 } else {
                     fec::data_payload(packet)
                 };
-                if bytes.is_some_and(|b| probe_tagged(b, self.kcp.conv())) {
+                let offers = bytes.map_or(0, |b| probe_offers(b, self.kcp.conv()));
+                if offers & dgram_fec::OFFER_BIT != 0 {
                     self.dx_heard();
+                }
+                if offers & stream_fec::OFFER_BIT != 0 {
+                    self.sx_heard();
                 }
                 bytes
             }
@@ -785,7 +879,31 @@ impl Conn {
                 _ => out.bad_kcp += 1,
             }
         }
-        if matches!(kind, PacketKind::Data | PacketKind::Parity) {
+        if kind == PacketKind::Parity && stream_fec::is_stream_parity(packet) {
+            // The peer's adaptive parity: only once this side speaks it.
+            self.sx_heard();
+            if self.sx.as_mut().is_some_and(|sx| sx.handle_parity(packet)) {
+                out.accepted = true;
+                self.sx_peer = true;
+            } else {
+                out.bad_fec = true;
+            }
+            self.feed_recovered(now_ts, &mut out);
+        } else if kind == PacketKind::Data
+            && let Some(sx) = self.sx.as_mut()
+        {
+            sx.handle_data(self.now, packet);
+            if shard_only {
+                out.accepted = true;
+            }
+            self.feed_recovered(now_ts, &mut out);
+        }
+        let fixed = match kind {
+            PacketKind::Parity => !stream_fec::is_stream_parity(packet),
+            PacketKind::Data => !self.sx_peer,
+            _ => false,
+        };
+        if fixed {
             let shape = self.config.fec.unwrap_or((1, 1));
             let fec_in = self.dec.get_or_insert_with(|| FecIn {
                 dec: FecDecoder::with_max_shards(shape.0, shape.1, self.config.fec_max_shards),
@@ -804,18 +922,10 @@ impl Conn {
                     enc.set_guard(None);
                 }
             }
-            while let Some(n) = fec_in.dec.poll_recovered(&mut fec_in.scratch) {
-                let Some(rec) = fec_in.scratch.get(..n) else {
-                    break;
-                };
-                if self
-                    .kcp
-                    .handle_datagram(now_ts, rec, Origin::Recovered)
-                    .is_err()
-                {
-                    out.bad_kcp += 1;
-                }
-            }
+            let dec = &mut fec_in.dec;
+            feed_rebuilt(&mut self.kcp, now_ts, &mut out, &mut fec_in.scratch, |b| {
+                dec.poll_recovered(b)
+            });
         }
         self.wire.input_errors += u64::from(out.bad_kcp);
         if out.accepted
@@ -833,10 +943,35 @@ impl Conn {
         out
     }
 
+    /// Hands the KCP packets the adaptive stream FEC rebuilt to the ARQ.
+    fn feed_recovered(&mut self, now_ts: Timestamp, out: &mut Received) {
+        let Some(sx) = self.sx.as_mut() else {
+            return;
+        };
+        let mut buf = [0u8; MAX_DATAGRAM];
+        feed_rebuilt(&mut self.kcp, now_ts, out, &mut buf, |b| {
+            sx.poll_recovered(b)
+        });
+    }
+
     /// An out-of-band packet: its payload joins the receive queue when it
     /// carries this session's conv, datagrams are supported (FEC on) and
     /// the queue has room; else it is dropped and counted.
     fn handle_oob(&mut self, packet: &[u8], out: &mut Received) {
+        if stream_fec::is_stream_report(packet) {
+            if fec::oob_payload(packet).is_some_and(|(c, _)| c == self.kcp.conv()) {
+                self.sx_heard();
+                if let Some(sx) = self.sx.as_mut() {
+                    if sx.handle_report(self.now, packet) {
+                        out.accepted = true;
+                        self.sx_peer = true;
+                    }
+                    return;
+                }
+            }
+            out.bad_kcp += 1;
+            return;
+        }
         if self.dx.is_some() && dgram_fec::ext_type(packet).is_some() {
             if fec::oob_payload(packet).is_some_and(|(c, _)| c == self.kcp.conv()) {
                 out.accepted = true;
@@ -895,7 +1030,9 @@ impl Conn {
         }
         // kcpio-only FEC group deadline: close a group that did not fill in
         // time (fillers and parity come out of poll_parity).
-        if let Some(enc) = self.enc.as_mut()
+        if let Some(sx) = self.sx.as_mut() {
+            sx.handle_timeout(self.now);
+        } else if let Some(enc) = self.enc.as_mut()
             && enc.poll_timeout().is_some_and(|t| now_ts.diff(t) >= 0)
         {
             enc.handle_timeout(now_ts);
@@ -933,7 +1070,18 @@ impl Conn {
             self.held = None;
             return Some(self.sent(len, parity));
         }
-        if let Some(enc) = self.enc.as_mut()
+        if let Some(sx) = self.sx.as_mut() {
+            let conv = self.kcp.conv();
+            if let Some(p) = slot
+                .get_mut(hc..)
+                .and_then(|b| sx.poll_report(self.now, b, conv))
+            {
+                return self.emit(slot.get(hc..hc + p)?, false);
+            }
+            if let Some(p) = slot.get_mut(hc..).and_then(|b| sx.poll_parity(b)) {
+                return self.emit(slot.get(hc..hc + p)?, true);
+            }
+        } else if let Some(enc) = self.enc.as_mut()
             && let Some(p) = slot.get_mut(hc..).and_then(|b| enc.poll_parity(b))
         {
             return self.emit(slot.get(hc..hc + p)?, true);
@@ -960,20 +1108,22 @@ impl Conn {
             self.check_liveness();
             return None;
         };
-        if self.dx_offer
+        if let Some(tag) = self.offer_tag()
             && let Some(packet) = kcp_buf.get_mut(..n)
         {
-            tag_probes(packet);
-        } else if self.quiet.is_some()
+            tag_probes(packet, tag);
+        }
+        // A client's answers are clocked for migration even when it offers
+        // extensions: the listener hears the offer on the client's WASKs
+        // (connect probe, keepalives), and the tunnel's clients offer
+        // adaptive FEC by default.
+        if self.quiet.is_some()
             && self.kcp.stats().wins_out != wins_out
             && let Some(packet) = kcp_buf.get_mut(..n)
         {
             clock_answers(packet, now_ts.as_millis(), self.kcp.wask_sn_in());
         }
-        let len = match (self.enc.as_mut(), slot.get_mut(hc..)) {
-            (Some(enc), Some(buf)) => enc.encode(now_ts, buf, n),
-            _ => n,
-        };
+        let len = self.fec_frame(slot.get_mut(hc..)?, n);
         self.emit(slot.get(hc..hc + len)?, false)
     }
 
@@ -1086,10 +1236,13 @@ impl Conn {
         let now_ts = ts(self.now);
         let at = |t: Timestamp| self.now + Duration::from_millis(t.diff(now_ts).max(0) as u64);
         let mut next = self.kcp.poll_timeout().map(at);
-        next = earliest(
-            next,
-            self.enc.as_ref().and_then(FecEncoder::poll_timeout).map(at),
-        );
+        next = match self.sx.as_ref() {
+            Some(sx) => earliest(next, sx.poll_timeout()),
+            None => earliest(
+                next,
+                self.enc.as_ref().and_then(FecEncoder::poll_timeout).map(at),
+            ),
+        };
         if self.dx_on
             && let Some(dx) = self.dx.as_ref()
         {
@@ -1252,11 +1405,22 @@ impl Conn {
         let (hc, hf) = (self.header, self.fec_header);
         let now_ts = ts(self.now);
         let n = write(&self.kcp, now_ts, slot.get_mut(hc + hf..)?)?;
-        let len = match (self.enc.as_mut(), slot.get_mut(hc..)) {
-            (Some(enc), Some(buf)) => enc.encode(now_ts, buf, n),
-            _ => n,
-        };
+        let len = self.fec_frame(slot.get_mut(hc..)?, n);
         Some(self.sent(len, false))
+    }
+
+    /// Frames the KCP packet at `buf[8..8 + n]` as a data shard when FEC
+    /// is on (the adaptive stream FEC's once negotiated, so its seqids
+    /// are the only ones in use); returns the packet length.
+    fn fec_frame(&mut self, buf: &mut [u8], n: usize) -> usize {
+        match (self.sx.as_mut(), self.enc.as_mut()) {
+            (Some(sx), _) => {
+                sx.set_srtt(self.kcp.srtt());
+                sx.encode(self.now, buf, n)
+            }
+            (None, Some(enc)) => enc.encode(ts(self.now), buf, n),
+            _ => n,
+        }
     }
 
     /// A path nudge toward an address a kcp-go peer may have moved to
@@ -1675,6 +1839,7 @@ impl Conn {
             oob_received: self.wire.oob_received,
             oob_dropped: self.wire.oob_dropped,
             datagram_fec: self.dx.as_ref().map(|d| d.stats()).unwrap_or_default(),
+            stream_fec: self.sx.as_ref().map(|s| s.stats()).unwrap_or_default(),
             congestion: self.kcp.congestion_state(),
         }
     }
@@ -1682,15 +1847,23 @@ impl Conn {
 
 /// Whether a KCP packet of conversation `conv` holds a window probe or
 /// answer (WASK, WINS) whose `frg` is the extension's tag.
-fn probe_tagged(packet: &[u8], conv: u32) -> bool {
+/// `frg` of a tagged window probe: `0xD0 | offers`, where the offers are
+/// bit 0 (the datagram extension, `dgram_fec::OFFER_BIT`: 0xD1) and bit 2
+/// (the adaptive stream FEC, `stream_fec::OFFER_BIT`: 0xD4, both 0xD5).
+/// Bit 1 is never an offer: 0xD2 is migration's clocked probe.
+const PROBE_TAG_BASE: u8 = 0xD0;
+/// The bits a tag may offer.
+const PROBE_OFFERS: u8 = dgram_fec::OFFER_BIT | stream_fec::OFFER_BIT;
+
+/// The extensions the window probes of an opened KCP packet offer.
+fn probe_offers(packet: &[u8], conv: u32) -> u8 {
     use crate::arq::segment::{Command, Segments};
-    Segments::new(packet).any(|seg| {
-        seg.is_ok_and(|s| {
-            s.conv() == conv
-                && matches!(s.command(), Some(Command::Wask | Command::Wins))
-                && s.frg() == dgram_fec::PROBE_TAG
-        })
-    })
+    Segments::new(packet)
+        .filter_map(Result::ok)
+        .filter(|s| s.conv() == conv && matches!(s.command(), Some(Command::Wask | Command::Wins)))
+        .map(|s| s.frg())
+        .filter(|f| f & 0xF0 == PROBE_TAG_BASE && f & !PROBE_OFFERS & 0x0F == 0)
+        .fold(0, |acc, f| acc | (f & PROBE_OFFERS))
 }
 
 /// How long a client hears no data before its quiet probe (then twice and
@@ -1758,8 +1931,8 @@ fn clock_answers(packet: &mut [u8], now: u32, echo: u32) {
 }
 
 /// Sets `frg` of every WASK and WINS segment of an outgoing KCP packet to
-/// the extension's tag (kcp-go reads `frg` of PUSH segments only).
-fn tag_probes(packet: &mut [u8]) {
+/// `tag` (kcp-go reads `frg` of PUSH segments only).
+fn tag_probes(packet: &mut [u8], tag: u8) {
     use crate::arq::segment::field;
     let mut at = 0usize;
     while let Some(h) = packet.get(at..at + field::HEADER_LEN) {
@@ -1768,7 +1941,7 @@ fn tag_probes(packet: &mut [u8]) {
         if (cmd == 83 || cmd == 84)
             && let Some(f) = packet.get_mut(at + field::FRG)
         {
-            *f = dgram_fec::PROBE_TAG;
+            *f = tag;
         }
         at = at.saturating_add(field::HEADER_LEN).saturating_add(len);
     }

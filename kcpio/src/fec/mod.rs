@@ -99,6 +99,10 @@ pub const CONTINUITY_MS: u32 = 500;
 pub(crate) const FLAG_DATA: u16 = 0xF1;
 /// Flag value of a parity shard.
 pub(crate) const FLAG_PARITY: u16 = 0xF2;
+/// Flag value (u16 at offset 4) of kcpio's adaptive stream parity between
+/// kcpio ends: byte 4 is kcp-go's parity flag, byte 5 the extension marker
+/// (`conn/stream_fec.rs`).
+pub(crate) const FLAG_STREAM_PARITY: u16 = 0x8AF2;
 /// Flag value of an out-of-band packet.
 pub(crate) const FLAG_OOB: u16 = 0xF3;
 /// The offset where the Reed-Solomon shard starts in FEC packets (the size field).
@@ -116,7 +120,8 @@ pub enum PacketKind {
     Kcp,
     /// An FEC data shard (flag 0xF1): a KCP packet behind an 8-byte header.
     Data,
-    /// An FEC parity shard (flag 0xF2).
+    /// An FEC parity shard (flag 0xF2; 0x8AF2 is kcpio's adaptive stream
+    /// parity between kcpio ends).
     Parity,
     /// An out-of-band packet (flag 0xF3, kcp-go >= v5.6.60): unreliable,
     /// outside KCP and never FEC-protected. See [`oob_payload`].
@@ -132,7 +137,7 @@ pub enum PacketKind {
 pub fn classify(packet: &[u8]) -> PacketKind {
     match read_u16(packet, 4) {
         Some(FLAG_DATA) => PacketKind::Data,
-        Some(FLAG_PARITY) => PacketKind::Parity,
+        Some(FLAG_PARITY | FLAG_STREAM_PARITY) => PacketKind::Parity,
         Some(FLAG_OOB) => PacketKind::Oob,
         _ => PacketKind::Kcp,
     }

@@ -1,0 +1,404 @@
+//! Adaptive stream FEC between kcpio ends (`ConfigBuilder::adaptive_fec`):
+//! on the simulator, a bulk stream is delivered whole and in order under
+//! i.i.d. and burst loss, reordering, duplication and a rate limit, with
+//! parity that follows the loss (none on a clean path, less than the fixed
+//! 10/3 shape on a lossy one); and the negotiation transcripts (a kcp-go-
+//! shaped peer sees the fixed shape's bytes, a listener answers only in
+//! kind).
+
+mod sim;
+
+use std::time::Duration;
+
+use kcpio::{Config, Congestion, Conn, Key, Method, Preset, StreamFecStats};
+use sim::{Flow, Link, Sim};
+
+fn builder() -> kcpio::ConfigBuilder {
+    Config::builder()
+        .preset(Preset::Fast3)
+        .congestion(Congestion::Bbr)
+        .stream(true)
+        .window(512, 512)
+        .crypto(Method::Aes128Gcm, Key::passphrase("stream fec"))
+        .fec(10, 3)
+}
+
+fn config(adaptive: bool) -> Config {
+    builder().adaptive_fec(adaptive).build().expect("valid")
+}
+
+/// The stream's byte at `offset`.
+fn pattern(offset: u64) -> u8 {
+    (offset % 251) as u8 ^ (offset >> 11) as u8
+}
+
+/// What one bulk run measured.
+#[derive(Debug)]
+struct Bulk {
+    delivered: u64,
+    /// The sender's and the receiver's stream-FEC counters.
+    tx: StreamFecStats,
+    rx: StreamFecStats,
+    /// Parity shards of kcp-go's fixed shape sent after the switch.
+    fixed_parity: u64,
+}
+
+/// Node 0 writes `total` pattern bytes to node 1 over `down` (and `up` for
+/// the return path); the receiver checks every byte in order. Stops when
+/// all arrived or at `limit_ms`.
+fn bulk(seed: u64, down: Link, up: Link, total: u64, limit_ms: u64) -> Bulk {
+    bulk_with(seed, down, up, None, total, limit_ms)
+}
+
+/// As [`bulk`], each direction behind a bottleneck of `rate` bytes/s and
+/// `queue` bytes when `limit` is `Some((rate, queue))`.
+fn bulk_with(
+    seed: u64,
+    down: Link,
+    up: Link,
+    limit: Option<(u64, u64)>,
+    total: u64,
+    limit_ms: u64,
+) -> Bulk {
+    let cfg = config(true);
+    let mut sim = Sim::new(seed, 0);
+    let (down, up) = match limit {
+        Some((rate, queue)) => {
+            let a = sim.add_bottleneck(rate, queue);
+            let b = sim.add_bottleneck(rate, queue);
+            (down.through(a), up.through(b))
+        }
+        None => (down, up),
+    };
+    let c = sim.add(11, &cfg, down);
+    let s = sim.add(11, &cfg, up);
+    sim.connect(c, s);
+    let now = sim.now();
+    sim.conn(s).answer_datagram_fec_only();
+    sim.conn(c).connect(now);
+    sim.run_until(300, 100_000);
+    assert!(sim.conn(c).adaptive_fec_negotiated());
+    assert!(sim.conn(s).adaptive_fec_negotiated());
+    let fixed0 = sim.conn(c).stats().fec_out.parity_out;
+    let (mut written, mut delivered) = (0u64, 0u64);
+    let mut chunk = vec![0u8; 16 * 1024];
+    let mut rbuf = vec![0u8; 64 * 1024];
+    sim.drive(limit_ms * 400, |sim| {
+        while written < total {
+            let n = chunk.len().min((total - written) as usize);
+            for (i, b) in chunk[..n].iter_mut().enumerate() {
+                *b = pattern(written + i as u64);
+            }
+            match sim.conn(c).write(&chunk[..n]) {
+                Ok(w) if w > 0 => written += w as u64,
+                _ => break,
+            }
+        }
+        while let Ok(n) = sim.conn(s).read(&mut rbuf) {
+            if n == 0 {
+                break;
+            }
+            for (i, &b) in rbuf[..n].iter().enumerate() {
+                assert_eq!(
+                    b,
+                    pattern(delivered + i as u64),
+                    "byte {}",
+                    delivered + i as u64
+                );
+            }
+            delivered += n as u64;
+        }
+        assert!(sim.conn(c).error().is_none() && sim.conn(s).error().is_none());
+        if delivered >= total || sim.elapsed_ms() >= limit_ms {
+            Flow::Done
+        } else {
+            Flow::WakeAt(limit_ms)
+        }
+    });
+    let (tx, rx) = (sim.conn(c).stats(), sim.conn(s).stats());
+    Bulk {
+        delivered,
+        fixed_parity: tx.fec_out.parity_out - fixed0,
+        tx: tx.stream_fec,
+        rx: rx.stream_fec,
+    }
+}
+
+const TOTAL: u64 = 4 << 20;
+
+fn parity_per_data(b: &Bulk) -> f64 {
+    b.tx.parity_out as f64 / b.tx.data_out.max(1) as f64
+}
+
+#[test]
+fn a_clean_path_carries_no_parity_once_the_loss_is_known() {
+    let b = bulk(1, Link::clean(20), Link::clean(20), TOTAL, 30_000);
+    eprintln!("clean {b:?}");
+    assert_eq!(b.delivered, TOTAL, "{b:?}");
+    assert_eq!(b.fixed_parity, 0, "{b:?}");
+    // Only the first groups, built on the prior before any report (the
+    // first 100 ms of a 260 ms transfer), carry parity: a fixed 10/3
+    // shape would have sent 0.3 per data shard.
+    assert!(parity_per_data(&b) < 0.06, "{b:?}");
+    assert_eq!(b.rx.lost_on_wire, 0, "{b:?}");
+    assert!(b.tx.loss_estimate < 0.01, "{b:?}");
+    assert_eq!(b.tx.redundancy, 0.0, "{b:?}");
+}
+
+#[test]
+fn independent_loss_is_repaired_with_less_parity_than_the_fixed_shape() {
+    let link = Link {
+        loss: 0.05,
+        ..Link::clean(20)
+    };
+    let b = bulk(2, link.clone(), link, TOTAL, 60_000);
+    eprintln!("iid 5% {b:?}");
+    assert_eq!(b.delivered, TOTAL, "{b:?}");
+    assert!(b.rx.recovered > 0, "{b:?}");
+    // Most losses are rebuilt (the target leaves about 1% to the ARQ; the
+    // half-the-data bound and deadline-closed small groups some more).
+    assert!(b.rx.recovered * 10 >= b.rx.lost_on_wire * 7, "{b:?}");
+    let r = parity_per_data(&b);
+    assert!((0.05..0.3).contains(&r), "{r} {b:?}");
+    assert!((0.03..0.08).contains(&b.tx.loss_estimate), "{b:?}");
+    assert_eq!(b.tx.malformed + b.rx.malformed, 0, "{b:?}");
+}
+
+#[test]
+fn bursts_reordering_and_duplicates_are_survived() {
+    let link = Link {
+        loss: 0.05,
+        burst: 3.0,
+        dup: 0.01,
+        reorder: 0.02,
+        jitter: 10,
+        ..Link::clean(30)
+    };
+    let b = bulk(3, link.clone(), link, TOTAL, 90_000);
+    eprintln!("bursty {b:?}");
+    assert_eq!(b.delivered, TOTAL, "{b:?}");
+    assert!(b.rx.recovered > 0 && b.rx.duplicates > 0, "{b:?}");
+    // Bursts call for more parity than independent loss, within the bound.
+    assert!(parity_per_data(&b) <= 0.5, "{b:?}");
+    assert!(b.tx.burst_estimate > 1.5, "{b:?}");
+    assert_eq!(b.tx.malformed + b.rx.malformed, 0, "{b:?}");
+}
+
+#[test]
+fn a_rate_limited_lossy_path_keeps_parity_within_the_fixed_shape() {
+    // 10 Mbit/s each way with 100 kB of queue, 3% loss behind it.
+    let link = Link {
+        loss: 0.03,
+        ..Link::clean(40)
+    };
+    let b = bulk_with(
+        4,
+        link.clone(),
+        link,
+        Some((1_250_000, 100_000)),
+        TOTAL,
+        90_000,
+    );
+    eprintln!("rate-limited {b:?}");
+    assert_eq!(b.delivered, TOTAL, "{b:?}");
+    assert!(b.rx.recovered > 0, "{b:?}");
+    assert!(parity_per_data(&b) <= 0.3, "{b:?}");
+    assert_eq!(b.tx.malformed + b.rx.malformed, 0, "{b:?}");
+}
+
+// ---------------------------------------------------------------- negotiation
+
+/// What kcp-go and kcptun peers run: the fixed shape, no extension.
+fn kcp_go_shaped() -> Config {
+    builder().build().expect("valid")
+}
+
+/// Pumps a client of `cc` (its connect probe started) and a listener's
+/// session of `sc` for `ms` ms, each writing 2 kB of stream every 3 ms;
+/// returns the plaintexts each sent.
+fn transcript(cc: &Config, sc: &Config, ms: u64) -> ([Vec<Vec<u8>>; 2], Conn, Conn) {
+    let mut client = Conn::new(21, cc).unwrap();
+    client.connect(Duration::ZERO);
+    let mut server = Conn::new(21, sc).unwrap();
+    server.require_proof(Duration::ZERO);
+    server.answer_datagram_fec_only();
+    let crypto = cc.packet_crypto();
+    let mut slot = vec![0u8; 1500];
+    let mut seen = [Vec::new(), Vec::new()];
+    let mut buf = vec![0u8; 65536];
+    for t in 0..ms {
+        let now = Duration::from_millis(t);
+        if t % 3 == 0 {
+            let _ = client.write(&[t as u8; 2000]);
+            let _ = server.write(&[t as u8; 2000]);
+        }
+        for (dir, seen) in seen.iter_mut().enumerate() {
+            let (from, to) = if dir == 0 {
+                (&mut client, &mut server)
+            } else {
+                (&mut server, &mut client)
+            };
+            from.handle_timeout(now);
+            while let Some(tx) = from.poll_transmit(now, &mut slot) {
+                let n = crypto
+                    .seal(&mut slot, tx.len, &[7; 16][..crypto.nonce_len()])
+                    .unwrap();
+                let range = crypto.open(&mut slot[..n]).unwrap();
+                seen.push(slot[range.clone()].to_vec());
+                let _ = to.handle_packet(now, &slot[range]);
+            }
+        }
+        while client.read(&mut buf).is_ok_and(|n| n > 0) {}
+        while server.read(&mut buf).is_ok_and(|n| n > 0) {}
+    }
+    (seen, client, server)
+}
+
+/// The packet with `frg` of its WASK/WINS segments (after the 8-byte
+/// data-shard header) set to `to`, and the `frg` values it had.
+fn untag(plain: &[u8], to: u8) -> (Vec<u8>, Vec<u8>) {
+    let mut p = plain.to_vec();
+    let mut frgs = Vec::new();
+    if p.len() < 8 || p[4..6] != [0xF1, 0] {
+        return (p, frgs);
+    }
+    let mut at = 8;
+    while p.len() >= at + 24 {
+        if p[at + 4] == 83 || p[at + 4] == 84 {
+            frgs.push(p[at + 5]);
+            p[at + 5] = to;
+        }
+        at += 24 + u32::from_le_bytes(p[at + 20..at + 24].try_into().unwrap()) as usize;
+    }
+    (p, frgs)
+}
+
+/// Whether an opened packet is a stream-extension packet (parity or report).
+fn is_stream_extension(p: &[u8]) -> bool {
+    p.len() >= 8 && ((p[4] == 0xF2 && p[5] == 0x8A) || (p[4..6] == [0xF3, 0] && p[7] == 0x8B))
+}
+
+#[test]
+fn a_kcp_go_shaped_server_sees_the_fixed_shape_byte_for_byte() {
+    let server = kcp_go_shaped();
+    let ([on, on_down], client, _) = transcript(&config(true), &server, 600);
+    let ([off, off_down], _, _) = transcript(&config(false), &server, 600);
+    assert!(!client.adaptive_fec_negotiated());
+    assert_eq!(on.len(), off.len());
+    let mut offers = 0;
+    for (a, b) in on.iter().zip(&off) {
+        if a[4..6] == [0xF2, 0] {
+            // Parity of a group holding a tagged probe differs in its rows
+            // (kcp-go's FEC covers the probe's bytes), never in its framing.
+            assert_eq!((a.len(), &a[..6]), (b.len(), &b[..6]));
+            continue;
+        }
+        let (a, frgs) = untag(a, 0);
+        offers += frgs.iter().filter(|&&f| f == 0xD4).count();
+        assert!(frgs.iter().all(|&f| f == 0xD4), "{frgs:x?}");
+        assert_eq!(&a, b, "the client's bytes differ beyond the probe tag");
+    }
+    assert!(offers > 0, "the client never offered");
+    assert_eq!(on_down, off_down, "the server answered differently");
+    assert!(on.iter().chain(&on_down).all(|p| !is_stream_extension(p)));
+    // The fixed shape's parity is there, as kcp-go expects.
+    assert!(on.iter().any(|p| p.len() > 6 && p[4..6] == [0xF2, 0]));
+}
+
+#[test]
+fn a_listener_answers_a_kcp_go_client_byte_for_byte() {
+    let client = kcp_go_shaped();
+    let ([_, on], _, server) = transcript(&client, &config(true), 600);
+    let ([_, off], _, _) = transcript(&client, &client, 600);
+    assert!(!server.adaptive_fec_negotiated());
+    assert_eq!(on, off, "a kcp-go client saw other bytes");
+}
+
+#[test]
+fn two_kcpio_ends_switch_to_adaptive_parity() {
+    let cfg = config(true);
+    let ([up, down], client, server) = transcript(&cfg, &cfg, 1_500);
+    assert!(client.adaptive_fec_negotiated() && server.adaptive_fec_negotiated());
+    for dir in [&up, &down] {
+        assert!(dir.iter().any(|p| is_stream_extension(p)));
+        // After the first stream packet, no fixed-shape parity.
+        let first = dir.iter().position(|p| is_stream_extension(p)).unwrap();
+        assert!(
+            dir[first..]
+                .iter()
+                .all(|p| !(p.len() > 6 && p[4..6] == [0xF2, 0]))
+        );
+    }
+    let (c, s) = (client.stats().stream_fec, server.stats().stream_fec);
+    assert!(c.reports_in > 0 && s.reports_in > 0, "{c:?} {s:?}");
+    assert_eq!(c.malformed + s.malformed, 0, "{c:?} {s:?}");
+    // A lossless path: the estimate falls and parity stops.
+    assert_eq!(c.lost_on_wire + s.lost_on_wire, 0);
+}
+
+#[test]
+fn both_extensions_negotiate_on_one_tag() {
+    let cfg = builder()
+        .adaptive_fec(true)
+        .datagram_fec(true)
+        .build()
+        .unwrap();
+    let ([up, _], client, server) = transcript(&cfg, &cfg, 400);
+    assert!(up.iter().any(|p| untag(p, 0).1.contains(&0xD5)));
+    assert!(client.adaptive_fec_negotiated() && server.adaptive_fec_negotiated());
+    assert!(client.datagram_fec_negotiated() && server.datagram_fec_negotiated());
+}
+
+#[test]
+fn a_short_queue_overflowed_by_the_sender_is_not_read_as_channel_loss() {
+    // The field's clean path: 50 Mbit/s, 1 ms RTT, a 48 kB queue, no
+    // random loss. The drops are this side's own overflow (the ARQ's
+    // controller answers them); parity for them would overflow it more.
+    let b = bulk_with(
+        5,
+        Link::clean(0),
+        Link::clean(0),
+        Some((6_250_000, 48_448)),
+        16 << 20,
+        60_000,
+    );
+    eprintln!("short queue {b:?}");
+    assert_eq!(b.delivered, 16 << 20, "{b:?}");
+    // The first groups' parity (the prior's margin before reports come),
+    // then none: the fixed 10/3 would send 0.3 per data shard.
+    assert!(parity_per_data(&b) < 0.08, "{b:?}");
+    assert_eq!(b.tx.redundancy, 0.0, "{b:?}");
+    assert!(b.rx.lost_congested > b.rx.lost_on_wire, "{b:?}");
+}
+
+#[test]
+fn kcpio_ends_negotiate_over_sockets() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let cfg = config(true);
+        let listener = kcpio::KcpListener::bind("127.0.0.1:0", &cfg).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut buf = vec![0u8; 1 << 20];
+            s.read_exact(&mut buf).await.unwrap();
+            s.write_all(&buf[..1024]).await.unwrap();
+            s.stats().stream_fec
+        });
+        let mut c = kcpio::KcpStream::connect(addr, &cfg).await.unwrap();
+        c.write_all(&vec![7u8; 1 << 20]).await.unwrap();
+        let mut back = [0u8; 1024];
+        tokio::time::timeout(Duration::from_secs(20), c.read_exact(&mut back))
+            .await
+            .expect("1 MiB over loopback within 20 s")
+            .unwrap();
+        let s = server.await.unwrap();
+        let c = c.stats().stream_fec;
+        assert!(c.negotiated && s.negotiated, "{c:?} {s:?}");
+        assert!(s.data_in > 0 && c.data_out > 0, "{c:?} {s:?}");
+    });
+}
