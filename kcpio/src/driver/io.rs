@@ -723,7 +723,10 @@ mod tests {
             let Socket::Udp(socket) = &socket else {
                 panic!("udp")
             };
-            socket2::SockRef::from(socket.get()).recv_buffer_size().unwrap() / 2
+            socket2::SockRef::from(socket.get())
+                .recv_buffer_size()
+                .unwrap()
+                / 2
         };
         let config = crate::Config::default();
         let cap = rmem_max();
