@@ -1049,7 +1049,8 @@ impl DgramFec {
         };
         let ahead = seq_diff(seq, h);
         if ahead <= 0 {
-            return -ahead < WINDOW as i32;
+            // `ahead` may be `i32::MIN`: half the sequence space away.
+            return ahead.unsigned_abs() < WINDOW;
         }
         if ahead as u32 >= WINDOW {
             // A jump past the whole window (a long outage, or a forgery
@@ -1527,6 +1528,14 @@ mod hostile {
             assert!(feed(&mut d, &mut q, t + Duration::from_millis(100), &r));
             assert_eq!(d.model.p > PRIOR_LOSS, raises, "{full:?}: {}", d.model.p);
         }
+    }
+
+    #[test]
+    fn a_shard_half_the_sequence_space_behind_is_refused() {
+        let mut d = fec();
+        assert!(d.admit(5));
+        assert!(d.admit(4));
+        assert!(!d.admit(5u32.wrapping_add(1 << 31)));
     }
 
     #[test]

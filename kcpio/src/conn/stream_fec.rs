@@ -675,7 +675,8 @@ impl StreamFec {
         };
         let ahead = seq_diff(seq, h);
         if ahead <= 0 {
-            return -ahead < (WINDOW - ACCOUNT_LAG) as i32;
+            // `ahead` may be `i32::MIN`: half the sequence space away.
+            return ahead.unsigned_abs() < WINDOW - ACCOUNT_LAG;
         }
         if ahead as u32 >= WINDOW - ACCOUNT_LAG {
             // A jump past the window (a long outage, or a forgery under a
@@ -951,6 +952,14 @@ mod tests {
         other[2] ^= 1; // k - 1 flips
         assert!(!rx.handle_parity(&other));
         assert_eq!(rx.stats.malformed, 1);
+    }
+
+    #[test]
+    fn a_shard_half_the_sequence_space_behind_is_refused() {
+        let mut rx = StreamFec::new(DEFAULT_DEADLINE, 0);
+        assert!(rx.admit(5));
+        assert!(rx.admit(4));
+        assert!(!rx.admit(5u32.wrapping_add(1 << 31)));
     }
 
     #[test]
