@@ -1116,7 +1116,13 @@ impl DgramFec {
                 && seq_diff(seq, h) > 1
                 && self.at_full_queue(q)
             {
-                let mut s = h.wrapping_add(1);
+                // The bitmap holds one window: a longer gap (a jump the
+                // window restarted on) marks each bit once, not per shard.
+                let mut s = if seq_diff(seq, h) > WINDOW as i32 {
+                    seq.wrapping_sub(WINDOW)
+                } else {
+                    h.wrapping_add(1)
+                };
                 while seq_diff(seq, s) > 0 {
                     Self::set_bit(&mut self.full_queue, s, true);
                     s = s.wrapping_add(1);
