@@ -585,7 +585,8 @@ impl StreamFec {
         let base = *self.owd_base.get_or_insert(owd);
         let base = base.min(owd);
         self.owd_base = Some(base);
-        self.queue_ms = owd - base;
+        // `ts` is the peer's: the delay saturates, never overflows.
+        self.queue_ms = owd.saturating_sub(base);
         if now.saturating_sub(self.queue_max_start) > QUEUE_MAX_WINDOW {
             self.queue_max = [0, self.queue_max[0]];
             self.queue_max_start = now;
@@ -597,7 +598,7 @@ impl StreamFec {
     /// recent largest queueing delay, and at least 2 ms.
     fn queued(&self) -> bool {
         let max = self.queue_max[0].max(self.queue_max[1]);
-        self.queue_ms >= QUEUED_MIN_MS && 2 * self.queue_ms >= max
+        self.queue_ms >= QUEUED_MIN_MS && self.queue_ms.saturating_mul(2) >= max
     }
 
     /// A stream parity packet; false when refused (counted).
