@@ -16,28 +16,14 @@
 //! session's output always fits a datagram.
 #![no_main]
 
-use std::sync::OnceLock;
 use std::time::Duration;
 
-use kcpio::{Config, Conn, Key, Method, Preset};
+use kcpio::ConfigBuilder;
+use kcpio_fuzz::ext::{CONV, config, drain, next_record, offered};
 use libfuzzer_sys::fuzz_target;
 
-const CONV: u32 = 0x0102_0304;
-
-/// The two configurations, built once: a passphrase's key derivation
-/// (PBKDF2, 4,096 rounds) per input was most of an iteration's time. A
-/// `Config` is immutable, so sharing it keeps every input deterministic.
-fn config(aead: bool) -> &'static Config {
-    static CONFIGS: OnceLock<[Config; 2]> = OnceLock::new();
-    let build = |method| {
-        Config::builder()
-            .preset(Preset::Fast3)
-            .crypto(method, Key::passphrase("fuzz"))
-            .datagram_fec(true)
-            .build()
-            .expect("the fuzz configuration is valid")
-    };
-    &CONFIGS.get_or_init(|| [build(Method::Null), build(Method::Aes128Gcm)])[usize::from(aead)]
+fn extend(b: ConfigBuilder) -> ConfigBuilder {
+    b.datagram_fec(true)
 }
 
 fuzz_target!(|data: &[u8]| {
@@ -45,29 +31,21 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let mut rest: &[u8] = rest;
-    let Ok(mut conn) = Conn::new(CONV, config(sel & 1 != 0)) else {
+    // The peer's offer: a WASK opener with the extension's tag.
+    let Some(mut conn) = offered(config(sel & 1 != 0, extend), 0xD1) else {
         return;
     };
-    conn.answer_datagram_fec_only();
-    // The peer's offer: a WASK opener with the extension's tag.
-    let mut wask = [0u8; 24];
-    wask[..4].copy_from_slice(&CONV.to_le_bytes());
-    wask[4] = 83;
-    wask[5] = 0xD1;
-    let mut now = Duration::ZERO;
-    let _ = conn.handle_packet(now, &wask);
     assert!(conn.datagram_fec_negotiated());
+    let mut now = Duration::ZERO;
     let max = conn.max_datagram_payload();
     let mut slot = vec![0u8; conn.max_datagram()];
     let mut buf = vec![0u8; 1 << 16];
     let mut packet = Vec::with_capacity(2048);
     let send = sel & 2 != 0;
     let mut sent = 0u32;
-    while let [adv, kind, lo, hi, tail @ ..] = rest {
-        now += Duration::from_millis(u64::from(*adv));
-        let n = usize::from(u16::from_le_bytes([*lo, *hi])).min(tail.len());
-        let (bytes, tail) = tail.split_at(n);
-        rest = tail;
+    while let Some(r) = next_record(&mut rest) {
+        now += r.advance;
+        let (bytes, kind) = (r.bytes, r.kind);
         packet.clear();
         if kind & 3 == 0 {
             packet.extend_from_slice(bytes);
@@ -82,19 +60,16 @@ fuzz_target!(|data: &[u8]| {
         }
         let _ = conn.handle_packet(now, &packet);
         while let Ok(k) = conn.recv_datagram(&mut buf) {
-            assert!(k <= max, "a {k}-byte datagram beyond the {max}-byte maximum");
+            assert!(
+                k <= max,
+                "a {k}-byte datagram beyond the {max}-byte maximum"
+            );
         }
         if send && sent < 10_000 {
-            let len = usize::from(*lo) * 16 % (max + 1);
+            let len = usize::from(r.len_lo) * 16 % (max + 1);
             let _ = conn.send_datagram(&buf[..len]);
             sent += 1;
         }
-        conn.handle_timeout(now);
-        let mut out = 0;
-        while let Some(t) = conn.poll_transmit(now, &mut slot) {
-            assert!(conn.header_len() + t.len <= slot.len());
-            out += 1;
-            assert!(out <= 4096, "an unbounded drain");
-        }
+        drain(&mut conn, now, &mut slot);
     }
 });

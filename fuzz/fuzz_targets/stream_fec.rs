@@ -17,28 +17,14 @@
 //! output always fits a datagram; reads never exceed what the buffer holds.
 #![no_main]
 
-use std::sync::OnceLock;
 use std::time::Duration;
 
-use kcpio::{Config, Conn, Key, Method, Preset};
+use kcpio::ConfigBuilder;
+use kcpio_fuzz::ext::{CONV, config, drain, next_record, offered};
 use libfuzzer_sys::fuzz_target;
 
-const CONV: u32 = 0x0102_0304;
-
-/// The two configurations, built once (a passphrase's PBKDF2 per input
-/// was most of an iteration's time); a `Config` is immutable.
-fn config(aead: bool) -> &'static Config {
-    static CONFIGS: OnceLock<[Config; 2]> = OnceLock::new();
-    let build = |method| {
-        Config::builder()
-            .preset(Preset::Fast3)
-            .crypto(method, Key::passphrase("fuzz"))
-            .fec(10, 3)
-            .adaptive_fec(true)
-            .build()
-            .expect("the fuzz configuration is valid")
-    };
-    &CONFIGS.get_or_init(|| [build(Method::Null), build(Method::Aes128Gcm)])[usize::from(aead)]
+fn extend(b: ConfigBuilder) -> ConfigBuilder {
+    b.fec(10, 3).adaptive_fec(true)
 }
 
 fuzz_target!(|data: &[u8]| {
@@ -46,32 +32,24 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let mut rest: &[u8] = rest;
-    let Ok(mut conn) = Conn::new(CONV, config(sel & 1 != 0)) else {
+    // The peer's offer: a WASK opener with the stream extension's tag.
+    let Some(mut conn) = offered(config(sel & 1 != 0, extend), 0xD4) else {
         return;
     };
-    conn.answer_datagram_fec_only();
-    // The peer's offer: a WASK opener with the stream extension's tag.
-    let mut wask = [0u8; 24];
-    wask[..4].copy_from_slice(&CONV.to_le_bytes());
-    wask[4] = 83;
-    wask[5] = 0xD4;
-    let mut now = Duration::ZERO;
-    let _ = conn.handle_packet(now, &wask);
     assert!(conn.adaptive_fec_negotiated());
+    let mut now = Duration::ZERO;
     let mut slot = vec![0u8; conn.max_datagram()];
     let mut buf = vec![0u8; 1 << 16];
     let mut packet = Vec::with_capacity(2048);
     let write = sel & 2 != 0;
     let mut written = 0u32;
-    while let [adv, kind, lo, hi, tail @ ..] = rest {
-        now += Duration::from_millis(u64::from(*adv));
-        let n = usize::from(u16::from_le_bytes([*lo, *hi])).min(tail.len());
-        let (bytes, tail) = tail.split_at(n);
-        rest = tail;
+    while let Some(r) = next_record(&mut rest) {
+        now += r.advance;
+        let bytes = r.bytes;
         packet.clear();
         let word = bytes.get(..4).unwrap_or(&[0; 4]);
         let body = bytes.get(4..).unwrap_or_default();
-        match kind & 3 {
+        match r.kind & 3 {
             0 => packet.extend_from_slice(bytes),
             1 => {
                 packet.extend_from_slice(word);
@@ -100,16 +78,10 @@ fuzz_target!(|data: &[u8]| {
             }
         }
         if write && written < 10_000 {
-            let len = usize::from(*lo) * 8;
+            let len = usize::from(r.len_lo) * 8;
             let _ = conn.write(&buf[..len]);
             written += 1;
         }
-        conn.handle_timeout(now);
-        let mut out = 0;
-        while let Some(t) = conn.poll_transmit(now, &mut slot) {
-            assert!(conn.header_len() + t.len <= slot.len());
-            out += 1;
-            assert!(out <= 4096, "an unbounded drain");
-        }
+        drain(&mut conn, now, &mut slot);
     }
 });

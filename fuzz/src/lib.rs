@@ -1,7 +1,9 @@
 //! Shared pieces of the fuzz targets: an input reader, the key the seed
-//! vectors use, a live-heap counter, and the crypto round-trip checks.
+//! vectors use, a live-heap counter, the crypto round-trip checks, and the
+//! harness of the extension targets.
 
 pub mod arq;
+pub mod ext;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};

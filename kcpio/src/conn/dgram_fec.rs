@@ -49,6 +49,7 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use super::datagram::{DATAGRAM_QUEUE_BYTES, DatagramQueue};
+use super::fec_rx::{Gathered, PSLOTS, Parity, RING, RxShards, STRIDE};
 #[cfg(test)]
 use super::loss_model::PRIOR_LOSS;
 use super::loss_model::{Codecs, LossModel, MAX_K, MAX_M};
@@ -86,12 +87,6 @@ const SHORT_QUEUE_MS: u16 = 15;
 const QUEUE_MAX_WINDOW: Duration = Duration::from_secs(1);
 /// Fragments per datagram at most.
 pub(crate) const MAX_FRAGMENTS: usize = 16;
-/// Arena stride of one shard body.
-const STRIDE: usize = 1504;
-/// Received data shards kept for recovery.
-const RING: usize = 128;
-/// Parity shards kept waiting for their group.
-const PSLOTS: usize = 32;
 /// Partial datagrams reassembled at once, and how long one may take.
 const REASM_SLOTS: usize = 4;
 const REASM_TIMEOUT: Duration = Duration::from_secs(1);
@@ -238,10 +233,6 @@ fn ms16(now: Duration) -> u16 {
     now.as_millis() as u16
 }
 
-/// A stored parity shard: its group's first data shard, `k`, `m`, its
-/// index and length.
-type ParitySlot = Option<(u32, u8, u8, u8, u16)>;
-
 /// The open group and its parity on the send side.
 struct TxGroup {
     first: u32,
@@ -327,13 +318,9 @@ pub(crate) struct DgramFec {
     accounted: u32,
     last_lost: bool,
     loss_runs: u32,
-    /// `RING` data bodies then `PSLOTS` parity rows, `STRIDE` apart.
-    rx_arena: Vec<u8>,
-    ring_seq: [Option<u32>; RING],
-    ring_len: [u16; RING],
-    /// Parity slots: `first, k, m, idx, len`.
-    pslots: [ParitySlot; PSLOTS],
-    pvictim: usize,
+    /// Data bodies and parity rows kept for recovery, each zero-padded
+    /// to the stride.
+    rx: RxShards,
     scratch: Vec<u8>,
     reasm: Vec<Reasm>,
     rx_bytes: u32,
@@ -430,11 +417,7 @@ impl DgramFec {
             accounted: 0,
             last_lost: false,
             loss_runs: 0,
-            rx_arena: Vec::new(),
-            ring_seq: [None; RING],
-            ring_len: [0; RING],
-            pslots: [None; PSLOTS],
-            pvictim: 0,
+            rx: RxShards::new(),
             scratch: Vec::new(),
             reasm: Vec::new(),
             rx_bytes: 0,
@@ -1066,7 +1049,8 @@ impl DgramFec {
         };
         let ahead = seq_diff(seq, h);
         if ahead <= 0 {
-            return -ahead < WINDOW as i32;
+            // `ahead` may be `i32::MIN`: half the sequence space away.
+            return ahead.unsigned_abs() < WINDOW;
         }
         if ahead as u32 >= WINDOW {
             // A jump past the whole window (a long outage, or a forgery
@@ -1132,7 +1116,13 @@ impl DgramFec {
                 && seq_diff(seq, h) > 1
                 && self.at_full_queue(q)
             {
-                let mut s = h.wrapping_add(1);
+                // The bitmap holds one window: a longer gap (a jump the
+                // window restarted on) marks each bit once, not per shard.
+                let mut s = if seq_diff(seq, h) > WINDOW as i32 {
+                    seq.wrapping_sub(WINDOW)
+                } else {
+                    h.wrapping_add(1)
+                };
                 while seq_diff(seq, s) > 0 {
                     Self::set_bit(&mut self.full_queue, s, true);
                     s = s.wrapping_add(1);
@@ -1145,7 +1135,7 @@ impl DgramFec {
                 self.seen_full = self.seen_full.wrapping_add(1);
             }
         }
-        self.store(seq, body);
+        self.rx.store(seq, body, true);
         self.deliver(seq, body, sink, false);
         self.try_groups_with(seq, sink);
         true
@@ -1191,18 +1181,6 @@ impl DgramFec {
     fn arm_report(&mut self, now: Duration) {
         if self.report_due.is_none() {
             self.report_due = Some(now + REPORT_EVERY);
-        }
-    }
-
-    fn store(&mut self, seq: u32, body: &[u8]) {
-        let full = (RING + PSLOTS) * STRIDE;
-        grow_arena(&mut self.rx_arena, full, full);
-        let i = seq as usize % RING;
-        if let Some(slot) = self.rx_arena.get_mut(i * STRIDE..(i + 1) * STRIDE) {
-            slot[..body.len()].copy_from_slice(body);
-            slot[body.len()..].fill(0);
-            self.ring_seq[i] = Some(seq);
-            self.ring_len[i] = body.len() as u16;
         }
     }
 
@@ -1372,127 +1350,51 @@ impl DgramFec {
         if (0..ku).all(|i| self.bit(&self.delivered, first.wrapping_add(i as u32))) {
             return true;
         }
-        // Conflicting shapes for one group: keep the first seen.
-        let same = |s: &ParitySlot| s.is_some_and(|s| s.0 == first);
-        if self
-            .pslots
-            .iter()
-            .any(|s| same(s) && s.is_some_and(|s| (s.1, s.2) != (k, m)))
-        {
-            return false;
-        }
-        if self
-            .pslots
-            .iter()
-            .any(|s| same(s) && s.is_some_and(|s| s.3 == idx))
-        {
-            return true;
-        }
-        let slot = match self.pslots.iter().position(Option::is_none) {
-            Some(i) => i,
-            None => {
-                let v = self.pvictim;
-                self.pvictim = (v + 1) % PSLOTS;
-                v
+        let body = p.get(PARITY_HDR..).unwrap_or_default();
+        match self.rx.take_parity((first, k, m, idx), body, true) {
+            Parity::Conflict => false,
+            Parity::Duplicate => true,
+            Parity::Stored => {
+                self.try_group(first, sink);
+                true
             }
-        };
-        let full = (RING + PSLOTS) * STRIDE;
-        grow_arena(&mut self.rx_arena, full, full);
-        let at = (RING + slot) * STRIDE;
-        if let Some(dst) = self.rx_arena.get_mut(at..at + STRIDE) {
-            dst[..len].copy_from_slice(p.get(PARITY_HDR..).unwrap_or_default());
-            dst[len..].fill(0);
         }
-        self.pslots[slot] = Some((first, k, m, idx, len as u16));
-        self.try_group(first, sink);
-        true
     }
 
     /// After a data shard: the stored parity groups that hold it.
     fn try_groups_with(&mut self, seq: u32, sink: &mut Sink<'_>) {
         for i in 0..PSLOTS {
-            if let Some((first, k, ..)) = self.pslots[i] {
-                let off = seq_diff(seq, first);
-                if off >= 0 && off < i32::from(k) {
-                    self.try_group(first, sink);
-                }
+            if let Some(first) = self.rx.group_holding(i, seq) {
+                self.try_group(first, sink);
             }
         }
     }
 
     /// Rebuilds what group `first` is missing once it holds enough shards.
     fn try_group(&mut self, first: u32, sink: &mut Sink<'_>) {
-        let Some((_, k, m, _, _)) = self.pslots.iter().flatten().find(|s| s.0 == first).copied()
-        else {
-            return;
+        // Delivered but no longer stored: nothing to rebuild it from.
+        let g = match self.rx.gather(first, |s| self.bit(&self.delivered, s)) {
+            Gathered::Wait => return,
+            Gathered::Clear => return self.rx.clear(first),
+            Gathered::Ready(g) => g,
         };
-        let (k, m) = (usize::from(k), usize::from(m));
-        let mut present = [false; MAX_K + MAX_M];
-        let mut at = [0usize; MAX_K + MAX_M];
-        let mut len = 0usize;
-        let mut missing = 0;
-        for (i, (p, a)) in present.iter_mut().zip(at.iter_mut()).take(k).enumerate() {
-            let s = first.wrapping_add(i as u32);
-            let r = s as usize % RING;
-            if self.ring_seq[r] == Some(s) {
-                *p = true;
-                *a = r * STRIDE;
-                len = len.max(usize::from(self.ring_len[r]));
-            } else if self.bit(&self.delivered, s) {
-                // Delivered but no longer stored: nothing to rebuild it from.
-                return self.clear_group(first);
-            } else {
-                missing += 1;
-            }
-        }
-        if missing == 0 {
-            return self.clear_group(first);
-        }
-        let mut have = k - missing;
-        for (i, slot) in self.pslots.iter().enumerate() {
-            if let Some((f, _, _, idx, l)) = *slot
-                && f == first
-            {
-                let j = k + usize::from(idx);
-                present[j] = true;
-                at[j] = (RING + i) * STRIDE;
-                len = len.max(usize::from(l));
-                have += 1;
-            }
-        }
-        if have < k {
+        // Every stored shard is zero-padded to the stride.
+        let len = g.data_len.max(g.parity_len);
+        let scratch = (&mut self.scratch, MAX_K);
+        if !self.rx.rebuild(
+            &mut self.codecs,
+            &g,
+            len,
+            scratch,
+            &mut self.stats.malformed,
+        ) {
             return;
         }
-        grow_arena(&mut self.scratch, MAX_K * STRIDE, MAX_K * STRIDE);
-        let Some(codec) = self.codecs.get(k, m) else {
-            return;
-        };
-        let ok = codec
-            .reconstruct_data(
-                &self.rx_arena,
-                &at[..k + m],
-                len,
-                &present[..k + m],
-                &mut self.scratch,
-                STRIDE,
-            )
-            .is_ok();
-        self.clear_group(first);
-        if !ok {
-            self.stats.malformed += 1;
-            return;
-        }
-        let mut n = 0;
         let scratch = std::mem::take(&mut self.scratch);
-        for (i, p) in present.iter().take(k).enumerate() {
-            if *p {
-                continue;
-            }
-            let s = first.wrapping_add(i as u32);
+        for (row, s) in g.missing() {
             let body = scratch
-                .get(n * STRIDE..n * STRIDE + len)
+                .get(row * STRIDE..row * STRIDE + len)
                 .unwrap_or_default();
-            n += 1;
             let dlen = read_u16(body, 3).map_or(usize::MAX, usize::from);
             if dlen > len.saturating_sub(BODY_HDR) || self.bit(&self.delivered, s) {
                 self.stats.malformed += 1;
@@ -1504,18 +1406,10 @@ impl DgramFec {
                 continue;
             }
             self.stats.recovered += 1;
-            self.store(s, body);
+            self.rx.store(s, body, true);
             self.deliver(s, body, sink, true);
         }
         self.scratch = scratch;
-    }
-
-    fn clear_group(&mut self, first: u32) {
-        for s in &mut self.pslots {
-            if s.is_some_and(|s| s.0 == first) {
-                *s = None;
-            }
-        }
     }
 }
 
@@ -1640,6 +1534,14 @@ mod hostile {
             assert!(feed(&mut d, &mut q, t + Duration::from_millis(100), &r));
             assert_eq!(d.model.p > PRIOR_LOSS, raises, "{full:?}: {}", d.model.p);
         }
+    }
+
+    #[test]
+    fn a_shard_half_the_sequence_space_behind_is_refused() {
+        let mut d = fec();
+        assert!(d.admit(5));
+        assert!(d.admit(4));
+        assert!(!d.admit(5u32.wrapping_add(1 << 31)));
     }
 
     #[test]

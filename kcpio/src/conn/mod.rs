@@ -103,6 +103,7 @@
 mod datagram;
 mod dgram_fec;
 mod error;
+mod fec_rx;
 mod loss_model;
 mod stream_fec;
 #[cfg(test)]

@@ -44,6 +44,7 @@
 
 use std::time::Duration;
 
+use super::fec_rx::{Gathered, PSLOTS, Parity, RING, RxShards, STRIDE};
 use super::loss_model::{Codecs, LossModel, MAX_K, MAX_M};
 use crate::fec::codec::ErasureCodec;
 use crate::fec::{DATA_HEADER, FLAG_DATA, FLAG_OOB, FLAG_PARITY, grow_arena, read_u16, read_u32};
@@ -63,12 +64,6 @@ const REPORT_MARK: u8 = 0x80 | (VERSION << 2) | TYPE_REPORT;
 const BODY_AT: usize = 6;
 /// The report's length.
 const REPORT_LEN: usize = 24;
-/// Arena stride of one body (`size | KCP packet`, at most 1,494 bytes).
-const STRIDE: usize = 1504;
-/// Received data shards kept for recovery.
-const RING: usize = 128;
-/// Parity shards kept waiting for their group.
-const PSLOTS: usize = 32;
 /// The arrival window, in data shards.
 const WINDOW: u32 = 1024;
 /// Shards behind the newest before a missing one is counted lost: at
@@ -189,10 +184,6 @@ fn seq_diff(a: u32, b: u32) -> i32 {
     a.wrapping_sub(b) as i32
 }
 
-/// A stored parity shard: its group's first data shard, `k`, `m`, its
-/// index and length.
-type ParitySlot = Option<(u32, u8, u8, u8, u16)>;
-
 /// The adaptive stream FEC of one session: sender and receiver.
 pub(crate) struct StreamFec {
     deadline: Duration,
@@ -241,12 +232,9 @@ pub(crate) struct StreamFec {
     accounted: u32,
     last_lost: bool,
     loss_runs: u32,
-    /// `RING` data bodies then `PSLOTS` parity rows, `STRIDE` apart.
-    rx_arena: Vec<u8>,
-    ring_seq: [Option<u32>; RING],
-    ring_len: [u16; RING],
-    pslots: [ParitySlot; PSLOTS],
-    pvictim: usize,
+    /// Data bodies (`size | KCP packet`, at most 1,494 bytes) and parity
+    /// rows kept for recovery.
+    rx: RxShards,
     /// Rebuilt bodies, `STRIDE` apart, and `(index, len)` of those not yet
     /// handed out.
     scratch: Vec<u8>,
@@ -302,11 +290,7 @@ impl StreamFec {
             accounted: 0,
             last_lost: false,
             loss_runs: 0,
-            rx_arena: Vec::new(),
-            ring_seq: [None; RING],
-            ring_len: [0; RING],
-            pslots: [None; PSLOTS],
-            pvictim: 0,
+            rx: RxShards::new(),
             scratch: Vec::new(),
             ready: [(0, 0); MAX_M],
             ready_len: 0,
@@ -567,13 +551,10 @@ impl StreamFec {
         if self.report_due.is_none() {
             self.report_due = Some(now + REPORT_EVERY);
         }
-        self.store(seq, body);
+        self.rx.store(seq, body, false);
         for i in 0..PSLOTS {
-            if let Some((first, k, ..)) = self.pslots[i] {
-                let off = seq_diff(seq, first);
-                if (0..i32::from(k)).contains(&off) {
-                    self.try_group(first);
-                }
+            if let Some(first) = self.rx.group_holding(i, seq) {
+                self.try_group(first);
             }
         }
     }
@@ -604,7 +585,8 @@ impl StreamFec {
         let base = *self.owd_base.get_or_insert(owd);
         let base = base.min(owd);
         self.owd_base = Some(base);
-        self.queue_ms = owd - base;
+        // `ts` is the peer's: the delay saturates, never overflows.
+        self.queue_ms = owd.saturating_sub(base);
         if now.saturating_sub(self.queue_max_start) > QUEUE_MAX_WINDOW {
             self.queue_max = [0, self.queue_max[0]];
             self.queue_max_start = now;
@@ -616,7 +598,7 @@ impl StreamFec {
     /// recent largest queueing delay, and at least 2 ms.
     fn queued(&self) -> bool {
         let max = self.queue_max[0].max(self.queue_max[1]);
-        self.queue_ms >= QUEUED_MIN_MS && 2 * self.queue_ms >= max
+        self.queue_ms >= QUEUED_MIN_MS && self.queue_ms.saturating_mul(2) >= max
     }
 
     /// A stream parity packet; false when refused (counted).
@@ -657,38 +639,15 @@ impl StreamFec {
             self.stats.parity_unusable += 1;
             return true;
         }
-        let same = |s: &ParitySlot| s.is_some_and(|s| s.0 == first);
-        if self
-            .pslots
-            .iter()
-            .any(|s| same(s) && s.is_some_and(|s| (s.1, s.2) != (k, m)))
-        {
-            return false;
-        }
-        if self
-            .pslots
-            .iter()
-            .any(|s| same(s) && s.is_some_and(|s| s.3 == idx))
-        {
-            return true;
-        }
-        let slot = match self.pslots.iter().position(Option::is_none) {
-            Some(i) => i,
-            None => {
-                let v = self.pvictim;
-                self.pvictim = (v + 1) % PSLOTS;
-                v
+        let body = p.get(BODY_AT..).unwrap_or_default();
+        match self.rx.take_parity((first, k, m, idx), body, false) {
+            Parity::Conflict => false,
+            Parity::Duplicate => true,
+            Parity::Stored => {
+                self.try_group(first);
+                true
             }
-        };
-        let full = (RING + PSLOTS) * STRIDE;
-        grow_arena(&mut self.rx_arena, full, full);
-        let at = (RING + slot) * STRIDE;
-        if let (Some(dst), Some(src)) = (self.rx_arena.get_mut(at..at + len), p.get(BODY_AT..)) {
-            dst.copy_from_slice(src);
         }
-        self.pslots[slot] = Some((first, k, m, idx, len as u16));
-        self.try_group(first);
-        true
     }
 
     /// The next rebuilt KCP packet into `buf`.
@@ -717,7 +676,8 @@ impl StreamFec {
         };
         let ahead = seq_diff(seq, h);
         if ahead <= 0 {
-            return -ahead < (WINDOW - ACCOUNT_LAG) as i32;
+            // `ahead` may be `i32::MIN`: half the sequence space away.
+            return ahead.unsigned_abs() < WINDOW - ACCOUNT_LAG;
         }
         if ahead as u32 >= WINDOW - ACCOUNT_LAG {
             // A jump past the window (a long outage, or a forgery under a
@@ -776,116 +736,54 @@ impl StreamFec {
         set(&mut self.on_wire, s, v);
     }
 
-    fn store(&mut self, seq: u32, body: &[u8]) {
-        let full = (RING + PSLOTS) * STRIDE;
-        grow_arena(&mut self.rx_arena, full, full);
-        let i = seq as usize % RING;
-        if let Some(slot) = self.rx_arena.get_mut(i * STRIDE..i * STRIDE + body.len()) {
-            slot.copy_from_slice(body);
-            self.ring_seq[i] = Some(seq);
-            self.ring_len[i] = body.len() as u16;
-        }
-    }
-
     /// Rebuilds what group `first` is missing once it holds enough shards.
     fn try_group(&mut self, first: u32) {
         if self.ready_next < self.ready_len {
             // The last rebuild is not handed out yet: the next shard retries.
             return;
         }
-        let Some((_, k, m, _, _)) = self.pslots.iter().flatten().find(|s| s.0 == first).copied()
-        else {
-            return;
+        // A shard received but no longer stored leaves nothing to rebuild
+        // from.
+        let g = match self.rx.gather(first, |s| self.bit(s)) {
+            Gathered::Wait => return,
+            Gathered::Clear => return self.rx.clear(first),
+            Gathered::Ready(g) => g,
         };
-        let (k, m) = (usize::from(k), usize::from(m));
-        let mut present = [false; MAX_K + MAX_M];
-        let mut at = [0usize; MAX_K + MAX_M];
-        let mut lens = [0usize; MAX_K + MAX_M];
-        let mut missing = 0;
-        for i in 0..k {
-            let s = first.wrapping_add(i as u32);
-            let r = s as usize % RING;
-            if self.ring_seq[r] == Some(s) {
-                present[i] = true;
-                at[i] = r * STRIDE;
-                lens[i] = usize::from(self.ring_len[r]);
-            } else if self.bit(s) {
-                // Received but no longer stored: nothing to rebuild from.
-                return self.clear_group(first);
-            } else {
-                missing += 1;
-            }
-        }
-        if missing == 0 {
-            return self.clear_group(first);
-        }
-        let mut have = k - missing;
-        let mut len = 0usize;
-        for (i, slot) in self.pslots.iter().enumerate() {
-            if let Some((f, _, _, idx, l)) = *slot
-                && f == first
-            {
-                let j = k + usize::from(idx);
-                present[j] = true;
-                at[j] = (RING + i) * STRIDE;
-                lens[j] = usize::from(l);
-                len = len.max(usize::from(l));
-                have += 1;
-            }
-        }
-        if have < k {
-            return;
-        }
+        let (k, m, len) = (g.k, g.m, g.parity_len);
         // A data shard longer than the group's parity is not this group's
         // (or the parity is forged).
-        if (0..k).any(|i| present[i] && lens[i] > len) {
-            self.clear_group(first);
+        if g.data_len > len {
+            self.rx.clear(first);
             self.stats.malformed += 1;
             return;
         }
         // Every shard is read zero-padded to the group's length.
         for i in 0..k + m {
-            if present[i]
-                && lens[i] < len
-                && let Some(t) = self.rx_arena.get_mut(at[i] + lens[i]..at[i] + len)
+            if g.present[i]
+                && g.lens[i] < len
+                && let Some(t) = self.rx.arena.get_mut(g.at[i] + g.lens[i]..g.at[i] + len)
             {
                 t.fill(0);
             }
         }
-        grow_arena(&mut self.scratch, MAX_M * STRIDE, MAX_M * STRIDE);
-        let Some(codec) = self.codecs.get(k, m) else {
-            return;
-        };
-        let ok = codec
-            .reconstruct_data(
-                &self.rx_arena,
-                &at[..k + m],
-                len,
-                &present[..k + m],
-                &mut self.scratch,
-                STRIDE,
-            )
-            .is_ok();
-        self.clear_group(first);
-        if !ok {
-            self.stats.malformed += 1;
+        let scratch = (&mut self.scratch, MAX_M);
+        if !self.rx.rebuild(
+            &mut self.codecs,
+            &g,
+            len,
+            scratch,
+            &mut self.stats.malformed,
+        ) {
             return;
         }
-        let mut n = 0usize;
         self.ready_len = 0;
         self.ready_next = 0;
-        for (i, p) in present.iter().take(k).enumerate() {
-            if *p {
-                continue;
-            }
-            let s = first.wrapping_add(i as u32);
+        for (row, s) in g.missing() {
             let body = self
                 .scratch
-                .get(n * STRIDE..n * STRIDE + len)
+                .get(row * STRIDE..row * STRIDE + len)
                 .unwrap_or_default();
             let size = read_u16(body, 0).map_or(0, usize::from);
-            let row = n;
-            n += 1;
             // `size` counts itself: a KCP packet of at least one header
             // that fits the rebuilt length.
             if size < 2 + KCP_MIN || size > len || row >= MAX_M {
@@ -898,23 +796,8 @@ impl StreamFec {
             self.stats.recovered += 1;
             self.ready[self.ready_len] = (row as u8, (size - 2) as u16);
             self.ready_len += 1;
-            let r = s as usize % RING;
-            let at = r * STRIDE;
-            if let (Some(dst), Some(src)) = (
-                self.rx_arena.get_mut(at..at + size),
-                self.scratch.get(row * STRIDE..row * STRIDE + size),
-            ) {
-                dst.copy_from_slice(src);
-                self.ring_seq[r] = Some(s);
-                self.ring_len[r] = size as u16;
-            }
-        }
-    }
-
-    fn clear_group(&mut self, first: u32) {
-        for s in &mut self.pslots {
-            if s.is_some_and(|s| s.0 == first) {
-                *s = None;
+            if let Some(src) = self.scratch.get(row * STRIDE..row * STRIDE + size) {
+                self.rx.store(s, src, false);
             }
         }
     }
@@ -1070,6 +953,14 @@ mod tests {
         other[2] ^= 1; // k - 1 flips
         assert!(!rx.handle_parity(&other));
         assert_eq!(rx.stats.malformed, 1);
+    }
+
+    #[test]
+    fn a_shard_half_the_sequence_space_behind_is_refused() {
+        let mut rx = StreamFec::new(DEFAULT_DEADLINE, 0);
+        assert!(rx.admit(5));
+        assert!(rx.admit(4));
+        assert!(!rx.admit(5u32.wrapping_add(1 << 31)));
     }
 
     #[test]

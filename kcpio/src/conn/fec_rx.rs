@@ -1,0 +1,263 @@
+//! The receive side both FEC extensions between kcpio ends share (the
+//! datagram one, `dgram_fec`, and the adaptive stream FEC, `stream_fec`):
+//! one arena holding a ring of received data bodies and the parity rows
+//! waiting for their group, the parity slots (first seen shape wins, one
+//! row per index, a full set evicts round robin), and gathering a group's
+//! shards for a Reed-Solomon rebuild. What each extension does with a
+//! rebuilt body, and what makes a group pointless to rebuild, stays with
+//! the extension.
+
+use super::loss_model::{Codecs, MAX_K, MAX_M};
+use crate::fec::codec::ErasureCodec;
+use crate::fec::grow_arena;
+
+/// Arena stride of one shard body.
+pub(super) const STRIDE: usize = 1504;
+/// Received data shards kept for recovery.
+pub(super) const RING: usize = 128;
+/// Parity shards kept waiting for their group.
+pub(super) const PSLOTS: usize = 32;
+/// The arena's whole length: `RING` data bodies then `PSLOTS` parity rows.
+const ARENA: usize = (RING + PSLOTS) * STRIDE;
+
+/// A stored parity shard: its group's first data shard, `k`, `m`, its
+/// index and length.
+type ParitySlot = Option<(u32, u8, u8, u8, u16)>;
+
+/// What became of a parity shard offered to [`RxShards::take_parity`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Parity {
+    /// Its group is stored with another `(k, m)`: refused.
+    Conflict,
+    /// Its group already holds this index: ignored.
+    Duplicate,
+    /// Stored: the group may now be rebuilt.
+    Stored,
+}
+
+/// A group's shards as stored: which are present, where in the arena,
+/// how long.
+pub(super) struct Group {
+    pub(super) first: u32,
+    pub(super) k: usize,
+    pub(super) m: usize,
+    pub(super) present: [bool; MAX_K + MAX_M],
+    pub(super) at: [usize; MAX_K + MAX_M],
+    pub(super) lens: [usize; MAX_K + MAX_M],
+    /// The longest stored data body and parity row.
+    pub(super) data_len: usize,
+    pub(super) parity_len: usize,
+}
+
+impl Group {
+    /// The missing data shards, in order: `(row of the rebuilt output,
+    /// seqid)`.
+    pub(super) fn missing(&self) -> impl Iterator<Item = (usize, u32)> + '_ {
+        self.present[..self.k]
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| !**p)
+            .enumerate()
+            .map(|(row, (i, _))| (row, self.first.wrapping_add(i as u32)))
+    }
+}
+
+/// What [`RxShards::gather`] found for a group.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "lives on the stack for one rebuild; boxing would allocate per group"
+)]
+pub(super) enum Gathered {
+    /// No parity stored for it, or too few shards yet.
+    Wait,
+    /// Nothing to rebuild (none missing, or a missing one can no longer
+    /// be): the caller clears its parity.
+    Clear,
+    Ready(Group),
+}
+
+/// The received shards kept for recovery.
+pub(super) struct RxShards {
+    /// `RING` data bodies then `PSLOTS` parity rows, `STRIDE` apart.
+    pub(super) arena: Vec<u8>,
+    pub(super) ring_seq: [Option<u32>; RING],
+    pub(super) ring_len: [u16; RING],
+    slots: [ParitySlot; PSLOTS],
+    victim: usize,
+}
+
+impl RxShards {
+    pub(super) fn new() -> Self {
+        Self {
+            arena: Vec::new(),
+            ring_seq: [None; RING],
+            ring_len: [0; RING],
+            slots: [None; PSLOTS],
+            victim: 0,
+        }
+    }
+
+    /// Keeps data body `seq` in its ring slot (`body.len() <= STRIDE`),
+    /// with the rest of the slot zeroed when `zero_tail`.
+    pub(super) fn store(&mut self, seq: u32, body: &[u8], zero_tail: bool) {
+        grow_arena(&mut self.arena, ARENA, ARENA);
+        let i = seq as usize % RING;
+        let end = if zero_tail {
+            (i + 1) * STRIDE
+        } else {
+            i * STRIDE + body.len()
+        };
+        if let Some(slot) = self.arena.get_mut(i * STRIDE..end) {
+            slot[..body.len()].copy_from_slice(body);
+            slot[body.len()..].fill(0);
+            self.ring_seq[i] = Some(seq);
+            self.ring_len[i] = body.len() as u16;
+        }
+    }
+
+    /// Keeps parity row `idx` (`body`, at most `STRIDE` bytes, with the
+    /// rest of its slot zeroed when `zero_tail`) of group `first` shaped
+    /// `(k, m)`.
+    pub(super) fn take_parity(
+        &mut self,
+        (first, k, m, idx): (u32, u8, u8, u8),
+        body: &[u8],
+        zero_tail: bool,
+    ) -> Parity {
+        let mine = self.slots.iter().flatten().filter(|s| s.0 == first);
+        // Conflicting shapes for one group: keep the first seen.
+        if mine.clone().any(|s| (s.1, s.2) != (k, m)) {
+            return Parity::Conflict;
+        }
+        if mine.clone().any(|s| s.3 == idx) {
+            return Parity::Duplicate;
+        }
+        let slot = match self.slots.iter().position(Option::is_none) {
+            Some(i) => i,
+            None => {
+                let v = self.victim;
+                self.victim = (v + 1) % PSLOTS;
+                v
+            }
+        };
+        grow_arena(&mut self.arena, ARENA, ARENA);
+        let at = (RING + slot) * STRIDE;
+        let end = if zero_tail {
+            at + STRIDE
+        } else {
+            at + body.len()
+        };
+        if let Some(dst) = self.arena.get_mut(at..end) {
+            dst[..body.len()].copy_from_slice(body);
+            dst[body.len()..].fill(0);
+        }
+        self.slots[slot] = Some((first, k, m, idx, body.len() as u16));
+        Parity::Stored
+    }
+
+    /// The first shard of the group parity slot `i` waits for, when that
+    /// group holds shard `seq`.
+    pub(super) fn group_holding(&self, i: usize, seq: u32) -> Option<u32> {
+        let (first, k, ..) = self.slots[i]?;
+        let off = seq.wrapping_sub(first) as i32;
+        (0..i32::from(k)).contains(&off).then_some(first)
+    }
+
+    /// Group `first`'s stored shards; `gone(s)` says a data shard no
+    /// longer stored arrived once (so it cannot be rebuilt from).
+    pub(super) fn gather(&self, first: u32, gone: impl Fn(u32) -> bool) -> Gathered {
+        let Some((_, k, m, _, _)) = self.slots.iter().flatten().find(|s| s.0 == first).copied()
+        else {
+            return Gathered::Wait;
+        };
+        let mut g = Group {
+            first,
+            k: usize::from(k),
+            m: usize::from(m),
+            present: [false; MAX_K + MAX_M],
+            at: [0; MAX_K + MAX_M],
+            lens: [0; MAX_K + MAX_M],
+            data_len: 0,
+            parity_len: 0,
+        };
+        let mut missing = 0;
+        for i in 0..g.k {
+            let s = first.wrapping_add(i as u32);
+            let r = s as usize % RING;
+            if self.ring_seq[r] == Some(s) {
+                g.present[i] = true;
+                g.at[i] = r * STRIDE;
+                g.lens[i] = usize::from(self.ring_len[r]);
+                g.data_len = g.data_len.max(g.lens[i]);
+            } else if gone(s) {
+                return Gathered::Clear;
+            } else {
+                missing += 1;
+            }
+        }
+        if missing == 0 {
+            return Gathered::Clear;
+        }
+        let mut have = g.k - missing;
+        for (i, slot) in self.slots.iter().enumerate() {
+            if let Some((f, _, _, idx, l)) = *slot
+                && f == first
+            {
+                let j = g.k + usize::from(idx);
+                g.present[j] = true;
+                g.at[j] = (RING + i) * STRIDE;
+                g.lens[j] = usize::from(l);
+                g.parity_len = g.parity_len.max(usize::from(l));
+                have += 1;
+            }
+        }
+        if have < g.k {
+            return Gathered::Wait;
+        }
+        Gathered::Ready(g)
+    }
+
+    /// Rebuilds `g`'s missing data shards, each read as `len` bytes, into
+    /// `scratch` (`STRIDE` apart, grown to `rows` rows), and clears its
+    /// parity; false when nothing was rebuilt: without a codec for its
+    /// shape (the parity kept), or when the codec refused the shards
+    /// (counted in `malformed`).
+    pub(super) fn rebuild(
+        &mut self,
+        codecs: &mut Codecs,
+        g: &Group,
+        len: usize,
+        (scratch, rows): (&mut Vec<u8>, usize),
+        malformed: &mut u64,
+    ) -> bool {
+        grow_arena(scratch, rows * STRIDE, rows * STRIDE);
+        let Some(codec) = codecs.get(g.k, g.m) else {
+            return false;
+        };
+        let n = g.k + g.m;
+        let ok = codec
+            .reconstruct_data(
+                &self.arena,
+                &g.at[..n],
+                len,
+                &g.present[..n],
+                scratch,
+                STRIDE,
+            )
+            .is_ok();
+        self.clear(g.first);
+        if !ok {
+            *malformed += 1;
+        }
+        ok
+    }
+
+    /// Drops group `first`'s parity.
+    pub(super) fn clear(&mut self, first: u32) {
+        for s in &mut self.slots {
+            if s.is_some_and(|s| s.0 == first) {
+                *s = None;
+            }
+        }
+    }
+}
