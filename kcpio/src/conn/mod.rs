@@ -946,9 +946,10 @@ impl Conn {
 
     /// Hands the KCP packets the adaptive stream FEC rebuilt to the ARQ.
     fn feed_recovered(&mut self, now_ts: Timestamp, out: &mut Received) {
-        let Some(sx) = self.sx.as_mut() else {
+        let Some(sx) = self.sx.as_mut().filter(|sx| sx.has_recovered()) else {
             return;
         };
+        // Only when a group was rebuilt: not a zeroed buffer per packet.
         let mut buf = [0u8; MAX_DATAGRAM];
         feed_rebuilt(&mut self.kcp, now_ts, out, &mut buf, |b| {
             sx.poll_recovered(b)

@@ -650,6 +650,11 @@ impl StreamFec {
         }
     }
 
+    /// Whether a rebuilt KCP packet waits for [`poll_recovered`](Self::poll_recovered).
+    pub(crate) fn has_recovered(&self) -> bool {
+        self.ready_next < self.ready_len
+    }
+
     /// The next rebuilt KCP packet into `buf`.
     pub(crate) fn poll_recovered(&mut self, buf: &mut [u8]) -> Option<usize> {
         while self.ready_next < self.ready_len {
