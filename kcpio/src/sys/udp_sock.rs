@@ -197,7 +197,8 @@ fn register(
     unsafe { AsyncFd::register_with_interest(socket, interest) }.map_err(io::Error::from)
 }
 
-#[cfg(all(test, unix))]
+#[cfg(test)]
+#[cfg(unix)]
 mod tests {
     use std::future::poll_fn;
     use std::time::Duration;
