@@ -100,6 +100,9 @@ impl RxShards {
     /// Keeps data body `seq` in its ring slot (`body.len() <= STRIDE`),
     /// with the rest of the slot zeroed when `zero_tail`.
     pub(super) fn store(&mut self, seq: u32, body: &[u8], zero_tail: bool) {
+        if body.len() > STRIDE {
+            return;
+        }
         grow_arena(&mut self.arena, ARENA, ARENA);
         let i = seq as usize % RING;
         let end = if zero_tail {
@@ -124,6 +127,10 @@ impl RxShards {
         body: &[u8],
         zero_tail: bool,
     ) -> Parity {
+        if body.len() > STRIDE {
+            // Callers refuse these first; refused here too, never sliced.
+            return Parity::Conflict;
+        }
         let mine = self.slots.iter().flatten().filter(|s| s.0 == first);
         // Conflicting shapes for one group: keep the first seen.
         if mine.clone().any(|s| (s.1, s.2) != (k, m)) {
@@ -158,7 +165,7 @@ impl RxShards {
     /// The first shard of the group parity slot `i` waits for, when that
     /// group holds shard `seq`.
     pub(super) fn group_holding(&self, i: usize, seq: u32) -> Option<u32> {
-        let (first, k, ..) = self.slots[i]?;
+        let (first, k, ..) = (*self.slots.get(i)?)?;
         let off = seq.wrapping_sub(first) as i32;
         (0..i32::from(k)).contains(&off).then_some(first)
     }
