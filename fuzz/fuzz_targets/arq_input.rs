@@ -35,7 +35,11 @@ fuzz_target!(|data: &[u8]| {
         let t = Timestamp::from_millis(now);
         match r.u8() % 9 {
             0 | 1 => {
-                let origin = if r.u8() & 1 == 0 { Origin::Regular } else { Origin::Recovered };
+                let origin = if r.u8() & 1 == 0 {
+                    Origin::Regular
+                } else {
+                    Origin::Recovered
+                };
                 let _ = k.handle_datagram(t, r.record(), origin);
             }
             2 => {

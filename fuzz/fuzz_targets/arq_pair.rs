@@ -27,7 +27,9 @@ struct End {
 
 impl End {
     fn write(&mut self, n: usize) {
-        let data: Vec<u8> = (0..n as u64).map(|k| pattern(self.side, self.written + k)).collect();
+        let data: Vec<u8> = (0..n as u64)
+            .map(|k| pattern(self.side, self.written + k))
+            .collect();
         let accepted = self.kcp.send(&data);
         assert!(accepted <= n);
         self.written += accepted as u64;
@@ -37,7 +39,11 @@ impl End {
     fn read(&mut self, peer_side: u8, peer_written: u64, buf: &mut [u8]) {
         let n = read_stream(&mut self.kcp, buf);
         for (k, &b) in buf[..n].iter().enumerate() {
-            assert_eq!(b, pattern(peer_side, self.read + k as u64), "corrupt stream");
+            assert_eq!(
+                b,
+                pattern(peer_side, self.read + k as u64),
+                "corrupt stream"
+            );
         }
         self.read += n as u64;
         assert!(self.read <= peer_written, "read more than was written");
@@ -86,7 +92,11 @@ fuzz_target!(|data: &[u8]| {
                 }
                 let i = usize::from(r.u8()) % inbox.len();
                 let how = r.u8() % 4;
-                let d = if how == 3 { inbox[i].clone() } else { inbox.remove(i) };
+                let d = if how == 3 {
+                    inbox[i].clone()
+                } else {
+                    inbox.remove(i)
+                };
                 if how != 0 {
                     ends[s]
                         .kcp
@@ -112,7 +122,10 @@ fuzz_target!(|data: &[u8]| {
             out.clear();
             drain(&mut ends[s].kcp, t, mtu, &mut out);
             for d in out.drain(..) {
-                ends[1 - s].kcp.handle_datagram(t, &d, Origin::Regular).unwrap();
+                ends[1 - s]
+                    .kcp
+                    .handle_datagram(t, &d, Origin::Regular)
+                    .unwrap();
             }
             let (ps, pw) = (ends[1 - s].side, ends[1 - s].written);
             let peer = ps;

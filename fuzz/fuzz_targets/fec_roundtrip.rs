@@ -18,7 +18,9 @@ use libfuzzer_sys::fuzz_target;
 
 /// A KCP-sized packet whose bytes identify it.
 fn packet(id: u32, len: usize) -> Vec<u8> {
-    let mut p: Vec<u8> = (0..len).map(|k| (k as u32 ^ id.wrapping_mul(2_654_435_761)) as u8).collect();
+    let mut p: Vec<u8> = (0..len)
+        .map(|k| (k as u32 ^ id.wrapping_mul(2_654_435_761)) as u8)
+        .collect();
     p[..4].copy_from_slice(&id.to_le_bytes());
     p
 }
@@ -39,14 +41,15 @@ fuzz_target!(|data: &[u8]| {
     let mut delivered: HashMap<u32, usize> = HashMap::new();
     let mut members: HashMap<u32, Vec<u32>> = HashMap::new();
     let mut complete: HashSet<u32> = HashSet::new();
-    let mut drain = |dec: &mut FecDecoder, lost: &HashMap<u32, Vec<u8>>, recovered: &mut HashSet<u32>| {
-        while let Some(n) = dec.poll_recovered(&mut out) {
-            let id = u32::from_le_bytes(out[..4].try_into().unwrap());
-            let want = lost.get(&id).expect("recovered a packet that was not lost");
-            assert_eq!(&out[..n], &want[..], "recovered bytes differ");
-            assert!(recovered.insert(id), "recovered twice");
-        }
-    };
+    let mut drain =
+        |dec: &mut FecDecoder, lost: &HashMap<u32, Vec<u8>>, recovered: &mut HashSet<u32>| {
+            while let Some(n) = dec.poll_recovered(&mut out) {
+                let id = u32::from_le_bytes(out[..4].try_into().unwrap());
+                let want = lost.get(&id).expect("recovered a packet that was not lost");
+                assert_eq!(&out[..n], &want[..], "recovered bytes differ");
+                assert!(recovered.insert(id), "recovered twice");
+            }
+        };
     let mut id = 0u32;
     while !r.is_empty() && id < 2000 {
         let len = 24 + usize::from(r.u8()) * 5;

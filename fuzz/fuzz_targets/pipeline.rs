@@ -23,14 +23,15 @@ use std::time::Duration;
 
 use kcpio::arq::{ArqConfig, Kcp, Origin, Timestamp, Timing};
 use kcpio::conn::DATAGRAM_QUEUE_LEN;
-use kcpio::{Config, Conn, ConnError};
 use kcpio::crypto::PacketCrypto;
 use kcpio::fec::{self, FecDecoder, MAX_PACKET, PacketKind};
+use kcpio::{Config, Conn, ConnError};
 use kcpio_fuzz::arq::{drain, read_stream};
 use kcpio_fuzz::{ALL, Reader, crypto};
 use libfuzzer_sys::fuzz_target;
 
-static CRYPTOS: LazyLock<Vec<PacketCrypto>> = LazyLock::new(|| ALL.iter().map(|&m| crypto(m)).collect());
+static CRYPTOS: LazyLock<Vec<PacketCrypto>> =
+    LazyLock::new(|| ALL.iter().map(|&m| crypto(m)).collect());
 
 /// The driver's floor for a decrypted packet (`min(24, 8 + 4)`, as kcp-go).
 const MIN_PACKET: usize = 12;

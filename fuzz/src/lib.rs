@@ -162,7 +162,12 @@ pub fn check_crypto(methods: &[Method], cryptos: &[PacketCrypto], input: &[u8]) 
             .seal(&mut again, plain.len(), nonce)
             .expect("an opened datagram seals again");
         assert_eq!(n, datagram.len());
-        assert_eq!(again, datagram, "{:?}: open then seal is not identity", c.method());
+        assert_eq!(
+            again,
+            datagram,
+            "{:?}: open then seal is not identity",
+            c.method()
+        );
     }
 
     // 2. Seal the input as a payload, open it back.
