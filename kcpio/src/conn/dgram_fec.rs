@@ -803,7 +803,7 @@ impl DgramFec {
         if m == 0 {
             return;
         }
-        let Some(codec) = self.codecs.get(k, m) else {
+        let Some(codec) = self.codecs.encoder(k, m) else {
             return;
         };
         let (data, parity) = self.tx_arena.split_at_mut(MAX_K * STRIDE);
@@ -1601,7 +1601,7 @@ mod hostile {
         p[PARITY_HDR..].copy_from_slice(&parity[..len]);
         assert!(feed(&mut d, &mut q, Duration::ZERO, &p));
         assert_eq!(d.stats.recovered, 1);
-        let codec = d.codecs.get(3, 15).unwrap();
+        let codec = d.codecs.decoder(3, 15).unwrap();
         assert!(!codec.parity_tables_built());
     }
 

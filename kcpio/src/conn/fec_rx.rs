@@ -238,7 +238,7 @@ impl RxShards {
         malformed: &mut u64,
     ) -> bool {
         grow_arena(scratch, rows * STRIDE, rows * STRIDE);
-        let Some(codec) = codecs.get(g.k, g.m) else {
+        let Some(codec) = codecs.decoder(g.k, g.m) else {
             return false;
         };
         let n = g.k + g.m;

@@ -23,36 +23,81 @@ const MARGIN_K: usize = 16;
 /// Shards over which the loss estimate halves its memory.
 const LOSS_HALF_LIFE: f64 = 2000.0;
 
-/// A few Reed-Solomon codecs by shape, reused (a shape's matrix is built
-/// once; a new shape evicts round robin). Made for decoding: a shape's
-/// parity tables are built by its first encode, never for a shape only a
-/// peer chose.
+/// Reed-Solomon codecs by shape, reused: a shape's matrix and tables are
+/// built once, and kept while the shape is in use.
+///
+/// The encoder and the decoder keep separate lists, each replacing its
+/// least recently used shape when full. The sender's shapes follow the
+/// traffic (a group holds whatever arrived before its deadline, and the
+/// parity for each size comes from the loss model), so it may use one
+/// shape per group size: [`ENCODERS`](Self::ENCODERS) holds every size's
+/// shape at once, and a burst of unusual sizes cannot push out the shape
+/// the steady traffic uses (a round-robin list of 16 did, and every group
+/// after a stall rebuilt a matrix). Encoders build no decode plans, so
+/// their list costs little. Decoders are made only for the shapes a peer
+/// chose, and each may hold up to `fec::codec`'s plan budget (64 KiB) of
+/// decode plans, so their list stays at [`DECODERS`](Self::DECODERS): at
+/// most 1 MiB of plans per session, whatever shapes a peer names.
 #[derive(Default)]
 pub(crate) struct Codecs {
-    list: Vec<(usize, usize, VandermondeCodec)>,
-    victim: usize,
+    encoders: Lru,
+    decoders: Lru,
 }
 
 impl Codecs {
-    const CAP: usize = 16;
+    /// Encoding shapes kept: one per group size.
+    pub(crate) const ENCODERS: usize = MAX_K;
+    /// Decoding shapes kept.
+    pub(crate) const DECODERS: usize = 16;
 
-    pub(crate) fn get(&mut self, k: usize, m: usize) -> Option<&mut VandermondeCodec> {
-        let i = match self.list.iter().position(|(a, b, _)| *a == k && *b == m) {
+    /// The codec that encodes `k` data shards into `m` parity shards.
+    pub(crate) fn encoder(&mut self, k: usize, m: usize) -> Option<&mut VandermondeCodec> {
+        self.encoders.get(k, m, Self::ENCODERS)
+    }
+
+    /// The codec that rebuilds groups of `k` data and `m` parity shards.
+    pub(crate) fn decoder(&mut self, k: usize, m: usize) -> Option<&mut VandermondeCodec> {
+        self.decoders.get(k, m, Self::DECODERS)
+    }
+
+    /// Codecs made so far (each a matrix, unless another codec of its
+    /// shape was alive).
+    #[cfg(test)]
+    pub(crate) fn made(&self) -> u64 {
+        self.encoders.made + self.decoders.made
+    }
+}
+
+/// Codecs by shape, the least recently used replaced when full.
+#[derive(Default)]
+struct Lru {
+    /// (k, m, the tick of its last use, the codec).
+    list: Vec<(usize, usize, u64, VandermondeCodec)>,
+    tick: u64,
+    made: u64,
+}
+
+impl Lru {
+    fn get(&mut self, k: usize, m: usize, cap: usize) -> Option<&mut VandermondeCodec> {
+        self.tick += 1;
+        let i = match self.list.iter().position(|e| e.0 == k && e.1 == m) {
             Some(i) => i,
             None => {
                 let c = VandermondeCodec::for_decoding(k, m)?;
-                if self.list.len() < Self::CAP {
-                    self.list.push((k, m, c));
+                self.made += 1;
+                if self.list.len() < cap {
+                    self.list.push((k, m, 0, c));
                     self.list.len() - 1
                 } else {
-                    let v = self.victim;
-                    self.victim = (v + 1) % Self::CAP;
-                    *self.list.get_mut(v)? = (k, m, c);
+                    let (v, _) = self.list.iter().enumerate().min_by_key(|(_, e)| e.2)?;
+                    *self.list.get_mut(v)? = (k, m, 0, c);
                     v
                 }
             }
         };
-        self.list.get_mut(i).map(|(_, _, c)| c)
+        let e = self.list.get_mut(i)?;
+        e.2 = self.tick;
+        Some(&mut e.3)
     }
 }
 
@@ -224,5 +269,38 @@ mod tests {
         let k12 = usize::from(m.table[12]);
         assert!((3..=5).contains(&k12), "{:?}", m.table);
         assert!(residual(12, k12, m.p, m.p, m.p) <= 2e-4);
+    }
+
+    #[test]
+    fn the_sender_keeps_a_shape_for_every_group_size() {
+        // Groups of every size, each with its parity from a table: after
+        // the first round no matrix is built again (a round-robin list of
+        // 16 rebuilt every one of them, every round).
+        let mut c = Codecs::default();
+        for round in 0..5 {
+            for k in 1..=MAX_K {
+                assert!(c.encoder(k, k.div_ceil(3)).is_some());
+            }
+            assert_eq!(c.made(), MAX_K as u64, "round {round}");
+        }
+    }
+
+    #[test]
+    fn a_burst_of_new_shapes_does_not_evict_the_one_in_use() {
+        let mut c = Codecs::default();
+        let mut made = 0;
+        for (i, k) in (1..=MAX_K).cycle().take(200).enumerate() {
+            // The steady shape between every new one, in both lists.
+            assert!(c.encoder(4, 2).is_some());
+            assert!(c.decoder(4, 2).is_some());
+            assert!(c.decoder(k, 1 + i % MAX_M).is_some());
+            made += 1;
+        }
+        // Each peer-chosen shape was new (200 of them), the steady one
+        // was made once per list.
+        assert_eq!(c.made(), made + 2);
+        // A peer naming many shapes holds at most `DECODERS` codecs.
+        assert_eq!(c.decoders.list.len(), Codecs::DECODERS);
+        assert!(c.encoders.list.len() <= Codecs::ENCODERS);
     }
 }

@@ -431,7 +431,7 @@ impl StreamFec {
         }
         let full = (MAX_K + MAX_M) * STRIDE;
         grow_arena(&mut self.tx_arena, full, full);
-        let Some(codec) = self.codecs.get(k, m) else {
+        let Some(codec) = self.codecs.encoder(k, m) else {
             return;
         };
         let (data, parity) = self.tx_arena.split_at_mut(MAX_K * STRIDE);
