@@ -190,7 +190,9 @@ fn fp(x: u64) -> u64 {
 
 /// One round subkey, split for the rotated-half layout: `even` holds the
 /// 6-bit key groups 0, 2, 4, 6 at bits 26, 18, 10, 2; `odd` holds groups
-/// 7, 1, 3, 5 at the same places.
+/// 7, 1, 3, 5 at bits 30 (wrapping around into bits 0 and 1), 22, 14, 6,
+/// i.e. where they lie in the half itself, so the half needs no rotation
+/// before the lookups.
 #[derive(Clone, Copy, Default)]
 struct Subkey {
     even: u32,
@@ -209,25 +211,29 @@ fn schedule(key: &[u8; 8]) -> [Subkey; 16] {
         let k48 = permute((u64::from(c) << 28) | u64::from(d), 56, &PC2);
         let group = |i: u32| ((k48 >> (42 - 6 * i)) & 0x3f) as u32;
         sk.even = (group(0) << 26) | (group(2) << 18) | (group(4) << 10) | (group(6) << 2);
-        sk.odd = (group(7) << 26) | (group(1) << 18) | (group(3) << 10) | (group(5) << 2);
+        let odd = (group(7) << 26) | (group(1) << 18) | (group(3) << 10) | (group(5) << 2);
+        sk.odd = odd.rotate_left(4);
     }
     out
 }
 
-/// The DES function f on a half kept rotated right by one.
+/// One DES round, `l ^ f(r)`, on halves kept rotated right by one.
+///
+/// Shaped for latency, since sealing chains 48 rounds per block: the eight
+/// S-box/P outputs occupy disjoint bits, so XOR, OR and addition agree on
+/// them, and mixing the three stops LLVM from flattening the sum into one
+/// chain of eight dependent XORs. The two lookups whose index takes one
+/// instruction (a shift or a mask) meet `l` first, the other six pair up.
 #[inline(always)]
-fn f(r: u32, k: Subkey) -> u32 {
-    let t0 = r ^ k.even;
-    let t1 = r.rotate_right(4) ^ k.odd;
-    let idx = |t: u32, s: u32| ((t >> s) & 0x3f) as usize;
-    SP[0][idx(t0, 26)]
-        ^ SP[2][idx(t0, 18)]
-        ^ SP[4][idx(t0, 10)]
-        ^ SP[6][idx(t0, 2)]
-        ^ SP[7][idx(t1, 26)]
-        ^ SP[1][idx(t1, 18)]
-        ^ SP[3][idx(t1, 10)]
-        ^ SP[5][idx(t1, 2)]
+fn round(l: u32, r: u32, k: Subkey) -> u32 {
+    let t = r ^ k.even;
+    let u = r ^ k.odd;
+    let idx = |x: u32, s: u32| ((x >> s) & 0x3f) as usize;
+    let early = SP[0][(t >> 26) as usize] | SP[6][idx(t, 2)];
+    let p = SP[2][idx(t, 18)] | SP[4][idx(t, 10)];
+    let q = SP[7][(u.rotate_left(2) & 0x3f) as usize] | SP[1][idx(u, 22)];
+    let w = SP[3][idx(u, 14)] ^ SP[5][idx(u, 6)];
+    ((l ^ early) ^ p) ^ q.wrapping_add(w)
 }
 
 /// DES-EDE3: encrypt with K1, decrypt with K2, encrypt with K3.
@@ -262,8 +268,8 @@ impl TripleDes {
         let mut r = (x as u32).rotate_right(1);
         for pass in self.keys.chunks_exact(16) {
             for pair in pass.chunks_exact(2) {
-                l ^= f(r, pair[0]);
-                r ^= f(l, pair[1]);
+                l = round(l, r, pair[0]);
+                r = round(r, l, pair[1]);
             }
             // Each pass ends with the halves swapped; the final and initial
             // permutations between passes cancel.
@@ -283,10 +289,10 @@ impl TripleDes {
         for pass in self.keys.chunks_exact(16) {
             for pair in pass.chunks_exact(2) {
                 for (l, r) in l.iter_mut().zip(r.iter()) {
-                    *l ^= f(*r, pair[0]);
+                    *l = round(*l, *r, pair[0]);
                 }
                 for (r, l) in r.iter_mut().zip(l.iter()) {
-                    *r ^= f(*l, pair[1]);
+                    *r = round(*r, *l, pair[1]);
                 }
             }
             core::mem::swap(&mut l, &mut r);
@@ -294,6 +300,15 @@ impl TripleDes {
         core::array::from_fn(|i| {
             fp((u64::from(l[i].rotate_left(1)) << 32) | u64::from(r[i].rotate_left(1)))
         })
+    }
+}
+
+/// Sealing keeps the CFB chain in two registers ([`super::cfb::encrypt_words`]).
+impl super::cfb::Words64 for TripleDes {
+    #[inline(always)]
+    fn encrypt_words(&self, l: u32, r: u32) -> (u32, u32) {
+        let out = self.encrypt_u64((u64::from(l) << 32) | u64::from(r));
+        ((out >> 32) as u32, out as u32)
     }
 }
 

@@ -648,7 +648,7 @@ impl Engine {
             Engine::Blowfish(c) => cfb64(&**c, datagram, dir),
             Engine::Twofish(c) => cfb(&**c, datagram, dir),
             Engine::Cast5(c) => cfb64(&**c, datagram, dir),
-            Engine::TripleDes(c) => cfb(&**c, datagram, dir),
+            Engine::TripleDes(c) => cfb64(&**c, datagram, dir),
             Engine::Tea(c) => cfb64(&**c, datagram, dir),
             Engine::Xtea(c) => cfb64(&**c, datagram, dir),
             Engine::Sm4(c) => cfb(&**c, datagram, dir),
