@@ -306,9 +306,9 @@ enum Engine {
     None,
     Xor(Box<[u8; MAX_DATAGRAM]>),
     Salsa20(salsa::Salsa20),
-    Aes128(Box<aes::Aes128>),
-    Aes192(Box<aes::Aes192>),
-    Aes256(Box<aes::Aes256>),
+    Aes128(Box<AesCfb<aes::Aes128>>),
+    Aes192(Box<AesCfb<aes::Aes192>>),
+    Aes256(Box<AesCfb<aes::Aes256>>),
     Blowfish(Box<blowfish_be::BlowfishBe>),
     Twofish(Box<twofish256::Twofish256>),
     Cast5(Box<cast128::Cast128>),
@@ -378,15 +378,18 @@ impl PacketCrypto {
                 Engine::Xor(pad)
             }
             Method::Salsa20 => Engine::Salsa20(salsa::Salsa20::new(&key_array::<32>(method, key)?)),
-            Method::Aes => Engine::Aes256(Box::new(
+            Method::Aes => Engine::Aes256(Box::new(AesCfb::new(
                 aes::Aes256::new_from_slice(key).map_err(|_| bad())?,
-            )),
-            Method::Aes128 => Engine::Aes128(Box::new(
+                key,
+            ))),
+            Method::Aes128 => Engine::Aes128(Box::new(AesCfb::new(
                 aes::Aes128::new_from_slice(key).map_err(|_| bad())?,
-            )),
-            Method::Aes192 => Engine::Aes192(Box::new(
+                key,
+            ))),
+            Method::Aes192 => Engine::Aes192(Box::new(AesCfb::new(
                 aes::Aes192::new_from_slice(key).map_err(|_| bad())?,
-            )),
+                key,
+            ))),
             Method::Blowfish => {
                 let key = key_array::<32>(method, key)?;
                 Engine::Blowfish(Box::new(
@@ -570,6 +573,31 @@ impl PacketCrypto {
     }
 }
 
+/// An AES key for kcp-go's CFB: sealing runs the AES-NI chain kernel when
+/// the CPU has it; opening (parallel across blocks) and sealing without it
+/// use the `aes` crate.
+struct AesCfb<C> {
+    cipher: C,
+    seal: Option<crate::simd::aes_cfb::AesCfbNi>,
+}
+
+impl<C: cipher::BlockCipherEncrypt> AesCfb<C> {
+    fn new(cipher: C, key: &[u8]) -> Self {
+        Self {
+            cipher,
+            seal: crate::simd::aes_cfb::AesCfbNi::new(key),
+        }
+    }
+
+    fn apply(&self, buf: &mut [u8], dir: Direction) {
+        match (dir, &self.seal) {
+            (Direction::Seal, Some(k)) => k.encrypt(buf),
+            (Direction::Seal, None) => cfb::encrypt(&self.cipher, buf),
+            (Direction::Open, _) => cfb::decrypt(&self.cipher, buf),
+        }
+    }
+}
+
 /// AES-128-GCM: the one-pass AES-NI/PCLMULQDQ kernel when the CPU has
 /// it, else the `aes-gcm` crate.
 struct Gcm {
@@ -642,9 +670,9 @@ impl Engine {
                     s.apply_keystream(nonce, body);
                 }
             }
-            Engine::Aes128(c) => cfb(&**c, datagram, dir),
-            Engine::Aes192(c) => cfb(&**c, datagram, dir),
-            Engine::Aes256(c) => cfb(&**c, datagram, dir),
+            Engine::Aes128(c) => c.apply(datagram, dir),
+            Engine::Aes192(c) => c.apply(datagram, dir),
+            Engine::Aes256(c) => c.apply(datagram, dir),
             Engine::Blowfish(c) => cfb64(&**c, datagram, dir),
             Engine::Twofish(c) => cfb(&**c, datagram, dir),
             Engine::Cast5(c) => cfb64(&**c, datagram, dir),

@@ -4,6 +4,7 @@
 //! fallback, and is proven byte-identical to that fallback by property tests.
 //! Every `unsafe` block carries a `// SAFETY:` comment.
 
+pub(crate) mod aes_cfb;
 pub(crate) mod gcm;
 pub(crate) mod gf256;
 pub(crate) mod salsa20;
