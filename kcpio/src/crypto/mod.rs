@@ -676,7 +676,10 @@ impl Engine {
             Engine::Blowfish(c) => cfb64(&**c, datagram, dir),
             Engine::Twofish(c) => cfb(&**c, datagram, dir),
             Engine::Cast5(c) => cfb64(&**c, datagram, dir),
-            Engine::TripleDes(c) => cfb64(&**c, datagram, dir),
+            Engine::TripleDes(c) => match dir {
+                Direction::Seal => cfb::encrypt_words(&**c, datagram),
+                Direction::Open => c.decrypt_cfb(datagram),
+            },
             Engine::Tea(c) => cfb64(&**c, datagram, dir),
             Engine::Xtea(c) => cfb64(&**c, datagram, dir),
             Engine::Sm4(c) => cfb(&**c, datagram, dir),
