@@ -508,7 +508,7 @@ impl PacketCrypto {
                 let (head, body) = datagram.split_at_mut(CFB_HEADER);
                 let (nonce_out, crc_out) = head.split_at_mut(CFB_NONCE);
                 nonce_out.copy_from_slice(nonce);
-                crc_out.copy_from_slice(&crc32fast::hash(body).to_le_bytes());
+                crc_out.copy_from_slice(&crate::simd::crc32::hash(body).to_le_bytes());
                 engine.apply(datagram, Direction::Seal);
             }
         }
@@ -547,7 +547,7 @@ impl PacketCrypto {
                 let (head, body) = datagram.split_at(CFB_HEADER);
                 let mut stored = [0u8; 4];
                 stored.copy_from_slice(head.get(CFB_NONCE..).unwrap_or(&[0; 4]));
-                if crc32fast::hash(body) != u32::from_le_bytes(stored) {
+                if crate::simd::crc32::hash(body) != u32::from_le_bytes(stored) {
                     return Err(OpenError::BadChecksum);
                 }
                 Ok(CFB_HEADER..len)
@@ -564,6 +564,14 @@ impl PacketCrypto {
     #[doc(hidden)]
     pub fn encrypt_raw(&self, datagram: &mut [u8]) {
         self.engine.apply(datagram, Direction::Seal);
+    }
+
+    /// The CRC-32/IEEE that [`seal`](Self::seal) stores and
+    /// [`open`](Self::open) checks. Exists so benchmarks can be compared with
+    /// kcp-go's `BenchmarkCRC32`.
+    #[doc(hidden)]
+    pub fn checksum(data: &[u8]) -> u32 {
+        crate::simd::crc32::hash(data)
     }
 
     /// The inverse of [`encrypt_raw`](Self::encrypt_raw).

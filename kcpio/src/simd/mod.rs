@@ -5,6 +5,7 @@
 //! Every `unsafe` block carries a `// SAFETY:` comment.
 
 pub(crate) mod aes_cfb;
+pub(crate) mod crc32;
 pub(crate) mod des16;
 pub(crate) mod gcm;
 pub(crate) mod gf256;
