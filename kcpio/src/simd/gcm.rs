@@ -405,15 +405,28 @@ mod x86 {
         // SAFETY: (whole body) the calling wrapper enables the features of
         // every kernel reachable with its `WIDE`.
         unsafe {
-            let rk = key.rk.map(|k| load(&k));
-            let h = key.h.map(|k| load(&k));
+            // Plain loops, not `map`/`from_fn`: a closure does not inherit
+            // the target features, so each element became a call.
+            let mut rk = [_mm_setzero_si128(); 11];
+            for (k, bytes) in rk.iter_mut().zip(&key.rk) {
+                *k = load(bytes);
+            }
+            let mut h = [_mm_setzero_si128(); 8];
+            for (k, bytes) in h.iter_mut().zip(&key.h) {
+                *k = load(bytes);
+            }
             // Only the wide wrapper may execute AVX2 instructions.
             #[cfg(kcpio_vaes)]
             let wide_keys: Option<([__m256i; 11], [__m256i; 4])> = if WIDE {
-                Some((
-                    rk.map(|k| _mm256_broadcastsi128_si256(k)),
-                    core::array::from_fn(|i| _mm256_set_m128i(h[6 - 2 * i], h[7 - 2 * i])),
-                ))
+                let mut rk_wide = [_mm256_setzero_si256(); 11];
+                for (w, k) in rk_wide.iter_mut().zip(&rk) {
+                    *w = _mm256_broadcastsi128_si256(*k);
+                }
+                let mut hp = [_mm256_setzero_si256(); 4];
+                for (i, p) in hp.iter_mut().enumerate() {
+                    *p = _mm256_set_m128i(h[6 - 2 * i], h[7 - 2 * i]);
+                }
+                Some((rk_wide, hp))
             } else {
                 None
             };
