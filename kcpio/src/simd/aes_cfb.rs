@@ -60,24 +60,11 @@ impl AesCfbNi {
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::{AesCfbNi, IV};
+    use crate::simd::mem::{load128 as load, store128 as store};
     use core::arch::x86_64::*;
 
     pub(super) fn supported() -> bool {
         std::arch::is_x86_feature_detected!("aes") && std::arch::is_x86_feature_detected!("sse2")
-    }
-
-    #[inline]
-    #[target_feature(enable = "sse2")]
-    fn load(b: &[u8; 16]) -> __m128i {
-        // SAFETY: `b` is 16 readable bytes; unaligned loads are allowed.
-        unsafe { _mm_loadu_si128(b.as_ptr().cast()) }
-    }
-
-    #[inline]
-    #[target_feature(enable = "sse2")]
-    fn store(b: &mut [u8; 16], v: __m128i) {
-        // SAFETY: `b` is 16 writable bytes; unaligned stores are allowed.
-        unsafe { _mm_storeu_si128(b.as_mut_ptr().cast(), v) }
     }
 
     /// FIPS 197 SubWord of a big-endian-in-memory word (`aeskeygenassist`

@@ -92,6 +92,7 @@ pub(crate) fn hash(data: &[u8]) -> u32 {
 #[cfg(all(target_arch = "x86_64", kcpio_vaes))]
 mod x86 {
     use super::{barrett, fold, k};
+    use crate::simd::mem::{load128, load512};
     use core::arch::x86_64::*;
 
     // Evaluated at compile time (the const fns loop over up to 2080 bits).
@@ -122,20 +123,6 @@ mod x86 {
     fn keys512((lo, hi): (u64, u64)) -> __m512i {
         let (lo, hi) = (lo as i64, hi as i64);
         _mm512_set_epi64(hi, lo, hi, lo, hi, lo, hi, lo)
-    }
-
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    fn load512(b: &[u8; 64]) -> __m512i {
-        // SAFETY: `b` is 64 readable bytes; unaligned loads are allowed.
-        unsafe { _mm512_loadu_si512(b.as_ptr().cast()) }
-    }
-
-    #[inline]
-    #[target_feature(enable = "sse2")]
-    fn load128(b: &[u8; 16]) -> __m128i {
-        // SAFETY: `b` is 16 readable bytes; unaligned loads are allowed.
-        unsafe { _mm_loadu_si128(b.as_ptr().cast()) }
     }
 
     /// `x` moved forward by the distance of `keys`, XORed with `next`.

@@ -41,21 +41,8 @@ pub(crate) fn rounds16(
 #[cfg(all(target_arch = "x86_64", kcpio_vaes))]
 mod x86 {
     use super::SubkeyWords;
+    use crate::simd::mem::{load512_words as load, store512_words as store};
     use core::arch::x86_64::*;
-
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    fn load(words: &[u32; 16]) -> __m512i {
-        // SAFETY: `words` is 64 readable bytes; unaligned loads are allowed.
-        unsafe { _mm512_loadu_si512(words.as_ptr().cast()) }
-    }
-
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    fn store(words: &mut [u32; 16], v: __m512i) {
-        // SAFETY: `words` is 64 writable bytes; unaligned stores are allowed.
-        unsafe { _mm512_storeu_si512(words.as_mut_ptr().cast(), v) }
-    }
 
     /// One 64-entry table as four registers of 16 entries.
     #[derive(Clone, Copy)]

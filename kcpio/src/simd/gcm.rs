@@ -125,19 +125,13 @@ mod x86 {
         Open,
     }
 
-    #[inline]
-    #[target_feature(enable = "sse2")]
-    fn load(b: &[u8; 16]) -> __m128i {
-        // SAFETY: `b` is 16 readable bytes; unaligned loads are allowed.
-        unsafe { _mm_loadu_si128(b.as_ptr().cast()) }
-    }
+    use crate::simd::mem::{load128 as load, store128};
 
     #[inline]
     #[target_feature(enable = "sse2")]
     fn store(v: __m128i) -> [u8; 16] {
         let mut out = [0u8; 16];
-        // SAFETY: `out` is 16 writable bytes; unaligned stores are allowed.
-        unsafe { _mm_storeu_si128(out.as_mut_ptr().cast(), v) };
+        store128(&mut out, v);
         out
     }
 

@@ -9,5 +9,7 @@ pub(crate) mod crc32;
 pub(crate) mod des16;
 pub(crate) mod gcm;
 pub(crate) mod gf256;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod mem;
 pub(crate) mod salsa20;
 pub(crate) mod xor;
