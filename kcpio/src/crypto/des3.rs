@@ -14,6 +14,7 @@
 //! opening's keystream blocks are independent and go 16 at a time through
 //! the AVX-512 rounds of `simd::des16` where the CPU has them.
 
+use super::cfb::Many64;
 use crate::simd::des16::{SubkeyWords, rounds16};
 use cipher::{
     Block, BlockCipherEncBackend, BlockCipherEncClosure, BlockCipherEncrypt, BlockSizeUser,
@@ -268,28 +269,7 @@ impl TripleDes {
         Self { keys, pairs }
     }
 
-    /// The encryptions of the first `n` of `inputs` (the rest of the output
-    /// is unspecified): 16 lanes of AVX-512 when there are more than four
-    /// and the CPU has it, else four blocks at a time.
-    fn encrypt_many(&self, inputs: &[u64; 16], n: usize) -> [u64; 16] {
-        if n > 4 {
-            let mut l = [0u32; 16];
-            let mut r = [0u32; 16];
-            for ((l, r), &x) in l.iter_mut().zip(r.iter_mut()).zip(inputs) {
-                let x = ip(x);
-                *l = ((x >> 32) as u32).rotate_right(1);
-                *r = (x as u32).rotate_right(1);
-            }
-            if rounds16(&SP, &self.pairs, &mut l, &mut r) {
-                return core::array::from_fn(|i| {
-                    fp((u64::from(l[i].rotate_left(1)) << 32) | u64::from(r[i].rotate_left(1)))
-                });
-            }
-        }
-        self.encrypt_by_fours(inputs, n)
-    }
-
-    /// [`encrypt_many`](Self::encrypt_many) without AVX-512.
+    /// [`Many64::encrypt_many`] without AVX-512.
     fn encrypt_by_fours(&self, inputs: &[u64; 16], n: usize) -> [u64; 16] {
         let mut out = [0u64; 16];
         let (groups, _) = inputs.as_chunks::<4>();
@@ -298,38 +278,6 @@ impl TripleDes {
             *o = self.encrypt_u64x4(*g);
         }
         out
-    }
-
-    /// Decrypts `buf` in place in kcp-go's CFB mode: every keystream block
-    /// is the encryption of a known ciphertext block (or the IV), so they
-    /// go 16 at a time through [`encrypt_many`](Self::encrypt_many).
-    pub(crate) fn decrypt_cfb(&self, buf: &mut [u8]) {
-        let [i0, i1, i2, i3, i4, i5, i6, i7, ..] = super::cfb::IV;
-        let mut prev = u64::from_be_bytes([i0, i1, i2, i3, i4, i5, i6, i7]);
-        for group in buf.chunks_mut(8 * 16) {
-            // Block j of the group takes the encryption of block j - 1
-            // (the previous group's last block for j = 0), and so does
-            // the trailing partial block.
-            let (blocks, tail) = group.as_chunks_mut::<8>();
-            let mut inputs = [0u64; 16];
-            inputs[0] = prev;
-            for (input, b) in inputs[1..].iter_mut().zip(blocks.iter()) {
-                *input = u64::from_be_bytes(*b);
-            }
-            if let Some(last) = blocks.last() {
-                prev = u64::from_be_bytes(*last);
-            }
-            let n = blocks.len() + usize::from(!tail.is_empty());
-            let ks = self.encrypt_many(&inputs, n);
-            for (b, k) in blocks.iter_mut().zip(ks) {
-                *b = (u64::from_be_bytes(*b) ^ k).to_be_bytes();
-            }
-            if let Some(k) = ks.get(blocks.len()) {
-                for (d, k) in tail.iter_mut().zip(k.to_be_bytes()) {
-                    *d ^= k;
-                }
-            }
-        }
     }
 
     #[inline(always)]
@@ -371,6 +319,29 @@ impl TripleDes {
         core::array::from_fn(|i| {
             fp((u64::from(l[i].rotate_left(1)) << 32) | u64::from(r[i].rotate_left(1)))
         })
+    }
+}
+
+/// Opening goes 16 blocks at a time ([`super::cfb::decrypt_many`]).
+impl Many64 for TripleDes {
+    /// 16 lanes of AVX-512 when there are more than four blocks and the CPU
+    /// has it, else four blocks at a time.
+    fn encrypt_many(&self, inputs: &[u64; 16], n: usize) -> [u64; 16] {
+        if n > 4 {
+            let mut l = [0u32; 16];
+            let mut r = [0u32; 16];
+            for ((l, r), &x) in l.iter_mut().zip(r.iter_mut()).zip(inputs) {
+                let x = ip(x);
+                *l = ((x >> 32) as u32).rotate_right(1);
+                *r = (x as u32).rotate_right(1);
+            }
+            if rounds16(&SP, &self.pairs, &mut l, &mut r) {
+                return core::array::from_fn(|i| {
+                    fp((u64::from(l[i].rotate_left(1)) << 32) | u64::from(r[i].rotate_left(1)))
+                });
+            }
+        }
+        self.encrypt_by_fours(inputs, n)
     }
 }
 
@@ -458,7 +429,7 @@ mod tests {
             let mut reference = buf.clone();
             crate::crypto::cfb::decrypt(&t, &mut reference);
             assert_eq!(reference, data, "len {len}");
-            t.decrypt_cfb(&mut buf);
+            crate::crypto::cfb::decrypt_many(&t, &mut buf);
             assert_eq!(buf, data, "len {len}");
         }
     }
@@ -502,7 +473,7 @@ mod tests {
         fn cfb_open_matches_the_generic_cfb(key in any::<[u8; 24]>(), data in proptest::collection::vec(any::<u8>(), 0..1500)) {
             let t = TripleDes::new(&key);
             let mut ours = data.clone();
-            t.decrypt_cfb(&mut ours);
+            crate::crypto::cfb::decrypt_many(&t, &mut ours);
             let mut reference = data.clone();
             crate::crypto::cfb::decrypt(&t, &mut reference);
             prop_assert_eq!(ours, reference);

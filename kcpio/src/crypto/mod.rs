@@ -670,6 +670,13 @@ impl Engine {
                 Direction::Open => cfb::decrypt(c, buf),
             }
         }
+        /// Opening with a [`cfb::Many64`] cipher takes 16 blocks at a time.
+        fn cfb_many<C: cfb::Words64 + cfb::Many64>(c: &C, buf: &mut [u8], dir: Direction) {
+            match dir {
+                Direction::Seal => cfb::encrypt_words(c, buf),
+                Direction::Open => cfb::decrypt_many(c, buf),
+            }
+        }
         match self {
             Engine::Null | Engine::None | Engine::Aes128Gcm(_) => {}
             Engine::Xor(pad) => crate::simd::xor::xor_into(datagram, &pad[..]),
@@ -684,12 +691,9 @@ impl Engine {
             Engine::Blowfish(c) => cfb64(&**c, datagram, dir),
             Engine::Twofish(c) => cfb(&**c, datagram, dir),
             Engine::Cast5(c) => cfb64(&**c, datagram, dir),
-            Engine::TripleDes(c) => match dir {
-                Direction::Seal => cfb::encrypt_words(&**c, datagram),
-                Direction::Open => c.decrypt_cfb(datagram),
-            },
+            Engine::TripleDes(c) => cfb_many(&**c, datagram, dir),
             Engine::Tea(c) => cfb64(&**c, datagram, dir),
-            Engine::Xtea(c) => cfb64(&**c, datagram, dir),
+            Engine::Xtea(c) => cfb_many(&**c, datagram, dir),
             Engine::Sm4(c) => cfb(&**c, datagram, dir),
         }
     }

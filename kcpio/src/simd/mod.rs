@@ -13,3 +13,4 @@ pub(crate) mod gf256;
 pub(crate) mod mem;
 pub(crate) mod salsa20;
 pub(crate) mod xor;
+pub(crate) mod xtea16;
