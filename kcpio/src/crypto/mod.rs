@@ -306,9 +306,9 @@ enum Engine {
     None,
     Xor(Box<[u8; MAX_DATAGRAM]>),
     Salsa20(salsa::Salsa20),
-    Aes128(Box<aes::Aes128>),
-    Aes192(Box<aes::Aes192>),
-    Aes256(Box<aes::Aes256>),
+    Aes128(Box<AesCfb<aes::Aes128>>),
+    Aes192(Box<AesCfb<aes::Aes192>>),
+    Aes256(Box<AesCfb<aes::Aes256>>),
     Blowfish(Box<blowfish_be::BlowfishBe>),
     Twofish(Box<twofish256::Twofish256>),
     Cast5(Box<cast128::Cast128>),
@@ -378,15 +378,18 @@ impl PacketCrypto {
                 Engine::Xor(pad)
             }
             Method::Salsa20 => Engine::Salsa20(salsa::Salsa20::new(&key_array::<32>(method, key)?)),
-            Method::Aes => Engine::Aes256(Box::new(
+            Method::Aes => Engine::Aes256(Box::new(AesCfb::new(
                 aes::Aes256::new_from_slice(key).map_err(|_| bad())?,
-            )),
-            Method::Aes128 => Engine::Aes128(Box::new(
+                key,
+            ))),
+            Method::Aes128 => Engine::Aes128(Box::new(AesCfb::new(
                 aes::Aes128::new_from_slice(key).map_err(|_| bad())?,
-            )),
-            Method::Aes192 => Engine::Aes192(Box::new(
+                key,
+            ))),
+            Method::Aes192 => Engine::Aes192(Box::new(AesCfb::new(
                 aes::Aes192::new_from_slice(key).map_err(|_| bad())?,
-            )),
+                key,
+            ))),
             Method::Blowfish => {
                 let key = key_array::<32>(method, key)?;
                 Engine::Blowfish(Box::new(
@@ -505,7 +508,7 @@ impl PacketCrypto {
                 let (head, body) = datagram.split_at_mut(CFB_HEADER);
                 let (nonce_out, crc_out) = head.split_at_mut(CFB_NONCE);
                 nonce_out.copy_from_slice(nonce);
-                crc_out.copy_from_slice(&crc32fast::hash(body).to_le_bytes());
+                crc_out.copy_from_slice(&crate::simd::crc32::hash(body).to_le_bytes());
                 engine.apply(datagram, Direction::Seal);
             }
         }
@@ -544,7 +547,7 @@ impl PacketCrypto {
                 let (head, body) = datagram.split_at(CFB_HEADER);
                 let mut stored = [0u8; 4];
                 stored.copy_from_slice(head.get(CFB_NONCE..).unwrap_or(&[0; 4]));
-                if crc32fast::hash(body) != u32::from_le_bytes(stored) {
+                if crate::simd::crc32::hash(body) != u32::from_le_bytes(stored) {
                     return Err(OpenError::BadChecksum);
                 }
                 Ok(CFB_HEADER..len)
@@ -563,10 +566,43 @@ impl PacketCrypto {
         self.engine.apply(datagram, Direction::Seal);
     }
 
+    /// The CRC-32/IEEE that [`seal`](Self::seal) stores and
+    /// [`open`](Self::open) checks. Exists so benchmarks can be compared with
+    /// kcp-go's `BenchmarkCRC32`.
+    #[doc(hidden)]
+    pub fn checksum(data: &[u8]) -> u32 {
+        crate::simd::crc32::hash(data)
+    }
+
     /// The inverse of [`encrypt_raw`](Self::encrypt_raw).
     #[doc(hidden)]
     pub fn decrypt_raw(&self, datagram: &mut [u8]) {
         self.engine.apply(datagram, Direction::Open);
+    }
+}
+
+/// An AES key for kcp-go's CFB: sealing runs the AES-NI chain kernel when
+/// the CPU has it; opening (parallel across blocks) and sealing without it
+/// use the `aes` crate.
+struct AesCfb<C> {
+    cipher: C,
+    seal: Option<crate::simd::aes_cfb::AesCfbNi>,
+}
+
+impl<C: cipher::BlockCipherEncrypt> AesCfb<C> {
+    fn new(cipher: C, key: &[u8]) -> Self {
+        Self {
+            cipher,
+            seal: crate::simd::aes_cfb::AesCfbNi::new(key),
+        }
+    }
+
+    fn apply(&self, buf: &mut [u8], dir: Direction) {
+        match (dir, &self.seal) {
+            (Direction::Seal, Some(k)) => k.encrypt(buf),
+            (Direction::Seal, None) => cfb::encrypt(&self.cipher, buf),
+            (Direction::Open, _) => cfb::decrypt(&self.cipher, buf),
+        }
     }
 }
 
@@ -634,6 +670,13 @@ impl Engine {
                 Direction::Open => cfb::decrypt(c, buf),
             }
         }
+        /// Opening with a [`cfb::Many64`] cipher takes 16 blocks at a time.
+        fn cfb_many<C: cfb::Words64 + cfb::Many64>(c: &C, buf: &mut [u8], dir: Direction) {
+            match dir {
+                Direction::Seal => cfb::encrypt_words(c, buf),
+                Direction::Open => cfb::decrypt_many(c, buf),
+            }
+        }
         match self {
             Engine::Null | Engine::None | Engine::Aes128Gcm(_) => {}
             Engine::Xor(pad) => crate::simd::xor::xor_into(datagram, &pad[..]),
@@ -642,15 +685,15 @@ impl Engine {
                     s.apply_keystream(nonce, body);
                 }
             }
-            Engine::Aes128(c) => cfb(&**c, datagram, dir),
-            Engine::Aes192(c) => cfb(&**c, datagram, dir),
-            Engine::Aes256(c) => cfb(&**c, datagram, dir),
+            Engine::Aes128(c) => c.apply(datagram, dir),
+            Engine::Aes192(c) => c.apply(datagram, dir),
+            Engine::Aes256(c) => c.apply(datagram, dir),
             Engine::Blowfish(c) => cfb64(&**c, datagram, dir),
             Engine::Twofish(c) => cfb(&**c, datagram, dir),
             Engine::Cast5(c) => cfb64(&**c, datagram, dir),
-            Engine::TripleDes(c) => cfb(&**c, datagram, dir),
+            Engine::TripleDes(c) => cfb_many(&**c, datagram, dir),
             Engine::Tea(c) => cfb64(&**c, datagram, dir),
-            Engine::Xtea(c) => cfb64(&**c, datagram, dir),
+            Engine::Xtea(c) => cfb_many(&**c, datagram, dir),
             Engine::Sm4(c) => cfb(&**c, datagram, dir),
         }
     }

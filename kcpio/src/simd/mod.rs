@@ -4,7 +4,13 @@
 //! fallback, and is proven byte-identical to that fallback by property tests.
 //! Every `unsafe` block carries a `// SAFETY:` comment.
 
+pub(crate) mod aes_cfb;
+pub(crate) mod crc32;
+pub(crate) mod des16;
 pub(crate) mod gcm;
 pub(crate) mod gf256;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod mem;
 pub(crate) mod salsa20;
 pub(crate) mod xor;
+pub(crate) mod xtea16;
