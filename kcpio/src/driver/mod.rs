@@ -908,7 +908,7 @@ impl Future for Driver {
             if !this.deferred.is_empty() {
                 // Yield once so the woken readers run (and perhaps reply)
                 // before these sessions flush.
-                cx.waker().wake_by_ref();
+                yield_after_woken(cx);
                 return Poll::Pending;
             }
             if this.poll_timer(cx) {
@@ -924,6 +924,28 @@ impl Future for Driver {
                 return Poll::Pending;
             }
         }
+    }
+}
+
+/// Has the driver polled again once the tasks it just woke (readers, on
+/// this worker) have run, without asking another worker to take it.
+///
+/// `cx.waker().wake_by_ref()` from inside `poll` is a yield that tokio's
+/// multi-thread scheduler announces to a parked worker (a futex or eventfd
+/// wake-up per receive batch), which then steals the driver while the
+/// reader runs here: every batch crossed cores, the received bytes were
+/// read cold, and a bulk receiver spent a tenth of its CPU switching
+/// tasks. `yield_now`'s first poll instead queues the waker on this
+/// worker's deferred list, woken when the worker has run what is ready
+/// (the readers just woken sit in its LIFO slot); a reader that writes a
+/// reply meanwhile wakes the driver itself, as any handle does. Outside a
+/// tokio runtime (or where it has no deferred list) it wakes at once, as
+/// before. The future is dropped after its first poll: the waker it
+/// queued stays queued.
+fn yield_after_woken(cx: &mut Context<'_>) {
+    let mut yielded = std::pin::pin!(tokio::task::yield_now());
+    if yielded.as_mut().poll(cx).is_ready() {
+        cx.waker().wake_by_ref();
     }
 }
 
