@@ -920,7 +920,7 @@ impl Future for Driver {
             rounds += 1;
             if rounds >= MAX_ROUNDS {
                 // Bounded work per wake-up: let other tasks run.
-                cx.waker().wake_by_ref();
+                yield_after_woken(cx);
                 return Poll::Pending;
             }
         }
