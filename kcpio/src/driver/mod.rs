@@ -19,10 +19,11 @@
 //! wake readers), fire due timers, let the sessions that have something to
 //! say write datagrams into the reused transmit slots, seal them (outside
 //! any session lock) and send them in batches. A wake-up does a bounded
-//! number of rounds, then wakes itself and yields, so a flood cannot starve
-//! the runtime. When the socket is not writable the unsent datagrams stay
-//! in their slots and the sessions stay queued; nothing we produced is ever
-//! dropped, the KCP windows are the flow control.
+//! number of rounds, then yields (woken again from tokio's deferred list:
+//! `yield_after_woken`), so a flood cannot starve the runtime. When the
+//! socket is not writable the unsent datagrams stay in their slots and the
+//! sessions stay queued; nothing we produced is ever dropped, the KCP
+//! windows are the flow control.
 //!
 //! Time: the driver's clock is a `Duration` since its `epoch`, the time
 //! [`Conn`] and the table take; only the `Sleep` sees a tokio `Instant`.
@@ -928,7 +929,9 @@ impl Future for Driver {
 }
 
 /// Has the driver polled again once the tasks it just woke (readers, on
-/// this worker) have run, without asking another worker to take it.
+/// this worker) and the others ready here have run, without asking another
+/// worker to take it: the yield after waking readers and after
+/// [`MAX_ROUNDS`].
 ///
 /// `cx.waker().wake_by_ref()` from inside `poll` is a yield that tokio's
 /// multi-thread scheduler announces to a parked worker (a futex or eventfd
