@@ -19,10 +19,11 @@
 //! wake readers), fire due timers, let the sessions that have something to
 //! say write datagrams into the reused transmit slots, seal them (outside
 //! any session lock) and send them in batches. A wake-up does a bounded
-//! number of rounds, then wakes itself and yields, so a flood cannot starve
-//! the runtime. When the socket is not writable the unsent datagrams stay
-//! in their slots and the sessions stay queued; nothing we produced is ever
-//! dropped, the KCP windows are the flow control.
+//! number of rounds, then yields (woken again from tokio's deferred list:
+//! `yield_after_woken`), so a flood cannot starve the runtime. When the
+//! socket is not writable the unsent datagrams stay in their slots and the
+//! sessions stay queued; nothing we produced is ever dropped, the KCP
+//! windows are the flow control.
 //!
 //! Time: the driver's clock is a `Duration` since its `epoch`, the time
 //! [`Conn`] and the table take; only the `Sleep` sees a tokio `Instant`.
@@ -908,7 +909,7 @@ impl Future for Driver {
             if !this.deferred.is_empty() {
                 // Yield once so the woken readers run (and perhaps reply)
                 // before these sessions flush.
-                cx.waker().wake_by_ref();
+                yield_after_woken(cx);
                 return Poll::Pending;
             }
             if this.poll_timer(cx) {
@@ -920,10 +921,34 @@ impl Future for Driver {
             rounds += 1;
             if rounds >= MAX_ROUNDS {
                 // Bounded work per wake-up: let other tasks run.
-                cx.waker().wake_by_ref();
+                yield_after_woken(cx);
                 return Poll::Pending;
             }
         }
+    }
+}
+
+/// Has the driver polled again once the tasks it just woke (readers, on
+/// this worker) and the others ready here have run, without asking another
+/// worker to take it: the yield after waking readers and after
+/// [`MAX_ROUNDS`].
+///
+/// `cx.waker().wake_by_ref()` from inside `poll` is a yield that tokio's
+/// multi-thread scheduler announces to a parked worker (a futex or eventfd
+/// wake-up per receive batch), which then steals the driver while the
+/// reader runs here: every batch crossed cores, the received bytes were
+/// read cold, and a bulk receiver spent a tenth of its CPU switching
+/// tasks. `yield_now`'s first poll instead queues the waker on this
+/// worker's deferred list, woken when the worker has run what is ready
+/// (the readers just woken sit in its LIFO slot); a reader that writes a
+/// reply meanwhile wakes the driver itself, as any handle does. Outside a
+/// tokio runtime (or where it has no deferred list) it wakes at once, as
+/// before. The future is dropped after its first poll: the waker it
+/// queued stays queued.
+fn yield_after_woken(cx: &mut Context<'_>) {
+    let mut yielded = std::pin::pin!(tokio::task::yield_now());
+    if yielded.as_mut().poll(cx).is_ready() {
+        cx.waker().wake_by_ref();
     }
 }
 
