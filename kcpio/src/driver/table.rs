@@ -13,6 +13,7 @@
 //! clock, so the rules are unit-tested without sockets (`tests` below).
 #![deny(clippy::disallowed_methods, clippy::disallowed_types)]
 
+use std::cell::Cell;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::net::SocketAddr;
@@ -240,13 +241,50 @@ fn unproven_in<S>(slots: &[Slot<S>], id: SessionId) -> bool {
     entry_in(slots, id).is_some_and(|e| !e.proven)
 }
 
+/// Sessions by peer address, with the last address looked up
+/// remembered: a receive batch is mostly one peer's datagrams, and
+/// hashing a `SocketAddr` (SipHash, keyed) is the lookup's whole cost.
+/// Every insertion and removal forgets the remembered one.
+#[derive(Default)]
+struct AddrIndex {
+    map: HashMap<SocketAddr, SessionId>,
+    last: Cell<Option<(SocketAddr, SessionId)>>,
+}
+
+impl AddrIndex {
+    fn get(&self, peer: &SocketAddr) -> Option<SessionId> {
+        if let Some((addr, id)) = self.last.get()
+            && addr == *peer
+        {
+            return Some(id);
+        }
+        let id = *self.map.get(peer)?;
+        self.last.set(Some((*peer, id)));
+        Some(id)
+    }
+
+    fn contains_key(&self, peer: &SocketAddr) -> bool {
+        self.get(peer).is_some()
+    }
+
+    fn insert(&mut self, peer: SocketAddr, id: SessionId) {
+        self.last.set(None);
+        self.map.insert(peer, id);
+    }
+
+    fn remove(&mut self, peer: &SocketAddr) {
+        self.last.set(None);
+        self.map.remove(peer);
+    }
+}
+
 /// The sessions of one socket and their timers; `S` is the driver's
 /// session handle (an `Arc`), opaque here.
 pub(crate) struct Table<S> {
     slots: Vec<Slot<S>>,
     free: Vec<u32>,
     live: usize,
-    by_addr: HashMap<SocketAddr, SessionId>,
+    by_addr: AddrIndex,
     /// Sessions by conv, for migration: a conv held by more than one
     /// session (two clients that drew the same) never migrates.
     by_conv: HashMap<u32, ConvIndex>,
@@ -277,7 +315,7 @@ impl<S> Table<S> {
             slots: Vec::new(),
             free: Vec::new(),
             live: 0,
-            by_addr: HashMap::new(),
+            by_addr: AddrIndex::default(),
             by_conv: HashMap::new(),
             migration: false,
             heap: BinaryHeap::new(),
@@ -448,7 +486,7 @@ impl<S> Table<S> {
         slot.generation = slot.generation.wrapping_add(1);
         self.free.push(id.idx);
         self.live -= 1;
-        if self.by_addr.get(&entry.peer) == Some(&id) {
+        if self.by_addr.get(&entry.peer) == Some(id) {
             self.by_addr.remove(&entry.peer);
         }
         self.forget_conv(id, entry.conv);
@@ -501,13 +539,13 @@ impl<S> Table<S> {
             // Unreliable datagrams reach an existing session of their conv
             // only: they never open, take over or close one.
             return match self.by_addr.get(&peer) {
-                Some(&id) if self.entry(id).is_some_and(|e| inbound.conv == Some(e.conv)) => {
+                Some(id) if self.entry(id).is_some_and(|e| inbound.conv == Some(e.conv)) => {
                     Route::Deliver(id)
                 }
                 _ => Route::Drop(Refusal::Oob),
             };
         }
-        let Some(&id) = self.by_addr.get(&peer) else {
+        let Some(id) = self.by_addr.get(&peer) else {
             if self.migration
                 && let Some(conv) = inbound.conv
             {
@@ -584,7 +622,7 @@ impl<S> Table<S> {
             return Route::Drop(Refusal::Oob);
         }
         match self.by_addr.get(&peer) {
-            Some(&id) if self.entry(id).is_some_and(|e| inbound.conv == Some(e.conv)) => {
+            Some(id) if self.entry(id).is_some_and(|e| inbound.conv == Some(e.conv)) => {
                 Route::Deliver(id)
             }
             Some(_) => Route::Drop(Refusal::ConvMismatch),
@@ -777,7 +815,7 @@ impl<S> Table<S> {
         let old = std::mem::replace(&mut e.peer, c.addr);
         e.heard = now;
         let conv = e.conv;
-        if self.by_addr.get(&old) == Some(&id) {
+        if self.by_addr.get(&old) == Some(id) {
             self.by_addr.remove(&old);
         }
         self.by_addr.insert(c.addr, id);
@@ -1024,8 +1062,15 @@ impl<S> Table<S> {
             entries.iter().filter(|(_, _, e)| !e.proven).count(),
             self.unproven_live
         );
-        assert_eq!(self.by_addr.len(), self.live);
-        for (peer, id) in &self.by_addr {
+        assert_eq!(self.by_addr.map.len(), self.live);
+        if let Some((peer, id)) = self.by_addr.last.get() {
+            assert_eq!(
+                self.by_addr.map.get(&peer),
+                Some(&id),
+                "a stale remembered address"
+            );
+        }
+        for (peer, id) in &self.by_addr.map {
             assert_eq!(self.entry(*id).map(|e| e.peer), Some(*peer));
         }
         self.admission.check();
