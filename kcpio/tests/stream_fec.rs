@@ -249,7 +249,7 @@ fn bursts_reordering_and_duplicates_are_survived() {
 }
 
 #[test]
-fn a_rate_limited_lossy_path_keeps_parity_within_the_fixed_shape() {
+fn a_rate_limited_lossy_path_reports_the_channel_loss_not_the_overflow() {
     // 10 Mbit/s each way with 100 kB of queue, 3% loss behind it.
     let link = Link {
         loss: 0.03,
@@ -266,7 +266,16 @@ fn a_rate_limited_lossy_path_keeps_parity_within_the_fixed_shape() {
     eprintln!("rate-limited {b:?}");
     assert_eq!(b.delivered, TOTAL, "{b:?}");
     assert!(b.rx.recovered > 0, "{b:?}");
-    assert!(parity_per_data(&b) <= 0.3, "{b:?}");
+    // The queue stands near full most of the time: few shards arrive
+    // while it does not, and some of the sender's overflow still reads as
+    // loss among them, so the estimate is above the 3%, not under it (it
+    // was 0.7% when the shards received at a queue counted as received
+    // while the gaps among them did not, and parity stayed under the
+    // fixed 10/3 only by that).
+    assert!((0.02..0.08).contains(&b.tx.loss_estimate), "{b:?}");
+    // Small groups (about 9 shards in 10 ms here) need more than 10/3 for
+    // 10^-4 at 3%; the half-the-data bound holds.
+    assert!(parity_per_data(&b) <= 0.5, "{b:?}");
     assert_eq!(b.tx.malformed + b.rx.malformed, 0, "{b:?}");
 }
 
@@ -309,6 +318,22 @@ fn a_long_lossy_path_grows_the_receive_window_fec_keeps_whole() {
     assert_eq!(b.delivered, 48 << 20, "{b:?}");
     assert!(b.rx.recovered * 10 >= b.rx.lost_on_wire * 9, "{b:?}");
     assert!(rate >= 15e6, "{:.2} MB/s {b:?}", rate / 1e6);
+}
+
+/// Behind a bottleneck whose queue the sender fills now and then, random
+/// loss is still reported as loss: the shards received while the path
+/// queued are left out of the report with the gaps among them (before:
+/// the sender estimated 0.7% of the 4.6%).
+#[test]
+fn random_loss_behind_a_queue_is_still_reported_as_loss() {
+    let b = field_path(true);
+    eprintln!("long lossy path, 1 BDP queue: {b:?}");
+    assert_eq!(b.delivered, 48 << 20, "{b:?}");
+    assert!(
+        b.rx.lost_congested > 0 && b.rx.received_congested > 0,
+        "{b:?}"
+    );
+    assert!((0.03..0.07).contains(&b.tx.loss_estimate), "{b:?}");
 }
 
 // ---------------------------------------------------------------- negotiation
