@@ -233,9 +233,9 @@ pub(crate) struct Common {
     /// kcpio only, server: do not follow a client to a new address (NAT rebinding, a new network); with aes-128-gcm a session follows its client once the client proves it receives there (other ciphers never follow). Client: no quiet probe (a window probe after 400 ms without data, which lets a server find a download-only client that moved)
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub(crate) nomigrate: Option<bool>,
-    /// kcpio only, experimental: between two kcpio ends (both offering it) size each group's parity to the loss the receiver reports instead of --datashard/--parityshard's fixed shape (none on a clean path, up to half the data on a lossy one); kcptun peers always get the fixed shape. Off by default: faster on a clean path, slower so far on the field test's lossy one
+    /// kcpio only: keep --datashard/--parityshard's fixed shape with kcpio peers too. By default two kcpio ends (both offering it) size each group's parity to the loss the receiver reports (none on a clean path, up to half the data on a lossy one); kcptun peers always get the fixed shape
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
-    pub(crate) adaptivefec: Option<bool>,
+    pub(crate) fixedfec: Option<bool>,
     /// kcpio only, client: ignore ICMP port unreachable on an established session (by default a streak of them with nothing from the server in between ends the session within about a second, as a TCP reset would; ICMP is not authenticated)
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub(crate) noicmpreset: Option<bool>,

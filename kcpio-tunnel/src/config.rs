@@ -75,7 +75,7 @@ struct JsonConfig {
     udplisten: Option<String>,
     udptarget: Option<String>,
     nomigrate: Option<bool>,
-    adaptivefec: Option<bool>,
+    fixedfec: Option<bool>,
     noicmpreset: Option<bool>,
 }
 
@@ -234,7 +234,7 @@ pub(crate) fn resolve(cli: Cli) -> Result<Settings, String> {
     let mut tcp = c.tcp.unwrap_or(false);
     let mut udp = c.udp.unwrap_or(false);
     let mut nomigrate = c.nomigrate.unwrap_or(false);
-    let mut adaptivefec = c.adaptivefec.unwrap_or(false);
+    let mut fixedfec = c.fixedfec.unwrap_or(false);
     let mut noicmpreset = c.noicmpreset.unwrap_or(false);
     if !c.c.is_empty() {
         let text = std::fs::read_to_string(&c.c).map_err(|e| format!("-c {}: {e}", c.c))?;
@@ -273,7 +273,7 @@ pub(crate) fn resolve(cli: Cli) -> Result<Settings, String> {
             udp => udp, udpflows => c.udpflows, udpidle => c.udpidle,
             maxbuffer => c.maxbuffer,
             udpdeadline => c.udpdeadline,
-            nomigrate => nomigrate, noicmpreset => noicmpreset, adaptivefec => adaptivefec,
+            nomigrate => nomigrate, noicmpreset => noicmpreset, fixedfec => fixedfec,
         );
         if let Some(n) = j.maxstreams {
             c.maxstreams = Some(n);
@@ -397,9 +397,9 @@ pub(crate) fn resolve(cli: Cli) -> Result<Settings, String> {
         .icmp_reset(!noicmpreset)
         .crypto(method, Key::passphrase(c.key.as_str()))
         .fec(c.datashard, c.parityshard)
-        // With --adaptivefec, between kcpio ends (negotiated) parity follows
-        // the path's loss; kcptun peers keep the shape given.
-        .adaptive_fec(adaptivefec)
+        // Between kcpio ends (negotiated) parity follows the path's loss;
+        // kcptun peers, and --fixedfec, keep the shape given.
+        .adaptive_fec(!fixedfec)
         .mtu(c.mtu)
         .window(sndwnd, rcvwnd)
         .stream(true)
@@ -515,7 +515,7 @@ pub(crate) fn resolve(cli: Cli) -> Result<Settings, String> {
         c.framesize,
         kcp.migration(),
         !noicmpreset,
-        adaptivefec && c.datashard > 0 && c.parityshard > 0,
+        !fixedfec && c.datashard > 0 && c.parityshard > 0,
     );
     Ok(Settings {
         role,

@@ -36,11 +36,23 @@ fn pattern(offset: u64) -> u8 {
 #[derive(Debug)]
 struct Bulk {
     delivered: u64,
+    /// Bytes delivered by [`Path::from_ms`] into the transfer.
+    delivered_from: u64,
+    /// The transfer's length, ms (`limit_ms` when it did not finish).
+    elapsed_ms: u64,
     /// The sender's and the receiver's stream-FEC counters.
     tx: StreamFecStats,
     rx: StreamFecStats,
     /// Parity shards of kcp-go's fixed shape sent after the switch.
     fixed_parity: u64,
+}
+
+impl Bulk {
+    /// Goodput after `from_ms`, bytes/s.
+    fn goodput_from(&self, from_ms: u64) -> f64 {
+        (self.delivered - self.delivered_from) as f64 * 1e3
+            / self.elapsed_ms.saturating_sub(from_ms).max(1) as f64
+    }
 }
 
 /// Node 0 writes `total` pattern bytes to node 1 over `down` (and `up` for
@@ -61,17 +73,48 @@ fn bulk_with(
     limit_ms: u64,
 ) -> Bulk {
     let cfg = config(true);
-    let mut sim = Sim::new(seed, 0);
-    let (down, up) = match limit {
+    bulk_on(&Path {
+        seed,
+        down,
+        up,
+        limit,
+        cfg: &cfg,
+        request: false,
+        from_ms: 0,
+        total,
+        limit_ms,
+    })
+}
+
+/// One bulk run's path and sessions.
+struct Path<'a> {
+    seed: u64,
+    down: Link,
+    up: Link,
+    /// A bottleneck of `rate` bytes/s and `queue` bytes in each direction.
+    limit: Option<(u64, u64)>,
+    cfg: &'a Config,
+    /// The receiver first sends a short request (as a tunnel's HTTP
+    /// client does), so that it has a round-trip sample of its own.
+    request: bool,
+    /// When [`Bulk::delivered_from`] is read, ms into the transfer.
+    from_ms: u64,
+    total: u64,
+    limit_ms: u64,
+}
+
+fn bulk_on(p: &Path<'_>) -> Bulk {
+    let mut sim = Sim::new(p.seed, 0);
+    let (down, up) = match p.limit {
         Some((rate, queue)) => {
             let a = sim.add_bottleneck(rate, queue);
             let b = sim.add_bottleneck(rate, queue);
-            (down.through(a), up.through(b))
+            (p.down.clone().through(a), p.up.clone().through(b))
         }
-        None => (down, up),
+        None => (p.down.clone(), p.up.clone()),
     };
-    let c = sim.add(11, &cfg, down);
-    let s = sim.add(11, &cfg, up);
+    let c = sim.add(11, p.cfg, down);
+    let s = sim.add(11, p.cfg, up);
     sim.connect(c, s);
     let now = sim.now();
     sim.conn(s).answer_datagram_fec_only();
@@ -79,13 +122,28 @@ fn bulk_with(
     sim.run_until(300, 100_000);
     assert!(sim.conn(c).adaptive_fec_negotiated());
     assert!(sim.conn(s).adaptive_fec_negotiated());
+    if p.request {
+        assert_eq!(sim.conn(s).write(&[7; 200]), Ok(200));
+        let mut got = 0;
+        let mut buf = [0u8; 256];
+        sim.drive(400_000, |sim| {
+            got += sim.conn(c).read(&mut buf).unwrap_or(0);
+            if got >= 200 {
+                Flow::Done
+            } else {
+                Flow::WakeAt(10_000)
+            }
+        });
+        assert_eq!(got, 200);
+    }
     let fixed0 = sim.conn(c).stats().fec_out.parity_out;
-    let (mut written, mut delivered) = (0u64, 0u64);
+    let start = sim.elapsed_ms();
+    let (mut written, mut delivered, mut delivered_from) = (0u64, 0u64, None);
     let mut chunk = vec![0u8; 16 * 1024];
     let mut rbuf = vec![0u8; 64 * 1024];
-    sim.drive(limit_ms * 400, |sim| {
-        while written < total {
-            let n = chunk.len().min((total - written) as usize);
+    sim.drive(p.limit_ms * 400, |sim| {
+        while written < p.total {
+            let n = chunk.len().min((p.total - written) as usize);
             for (i, b) in chunk[..n].iter_mut().enumerate() {
                 *b = pattern(written + i as u64);
             }
@@ -93,6 +151,10 @@ fn bulk_with(
                 Ok(w) if w > 0 => written += w as u64,
                 _ => break,
             }
+        }
+        let t = sim.elapsed_ms() - start;
+        if t >= p.from_ms {
+            delivered_from.get_or_insert(delivered);
         }
         while let Ok(n) = sim.conn(s).read(&mut rbuf) {
             if n == 0 {
@@ -109,15 +171,17 @@ fn bulk_with(
             delivered += n as u64;
         }
         assert!(sim.conn(c).error().is_none() && sim.conn(s).error().is_none());
-        if delivered >= total || sim.elapsed_ms() >= limit_ms {
+        if delivered >= p.total || t >= p.limit_ms {
             Flow::Done
         } else {
-            Flow::WakeAt(limit_ms)
+            Flow::WakeAt(start + p.limit_ms)
         }
     });
     let (tx, rx) = (sim.conn(c).stats(), sim.conn(s).stats());
     Bulk {
         delivered,
+        delivered_from: delivered_from.unwrap_or(delivered),
+        elapsed_ms: sim.elapsed_ms() - start,
         fixed_parity: tx.fec_out.parity_out - fixed0,
         tx: tx.stream_fec,
         rx: rx.stream_fec,
@@ -185,7 +249,7 @@ fn bursts_reordering_and_duplicates_are_survived() {
 }
 
 #[test]
-fn a_rate_limited_lossy_path_keeps_parity_within_the_fixed_shape() {
+fn a_rate_limited_lossy_path_reports_the_channel_loss_not_the_overflow() {
     // 10 Mbit/s each way with 100 kB of queue, 3% loss behind it.
     let link = Link {
         loss: 0.03,
@@ -202,8 +266,74 @@ fn a_rate_limited_lossy_path_keeps_parity_within_the_fixed_shape() {
     eprintln!("rate-limited {b:?}");
     assert_eq!(b.delivered, TOTAL, "{b:?}");
     assert!(b.rx.recovered > 0, "{b:?}");
-    assert!(parity_per_data(&b) <= 0.3, "{b:?}");
+    // The queue stands near full most of the time: few shards arrive
+    // while it does not, and some of the sender's overflow still reads as
+    // loss among them, so the estimate is above the 3%, not under it (it
+    // was 0.7% when the shards received at a queue counted as received
+    // while the gaps among them did not, and parity stayed under the
+    // fixed 10/3 only by that).
+    assert!((0.02..0.08).contains(&b.tx.loss_estimate), "{b:?}");
+    // Small groups (about 9 shards in 10 ms here) need more than 10/3 for
+    // 10^-4 at 3%; the half-the-data bound holds.
+    assert!(parity_per_data(&b) <= 0.5, "{b:?}");
     assert_eq!(b.tx.malformed + b.rx.malformed, 0, "{b:?}");
+}
+
+/// The field's lossy path on the simulator (200 ms, 4.6% each way) with
+/// the tunnel's windows (kcptun's 1024 / 512, growing up to 16384), and a
+/// bottleneck of 100 Mbit/s with one BDP of queue when `limit`.
+fn field_path(limit: bool) -> Bulk {
+    let cfg = builder()
+        .window(1024, 512)
+        .max_window(16384)
+        .adaptive_fec(true)
+        .build()
+        .expect("valid");
+    let link = Link {
+        loss: 0.046,
+        ..Link::clean(100)
+    };
+    bulk_on(&Path {
+        seed: 5,
+        down: link.clone(),
+        up: link,
+        limit: limit.then_some((12_500_000, 2_500_000)),
+        cfg: &cfg,
+        request: true,
+        from_ms: 0,
+        total: 48 << 20,
+        limit_ms: 8_000,
+    })
+}
+
+/// The adaptive FEC rebuilds nearly every loss, so a receive window that
+/// grew only behind a hole the ARQ repairs stayed small: it must grow with
+/// what the sender holds in flight (before: 9.7 MB/s here, and on the
+/// field's path 512 segments, 3.4 MB/s, for most of a transfer).
+#[test]
+fn a_long_lossy_path_grows_the_receive_window_fec_keeps_whole() {
+    let b = field_path(false);
+    let rate = b.goodput_from(0);
+    eprintln!("long lossy path: {:.2} MB/s, {b:?}", rate / 1e6);
+    assert_eq!(b.delivered, 48 << 20, "{b:?}");
+    assert!(b.rx.recovered * 10 >= b.rx.lost_on_wire * 9, "{b:?}");
+    assert!(rate >= 15e6, "{:.2} MB/s {b:?}", rate / 1e6);
+}
+
+/// Behind a bottleneck whose queue the sender fills now and then, random
+/// loss is still reported as loss: the shards received while the path
+/// queued are left out of the report with the gaps among them (before:
+/// the sender estimated 0.7% of the 4.6%).
+#[test]
+fn random_loss_behind_a_queue_is_still_reported_as_loss() {
+    let b = field_path(true);
+    eprintln!("long lossy path, 1 BDP queue: {b:?}");
+    assert_eq!(b.delivered, 48 << 20, "{b:?}");
+    assert!(
+        b.rx.lost_congested > 0 && b.rx.received_congested > 0,
+        "{b:?}"
+    );
+    assert!((0.03..0.07).contains(&b.tx.loss_estimate), "{b:?}");
 }
 
 // ---------------------------------------------------------------- negotiation

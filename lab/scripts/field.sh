@@ -599,6 +599,7 @@ ROWS=(
 	"kcpio defaults model|row_peer kcpio '$KCPIO_DEFAULTS_MODEL'"
 	"kcpio fast3 1024..16384 model|row_peer kcpio '$KCP_MODEL_AUTO'"
 	"kcpio tunnel kcptun-compatible default|row_tunnel kcpio kcpio"
+	"kcpio tunnel kcptun-compatible default --fixedfec|row_tunnel kcpio kcpio '' '--fixedfec'"
 	"kcpio tunnel kcptun-compatible fast3 1024|row_tunnel kcpio kcpio '$FAST3_1024'"
 	"kcpio tunnel kcptun nc=1|row_tunnel kcpio kcpio '$TUNNEL_NC1'"
 	"kcpio client ↔ kcptun server default|row_tunnel kcpio kcptun"

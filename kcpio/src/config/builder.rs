@@ -359,7 +359,9 @@ impl ConfigBuilder {
     /// **kcpio-only**: windows that size themselves. The send and receive
     /// windows start at [`window`](Self::window)'s values and each doubles,
     /// up to `max` segments, when the path needs more: the receive window
-    /// when the peer's data in flight reaches three quarters of it, the send
+    /// when the peer's data in flight reaches three quarters of it (held
+    /// behind a hole, or, once this side has a round-trip sample, arriving
+    /// within a round trip beyond where its left edge stood), the send
     /// window when it (not the peer's window or the congestion controller)
     /// holds data back. kcp-go peers honour the larger window advertised.
     /// Memory is taken only as the windows grow and is bounded as for
