@@ -791,3 +791,69 @@ async fn tcp_streams_and_udp_flows_share_one_session_through_a_lossy_relay() {
     .await
     .expect("test timed out");
 }
+
+/// A target answers each request with a burst: the server's flow reads it
+/// several datagrams per system call and the client hands it to the
+/// application in one `sendmmsg`; a reply longer than the session carries
+/// (cut by the kernel in the flow's slot) is dropped and counted as too
+/// large, and the datagrams around it arrive intact and in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_from_the_target_arrives_whole_and_an_oversized_reply_is_counted() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        // Per request: 5 replies, the third longer than any session carries.
+        const BURST: usize = 5;
+        const REQUESTS: u8 = 20;
+        let oversized = 40_000;
+        let target = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let taddr = target.local_addr().unwrap();
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; 65_536];
+            while let Ok((_, from)) = target.recv_from(&mut buf).await {
+                let r = buf[0];
+                for k in 0..BURST {
+                    let len = if k == 2 { oversized } else { 100 + k };
+                    let _ = target.send_to(&vec![r ^ k as u8; len], from).await;
+                }
+            }
+        });
+        let opts = "--crypt aes-128-gcm --mtu 1400";
+        let (server, s_udp) =
+            start(&format!("t server --udp -l 127.0.0.1:0 -t {taddr} {opts}")).await;
+        let (entry, c_udp) =
+            start(&format!("t client --udp -l 127.0.0.1:0 -r {server} {opts}")).await;
+        let app = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        app.connect(entry).await.unwrap();
+        let mut buf = vec![0u8; 65_536];
+        for r in 0..REQUESTS {
+            app.send(&[r; 16]).await.unwrap();
+            for k in [0usize, 1, 3, 4] {
+                let n = tokio::time::timeout(Duration::from_secs(5), app.recv(&mut buf))
+                    .await
+                    .unwrap_or_else(|_| panic!("reply {k} to request {r}: {c_udp:?} {s_udp:?}"))
+                    .unwrap();
+                assert_eq!(n, 100 + k, "reply {k} to request {r}");
+                assert!(
+                    buf[..n].iter().all(|&b| b == r ^ k as u8),
+                    "reply {k} to {r}"
+                );
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let replies = u64::from(REQUESTS) * BURST as u64;
+        assert_eq!(get(&s_udp.local_in), replies, "{s_udp:?}");
+        assert_eq!(
+            s_udp.dropped(UdpDropReason::TooLarge),
+            u64::from(REQUESTS),
+            "{s_udp:?}"
+        );
+        assert_eq!(
+            get(&c_udp.local_out),
+            replies - u64::from(REQUESTS),
+            "{c_udp:?}"
+        );
+        assert_balanced("server", &s_udp);
+        assert_balanced("client", &c_udp);
+    })
+    .await
+    .expect("test timed out");
+}

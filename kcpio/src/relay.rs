@@ -6,7 +6,7 @@ use std::io::{self, IoSliceMut};
 use std::net::SocketAddr;
 use std::task::{Context, Poll};
 
-use crate::sys::{BATCH_SIZE, RecvMeta, UdpSock, UdpState};
+use crate::sys::{BATCH_SIZE, RecvMeta, Transmit, UdpSock, UdpState};
 
 /// A UDP socket for relaying datagrams, cheaper per datagram than
 /// `tokio::net::UdpSocket`:
@@ -21,7 +21,9 @@ use crate::sys::{BATCH_SIZE, RecvMeta, UdpSock, UdpState};
 ///   that finds the send buffer full is dropped, as the network would
 ///   ([`try_send_to`](Self::try_send_to) says `WouldBlock`).
 ///
-/// No offloads (GRO, GSO): each received datagram is its own buffer.
+/// No offloads (GRO, GSO): each received datagram is its own buffer, and
+/// [`try_send_to_many`](Self::try_send_to_many) sends many datagrams, to
+/// any destinations, per system call (`sendmmsg` on Linux).
 pub struct RelaySocket {
     sock: UdpSock,
     state: UdpState,
@@ -36,6 +38,10 @@ impl std::fmt::Debug for RelaySocket {
 }
 
 impl RelaySocket {
+    /// The length [`recv_from_many`](Self::recv_from_many) reports for a
+    /// datagram longer than its buffer: its bytes were cut, drop it.
+    pub const TRUNCATED: usize = usize::MAX;
+
     /// Takes a bound (and perhaps connected) socket, making it
     /// non-blocking. Must be called within a tokio runtime.
     ///
@@ -118,7 +124,8 @@ impl RelaySocket {
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                 Poll::Ready(Ok(k)) => {
                     for (m, slot) in meta.iter().take(k).zip(from.iter_mut()) {
-                        *slot = (m.len, m.addr);
+                        let len = if m.truncated { Self::TRUNCATED } else { m.len };
+                        *slot = (len, m.addr);
                     }
                     if k > 0 {
                         return Poll::Ready(Ok(k));
@@ -136,6 +143,53 @@ impl RelaySocket {
     /// `WouldBlock` as above; any OS error.
     pub fn try_send_to(&self, buf: &[u8], target: SocketAddr) -> io::Result<usize> {
         self.sock.get().send_to(buf, target)
+    }
+
+    /// Sends the datagrams `msgs[i].0` to `msgs[i].1`, in order, as many as
+    /// the socket takes now, in one system call per 32 (never waits).
+    /// Returns `Ok(n)`: `msgs[..n]` were sent (`n >= 1` for a non-empty
+    /// `msgs`), and `msgs[n..]` were not: call again with them, and the
+    /// error that stopped the batch, if any, comes back about `msgs[n]`.
+    ///
+    /// # Errors
+    ///
+    /// An error is always about `msgs[0]`, which was **not** sent, and
+    /// nothing after it was tried: `WouldBlock` when the send buffer is
+    /// full, or the OS error for that datagram (or an earlier one's
+    /// asynchronous report on a connected socket). The socket still works:
+    /// drop `msgs[0]` (or retry it) and go on with `msgs[1..]`.
+    pub fn try_send_to_many(&self, msgs: &[(&[u8], SocketAddr)]) -> io::Result<usize> {
+        let mut sent = 0;
+        for chunk in msgs.chunks(BATCH_SIZE) {
+            let mut transmits = [Transmit {
+                destination: SocketAddr::from(([0, 0, 0, 0], 0)),
+                contents: &[],
+                segment_size: None,
+            }; BATCH_SIZE];
+            for (t, &(contents, destination)) in transmits.iter_mut().zip(chunk) {
+                *t = Transmit {
+                    destination,
+                    contents,
+                    segment_size: None,
+                };
+            }
+            let batch = transmits.get(..chunk.len()).unwrap_or_default();
+            let r = self
+                .state
+                .send(socket2::SockRef::from(self.sock.get()), batch);
+            match r {
+                Ok(n) => {
+                    sent += n;
+                    if n < chunk.len() {
+                        return Ok(sent);
+                    }
+                }
+                Err(e) if sent == 0 => return Err(e),
+                // Reported by the next call, about its first datagram.
+                Err(_) => return Ok(sent),
+            }
+        }
+        Ok(sent)
     }
 
     /// Sends `buf` to the connected peer now, or says `WouldBlock`.
@@ -199,5 +253,69 @@ mod tests {
         let mut b = [0u8; 8];
         peer.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         assert_eq!(peer.recv(&mut b).unwrap(), 4);
+    }
+
+    /// A datagram longer than its buffer is reported as `TRUNCATED`, not
+    /// as an empty one (which keeps its length 0), and the datagrams
+    /// around it are intact.
+    #[tokio::test]
+    async fn a_datagram_longer_than_its_buffer_is_reported_truncated() {
+        let sock =
+            RelaySocket::from_std(std::net::UdpSocket::bind("127.0.0.1:0").unwrap()).unwrap();
+        let to = sock.local_addr().unwrap();
+        let peer = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        for d in [&[1u8; 8][..], &[2; 9], &[], &[4; 3]] {
+            peer.send_to(d, to).unwrap();
+        }
+        let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
+        let mut store = [[0u8; 8]; 4];
+        let mut from = [(0, unspecified); 4];
+        let mut lens = Vec::new();
+        while lens.len() < 4 {
+            let mut bufs: Vec<IoSliceMut<'_>> =
+                store.iter_mut().map(|b| IoSliceMut::new(b)).collect();
+            let got = tokio::time::timeout(
+                Duration::from_secs(5),
+                sock.recv_from_many(&mut bufs[..4 - lens.len()], &mut from),
+            )
+            .await
+            .expect("queued datagrams are returned")
+            .unwrap();
+            lens.extend(from.iter().take(got).map(|f| f.0));
+        }
+        assert_eq!(lens, [8, RelaySocket::TRUNCATED, 0, 3]);
+    }
+
+    /// One call sends a batch to several destinations, in order; an empty
+    /// batch sends nothing.
+    #[tokio::test]
+    async fn a_batch_goes_to_each_destination_in_order() {
+        let sock =
+            RelaySocket::from_std(std::net::UdpSocket::bind("127.0.0.1:0").unwrap()).unwrap();
+        let peers: Vec<_> = (0..2)
+            .map(|_| std::net::UdpSocket::bind("127.0.0.1:0").unwrap())
+            .collect();
+        let addrs: Vec<_> = peers.iter().map(|p| p.local_addr().unwrap()).collect();
+        assert_eq!(sock.try_send_to_many(&[]).unwrap(), 0);
+        let payloads: Vec<Vec<u8>> = (0..40u8).map(|i| vec![i; usize::from(i) + 1]).collect();
+        let msgs: Vec<(&[u8], SocketAddr)> = payloads
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (p.as_slice(), addrs[i % 2]))
+            .collect();
+        let mut at = 0;
+        while at < msgs.len() {
+            let n = sock.try_send_to_many(&msgs[at..]).unwrap();
+            assert!(n >= 1);
+            at += n;
+        }
+        for (k, peer) in peers.iter().enumerate() {
+            peer.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let mut b = [0u8; 64];
+            for i in (k..40).step_by(2) {
+                let n = peer.recv(&mut b).unwrap();
+                assert_eq!(&b[..n], payloads[i].as_slice(), "datagram {i} at peer {k}");
+            }
+        }
     }
 }

@@ -495,3 +495,61 @@ fn field(line: &str, key: &str) -> Option<u64> {
     let rest = &line[line.find(key)? + key.len()..];
     rest.split_whitespace().next()?.parse().ok()
 }
+
+/// `try_recv_datagram` takes what already arrived without waiting and
+/// says `WouldBlock` once the queue is empty: a burst echoed back is
+/// collected by one awaited receive and then drained by `try_recv`s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn try_recv_datagram_drains_what_arrived_then_says_would_block() {
+    let config = config_ext("aes-128-gcm");
+    let (addr, _server) = echo_server(&config).await;
+    let mut stream = KcpStream::connect(addr, &config).await.unwrap();
+    // The server learns of the session from stream data.
+    stream.write_all(b"hello").await.unwrap();
+    let mut hello = [0u8; 5];
+    tokio::time::timeout(TIMEOUT, stream.read_exact(&mut hello))
+        .await
+        .expect("the stream's echo")
+        .unwrap();
+    let mut buf = vec![0u8; stream.max_datagram_payload()];
+    let e = stream.try_recv_datagram(&mut buf).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::WouldBlock, "nothing queued yet");
+    const BURST: u8 = 16;
+    for i in 0..BURST {
+        stream.send_datagram(&[i; 32]).await.unwrap();
+    }
+    let mut seen = [false; BURST as usize];
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    let (mut awaited, mut drained) = (0, 0);
+    while seen.iter().any(|s| !s) && tokio::time::Instant::now() < deadline {
+        let Ok(first) = tokio::time::timeout_at(deadline, stream.recv_datagram(&mut buf)).await
+        else {
+            break;
+        };
+        let mut n = first.unwrap();
+        awaited += 1;
+        // Bounded: the queue holds at most the burst.
+        for _ in 0..=BURST {
+            assert_eq!(n, 32);
+            seen[usize::from(buf[0])] = true;
+            match stream.try_recv_datagram(&mut buf) {
+                Ok(m) => {
+                    n = m;
+                    drained += 1;
+                }
+                Err(e) => {
+                    assert_eq!(e.kind(), ErrorKind::WouldBlock);
+                    break;
+                }
+            }
+        }
+    }
+    assert!(
+        seen.iter().all(|&s| s),
+        "every datagram of the burst echoed: {seen:?}"
+    );
+    assert!(
+        awaited + drained >= u32::from(BURST),
+        "{awaited} awaited, {drained} drained"
+    );
+}

@@ -217,7 +217,7 @@ pub(crate) async fn run_udp_client(
     let idle_ticks = settings.udp.idle.as_secs().max(1);
     // The buffers live as long as the client: no allocation per datagram.
     let mut up = Batch::new();
-    let mut down = vec![0u8; HEADER_LEN + MAX_UDP];
+    let mut down = Down::new();
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     let mut ended: Option<Arc<KcpStream>> = None;
     loop {
@@ -254,7 +254,7 @@ pub(crate) async fn run_udp_client(
                         lost = send_up(&kcp, max, (buf, n, from), &mut flows, (&udp, &log)).err();
                     }
                 }
-                r = kcp.recv_datagram(&mut down) => {
+                r = kcp.recv_datagram(down.first()) => {
                     let n = match r {
                         Ok(n) => n,
                         Err(e) => {
@@ -262,8 +262,11 @@ pub(crate) async fn run_udp_client(
                             continue;
                         }
                     };
-                    udp.tunnel_in.fetch_add(1, Ordering::Relaxed);
-                    deliver(&local, &down[..n], &mut flows, &udp);
+                    // What else the session holds goes out in the same
+                    // system call (a failure shows at the next wait).
+                    let got = down.drain(n, &kcp);
+                    udp.tunnel_in.fetch_add(got as u64, Ordering::Relaxed);
+                    deliver(&local, &down, got, &mut flows, &udp);
                 }
                 _ = tick.tick() => {
                     flows.expire(idle_ticks, &udp, &log);
@@ -302,7 +305,8 @@ fn send_up(
         return Ok(());
     };
     flow.active = true;
-    if HEADER_LEN + n > max {
+    // Saturates: `RelaySocket::TRUNCATED` is longer than any session carries.
+    if HEADER_LEN.saturating_add(n) > max {
         flow.counters.drop_one(udp, DropReason::TooLarge);
         return Ok(());
     }
@@ -335,35 +339,116 @@ struct Target<'a> {
     ended: Option<Arc<KcpStream>>,
 }
 
-/// Hands a datagram from the server to its flow's source.
-fn deliver(local: &RelaySocket, d: &[u8], flows: &mut Flows, udp: &UdpStats) {
-    let Some((id, seq)) = parse_header(d) else {
-        udp.count_drop(DropReason::BadHeader);
-        return;
-    };
-    let Some(flow) = flows.by_id.get_mut(&id) else {
-        udp.count_drop(DropReason::UnknownFlow);
-        return;
-    };
-    flow.active = true;
-    match flow.window.accept(seq) {
-        Seen::New => {}
-        Seen::Duplicate => {
-            return flow.counters.drop_one(udp, DropReason::Duplicate);
-        }
-        Seen::TooOld => {
-            return flow.counters.drop_one(udp, DropReason::TooOld);
+/// The datagrams taken from the session at one wake-up: buffer `i` holds
+/// datagram `i` (flow header first), `lens[i]` bytes.
+struct Down {
+    bufs: Vec<u8>,
+    lens: [usize; RECV_BATCH],
+}
+
+impl Down {
+    /// [`HEADER_LEN`] + [`MAX_UDP`]: any datagram a session carries fits.
+    const STRIDE: usize = HEADER_LEN + MAX_UDP;
+
+    fn new() -> Self {
+        Self {
+            bufs: vec![0; RECV_BATCH * Self::STRIDE],
+            lens: [0; RECV_BATCH],
         }
     }
-    // A datagram socket's send does not wait for room: it is sent, or
-    // dropped when the send buffer is full.
-    match local.try_send_to(&d[HEADER_LEN..], flow.addr) {
-        Ok(_) => {
-            flow.counters.down.fetch_add(1, Ordering::Relaxed);
-            udp.local_out.fetch_add(1, Ordering::Relaxed);
+
+    /// The buffer the next awaited datagram goes into.
+    fn first(&mut self) -> &mut [u8] {
+        self.bufs.get_mut(..Self::STRIDE).unwrap_or_default()
+    }
+
+    /// After a datagram of `n` bytes arrived in [`first`](Self::first):
+    /// takes what else `kcp` holds now, up to the batch. Returns how many.
+    fn drain(&mut self, n: usize, kcp: &KcpStream) -> usize {
+        self.lens[0] = n;
+        let mut got = 1;
+        for (len, buf) in self
+            .lens
+            .iter_mut()
+            .zip(self.bufs.chunks_mut(Self::STRIDE))
+            .skip(1)
+        {
+            match kcp.try_recv_datagram(buf) {
+                Ok(n) => *len = n,
+                Err(_) => break,
+            }
+            got += 1;
         }
-        Err(_) => {
-            flow.counters.drop_one(udp, DropReason::SendFailed);
+        got
+    }
+
+    /// Datagram `i`.
+    fn get(&self, i: usize) -> &[u8] {
+        let len = self.lens.get(i).copied().unwrap_or(0);
+        self.bufs
+            .chunks(Self::STRIDE)
+            .nth(i)
+            .and_then(|b| b.get(..len))
+            .unwrap_or_default()
+    }
+}
+
+/// Hands the first `got` datagrams of `down`, from the server, to their
+/// flows' sources, in one system call (`sendmmsg`) for the batch.
+fn deliver(local: &RelaySocket, down: &Down, got: usize, flows: &mut Flows, udp: &UdpStats) {
+    let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
+    let mut out: [(&[u8], SocketAddr); RECV_BATCH] = [(&[], unspecified); RECV_BATCH];
+    let mut ids = [0u32; RECV_BATCH];
+    let mut n = 0;
+    for i in 0..got.min(RECV_BATCH) {
+        let d = down.get(i);
+        let Some((id, seq)) = parse_header(d) else {
+            udp.count_drop(DropReason::BadHeader);
+            continue;
+        };
+        let Some(flow) = flows.by_id.get_mut(&id) else {
+            udp.count_drop(DropReason::UnknownFlow);
+            continue;
+        };
+        flow.active = true;
+        match flow.window.accept(seq) {
+            Seen::New => {}
+            Seen::Duplicate => {
+                flow.counters.drop_one(udp, DropReason::Duplicate);
+                continue;
+            }
+            Seen::TooOld => {
+                flow.counters.drop_one(udp, DropReason::TooOld);
+                continue;
+            }
+        }
+        out[n] = (d.get(HEADER_LEN..).unwrap_or_default(), flow.addr);
+        ids[n] = id;
+        n += 1;
+    }
+    // A datagram socket's send does not wait for room: each datagram is
+    // sent, or dropped when the send buffer is full (or the kernel refuses
+    // it), and the rest of the batch goes on. Every round settles at least
+    // one datagram.
+    let mut at = 0;
+    while at < n {
+        let rest = out.get(at..n).unwrap_or_default();
+        let (sent, failed) = match local.try_send_to_many(rest) {
+            Ok(k) if k > 0 => (k, false),
+            _ => (0, true),
+        };
+        for &id in ids.get(at..at + sent).unwrap_or_default() {
+            if let Some(flow) = flows.by_id.get(&id) {
+                flow.counters.down.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        udp.local_out.fetch_add(sent as u64, Ordering::Relaxed);
+        at += sent;
+        if failed {
+            if let Some(flow) = ids.get(at).and_then(|id| flows.by_id.get(id)) {
+                flow.counters.drop_one(udp, DropReason::SendFailed);
+            }
+            at += 1;
         }
     }
 }

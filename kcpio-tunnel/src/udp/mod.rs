@@ -40,17 +40,29 @@
 //!   server socket is closed); a later datagram from the same source opens a
 //!   new flow.
 //! - Memory: a flow holds its addresses, counters and a 128-byte window; the
-//!   server adds a socket and a 64 KiB receive buffer per flow; the client
-//!   reads its local socket into 8 buffers of 64 KiB. No buffer is
-//!   allocated per datagram.
+//!   server adds a socket and a 64 KiB receive buffer per flow (cut into
+//!   slots for batched reads, see below); the client reads its local socket
+//!   into 8 buffers of 64 KiB and takes the session's datagrams into 8 more
+//!   (1 MiB per client process). No buffer is allocated per datagram.
 //!
 //! # Cost per datagram
 //!
 //! The mode runs on one thread (see `Prepared::single_threaded`). Its own
-//! sockets are [`kcpio::RelaySocket`]s: the client reads a batch of local
-//! datagrams per system call, and no socket wakes the runtime when a
-//! datagram it sent leaves (a send that finds the buffer full is dropped,
-//! `send failed`).
+//! sockets are [`kcpio::RelaySocket`]s, and no socket wakes the runtime
+//! when a datagram it sent leaves (a send that finds the buffer full is
+//! dropped, `send failed`). System calls are batched where datagrams meet:
+//!
+//! - the client reads up to [`RECV_BATCH`] local datagrams per call, and
+//!   hands what the session delivered at one wake-up (up to [`RECV_BATCH`],
+//!   across flows) to the applications in one `sendmmsg`;
+//! - the server reads each flow's socket up to 8 datagrams per call, in
+//!   slots of the longest datagram the session carries cut from the flow's
+//!   64 KiB buffer (3 with FEC datagrams at the default mtu; a longer
+//!   datagram is cut by the kernel and dropped as `too large`, as it would
+//!   be whole).
+//!
+//! Datagrams paced one by one (a steady stream) still cost one wake-up of
+//! each end per datagram: nothing is held back to make batches.
 
 pub(crate) mod client;
 pub(crate) mod server;
@@ -73,8 +85,9 @@ pub const WINDOW: u32 = 1024;
 pub const WIREGUARD_OVERHEAD: usize = 32;
 /// The largest UDP payload (and receive buffer) a flow handles.
 pub(crate) const MAX_UDP: usize = 65_535;
-/// Datagrams the client takes from its local socket per system call (each
-/// with a buffer of [`HEADER_LEN`] + [`MAX_UDP`] bytes).
+/// Datagrams the client takes from its local socket per system call, and
+/// from its session per wake-up (each with a buffer of [`HEADER_LEN`] +
+/// [`MAX_UDP`] bytes).
 pub(crate) const RECV_BATCH: usize = 8;
 
 /// Writes a version 1 data header for `flow`, `seq` into `buf[..8]`.

@@ -405,6 +405,18 @@ impl KcpStream {
         poll_fn(|cx| poll_recv_datagram(self.session(), cx, buf)).await
     }
 
+    /// [`recv_datagram`](Self::recv_datagram) without waiting: the next
+    /// datagram already received, for a relay that drains the queue after
+    /// one wake-up and hands the batch on in one go.
+    ///
+    /// # Errors
+    ///
+    /// `WouldBlock` when no datagram is queued (no waker is kept), else as
+    /// [`recv_datagram`](Self::recv_datagram).
+    pub fn try_recv_datagram(&self, buf: &mut [u8]) -> io::Result<usize> {
+        self.session().try_call(|c| c.recv_datagram(buf))
+    }
+
     /// Polls for the next unreliable datagram, as
     /// `tokio::net::UdpSocket::poll_recv`: on `Ready(Ok(()))` it was put
     /// into `buf`'s unfilled part; `Pending` keeps `cx`'s waker (only the

@@ -70,6 +70,9 @@ pub(crate) struct RecvMeta {
     /// Where the datagrams start in the buffer: 0 for UDP; behind the IP
     /// and TCP headers for fake TCP (the segment is read whole).
     pub(crate) offset: usize,
+    /// The message did not fit its buffer (`len` then covers only the
+    /// whole datagrams before the cut, 0 without GRO).
+    pub(crate) truncated: bool,
 }
 
 impl Default for RecvMeta {
@@ -79,6 +82,7 @@ impl Default for RecvMeta {
             len: 0,
             stride: 1,
             offset: 0,
+            truncated: false,
         }
     }
 }
@@ -486,6 +490,7 @@ fn finish_meta(
         len,
         stride,
         offset: 0,
+        truncated,
     };
     let datagrams = if len == 0 && truncated {
         0

@@ -539,6 +539,7 @@ fn empty_socket_would_block(batching: bool) {
             len: 7,
             stride: 7,
             offset: 0,
+            truncated: false,
         };
         let mut meta = [marker; 1];
         let err = rx
@@ -731,6 +732,7 @@ fn recv_meta_datagrams_never_panic() {
         len,
         stride,
         offset: 0,
+        truncated: false,
     };
     let sizes = |m: RecvMeta| m.datagrams(&buf).map(<[u8]>::len).collect::<Vec<_>>();
     assert_eq!(sizes(meta(10, 10)), [10]);

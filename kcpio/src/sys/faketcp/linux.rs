@@ -874,6 +874,7 @@ impl FakeTcp {
                     len: size,
                     stride: size.max(1),
                     offset,
+                    truncated: false,
                 };
                 delivered += 1;
             }
