@@ -74,17 +74,26 @@ const BODY_HDR: usize = 5;
 const REPORT_BASE: usize = HDR + 26;
 const REPORT_LEN: usize = REPORT_BASE + 8;
 /// A shard waited at a full queue when it waited in the path's queue at
-/// least this long (ms) and at least 3/4 of the most any shard waited over
-/// the last second or two, that most being no more than
+/// least this long (ms) and at least 3/4 of the full queue's delay, the
+/// most any shard waited over the last second or two being no more than
 /// [`SHORT_QUEUE_MS`]: a short drop-tail queue drops only when full, the
 /// channel whatever the queue. (A deeper queue stands 10 ms before it
 /// drops: [`QUEUE_HIGH_MS`] marks it; and there the delay's spread is
 /// jitter or a busy receiver's as much as the queue's.)
 const FULL_QUEUE_MIN_MS: u16 = 5;
 const SHORT_QUEUE_MS: u16 = 15;
-/// How long a window of the largest queueing delay lasts (the figure is
-/// the most over this window and the last).
-const QUEUE_MAX_WINDOW: Duration = Duration::from_secs(1);
+/// The full queue's delay is the most any shard waited, or the
+/// [`FULL_QUEUE_PCT`] percentile of the shards' queueing delays if less
+/// (both over this window and the last): a receiver that waits for a busy
+/// core puts a few shards some ms above the queue's own depth (in the
+/// field, a 48 kB queue full at 8-9 ms showed 10-14 ms at most, so the
+/// shards at the full queue fell under 3/4 of the most: our overflow read
+/// as channel loss, and the parity it bought overflowed it further).
+const QUEUE_LEVEL_WINDOW: Duration = Duration::from_secs(1);
+const FULL_QUEUE_PCT: u64 = 90;
+/// Queueing delays (ms) the level's histogram tells apart; a longer one
+/// counts as this many, deeper than any short queue.
+const LEVEL_BUCKETS: usize = 32;
 /// Fragments per datagram at most.
 pub(crate) const MAX_FRAGMENTS: usize = 16;
 /// Partial datagrams reassembled at once, and how long one may take.
@@ -309,10 +318,17 @@ pub(crate) struct DgramFec {
     /// of them lost (cumulative, reported).
     seen_full: u32,
     lost_full: u32,
+    /// The shards' queueing delays (ms, one bucket each) over the current
+    /// window and the last, when the current one began, and their
+    /// [`FULL_QUEUE_PCT`] percentile (updated every 16 shards).
+    queue_hist: [[u32; LEVEL_BUCKETS]; 2],
+    /// Shards counted in the current window and the last.
+    queue_counted: (u64, u64),
+    queue_level_at: Duration,
+    queue_level: u16,
     /// The most a shard waited in the path's queue (ms) over the current
-    /// window and the last, and when the current one began.
+    /// window and the last.
     queue_max: (u16, u16),
-    queue_max_at: Duration,
     /// How long the newest shard waited in the path's queue (ms).
     newest_queue: Option<u16>,
     accounted: u32,
@@ -411,8 +427,11 @@ impl DgramFec {
             full_queue: vec![0; WINDOW as usize / 64],
             seen_full: 0,
             lost_full: 0,
+            queue_hist: [[0; LEVEL_BUCKETS]; 2],
+            queue_counted: (0, 0),
+            queue_level_at: Duration::ZERO,
+            queue_level: 0,
             queue_max: (0, 0),
-            queue_max_at: Duration::ZERO,
             newest_queue: None,
             accounted: 0,
             last_lost: false,
@@ -1144,8 +1163,12 @@ impl DgramFec {
     /// A shard that waited `q` ms in the path's queue waited at a full
     /// one.
     fn at_full_queue(&self, q: u16) -> bool {
+        if q < FULL_QUEUE_MIN_MS {
+            return false;
+        }
         let most = self.queue_max.0.max(self.queue_max.1);
-        most <= SHORT_QUEUE_MS && q >= FULL_QUEUE_MIN_MS && u32::from(q) * 4 >= u32::from(most) * 3
+        let full = most.min(self.queue_level);
+        most <= SHORT_QUEUE_MS && u32::from(q) * 4 >= u32::from(full) * 3
     }
 
     /// Takes a one-way delay sample; returns how long this shard waited in
@@ -1167,15 +1190,42 @@ impl DgramFec {
             // jitter or reordering.
             let q = owd.wrapping_sub(b).min(30_000);
             self.queue_min = Some(self.queue_min.map_or(q, |m| m.min(q)));
-            if now.saturating_sub(self.queue_max_at) > QUEUE_MAX_WINDOW {
-                self.queue_max = (q, self.queue_max.0);
-                self.queue_max_at = now;
-            } else {
-                self.queue_max.0 = self.queue_max.0.max(q);
-            }
+            self.sample_level(now, q);
             return Some(q);
         }
         None
+    }
+
+    /// Counts a queueing delay of `q` ms into the full queue's level.
+    fn sample_level(&mut self, now: Duration, q: u16) {
+        let [cur, last] = &mut self.queue_hist;
+        if now.saturating_sub(self.queue_level_at) > QUEUE_LEVEL_WINDOW {
+            *last = *cur;
+            *cur = [0; LEVEL_BUCKETS];
+            self.queue_counted = (0, self.queue_counted.0);
+            self.queue_level_at = now;
+            self.queue_max = (q, self.queue_max.0);
+        } else {
+            self.queue_max.0 = self.queue_max.0.max(q);
+        }
+        if let Some(c) = cur.get_mut(usize::from(q).min(LEVEL_BUCKETS - 1)) {
+            *c = c.saturating_add(1);
+        }
+        self.queue_counted.0 += 1;
+        let n = self.queue_counted.0 + self.queue_counted.1;
+        if n % 16 == 1 {
+            // The smallest delay at or under which the percentile lies.
+            let want = (n * FULL_QUEUE_PCT).div_ceil(100);
+            let mut seen = 0u64;
+            self.queue_level = cur
+                .iter()
+                .zip(last.iter())
+                .position(|(&a, &b)| {
+                    seen += u64::from(a) + u64::from(b);
+                    seen >= want
+                })
+                .map_or(0, |i| i as u16);
+        }
     }
 
     fn arm_report(&mut self, now: Duration) {
