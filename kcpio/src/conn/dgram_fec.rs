@@ -52,7 +52,7 @@ use super::datagram::{DATAGRAM_QUEUE_BYTES, DatagramQueue};
 use super::fec_rx::{Gathered, PSLOTS, Parity, RING, RxShards, STRIDE};
 #[cfg(test)]
 use super::loss_model::PRIOR_LOSS;
-use super::loss_model::{Codecs, LossModel, MAX_K, MAX_M};
+use super::loss_model::{Codecs, LossModel, MAX_K, MAX_M, OwdBase, WindowedMax};
 use crate::fec::codec::ErasureCodec;
 use crate::fec::{FLAG_OOB, grow_arena, read_u16, read_u32};
 
@@ -324,11 +324,10 @@ pub(crate) struct DgramFec {
     queue_hist: [[u32; LEVEL_BUCKETS]; 2],
     /// Shards counted in the current window and the last.
     queue_counted: (u64, u64),
-    queue_level_at: Duration,
     queue_level: u16,
     /// The most a shard waited in the path's queue (ms) over the current
-    /// window and the last.
-    queue_max: (u16, u16),
+    /// window and the last (the histogram's windows).
+    queue_max: WindowedMax<u16>,
     /// How long the newest shard waited in the path's queue (ms).
     newest_queue: Option<u16>,
     accounted: u32,
@@ -340,9 +339,7 @@ pub(crate) struct DgramFec {
     scratch: Vec<u8>,
     reasm: Vec<Reasm>,
     rx_bytes: u32,
-    owd_base: Option<u16>,
-    owd_win_min: Option<u16>,
-    owd_win_start: Duration,
+    owd: OwdBase<u16>,
     queue_min: Option<u16>,
     report_due: Option<Duration>,
 }
@@ -429,9 +426,8 @@ impl DgramFec {
             lost_full: 0,
             queue_hist: [[0; LEVEL_BUCKETS]; 2],
             queue_counted: (0, 0),
-            queue_level_at: Duration::ZERO,
             queue_level: 0,
-            queue_max: (0, 0),
+            queue_max: WindowedMax::default(),
             newest_queue: None,
             accounted: 0,
             last_lost: false,
@@ -440,9 +436,7 @@ impl DgramFec {
             scratch: Vec::new(),
             reasm: Vec::new(),
             rx_bytes: 0,
-            owd_base: None,
-            owd_win_min: None,
-            owd_win_start: Duration::ZERO,
+            owd: OwdBase::default(),
             queue_min: None,
             report_due: None,
         }
@@ -1166,7 +1160,7 @@ impl DgramFec {
         if q < FULL_QUEUE_MIN_MS {
             return false;
         }
-        let most = self.queue_max.0.max(self.queue_max.1);
+        let most = self.queue_max.get();
         let full = most.min(self.queue_level);
         most <= SHORT_QUEUE_MS && u32::from(q) * 4 >= u32::from(full) * 3
     }
@@ -1174,39 +1168,30 @@ impl DgramFec {
     /// Takes a one-way delay sample; returns how long this shard waited in
     /// the path's queue (ms), once there is a base to measure from.
     fn sample_owd(&mut self, now: Duration, owd: u16) -> Option<u16> {
-        let lower = |a: Option<u16>, b: u16| match a {
-            Some(a) if (b.wrapping_sub(a) as i16) >= 0 => Some(a),
-            _ => Some(b),
+        // 16-bit stamps: the lesser is the one the other is at or after.
+        let lower = |a: u16, b: u16| {
+            if (b.wrapping_sub(a) as i16) >= 0 {
+                a
+            } else {
+                b
+            }
         };
-        if now.saturating_sub(self.owd_win_start) > Duration::from_secs(10) {
-            self.owd_base = self.owd_win_min.or(self.owd_base);
-            self.owd_win_min = None;
-            self.owd_win_start = now;
-        }
-        self.owd_win_min = lower(self.owd_win_min, owd);
-        self.owd_base = lower(self.owd_base, owd);
-        if let Some(b) = self.owd_base {
-            // The least over the report's interval: a standing queue, not
-            // jitter or reordering.
-            let q = owd.wrapping_sub(b).min(30_000);
-            self.queue_min = Some(self.queue_min.map_or(q, |m| m.min(q)));
-            self.sample_level(now, q);
-            return Some(q);
-        }
-        None
+        let b = self.owd.sample(now, owd, lower);
+        // The least over the report's interval: a standing queue, not
+        // jitter or reordering.
+        let q = owd.wrapping_sub(b).min(30_000);
+        self.queue_min = Some(self.queue_min.map_or(q, |m| m.min(q)));
+        self.sample_level(now, q);
+        Some(q)
     }
 
     /// Counts a queueing delay of `q` ms into the full queue's level.
     fn sample_level(&mut self, now: Duration, q: u16) {
         let [cur, last] = &mut self.queue_hist;
-        if now.saturating_sub(self.queue_level_at) > QUEUE_LEVEL_WINDOW {
+        if self.queue_max.sample(now, q, QUEUE_LEVEL_WINDOW) {
             *last = *cur;
             *cur = [0; LEVEL_BUCKETS];
             self.queue_counted = (0, self.queue_counted.0);
-            self.queue_level_at = now;
-            self.queue_max = (q, self.queue_max.0);
-        } else {
-            self.queue_max.0 = self.queue_max.0.max(q);
         }
         if let Some(c) = cur.get_mut(usize::from(q).min(LEVEL_BUCKETS - 1)) {
             *c = c.saturating_add(1);
@@ -1244,7 +1229,7 @@ impl DgramFec {
             self.stats.malformed += 1;
             return;
         };
-        if recovered && let (Some(stamp), Some(base)) = (read_u16(body, 0), self.owd_base) {
+        if recovered && let (Some(stamp), Some(base)) = (read_u16(body, 0), self.owd.get()) {
             let owd = ms16(sink.now).wrapping_sub(stamp);
             // A delay under the base (the base moved up with its
             // window) adds nothing.

@@ -3,7 +3,10 @@
 //! a Gilbert-Elliott channel fitted to the receiver's reported loss rate
 //! and mean loss run, and from it the fewest parity shards each group
 //! size needs to meet a residual-loss target. Also the small cache of
-//! Reed-Solomon codecs by shape both use.
+//! Reed-Solomon codecs by shape both use, and how both receivers measure
+//! the path's queueing delay ([`OwdBase`], [`WindowedMax`]).
+
+use std::time::Duration;
 
 use crate::fec::codec::VandermondeCodec;
 
@@ -22,6 +25,72 @@ const LOSS_MARGIN: f64 = 1.0;
 const MARGIN_K: usize = 16;
 /// Shards over which the loss estimate halves its memory.
 const LOSS_HALF_LIFE: f64 = 2000.0;
+
+/// How long a window of the base one-way delay lasts.
+pub(crate) const OWD_WINDOW: Duration = Duration::from_secs(10);
+
+/// A path's base one-way delay: the least sample over the current
+/// [`OWD_WINDOW`] and the last, so the base follows a path whose delay
+/// rose (a route change) within two windows. A sample's excess over it
+/// is the time it waited in queues. Each extension compares its own
+/// stamps (`lower(a, b)`: the lesser of two delays).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct OwdBase<T> {
+    base: Option<T>,
+    win: Option<T>,
+    start: Duration,
+}
+
+impl<T: Copy> OwdBase<T> {
+    /// Takes the sample `owd` at `now`; returns the base.
+    pub(crate) fn sample(&mut self, now: Duration, owd: T, lower: impl Fn(T, T) -> T) -> T {
+        if now.saturating_sub(self.start) > OWD_WINDOW {
+            self.base = self.win.or(self.base);
+            self.win = None;
+            self.start = now;
+        }
+        let least = |m: Option<T>| m.map_or(owd, |m| lower(m, owd));
+        self.win = Some(least(self.win));
+        let base = least(self.base);
+        self.base = Some(base);
+        base
+    }
+
+    /// The base, once there was a sample.
+    pub(crate) fn get(&self) -> Option<T> {
+        self.base
+    }
+}
+
+/// The most of a signal (a queueing delay) over the current window and
+/// the last.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct WindowedMax<T> {
+    cur: T,
+    last: T,
+    start: Duration,
+}
+
+impl<T: Copy + Ord> WindowedMax<T> {
+    /// Takes the sample `x` at `now`, windows `window` long; true when
+    /// it began a new window.
+    pub(crate) fn sample(&mut self, now: Duration, x: T, window: Duration) -> bool {
+        let new = now.saturating_sub(self.start) > window;
+        if new {
+            self.last = self.cur;
+            self.cur = x;
+            self.start = now;
+        } else {
+            self.cur = self.cur.max(x);
+        }
+        new
+    }
+
+    /// The most over this window and the last.
+    pub(crate) fn get(&self) -> T {
+        self.cur.max(self.last)
+    }
+}
 
 /// Reed-Solomon codecs by shape, reused: a shape's matrix and tables are
 /// built once, and kept while the shape is in use.

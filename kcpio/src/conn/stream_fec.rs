@@ -45,7 +45,7 @@
 use std::time::Duration;
 
 use super::fec_rx::{Gathered, PSLOTS, Parity, RING, RxShards, STRIDE};
-use super::loss_model::{Codecs, LossModel, MAX_K, MAX_M};
+use super::loss_model::{Codecs, LossModel, MAX_K, MAX_M, OwdBase, WindowedMax};
 use crate::fec::codec::ErasureCodec;
 use crate::fec::{DATA_HEADER, FLAG_DATA, FLAG_OOB, FLAG_PARITY, grow_arena, read_u16, read_u32};
 
@@ -90,8 +90,6 @@ const RATE_WINDOW_MS: f64 = 20.0;
 const PRIOR_LOSS: f64 = 1e-3;
 /// KCP's PUSH command.
 const PUSH: u8 = 81;
-/// The one-way delay's least is kept over windows this long.
-const OWD_WINDOW: Duration = Duration::from_secs(10);
 /// The largest queueing delay is kept over windows this long.
 const QUEUE_MAX_WINDOW: Duration = Duration::from_secs(1);
 /// The least queueing delay (ms) that makes a gap the sender's overflow.
@@ -228,16 +226,12 @@ pub(crate) struct StreamFec {
     on_wire: [u64; WINDOW as usize / 64],
     /// Shards skipped while the path queued (see `lost_congested`).
     congested: [u64; WINDOW as usize / 64],
-    /// One-way delay (ms, this side's clock minus the PUSH's `ts`): the
-    /// least over the last 10 s windows, the current window's least, when
-    /// it started, and the queueing delay of the newest sample.
-    owd_base: Option<i32>,
-    owd_win: Option<i32>,
-    owd_win_start: Duration,
+    /// One-way delay (ms, this side's clock minus the PUSH's `ts`): its
+    /// base, and the queueing delay of the newest sample.
+    owd: OwdBase<i32>,
     queue_ms: i32,
     /// The largest queueing delay of this 1 s window and the last.
-    queue_max: [i32; 2],
-    queue_max_start: Duration,
+    queue_max: WindowedMax<i32>,
     accounted: u32,
     last_lost: bool,
     loss_runs: u32,
@@ -290,12 +284,9 @@ impl StreamFec {
             highest: None,
             on_wire: [0; WINDOW as usize / 64],
             congested: [0; WINDOW as usize / 64],
-            owd_base: None,
-            owd_win: None,
-            owd_win_start: Duration::ZERO,
+            owd: OwdBase::default(),
             queue_ms: 0,
-            queue_max: [0; 2],
-            queue_max_start: Duration::ZERO,
+            queue_max: WindowedMax::default(),
             accounted: 0,
             last_lost: false,
             loss_runs: 0,
@@ -588,22 +579,10 @@ impl StreamFec {
             at = at.saturating_add(KCP_MIN).saturating_add(len as usize);
         };
         let owd = (now.as_millis() as u32).wrapping_sub(ts) as i32;
-        if now.saturating_sub(self.owd_win_start) > OWD_WINDOW {
-            self.owd_base = self.owd_win.or(self.owd_base);
-            self.owd_win = None;
-            self.owd_win_start = now;
-        }
-        self.owd_win = Some(self.owd_win.map_or(owd, |m| m.min(owd)));
-        let base = *self.owd_base.get_or_insert(owd);
-        let base = base.min(owd);
-        self.owd_base = Some(base);
+        let base = self.owd.sample(now, owd, i32::min);
         // `ts` is the peer's: the delay saturates, never overflows.
         self.queue_ms = owd.saturating_sub(base);
-        if now.saturating_sub(self.queue_max_start) > QUEUE_MAX_WINDOW {
-            self.queue_max = [0, self.queue_max[0]];
-            self.queue_max_start = now;
-        }
-        self.queue_max[0] = self.queue_max[0].max(self.queue_ms);
+        self.queue_max.sample(now, self.queue_ms, QUEUE_MAX_WINDOW);
     }
 
     /// The path queues now: the newest shard waited at least three
@@ -611,7 +590,7 @@ impl StreamFec {
     /// (half of it, tried first, held for most of a transfer under a
     /// standing queue: random loss then read as overflow).
     fn queued(&self) -> bool {
-        let max = self.queue_max[0].max(self.queue_max[1]);
+        let max = self.queue_max.get();
         self.queue_ms >= QUEUED_MIN_MS && self.queue_ms.saturating_mul(4) >= max.saturating_mul(3)
     }
 
