@@ -31,7 +31,6 @@
 pub(crate) mod admission;
 mod bounded;
 mod group;
-mod inline;
 pub(crate) mod io;
 pub(crate) mod migrate;
 pub(crate) mod shared;
@@ -241,7 +240,6 @@ impl Driver {
                 conv,
                 state: Mutex::new(st),
                 driver,
-                inline: std::sync::OnceLock::new(),
             })
         });
         if let Some((g, me)) = &self.group {
@@ -1078,8 +1076,7 @@ fn spawn_client_on(
         // data stops coming.
         st.conn.probe_when_quiet(driver.shared.config.migration);
     }
-    // The stream's own task runs the driver when it can (`inline.rs`).
-    let _ = session.inline.set(inline::Inline::spawn(driver));
+    tokio::spawn(driver);
     Ok(session)
 }
 

@@ -17,13 +17,12 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::io;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use super::inline::Inline;
 use super::stats::Counters;
 use super::table::SessionId;
 use crate::config::ConfigInner;
@@ -138,8 +137,6 @@ pub(crate) struct SessionShared {
     /// every socket of a listener); the one that runs it is
     /// [`SessionState::driver`].
     pub(crate) driver: Arc<DriverShared>,
-    /// A client's driver, which the stream's calls run when they can.
-    pub(crate) inline: OnceLock<Arc<Inline>>,
 }
 
 impl fmt::Debug for SessionShared {
@@ -161,21 +158,12 @@ impl SessionShared {
         side: Side,
         call: impl FnOnce(&mut Conn) -> Result<T, ConnError>,
     ) -> Poll<io::Result<T>> {
-        // A client's driver runs here when it has work and nobody runs it
-        // (`inline.rs`): its input before the call, its output after.
-        let entered = self.inline.get().and_then(Inline::enter);
-        if let Some(e) = &entered
-            && e.is_due()
-        {
-            self.forget_wakers_of(cx);
-            e.run();
-        }
         let mut st = lock(&self.state);
         let verdict = call(&mut st.conn);
         if st.needs_driver() {
             self.notify_driver(&mut st);
         }
-        let poll = match verdict {
+        match verdict {
             Err(ConnError::WouldBlock) => {
                 let slot = match side {
                     Side::Read => &mut st.read_waker,
@@ -187,32 +175,6 @@ impl SessionShared {
                 Poll::Pending
             }
             v => Poll::Ready(v.map_err(io::Error::from)),
-        };
-        drop(st);
-        match (entered, self.inline.get()) {
-            (Some(e), _) => e.leave(cx.waker(), poll.is_pending()),
-            (None, Some(inline)) => inline.called(cx.waker(), poll.is_pending()),
-            (None, None) => {}
-        }
-        poll
-    }
-
-    /// Drops the calling task's wakers before it runs the driver itself:
-    /// the driver would wake the task that runs it (a self-wake, which
-    /// tokio treats as a yield and announces to another worker). A call
-    /// that still waits registers again.
-    fn forget_wakers_of(&self, cx: &Context<'_>) {
-        let mut guard = lock(&self.state);
-        let st = &mut *guard;
-        for slot in [
-            &mut st.read_waker,
-            &mut st.write_waker,
-            &mut st.dgram_read_waker,
-            &mut st.dgram_write_waker,
-        ] {
-            if slot.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
-                *slot = None;
-            }
         }
     }
 
