@@ -9,7 +9,10 @@
 //! else framed as an extension packet of type `kind & 3` (data, parity,
 //! report) with the session's conv, the first 4 bytes as the sequence
 //! word and `kind >> 2` as byte 6 (fragment or parity index), the rest as
-//! the body.
+//! the body. A report of 50 bytes or more carries the echo (the `seq` its
+//! queue figure was measured on), which a sending session (bit 1) runs
+//! forward against its send log: any `seq`, sent or not, in the log or
+//! overwritten, with any queue figure.
 //!
 //! Checks: no panic; every received datagram fits
 //! `max_datagram_payload`; one `poll_transmit` drain is bounded; the

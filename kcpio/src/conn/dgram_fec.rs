@@ -12,7 +12,7 @@
 //! ```text
 //! data:   | seq u32 | F3 00 | frag u8 | 0x85 | conv u32 | body                     |
 //! parity: | first u32 | F3 00 | idx u8 | 0x86 | conv u32 | k u8 | m u8 | parity (L) |
-//! report: | 0 u32   | F3 00 | 0 u8   | 0x87 | conv u32 | counters (26 or 34 bytes) |
+//! report: | 0 u32   | F3 00 | 0 u8   | 0x87 | conv u32 | counters (26, 34 or 38 bytes) |
 //! body:   | stamp u16 | frag u8 | dlen u16 | payload (dlen) |   (Reed-Solomon input)
 //! ```
 //!
@@ -28,7 +28,12 @@
 //! reads a report without them as none), the shards received or lost
 //! with the path's queue full and the part of them lost: there the
 //! bottleneck drops this side's overflow, so they tell nothing of the
-//! channel's loss.
+//! channel's loss; then, optionally again (the echo), the `seq` of the
+//! newest data shard that waited the reported queueing delay, from which
+//! the sender runs the figure forward to now. Each optional part is
+//! read when present and ignored by a kcpio before it, so both versions
+//! keep working with each other: a kcpio without the echo reads the
+//! first 46 bytes, and one reading a report without it paces as before.
 //!
 //! # Negotiation
 //!
@@ -72,7 +77,17 @@ const PARITY_HDR: usize = HDR + 2;
 const BODY_HDR: usize = 5;
 /// A report without the optional count of losses at a full queue.
 const REPORT_BASE: usize = HDR + 26;
-const REPORT_LEN: usize = REPORT_BASE + 8;
+/// With them (a kcpio before the echo sends this much).
+const REPORT_FULL: usize = REPORT_BASE + 8;
+/// With the echo: the `seq` of the data shard the queueing delay was
+/// measured on.
+const REPORT_LEN: usize = REPORT_FULL + 4;
+/// Every this many data shards, the sender notes when it sent one and
+/// its bytes sent so far; [`SENT_LOG`] notes are kept (4,096 shards: a
+/// 200 ms path at 100 Mbit/s with a full 200 ms queue has about 3,000
+/// in flight when a report comes back).
+const LOG_EVERY: u32 = 4;
+const SENT_LOG: usize = 1024;
 /// A shard waited at a full queue when it waited in the path's queue at
 /// least this long (ms) and at least 3/4 of the full queue's delay, the
 /// most any shard waited over the last second or two being no more than
@@ -290,8 +305,13 @@ pub(crate) struct DgramFec {
     queued_reports: u8,
     /// The path's rate as measured under the last standing queue.
     path_rate: f64,
-    /// The queueing delay (ms) of the last report.
+    /// The queueing delay (ms) of the last report (run forward to when it
+    /// came, with the echo).
     last_queue: u16,
+    /// Every [`LOG_EVERY`]th data shard: its `seq`, when it left (µs),
+    /// and the wire bytes sent up to it (its own included); allocated on
+    /// the first shard.
+    sent_log: Vec<(u32, u64, u64)>,
     /// Reported counters last seen: received, lost, runs, bytes, clock.
     last_report: Option<[u32; 7]>,
     /// When (this side's clock) the last report was taken.
@@ -340,7 +360,9 @@ pub(crate) struct DgramFec {
     reasm: Vec<Reasm>,
     rx_bytes: u32,
     owd: OwdBase<u16>,
-    queue_min: Option<u16>,
+    /// The least queueing delay (ms) over the report's interval and the
+    /// `seq` of the newest shard that saw it (echoed).
+    queue_min: Option<(u16, u32)>,
     report_due: Option<Duration>,
 }
 
@@ -410,6 +432,7 @@ impl DgramFec {
             queued_reports: 0,
             path_rate: 0.0,
             last_queue: 0,
+            sent_log: Vec::new(),
             last_report: None,
             last_report_at: Duration::ZERO,
             tx_bytes: 0,
@@ -734,6 +757,15 @@ impl DgramFec {
         self.next_seq = seq.wrapping_add(1);
         self.stats.data_shards_out += 1;
         self.tx_bytes += (HDR + body_len + self.wire_extra) as u64;
+        if seq.is_multiple_of(LOG_EVERY) {
+            if self.sent_log.is_empty() {
+                self.sent_log.resize(SENT_LOG, (0, 0, 0));
+            }
+            let i = (seq / LOG_EVERY) as usize % SENT_LOG;
+            if let Some(e) = self.sent_log.get_mut(i) {
+                *e = (seq, now.as_micros() as u64, self.tx_bytes);
+            }
+        }
         self.frag_state = (idx + 1 < count).then_some((len, idx + 1, count, per));
         // The data rate, over windows of at least 50 ms.
         self.window_bytes += (HDR + body_len + self.wire_extra) as f64;
@@ -832,9 +864,17 @@ impl DgramFec {
             return None;
         }
         self.account(false);
-        let out = buf.get_mut(..REPORT_LEN)?;
+        let (queue, echo) = match self.queue_min.take() {
+            Some((q, seq)) => (q, Some(seq)),
+            None => (0, None),
+        };
+        let len = if echo.is_some() {
+            REPORT_LEN
+        } else {
+            REPORT_FULL
+        };
+        let out = buf.get_mut(..len)?;
         put_header(out, 0, 0, TYPE_REPORT, conv);
-        let queue = self.queue_min.take().unwrap_or(0);
         let received = self.stats.data_shards_in as u32;
         let fields = [
             received,
@@ -849,10 +889,34 @@ impl DgramFec {
         }
         out[HDR + 24..HDR + 26].copy_from_slice(&queue.to_le_bytes());
         out[REPORT_BASE..REPORT_BASE + 4].copy_from_slice(&self.seen_full.to_le_bytes());
-        out[REPORT_BASE + 4..REPORT_LEN].copy_from_slice(&self.lost_full.to_le_bytes());
+        out[REPORT_BASE + 4..REPORT_FULL].copy_from_slice(&self.lost_full.to_le_bytes());
+        if let Some(seq) = echo {
+            out[REPORT_FULL..REPORT_LEN].copy_from_slice(&seq.to_le_bytes());
+        }
         self.report_due = None;
         self.stats.reports_out += 1;
-        Some(REPORT_LEN)
+        Some(len)
+    }
+
+    /// The path's queue now (ms), run forward from a report's figure: the
+    /// data shard `seq` waited `q` ms in it, and since it left this side
+    /// sent what the log says while the bottleneck drained `rate` bytes
+    /// per second. `None` without a note of `seq`'s send (too old, never
+    /// sent, or not a noted one's neighbour) or a rate.
+    fn queue_ahead(&self, now: Duration, seq: u32, q: u16, rate: f64) -> Option<u16> {
+        if rate <= 0.0 || seq_diff(self.next_seq, seq) <= 0 {
+            return None;
+        }
+        let noted = seq - seq % LOG_EVERY;
+        let i = (noted / LOG_EVERY) as usize % SENT_LOG;
+        let &(s, at_us, sent) = self.sent_log.get(i)?;
+        if s != noted || seq_diff(seq, noted) < 0 {
+            return None;
+        }
+        let since_ms = (now.as_micros() as u64).saturating_sub(at_us) as f64 / 1000.0;
+        let added_ms = self.tx_bytes.saturating_sub(sent) as f64 / rate * 1000.0;
+        let ahead = f64::from(q) + added_ms - since_ms;
+        Some(ahead.clamp(0.0, 30_000.0) as u16)
     }
 
     fn handle_report(&mut self, now: Duration, p: &[u8]) -> bool {
@@ -864,6 +928,9 @@ impl DgramFec {
         let full = |i: usize| read_u32(p, REPORT_BASE + 4 * i).unwrap_or(0);
         let cur = [f(0), f(1), f(2), f(4), f(5), full(0), full(1)];
         let queue = read_u16(body, 24).unwrap_or(0);
+        // (A kcpio before the echo sends none: its figure is taken as it
+        // comes, a report's interval and a one-way delay late.)
+        let echo = read_u32(p, REPORT_FULL);
         self.stats.reports_in += 1;
         let Some(last) = self.last_report.replace(cur) else {
             self.last_report_at = now;
@@ -942,6 +1009,20 @@ impl DgramFec {
             let max = self.delivered_rates.iter().copied().fold(0.0, f64::max);
             let lossless = (1.0 - self.model.p).max(0.5);
             let at_top = delivered >= 0.8 * max;
+            // The queue as it stands now: the receiver's figure is a
+            // report's interval and a one-way delay old, and a tunnelled
+            // TCP starting up doubles its rate per round trip: taken as
+            // it came, the cut landed after the TCP had slowed down,
+            // below the path's rate, and dropped what it sent then.
+            // Only from a shard that waited: then the bottleneck was
+            // busy and what the path delivered is its rate. Run forward
+            // from an empty queue at the rate a growing sender got, it
+            // took that sender's own growth for a queue, and pacing at
+            // that rate held it there.
+            let ahead = echo
+                .filter(|_| queue >= FULL_QUEUE_MIN_MS)
+                .and_then(|seq| self.queue_ahead(now, seq, queue, max / lossless));
+            let queue = ahead.unwrap_or(queue);
             self.queued_reports = if queue > QUEUE_HIGH_MS || (spike && at_top) {
                 self.queued_reports.saturating_add(1)
             } else {
@@ -949,7 +1030,10 @@ impl DgramFec {
             };
             let growing = queue > self.last_queue.saturating_add(QUEUE_GROWTH_MS);
             self.last_queue = queue;
-            let budget = if self.queued_reports >= QUEUE_REPORTS {
+            // One echoed report is enough: its figure is the least over
+            // the report's interval, which a late wake-up cannot raise.
+            let needed = if ahead.is_some() { 1 } else { QUEUE_REPORTS };
+            let budget = if self.queued_reports >= needed {
                 // A standing queue: the most the path delivered over the
                 // last reports is its rate (a queue seen by a receiver
                 // waiting for a busy core, with no bottleneck at all,
@@ -1120,7 +1204,7 @@ impl DgramFec {
         // Queueing delay from the stamp.
         if let Some(stamp) = read_u16(body, 0) {
             let owd = ms16(sink.now).wrapping_sub(stamp);
-            let queued = self.sample_owd(sink.now, owd);
+            let queued = self.sample_owd(sink.now, owd, seq);
             // The shards this one skipped were lost (or come late) after
             // the last one before them waited in the queue: at a full one
             // (a drop-tail queue drops the tail of a burst; the next shard
@@ -1167,7 +1251,7 @@ impl DgramFec {
 
     /// Takes a one-way delay sample; returns how long this shard waited in
     /// the path's queue (ms), once there is a base to measure from.
-    fn sample_owd(&mut self, now: Duration, owd: u16) -> Option<u16> {
+    fn sample_owd(&mut self, now: Duration, owd: u16, seq: u32) -> Option<u16> {
         // 16-bit stamps: the lesser is the one the other is at or after.
         let lower = |a: u16, b: u16| {
             if (b.wrapping_sub(a) as i16) >= 0 {
@@ -1180,7 +1264,11 @@ impl DgramFec {
         // The least over the report's interval: a standing queue, not
         // jitter or reordering.
         let q = owd.wrapping_sub(b).min(30_000);
-        self.queue_min = Some(self.queue_min.map_or(q, |m| m.min(q)));
+        self.queue_min = match self.queue_min {
+            // The newest of the least: the echo's run forward is shortest.
+            Some((m, s)) if m < q || (m == q && seq_diff(seq, s) < 0) => Some((m, s)),
+            _ => Some((q, seq)),
+        };
         self.sample_level(now, q);
         Some(q)
     }
@@ -1473,9 +1561,9 @@ mod hostile {
     }
 
     /// A report whose counters are `[received, lost, runs, after_fec,
-    /// bytes, clock]` and queueing delay 0.
+    /// bytes, clock]` and queueing delay 0, without the echo.
     fn report(fields: [u32; 6]) -> Vec<u8> {
-        let mut p = vec![0u8; REPORT_LEN];
+        let mut p = vec![0u8; REPORT_FULL];
         put_header(&mut p, 0, 0, TYPE_REPORT, CONV);
         for (i, f) in fields.iter().enumerate() {
             p[HDR + 4 * i..HDR + 4 * i + 4].copy_from_slice(&f.to_le_bytes());
@@ -1526,6 +1614,39 @@ mod hostile {
     }
 
     #[test]
+    fn the_echoed_queue_is_run_forward_by_what_was_sent_since() {
+        // Shards 0..=100 at t = 0, 100 more at t = 10 ms. The receiver
+        // says shard 100 waited 20 ms; at 40 ms, 40 ms after it left, the
+        // path drained `rate` bytes per second of what followed it.
+        let mut d = fec();
+        send(&mut d, 101, Duration::ZERO);
+        let first = d.tx_bytes;
+        send(&mut d, 100, Duration::from_millis(10));
+        let (seq, at, noted) = d.sent_log[100 / LOG_EVERY as usize];
+        assert_eq!((seq, at), (100, 0));
+        // Noted after its own bytes, before its group's parity.
+        let own = (HDR + BODY_HDR + 100 + d.wire_extra) as u64;
+        assert!(noted <= first && noted >= own * 101, "{noted} of {first}");
+        let rate = 2e5;
+        let now = Duration::from_millis(40);
+        let want = 20.0 + (d.tx_bytes - noted) as f64 / rate * 1000.0 - 40.0;
+        assert!(want > 1.0, "{want}");
+        let got = d.queue_ahead(now, 100, 20, rate).expect("noted");
+        assert!((f64::from(got) - want).abs() <= 1.0, "{got} against {want}");
+        // Shard 101 has no note of its own: its noted neighbour's send.
+        assert!(d.queue_ahead(now, 101, 20, rate).is_some());
+        // A shard never sent, one the log no longer holds, or no rate: none.
+        assert_eq!(d.queue_ahead(now, 201, 20, rate), None);
+        assert_eq!(d.queue_ahead(now, u32::MAX - 5, 20, rate), None);
+        assert_eq!(d.queue_ahead(now, 100, 20, 0.0), None);
+        // Drained since: empty, never below.
+        assert_eq!(
+            d.queue_ahead(Duration::from_secs(60), 100, 20, rate),
+            Some(0)
+        );
+    }
+
+    #[test]
     fn a_report_claiming_more_than_was_sent_moves_neither_model_nor_budget() {
         let mut d = fec();
         let mut q = DatagramQueue::default();
@@ -1563,7 +1684,7 @@ mod hostile {
                 None => r.truncate(REPORT_BASE),
                 Some([seen, lost]) => {
                     r[REPORT_BASE..REPORT_BASE + 4].copy_from_slice(&seen.to_le_bytes());
-                    r[REPORT_BASE + 4..REPORT_LEN].copy_from_slice(&lost.to_le_bytes());
+                    r[REPORT_BASE + 4..REPORT_FULL].copy_from_slice(&lost.to_le_bytes());
                 }
             }
             assert!(feed(&mut d, &mut q, t + Duration::from_millis(100), &r));
