@@ -366,8 +366,8 @@ impl std::fmt::Debug for DgramFec {
 pub(crate) struct Sink<'a> {
     pub(crate) queue: &'a mut DatagramQueue,
     pub(crate) now: Duration,
-    /// When the packet being handled arrived (at most `now`): what its
-    /// one-way delay is measured at.
+    /// When the packet being handled arrived: what its one-way delay is
+    /// measured at.
     pub(crate) arrived: Duration,
     /// Datagrams that found the receive queue full.
     pub(crate) dropped: &'a mut u64,

@@ -841,8 +841,10 @@ impl Conn {
     }
 
     /// As [`handle_packet`](Self::handle_packet), for a datagram that
-    /// arrived at `arrived` (same clock as `now`; a later one counts as
-    /// `now`) and is processed at `now`, later when the caller woke late.
+    /// arrived at `arrived` (same clock as `now`) and is processed at
+    /// `now`, later when the caller woke late. `arrived` may be a little
+    /// after `now` when the caller read `now` before its receive call; it
+    /// is taken as given.
     ///
     /// Only the FEC receivers' one-way-delay samples (the path's queueing
     /// delay in their reports) take `arrived`, so a late wake-up does not
@@ -863,7 +865,6 @@ impl Conn {
         if self.error.is_some() {
             return out;
         }
-        let arrived = arrived.min(self.now);
         let now_ts = ts(self.now);
         self.wire.datagrams_in += 1;
         self.wire.bytes_in += (packet.len() + self.overhead) as u64;

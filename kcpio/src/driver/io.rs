@@ -82,17 +82,21 @@ impl Iterator for Datagrams {
 /// driver woke.
 ///
 /// Once per batch that carries stamps, the realtime and driver clocks are
-/// read together: a stamp's age on the realtime clock, taken from the
-/// driver time just read, is its arrival. Realtime can be stepped (NTP,
-/// an administrator) while a datagram waits; an arrival computed across a
-/// step is off by the step, and one too early would lower the receivers'
-/// base one-way delay for its whole window, so every later datagram would
-/// read as queued. Three guards keep a step from poisoning anything:
-/// - every arrival is clamped to `[floor, now]`: no later than the batch's
-///   processing time (what is used without stamps), and no earlier than
-///   the last time this socket was found drained (nothing received after
-///   that can have arrived before it), so a step moves an arrival at most
-///   within the time its datagram may really have waited;
+/// read together after the receive call: a stamp's age on the realtime
+/// clock, taken from the driver time just read, is its arrival. (That may
+/// be later than the round's `now`, read before the call: a datagram that
+/// came in after it did arrive then. Clamping it to `now` would make it
+/// early, and an early arrival lowers the receivers' base delay.)
+/// Realtime can be stepped (NTP, an administrator) while a datagram
+/// waits; an arrival computed across a step is off by the step, and one
+/// too early would lower the receivers' base one-way delay for its whole
+/// window, so every later datagram would read as queued. Three guards
+/// keep a step from poisoning anything:
+/// - every arrival is clamped to `[floor, read]`: no later than the driver
+///   time read after the receive call (it had arrived by then), and no
+///   earlier than the last time this socket was found drained (nothing
+///   received after that can have arrived before it), so a step moves an
+///   arrival at most within the time its datagram may really have waited;
 /// - realtime − driver time is compared with the previous batch's: a
 ///   change larger than 2 ms plus 1,000 ppm of the time between them
 ///   (slewing moves it by at most 500 ppm) is a step, and from then until
@@ -161,7 +165,7 @@ impl RxClock {
         match (rx_time, self.batch) {
             (Some(stamp), Some((real, mono))) if !self.stepped => {
                 let age = real.saturating_sub(stamp);
-                mono.saturating_sub(age).clamp(self.floor.min(now), now)
+                mono.saturating_sub(age).clamp(self.floor.min(mono), mono)
             }
             _ => now,
         }
@@ -863,18 +867,24 @@ mod tests {
     const WALL: Duration = Duration::from_secs(1_000);
 
     /// A late reader's batch: stamps become arrivals on the driver's clock,
-    /// between the last drain and the batch's processing time.
+    /// between the last drain and the clocks' reading after the receive.
     #[test]
-    fn stamps_become_arrivals_between_the_last_drain_and_now() {
+    fn stamps_become_arrivals_between_the_last_drain_and_the_receive() {
         let mut c = RxClock::default();
         c.drained(ms(100));
         // Woke at 180 (clocks read at 181); datagrams came in at 120 and 150.
         c.batch(ms(180), true, || (WALL + ms(181), ms(181)));
         assert_eq!(c.arrival(Some(WALL + ms(120))), ms(120));
         assert_eq!(c.arrival(Some(WALL + ms(150))), ms(150));
-        // No stamp, a stamp from the future: the processing time.
+        // A datagram that came in after `now` was read (before the call).
+        assert_eq!(
+            c.arrival(Some(WALL + ms(180) + ms(1) / 2)),
+            ms(180) + ms(1) / 2
+        );
+        // No stamp: the processing time; a stamp from the future: when
+        // the clocks were read.
         assert_eq!(c.arrival(None), ms(180));
-        assert_eq!(c.arrival(Some(WALL + ms(190))), ms(180));
+        assert_eq!(c.arrival(Some(WALL + ms(190))), ms(181));
         // Before the socket was last found drained: the drain.
         assert_eq!(c.arrival(Some(WALL + ms(50))), ms(100));
         // A batch without stamps reads no clock.
@@ -907,7 +917,7 @@ mod tests {
         c.drained(ms(3_010));
         c.batch(ms(3_100), true, || (WALL + hour + ms(3_100), ms(3_100)));
         assert_eq!(c.arrival(Some(WALL + hour + ms(3_050))), ms(3_050));
-        // Stepped back: arrivals never later than now.
+        // Stepped back: arrivals never later than the clocks were read.
         c.drained(ms(3_100));
         c.batch(ms(3_200), true, || (WALL + ms(3_200), ms(3_200)));
         let got = c.arrival(Some(WALL + hour + ms(3_150)));

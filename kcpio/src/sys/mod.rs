@@ -81,7 +81,10 @@ pub(crate) struct RecvMeta {
     /// `CLOCK_REALTIME` since the Unix epoch: Linux's `SO_TIMESTAMPNS`
     /// software stamp on the batched path. `None` where the platform, the
     /// portable path or the transport (fake TCP) gives none; the caller then
-    /// takes its own processing time.
+    /// takes its own processing time. Linux switches stamping on for the
+    /// whole system shortly after the first socket asks (a deferred work
+    /// item); a datagram that came in before is stamped when read, which is
+    /// the processing time again.
     pub(crate) rx_time: Option<Duration>,
 }
 
