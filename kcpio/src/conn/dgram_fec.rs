@@ -388,6 +388,9 @@ impl std::fmt::Debug for DgramFec {
 pub(crate) struct Sink<'a> {
     pub(crate) queue: &'a mut DatagramQueue,
     pub(crate) now: Duration,
+    /// When the packet being handled arrived: what its one-way delay is
+    /// measured at.
+    pub(crate) arrived: Duration,
     /// Datagrams that found the receive queue full.
     pub(crate) dropped: &'a mut u64,
 }
@@ -1201,10 +1204,10 @@ impl DgramFec {
             .rx_bytes
             .wrapping_add((p.len() + self.wire_extra) as u32);
         self.arm_report(sink.now);
-        // Queueing delay from the stamp.
+        // Queueing delay from the stamp, at arrival (not at a late wake-up).
         if let Some(stamp) = read_u16(body, 0) {
-            let owd = ms16(sink.now).wrapping_sub(stamp);
-            let queued = self.sample_owd(sink.now, owd, seq);
+            let owd = ms16(sink.arrived).wrapping_sub(stamp);
+            let queued = self.sample_owd(sink.arrived, owd, seq);
             // The shards this one skipped were lost (or come late) after
             // the last one before them waited in the queue: at a full one
             // (a drop-tail queue drops the tail of a burst; the next shard
@@ -1318,7 +1321,7 @@ impl DgramFec {
             return;
         };
         if recovered && let (Some(stamp), Some(base)) = (read_u16(body, 0), self.owd.get()) {
-            let owd = ms16(sink.now).wrapping_sub(stamp);
+            let owd = ms16(sink.arrived).wrapping_sub(stamp);
             // A delay under the base (the base moved up with its
             // window) adds nothing.
             let over = (owd.wrapping_sub(base) as i16).max(0);
@@ -1576,6 +1579,7 @@ mod hostile {
         let mut sink = Sink {
             queue: q,
             now,
+            arrived: now,
             dropped: &mut dropped,
         };
         d.handle(p, &mut sink)

@@ -832,7 +832,34 @@ impl Conn {
     /// FEC data shards go to the ARQ and then the decoder, parity to the
     /// decoder, and packets the decoder rebuilds to the ARQ as
     /// [`Origin::Recovered`]. Ignored once the session failed.
+    ///
+    /// The datagram is taken to have arrived at `now`; where the caller
+    /// knows better (a kernel receive stamp), use
+    /// [`handle_packet_at`](Self::handle_packet_at).
     pub fn handle_packet(&mut self, now: Duration, packet: &[u8]) -> Received {
+        self.handle_packet_at(now, now, packet)
+    }
+
+    /// As [`handle_packet`](Self::handle_packet), for a datagram that
+    /// arrived at `arrived` (same clock as `now`) and is processed at
+    /// `now`, later when the caller woke late. `arrived` may be a little
+    /// after `now` when the caller read `now` before its receive call; it
+    /// is taken as given.
+    ///
+    /// Only the FEC receivers' one-way-delay samples (the path's queueing
+    /// delay in their reports) take `arrived`, so a late wake-up does not
+    /// read as a queue on the path. Everything else runs at `now`: the ARQ's
+    /// round-trip samples and retransmission timers must include this host's
+    /// own delay (a retransmission decided on a busy host waits for that host
+    /// too, so a timeout that left it out would fire early), the ACKs carry
+    /// the peer's own stamps back (no receive time is on the wire), and kcp-go,
+    /// which this ARQ matches packet for packet, has no other time.
+    pub fn handle_packet_at(
+        &mut self,
+        now: Duration,
+        arrived: Duration,
+        packet: &[u8],
+    ) -> Received {
         self.advance(now);
         let mut out = Received::default();
         if self.error.is_some() {
@@ -867,7 +894,7 @@ impl Conn {
             PacketKind::Data => fec::data_payload(packet),
             PacketKind::Parity => None,
             PacketKind::Oob => {
-                self.handle_oob(packet, &mut out);
+                self.handle_oob(packet, arrived, &mut out);
                 None
             }
         };
@@ -893,7 +920,7 @@ impl Conn {
         } else if kind == PacketKind::Data
             && let Some(sx) = self.sx.as_mut()
         {
-            sx.handle_data(self.now, packet);
+            sx.handle_data(self.now, arrived, packet);
             if shard_only {
                 out.accepted = true;
             }
@@ -959,7 +986,7 @@ impl Conn {
     /// An out-of-band packet: its payload joins the receive queue when it
     /// carries this session's conv, datagrams are supported (FEC on) and
     /// the queue has room; else it is dropped and counted.
-    fn handle_oob(&mut self, packet: &[u8], out: &mut Received) {
+    fn handle_oob(&mut self, packet: &[u8], arrived: Duration, out: &mut Received) {
         if stream_fec::is_stream_report(packet) {
             if fec::oob_payload(packet).is_some_and(|(c, _)| c == self.kcp.conv()) {
                 self.sx_heard();
@@ -982,6 +1009,7 @@ impl Conn {
                     let mut sink = dgram_fec::Sink {
                         queue: &mut self.oob_in,
                         now: self.now,
+                        arrived,
                         dropped: &mut self.wire.oob_dropped,
                     };
                     let _ = dx.handle(packet, &mut sink);

@@ -536,12 +536,14 @@ impl StreamFec {
 
     // ============================================================= receive
 
-    /// A data shard of the peer (its KCP bytes already went to the ARQ).
-    pub(crate) fn handle_data(&mut self, now: Duration, packet: &[u8]) {
+    /// A data shard of the peer (its KCP bytes already went to the ARQ),
+    /// handled at `now`, arrived at `arrived` (what its queueing delay is
+    /// measured at).
+    pub(crate) fn handle_data(&mut self, now: Duration, arrived: Duration, packet: &[u8]) {
         let (Some(seq), Some(body)) = (read_u32(packet, 0), packet.get(BODY_AT..)) else {
             return;
         };
-        self.sample_queue(now, packet);
+        self.sample_queue(arrived, packet);
         if body.len() > STRIDE || !self.admit(seq) || self.bit(seq) {
             self.stats.duplicates += 1;
             return;
@@ -853,7 +855,7 @@ mod tests {
         for p in packets {
             if p[4] == 0xF1 {
                 got.push(p[8..].to_vec());
-                rx.handle_data(Duration::ZERO, p);
+                rx.handle_data(Duration::ZERO, Duration::ZERO, p);
             } else {
                 assert!(is_stream_parity(p));
                 rx.handle_parity(p);

@@ -44,6 +44,8 @@ pub(crate) struct Datagram {
     pub(crate) peer: SocketAddr,
     pub(crate) start: usize,
     pub(crate) end: usize,
+    /// When it arrived, on the driver's clock ([`RxClock`]).
+    pub(crate) arrived: Duration,
 }
 
 /// The datagrams of one received message, by value (borrows nothing).
@@ -52,6 +54,7 @@ pub(crate) struct Datagrams {
     off: usize,
     end: usize,
     stride: usize,
+    arrived: Duration,
 }
 
 impl Iterator for Datagrams {
@@ -66,9 +69,106 @@ impl Iterator for Datagrams {
             peer: self.peer,
             start: self.off,
             end: next,
+            arrived: self.arrived,
         };
         self.off = next;
         Some(d)
+    }
+}
+
+/// Turns the kernel's receive stamps ([`RecvMeta::rx_time`],
+/// `CLOCK_REALTIME`) into arrival times on the driver's clock, so the
+/// sessions' one-way-delay figures measure the path, not how late the
+/// driver woke.
+///
+/// Once per batch that carries stamps, the realtime and driver clocks are
+/// read together after the receive call: a stamp's age on the realtime
+/// clock, taken from the driver time just read, is its arrival. (That may
+/// be later than the round's `now`, read before the call: a datagram that
+/// came in after it did arrive then. Clamping it to `now` would make it
+/// early, and an early arrival lowers the receivers' base delay.)
+/// Realtime can be stepped (NTP, an administrator) while a datagram
+/// waits; an arrival computed across a step is off by the step, and one
+/// too early would lower the receivers' base one-way delay for its whole
+/// window, so every later datagram would read as queued. Three guards
+/// keep a step from poisoning anything:
+/// - every arrival is clamped to `[floor, read]`: no later than the driver
+///   time read after the receive call (it had arrived by then), and no
+///   earlier than the last time this socket was found drained (nothing
+///   received after that can have arrived before it), so a step moves an
+///   arrival at most within the time its datagram may really have waited;
+/// - realtime − driver time is compared with the previous batch's: a
+///   change larger than 2 ms plus 1,000 ppm of the time between them
+///   (slewing moves it by at most 500 ppm) is a step, and from then until
+///   the socket is next found drained (every datagram stamped before the
+///   step consumed) the batch's processing time is used instead;
+/// - a stamp later than the realtime clock read after it is age 0.
+///
+/// A driver clock that is not the wall's (tokio's paused test time) reads
+/// as a step every batch: processing time, as without stamps.
+#[derive(Debug, Default)]
+pub(crate) struct RxClock {
+    /// Realtime and driver time read together at the last stamped batch.
+    last: Option<(Duration, Duration)>,
+    /// Driver time when the socket was last found drained.
+    floor: Duration,
+    /// A step was seen and the socket not drained since.
+    stepped: bool,
+    /// This batch: realtime and driver time read after it arrived, and the
+    /// batch's processing time; `None` when it carries no stamps.
+    batch: Option<(Duration, Duration)>,
+    now: Duration,
+}
+
+/// Largest realtime − driver-time change between batches that is not a step:
+/// this plus a thousandth of the time between them.
+const STEP_SLACK: Duration = Duration::from_millis(2);
+
+impl RxClock {
+    /// A batch was received at driver time `now` (read before the receive
+    /// call); `clocks` reads (realtime since the epoch, driver time) now,
+    /// called only when a stamp is there to convert.
+    pub(crate) fn batch(
+        &mut self,
+        now: Duration,
+        stamped: bool,
+        clocks: impl FnOnce() -> (Duration, Duration),
+    ) {
+        self.now = now;
+        self.batch = None;
+        if !stamped {
+            return;
+        }
+        let (real, mono) = clocks();
+        if let Some((real0, mono0)) = self.last {
+            // (real - mono) - (real0 - mono0), as two non-negative parts.
+            let (a, b) = (real + mono0, real0 + mono);
+            let moved = a.max(b) - a.min(b);
+            let slack = STEP_SLACK + mono.saturating_sub(mono0) / 1000;
+            self.stepped |= moved > slack;
+        }
+        self.last = Some((real, mono));
+        self.batch = Some((real, mono));
+    }
+
+    /// The receive call that made the batch found the socket drained
+    /// (`now`: the driver time read before it): later datagrams arrived
+    /// after `now`, and none stamped before a step is left.
+    pub(crate) fn drained(&mut self, now: Duration) {
+        self.floor = self.floor.max(now);
+        self.stepped = false;
+    }
+
+    /// The arrival of a datagram of this batch stamped `rx_time`.
+    pub(crate) fn arrival(&self, rx_time: Option<Duration>) -> Duration {
+        let now = self.now;
+        match (rx_time, self.batch) {
+            (Some(stamp), Some((real, mono))) if !self.stepped => {
+                let age = real.saturating_sub(stamp);
+                mono.saturating_sub(age).clamp(self.floor.min(mono), mono)
+            }
+            _ => now,
+        }
     }
 }
 
@@ -100,6 +200,10 @@ pub(crate) struct Io {
     rx_count: usize,
     rx_meta: Vec<RecvMeta>,
     rx_got: usize,
+    rx_clock: RxClock,
+    /// The last receive call found the socket drained, at this driver time
+    /// (applied to `rx_clock` once its batch has been walked).
+    rx_drained: Option<Duration>,
     // Transmit slots of `stride` bytes (the configured MTU, the largest
     // datagram we send), laid end to end so a run of full-size datagrams to
     // one peer is contiguous and goes out as one GSO message:
@@ -168,6 +272,8 @@ impl Io {
             rx_count,
             rx_meta: vec![RecvMeta::default(); rx_count],
             rx_got: 0,
+            rx_clock: RxClock::default(),
+            rx_drained: None,
             tx: vec![0; tx_slots * stride],
             stride,
             tx_len: vec![0; tx_slots],
@@ -219,10 +325,53 @@ impl Io {
 
     // ------------------------------------------------------------ receive
 
-    /// One receive system call. `Ready(n)` with the number of messages
-    /// received (0 after a counted error), `Pending` when the socket is
-    /// drained. Then [`datagram`](Self::datagram) walks them.
-    pub(crate) fn poll_recv(&mut self, cx: &mut Context<'_>, shared: &DriverShared) -> Poll<usize> {
+    /// One receive system call at driver time `now`. `Ready(n)` with the
+    /// number of messages received (0 after a counted error), `Pending`
+    /// when the socket is drained. Then [`message`](Self::message) walks
+    /// them, each datagram with its arrival time ([`RxClock`]).
+    pub(crate) fn poll_recv(
+        &mut self,
+        cx: &mut Context<'_>,
+        shared: &DriverShared,
+        now: Duration,
+    ) -> Poll<usize> {
+        // The last batch has been walked: its drain bounds the next one.
+        if let Some(at) = self.rx_drained.take() {
+            self.rx_clock.drained(at);
+        }
+        let poll = self.poll_recv_raw(cx, shared, now);
+        let got = match poll {
+            Poll::Pending => {
+                self.rx_clock.drained(now);
+                0
+            }
+            Poll::Ready(got) => got,
+        };
+        let stamped = self
+            .rx_meta
+            .get(..got)
+            .is_some_and(|m| m.iter().any(|m| m.rx_time.is_some()));
+        let epoch = shared.epoch;
+        self.rx_clock.batch(now, stamped, || {
+            let real = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            (
+                real,
+                tokio::time::Instant::now().saturating_duration_since(epoch),
+            )
+        });
+        poll
+    }
+
+    /// [`poll_recv`](Self::poll_recv) without the clock: the system call;
+    /// notes in `rx_drained` when it found the socket drained.
+    fn poll_recv_raw(
+        &mut self,
+        cx: &mut Context<'_>,
+        shared: &DriverShared,
+        now: Duration,
+    ) -> Poll<usize> {
         self.rx_got = 0;
         let socket = match &self.socket {
             Socket::Udp(socket) => socket,
@@ -251,6 +400,7 @@ impl Io {
         let (udp, rx, meta) = (&shared.udp, &mut self.rx, &mut self.rx_meta);
         let size = self.rx_size;
         let count = self.rx_count;
+        let mut drained = false;
         // A short batch (fewer messages than asked for) means the kernel
         // found the queue empty: `recvmmsg` and the portable loop stop
         // early only at EAGAIN or at an error, and errors cannot arise
@@ -272,8 +422,12 @@ impl Io {
                 bufs.get_mut(..n).unwrap_or_default(),
                 meta,
             )?;
-            Ok((got, got > 0 && got < n && !udp.recv_error_pending()))
+            drained = got > 0 && got < n && !udp.recv_error_pending();
+            Ok((got, drained))
         });
+        if drained {
+            self.rx_drained = Some(now);
+        }
         let got = match res {
             Poll::Pending => return Poll::Pending,
             Poll::Ready(Ok(n)) => n,
@@ -303,6 +457,7 @@ impl Io {
             off: start,
             end,
             stride: m.stride.max(1),
+            arrived: self.rx_clock.arrival(m.rx_time),
         })
     }
 
@@ -703,6 +858,77 @@ pub(crate) fn configure_socket(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    /// Realtime 1,000 s ahead of the driver's clock.
+    const WALL: Duration = Duration::from_secs(1_000);
+
+    /// A late reader's batch: stamps become arrivals on the driver's clock,
+    /// between the last drain and the clocks' reading after the receive.
+    #[test]
+    fn stamps_become_arrivals_between_the_last_drain_and_the_receive() {
+        let mut c = RxClock::default();
+        c.drained(ms(100));
+        // Woke at 180 (clocks read at 181); datagrams came in at 120 and 150.
+        c.batch(ms(180), true, || (WALL + ms(181), ms(181)));
+        assert_eq!(c.arrival(Some(WALL + ms(120))), ms(120));
+        assert_eq!(c.arrival(Some(WALL + ms(150))), ms(150));
+        // A datagram that came in after `now` was read (before the call).
+        assert_eq!(
+            c.arrival(Some(WALL + ms(180) + ms(1) / 2)),
+            ms(180) + ms(1) / 2
+        );
+        // No stamp: the processing time; a stamp from the future: when
+        // the clocks were read.
+        assert_eq!(c.arrival(None), ms(180));
+        assert_eq!(c.arrival(Some(WALL + ms(190))), ms(181));
+        // Before the socket was last found drained: the drain.
+        assert_eq!(c.arrival(Some(WALL + ms(50))), ms(100));
+        // A batch without stamps reads no clock.
+        c.batch(ms(200), false, || panic!("clock read without stamps"));
+        assert_eq!(c.arrival(Some(WALL + ms(199))), ms(200));
+    }
+
+    /// Realtime stepped while datagrams waited: no arrival moves outside
+    /// `[drain, now]`, and until the socket is drained the processing time
+    /// is used; slewing (under 1,000 ppm) is not a step.
+    #[test]
+    fn a_realtime_step_cannot_poison_the_arrivals() {
+        let mut c = RxClock::default();
+        c.batch(ms(1_000), true, || (WALL + ms(1_000), ms(1_000)));
+        c.drained(ms(1_000));
+        // Slewed by 0.5 ms over 1 s: still trusted.
+        let slewed = WALL + ms(2_000) + Duration::from_micros(500);
+        c.batch(ms(2_000), true, || (slewed, ms(2_000)));
+        assert_eq!(c.arrival(Some(slewed - ms(10))), ms(1_990));
+        c.drained(ms(2_000));
+        // Stepped forward an hour after a datagram stamped at 2,990 came
+        // in: its stamp looks an hour old. Not trusted until drained.
+        let hour = Duration::from_secs(3_600);
+        c.batch(ms(3_000), true, || (WALL + hour + ms(3_000), ms(3_000)));
+        assert_eq!(c.arrival(Some(WALL + ms(2_990))), ms(3_000));
+        // A full batch after it (not drained): still the processing time.
+        c.batch(ms(3_010), true, || (WALL + hour + ms(3_010), ms(3_010)));
+        assert_eq!(c.arrival(Some(WALL + ms(2_995))), ms(3_010));
+        // Drained: the new offset holds from here.
+        c.drained(ms(3_010));
+        c.batch(ms(3_100), true, || (WALL + hour + ms(3_100), ms(3_100)));
+        assert_eq!(c.arrival(Some(WALL + hour + ms(3_050))), ms(3_050));
+        // Stepped back: arrivals never later than the clocks were read.
+        c.drained(ms(3_100));
+        c.batch(ms(3_200), true, || (WALL + ms(3_200), ms(3_200)));
+        let got = c.arrival(Some(WALL + hour + ms(3_150)));
+        assert_eq!(got, ms(3_200));
+        // Even undetected (no earlier batch to compare with), a forward
+        // step only moves an arrival down to the last drain.
+        let mut fresh = RxClock::default();
+        fresh.drained(ms(500));
+        fresh.batch(ms(600), true, || (WALL + hour + ms(600), ms(600)));
+        assert_eq!(fresh.arrival(Some(WALL + ms(590))), ms(500));
+    }
 
     /// What the kernel grants without `CAP_NET_ADMIN`: `net.core.rmem_max`.
     fn rmem_max() -> usize {

@@ -87,14 +87,18 @@ struct Routed {
     id: SessionId,
     start: usize,
     end: usize,
+    /// When it arrived (the kernel's stamp on the driver's clock, else
+    /// the batch's processing time).
+    arrived: Duration,
 }
 
 /// The plaintext of one datagram: in the receive batch, or forwarded by
-/// another shard of the listener.
+/// another shard of the listener (with its arrival time there: the shards
+/// share one clock).
 #[derive(Clone, Copy)]
 enum Plain<'a> {
     Rx(usize, usize),
-    Forwarded(&'a [u8]),
+    Forwarded(&'a [u8], Duration),
 }
 
 /// What a call to [`Driver::service`] ended with.
@@ -301,7 +305,7 @@ impl Driver {
     /// the socket had something (datagrams or an error), `Pending` when it
     /// is drained.
     fn poll_recv_batch(&mut self, cx: &mut Context<'_>, now: Duration) -> Poll<()> {
-        let Poll::Ready(got) = self.io.poll_recv(cx, &self.shared) else {
+        let Poll::Ready(got) = self.io.poll_recv(cx, &self.shared, now) else {
             return Poll::Pending;
         };
         for i in 0..got {
@@ -389,6 +393,7 @@ impl Driver {
             id,
             start: range.start,
             end: range.end,
+            arrived: d.arrived,
         });
     }
 
@@ -446,7 +451,7 @@ impl Driver {
         let id = match self.table.route_forwarded(f.peer, &inbound) {
             Route::Deliver(id) => id,
             Route::Migrate(id) => {
-                let plain = Plain::Forwarded(&f.plain);
+                let plain = Plain::Forwarded(&f.plain, f.arrived);
                 let Some(id) = self.datagram_from_elsewhere(id, f.peer, f.wire, plain, now) else {
                     return;
                 };
@@ -470,7 +475,7 @@ impl Driver {
             }
             Route::Accept { .. } | Route::Forwarded => return,
         };
-        self.deliver_run(id, Plain::Forwarded(&f.plain), now);
+        self.deliver_run(id, Plain::Forwarded(&f.plain, f.arrived), now);
         if self.table.peer(id) == Some(f.peer) {
             self.hand_off(id, f.from);
         }
@@ -539,7 +544,7 @@ impl Driver {
         let mut st = lock(&session.state);
         let plain = match plain {
             Plain::Rx(start, end) => self.io.rx(start..end),
-            Plain::Forwarded(p) => p,
+            Plain::Forwarded(p, _) => p,
         };
         match migrate::from_elsewhere(&mut self.table, id, &mut st.conn, from, plain, wire, now) {
             migrate::Verdict::Stale => {
@@ -623,8 +628,8 @@ impl Driver {
                 return;
             }
             let connecting = st.conn.is_connecting();
-            let mut feed = |packet: &[u8]| {
-                let got = st.conn.handle_packet(now, packet);
+            let mut feed = |packet: &[u8], arrived: Duration| {
+                let got = st.conn.handle_packet_at(now, arrived, packet);
                 add(&counters.bad_kcp, got.bad_kcp as usize);
                 if got.bad_fec {
                     bump(&counters.bad_fec);
@@ -633,10 +638,10 @@ impl Driver {
             match packets {
                 Plain::Rx(from, to) => {
                     for r in self.routed.get(from..to).unwrap_or_default() {
-                        feed(self.io.rx(r.start..r.end));
+                        feed(self.io.rx(r.start..r.end), r.arrived);
                     }
                 }
-                Plain::Forwarded(p) => feed(p),
+                Plain::Forwarded(p, arrived) => feed(p, arrived),
             }
             // A waiting `connect` listens on the read waker.
             let answered = connecting && !st.conn.is_connecting();
@@ -1103,6 +1108,7 @@ fn forward_foreign(
     };
     home.forward(Forwarded {
         peer: d.peer,
+        arrived: d.arrived,
         wire: d.end - d.start,
         plain: plain.to_vec(),
         from: *me,

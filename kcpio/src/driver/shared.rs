@@ -249,6 +249,9 @@ pub(crate) const MAX_FORWARDED: usize = 256;
 /// A datagram received by another socket of the listener, opened.
 pub(crate) struct Forwarded {
     pub(crate) peer: SocketAddr,
+    /// When it arrived at the shard that received it (the shards share one
+    /// clock).
+    pub(crate) arrived: Duration,
     /// Its size on the wire.
     pub(crate) wire: usize,
     /// The plaintext.

@@ -1,4 +1,5 @@
-//! Linux: `recvmmsg` with UDP GRO, `sendmmsg` with UDP GSO.
+//! Linux: `recvmmsg` with UDP GRO and receive timestamps, `sendmmsg` with
+//! UDP GSO.
 //!
 //! Each call builds its message vector on the stack (at most
 //! [`BATCH_SIZE`] entries), points it at the caller's buffers, makes one
@@ -11,6 +12,7 @@ use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::AsRawFd;
 use std::ptr;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use socket2::{SockAddr, Socket};
 
@@ -32,21 +34,33 @@ const fn cmsg_len(n: usize) -> usize {
     unsafe { libc::CMSG_LEN(n as libc::c_uint) as usize }
 }
 
-/// Room for the one control message a message carries: the GRO segment size
-/// (a C `int`) on receive, the GSO segment size (a `u16`) on send.
-const CMSG_CAP: usize = {
-    let gro = cmsg_space(size_of::<libc::c_int>());
-    let gso = cmsg_space(size_of::<u16>());
-    if gro > gso { gro } else { gso }
-};
+/// Room for the one control message a sent message carries: the GSO
+/// segment size (a `u16`).
+const CMSG_CAP: usize = cmsg_space(size_of::<u16>());
 
-/// A control-message buffer aligned for `cmsghdr`.
+/// A sent message's control buffer, aligned for `cmsghdr`.
 #[derive(Clone, Copy)]
 #[repr(C, align(8))]
 struct CmsgBuf([u8; CMSG_CAP]);
 
 impl CmsgBuf {
     const ZERO: Self = Self([0; CMSG_CAP]);
+}
+
+/// Room for the control messages a received message carries: the GRO
+/// segment size (a C `int`) and the kernel's receive time
+/// (`SCM_TIMESTAMPNS`, a `timespec`).
+const RX_CMSG_CAP: usize =
+    cmsg_space(size_of::<libc::c_int>()) + cmsg_space(size_of::<libc::timespec>());
+
+/// A received message's control buffer, aligned for `cmsghdr`; one per
+/// message of the batch, on the stack like the message headers.
+#[derive(Clone, Copy)]
+#[repr(C, align(8))]
+struct RxCmsgBuf([u8; RX_CMSG_CAP]);
+
+impl RxCmsgBuf {
+    const ZERO: Self = Self([0; RX_CMSG_CAP]);
 }
 
 /// Storage for a destination address, IPv4 or IPv6.
@@ -145,10 +159,16 @@ fn get_int(sock: &Socket, level: libc::c_int, name: libc::c_int) -> io::Result<l
     }
 }
 
-/// Turns on GRO where the kernel has it and checks for GSO.
+/// Turns on GRO where the kernel has it and receive timestamps, and
+/// checks for GSO.
 pub(super) fn probe(sock: &Socket) -> Caps {
     // UDP_GRO: Linux 5.0. Fails with ENOPROTOOPT before that.
     let gro = set_int(sock, libc::SOL_UDP, libc::UDP_GRO, 1).is_ok();
+    // SO_TIMESTAMPNS (Linux 2.6.22): every received message carries the
+    // kernel's software receive time, taken when the packet entered the
+    // stack, so a reader that wakes late still learns when it arrived. The
+    // stamp is optional: where this fails, messages simply carry none.
+    let _ = set_int(sock, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1);
     // UDP_SEGMENT: Linux 4.18. Reading it (the socket's default segment size,
     // 0) proves the kernel knows GSO without changing anything; setting it
     // would make every later send a GSO send.
@@ -174,7 +194,7 @@ pub(super) fn recv(
     let mut names: [libc::sockaddr_storage; BATCH_SIZE] = unsafe { mem::zeroed() };
     // SAFETY: as above.
     let mut hdrs: [libc::mmsghdr; BATCH_SIZE] = unsafe { mem::zeroed() };
-    let mut ctrl = [CmsgBuf::ZERO; BATCH_SIZE];
+    let mut ctrl = [RxCmsgBuf::ZERO; BATCH_SIZE];
     let slots = hdrs
         .iter_mut()
         .zip(bufs.iter_mut())
@@ -187,7 +207,7 @@ pub(super) fn recv(
         h.msg_iov = ptr::from_mut(buf).cast::<libc::iovec>();
         h.msg_iovlen = 1;
         h.msg_control = cmsg.0.as_mut_ptr().cast();
-        h.msg_controllen = CMSG_CAP as _;
+        h.msg_controllen = RX_CMSG_CAP as _;
     }
     // SAFETY: the first `n` headers point at memory that stays valid and
     // unaliased for the call: one iovec each (a caller `IoSliceMut`,
@@ -220,14 +240,9 @@ pub(super) fn recv(
             continue;
         };
         let truncated = h.msg_flags & libc::MSG_TRUNC != 0;
-        finish_meta(
-            state,
-            slot,
-            addr,
-            hdr.msg_len as usize,
-            gro_segment(h),
-            truncated,
-        );
+        let (gro, rx_time) = control(h);
+        finish_meta(state, slot, addr, hdr.msg_len as usize, gro, truncated);
+        slot.rx_time = rx_time;
     }
     Ok(got)
 }
@@ -301,30 +316,53 @@ fn decode_addr(name: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<So
     }
 }
 
-/// The GRO segment size from a received message's control data, if any.
-fn gro_segment(hdr: &libc::msghdr) -> Option<usize> {
+/// The GRO segment size and the kernel's receive time (`CLOCK_REALTIME`
+/// since the Unix epoch) from a received message's control data, each if
+/// present. A stamp before the epoch (a clock set back that far) is none.
+fn control(hdr: &libc::msghdr) -> (Option<usize>, Option<Duration>) {
+    let (mut gro, mut stamp) = (None, None);
     // SAFETY: `msg_control`/`msg_controllen` describe this message's
-    // `CmsgBuf`, still alive in the caller, with the length the kernel set to
-    // the bytes of control data it wrote. `CMSG_FIRSTHDR` and `CMSG_NXTHDR`
-    // only return headers that lie entirely inside that range, or null.
+    // `RxCmsgBuf`, still alive in the caller, with the length the kernel set
+    // to the bytes of control data it wrote. `CMSG_FIRSTHDR` and
+    // `CMSG_NXTHDR` only return headers that lie entirely inside that range,
+    // or null.
     let mut cmsg = unsafe { libc::CMSG_FIRSTHDR(hdr) };
     while !cmsg.is_null() {
         // SAFETY: non-null results of `CMSG_FIRSTHDR`/`CMSG_NXTHDR` point at a
         // whole, aligned `cmsghdr` inside the buffer.
         let c = unsafe { &*cmsg };
+        let len = c.cmsg_len as usize;
         if c.cmsg_level == libc::SOL_UDP
             && c.cmsg_type == libc::UDP_GRO
-            && c.cmsg_len as usize >= cmsg_len(size_of::<libc::c_int>())
+            && len >= cmsg_len(size_of::<libc::c_int>())
         {
             // SAFETY: `cmsg_len` says a `c_int` follows the header inside the
             // buffer; `read_unaligned` needs no alignment.
             let size = unsafe { ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>()) };
-            return usize::try_from(size).ok();
+            gro = usize::try_from(size).ok();
+        } else if c.cmsg_level == libc::SOL_SOCKET
+            && c.cmsg_type == libc::SCM_TIMESTAMPNS
+            && len >= cmsg_len(size_of::<libc::timespec>())
+        {
+            // SAFETY: `cmsg_len` says a `timespec` follows the header inside
+            // the buffer; `read_unaligned` needs no alignment.
+            let ts = unsafe { ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::timespec>()) };
+            stamp = timespec_since_epoch(&ts);
         }
         // SAFETY: `cmsg` is a valid header of `hdr`'s control buffer (above).
         cmsg = unsafe { libc::CMSG_NXTHDR(hdr, cmsg) };
     }
-    None
+    (gro, stamp)
+}
+
+/// A kernel `timespec` as time since the epoch; `None` before it or when
+/// the nanoseconds are out of range.
+fn timespec_since_epoch(ts: &libc::timespec) -> Option<Duration> {
+    let secs = u64::try_from(ts.tv_sec).ok()?;
+    let nanos = u32::try_from(ts.tv_nsec)
+        .ok()
+        .filter(|&n| n < 1_000_000_000)?;
+    Some(Duration::new(secs, nanos))
 }
 
 /// How a transmit is cut into messages: bytes per message, and the GSO

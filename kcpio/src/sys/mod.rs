@@ -6,7 +6,10 @@
 //! - Linux ([`linux`]): `recvmmsg` with UDP GRO (the kernel coalesces a run of
 //!   equal-size datagrams from one sender into one buffer and reports the
 //!   segment size), and `sendmmsg` with UDP GSO (one message carries a run of
-//!   equal-size datagrams to one destination; the kernel cuts it up).
+//!   equal-size datagrams to one destination; the kernel cuts it up). Each
+//!   received message carries the kernel's receive time (`SO_TIMESTAMPNS`,
+//!   [`RecvMeta::rx_time`]), so a reader that woke late knows when its
+//!   datagrams came in.
 //! - Everywhere else, and on Linux when batching is turned off or the kernel
 //!   lacks the calls ([`fallback`]): one datagram per system call through
 //!   `socket2`.
@@ -27,6 +30,7 @@
 use std::io::{self, IoSliceMut};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
 
 pub(crate) mod faketcp;
 mod fallback;
@@ -73,6 +77,15 @@ pub(crate) struct RecvMeta {
     /// The message did not fit its buffer (`len` then covers only the
     /// whole datagrams before the cut, 0 without GRO).
     pub(crate) truncated: bool,
+    /// When the kernel received it (a GRO run: its first datagram), as
+    /// `CLOCK_REALTIME` since the Unix epoch: Linux's `SO_TIMESTAMPNS`
+    /// software stamp on the batched path. `None` where the platform, the
+    /// portable path or the transport (fake TCP) gives none; the caller then
+    /// takes its own processing time. Linux switches stamping on for the
+    /// whole system shortly after the first socket asks (a deferred work
+    /// item); a datagram that came in before is stamped when read, which is
+    /// the processing time again.
+    pub(crate) rx_time: Option<Duration>,
 }
 
 impl Default for RecvMeta {
@@ -83,6 +96,7 @@ impl Default for RecvMeta {
             stride: 1,
             offset: 0,
             truncated: false,
+            rx_time: None,
         }
     }
 }
@@ -491,6 +505,7 @@ fn finish_meta(
         stride,
         offset: 0,
         truncated,
+        rx_time: None,
     };
     let datagrams = if len == 0 && truncated {
         0

@@ -540,6 +540,7 @@ fn empty_socket_would_block(batching: bool) {
             stride: 7,
             offset: 0,
             truncated: false,
+            rx_time: None,
         };
         let mut meta = [marker; 1];
         let err = rx
@@ -733,6 +734,7 @@ fn recv_meta_datagrams_never_panic() {
         stride,
         offset: 0,
         truncated: false,
+        rx_time: None,
     };
     let sizes = |m: RecvMeta| m.datagrams(&buf).map(<[u8]>::len).collect::<Vec<_>>();
     assert_eq!(sizes(meta(10, 10)), [10]);
@@ -772,4 +774,90 @@ fn non_udp_sockets_are_refused() {
     let listener = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
     let err = UdpState::new(SockRef::from(&listener), true).unwrap_err();
     assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+}
+
+/// Time since the Unix epoch on the realtime clock (what kernel receive
+/// stamps count in).
+fn realtime() -> Duration {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+}
+
+/// Waits (bounded) until the kernel stamps `rx`'s datagrams as they come
+/// in: the first socket that asks switches stamping on for the whole
+/// system through a deferred work item, and until it ran a datagram is
+/// stamped only when it is read.
+fn stamping_on(tx: &Endpoint, rx: &Endpoint) {
+    let start = Instant::now();
+    while start.elapsed() < DEADLINE {
+        tx.send_all_ok(&[Transmit {
+            destination: rx.addr(),
+            contents: b"warm-up",
+            segment_size: None,
+        }]);
+        sleep(Duration::from_millis(20));
+        let read_at = realtime();
+        let got = rx.recv_datagrams(1, None);
+        let early = |m: &RecvMeta| m.rx_time.is_some_and(|t| t + POLL * 5 <= read_at);
+        if got.metas.iter().all(early) {
+            return;
+        }
+    }
+    panic!("the kernel never stamped a datagram on arrival");
+}
+
+/// On the batched Linux path every message of a batch carries the
+/// kernel's receive time: for datagrams that waited in the socket while
+/// the reader slept, the time they came in, well before the read; in
+/// arrival order. The portable path carries none (the caller then uses
+/// its processing time).
+#[test]
+fn a_late_reader_learns_when_each_datagram_arrived() {
+    const COUNT: usize = 12;
+    const LATE: Duration = Duration::from_millis(200);
+    for batching in [true, false] {
+        for family in FAMILIES {
+            let Some((tx, rx)) = pair(family, batching) else {
+                continue;
+            };
+            if batching && cfg!(target_os = "linux") {
+                stamping_on(&tx, &rx);
+            }
+            let sent_from = realtime();
+            for i in 0..COUNT {
+                // Distinct sizes: no GRO run, one message per datagram.
+                let d = payload(i, 100 + i);
+                tx.send_all_ok(&[Transmit {
+                    destination: rx.addr(),
+                    contents: &d,
+                    segment_size: None,
+                }]);
+            }
+            let sent_until = realtime();
+            sleep(LATE);
+            let read_at = realtime();
+            let got = rx.recv_datagrams(COUNT, None);
+            assert_eq!(got.datagrams.len(), COUNT, "{family:?} batching {batching}");
+            let stamps: Vec<Option<Duration>> = got.metas.iter().map(|m| m.rx_time).collect();
+            if !(cfg!(target_os = "linux") && batching) {
+                assert!(stamps.iter().all(Option::is_none), "{stamps:?}");
+                continue;
+            }
+            let stamps: Vec<Duration> = stamps.into_iter().map(|s| s.expect("stamped")).collect();
+            assert!(got.metas.len() > 1, "one batch of several messages");
+            for s in &stamps {
+                // Stamped when it came in (loopback: during or just after
+                // the send), not when the late reader got to it; a
+                // softirq deferred on a busy box may stamp later, never
+                // as late as half the reader's sleep.
+                assert!(*s >= sent_from, "{s:?} before the send at {sent_from:?}");
+                assert!(
+                    *s + LATE / 2 <= read_at,
+                    "stamp {s:?} is the read time {read_at:?}, not the arrival (sent by {sent_until:?})"
+                );
+            }
+            assert!(stamps.is_sorted(), "{stamps:?}");
+        }
+    }
 }

@@ -303,6 +303,12 @@ pub(crate) struct Sim {
     late: Option<(f64, u64, ChaCha8Rng)>,
     /// Late wake-ups so far, and their total lateness (ms).
     pub(crate) late_wakeups: (u64, u64),
+    /// The least a late wake-up is late by (ms).
+    late_min: u64,
+    /// Datagrams reach their `Conn` with the time they arrived, as the
+    /// driver's do from the kernel's receive stamps; else (a transport
+    /// without them) with the time the host woke to handle them.
+    stamped: bool,
     /// The listening host, if any.
     pub(crate) host: Option<Host>,
     pub(crate) mirror: Option<Mirror>,
@@ -332,6 +338,8 @@ impl Sim {
             bottlenecks: Vec::new(),
             late: None,
             late_wakeups: (0, 0),
+            late_min: 1,
+            stamped: false,
             host: None,
             mirror: None,
             captured: Vec::new(),
@@ -345,7 +353,32 @@ impl Sim {
     /// Everything due meanwhile (datagrams, timers) is handled together
     /// when it wakes, as a driver task that was not scheduled in time.
     pub(crate) fn late_host(&mut self, p: f64, max_ms: u64, seed: u64) {
-        self.late = Some((p, max_ms.max(1), ChaCha8Rng::seed_from_u64(seed)));
+        self.late_host_between(p, 1, max_ms, seed);
+    }
+
+    /// As [`late_host`](Self::late_host), late by `min_ms` to `max_ms`:
+    /// with `p` 1, a host so starved that no wake-up is ever on time.
+    pub(crate) fn late_host_between(&mut self, p: f64, min_ms: u64, max_ms: u64, seed: u64) {
+        self.late_min = min_ms.max(1);
+        let max = max_ms.max(self.late_min);
+        self.late = Some((p, max, ChaCha8Rng::seed_from_u64(seed)));
+    }
+
+    /// From now on each datagram reaches its `Conn` with the time it
+    /// arrived (`Conn::handle_packet_at`), as the driver's do on Linux UDP
+    /// (kernel receive stamps), not only with the late wake-up's.
+    pub(crate) fn stamp_arrivals(&mut self) {
+        self.stamped = true;
+    }
+
+    /// What a datagram that arrived at `at` is handed over as having
+    /// arrived at.
+    fn arrival(&self, at: Duration) -> Duration {
+        if self.stamped {
+            at.min(self.now)
+        } else {
+            self.now
+        }
     }
 
     /// Two nodes of conversation `conv`, `config` on both, `link` both
@@ -646,11 +679,14 @@ impl Sim {
                 }
             }
         };
+        let arrived = self.arrival(p.at);
         let node = &mut self.nodes[to];
         self.fed[to] = true;
         match node.config.packet_crypto().open(&mut p.bytes) {
             Ok(range) => {
-                let _ = node.conn.handle_packet(self.now, &p.bytes[range]);
+                let _ = node
+                    .conn
+                    .handle_packet_at(self.now, arrived, &p.bytes[range]);
             }
             Err(_) => node.bad_open += 1,
         }
@@ -662,6 +698,7 @@ impl Sim {
     /// path probe) before the session's `Conn` sees it.
     fn arrive_at_host(&mut self, mut p: InFlight) {
         let now = self.now;
+        let arrived = self.arrival(p.at);
         let from = p.from.expect("a datagram to an address has a source");
         let sealed = p.bytes.clone();
         let wire = sealed.len();
@@ -725,7 +762,7 @@ impl Sim {
         };
         self.fed[i] = true;
         let conn = &mut self.nodes[i].conn;
-        let _ = conn.handle_packet(now, plain);
+        let _ = conn.handle_packet_at(now, arrived, plain);
         if let Some(h) = self.host.as_mut() {
             h.table.set_proven(session, &self.nodes[i].conn);
         }
@@ -747,7 +784,7 @@ impl Sim {
         if let Some((p, max, rng)) = &mut self.late
             && chance(rng, *p)
         {
-            let by = rng.random_range(1..=*max);
+            let by = rng.random_range(self.late_min..=*max);
             next += Duration::from_millis(by);
             self.late_wakeups.0 += 1;
             self.late_wakeups.1 += by;

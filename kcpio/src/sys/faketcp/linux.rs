@@ -875,6 +875,7 @@ impl FakeTcp {
                     stride: size.max(1),
                     offset,
                     truncated: false,
+                    rx_time: None,
                 };
                 delivered += 1;
             }
