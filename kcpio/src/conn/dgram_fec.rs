@@ -1374,6 +1374,12 @@ impl DgramFec {
             .rx_bytes
             .wrapping_add((p.len() + self.wire_extra) as u32);
         self.stats.parity_in += 1;
+        if self.highest.is_none() {
+            // Parity before any data shard: the session's first datagram
+            // was lost on the wire, and its copies (or group) start the
+            // window, or it was lost whatever they carried.
+            self.admit(first);
+        }
         let Some(h) = self.highest else {
             return true;
         };
@@ -1604,6 +1610,32 @@ mod hostile {
             &report([1000, 0, 0, 0, 0, 2000])
         ));
         assert_eq!(d.model.updates - before, 2);
+    }
+
+    #[test]
+    fn a_copy_before_any_data_shard_rebuilds_the_first_datagram() {
+        // A one-datagram group (two copies); its data shard, the first
+        // of the session, lost: the second copy alone brings it back.
+        let mut d = fec();
+        let mut q = DatagramQueue::default();
+        let shard = data(0, 0, &[7; 40]);
+        let len = shard.len() - HDR;
+        let mut arena = vec![0u8; STRIDE];
+        arena[..len].copy_from_slice(&shard[HDR..]);
+        let mut parity = vec![0u8; 2 * STRIDE];
+        let mut enc = VandermondeCodec::for_decoding(1, 2).unwrap();
+        enc.encode(&arena, STRIDE, len, &mut parity).unwrap();
+        let mut p = vec![0u8; PARITY_HDR + len];
+        put_header(&mut p, 0, 1, TYPE_PARITY, CONV);
+        p[HDR] = 1;
+        p[HDR + 1] = 2;
+        p[PARITY_HDR..].copy_from_slice(&parity[STRIDE..STRIDE + len]);
+        assert!(feed(&mut d, &mut q, Duration::ZERO, &p));
+        assert_eq!(d.stats.recovered, 1);
+        assert_eq!(q.front_len(), Some(40));
+        // The shard itself, late, is a duplicate, not a second delivery.
+        assert!(feed(&mut d, &mut q, Duration::ZERO, &shard));
+        assert_eq!(d.stats.datagrams_in, 1);
     }
 
     #[test]
