@@ -277,13 +277,31 @@ fn bulk_at_nine_percent_stays_within_its_overhead_bound() {
 }
 
 #[test]
-fn game_stream_loses_nothing_with_little_delay() {
-    // 100 datagrams/s × 200 B, 2,000 of them.
-    let p = probe(2, field_link(0.046), RATE, 2_000, 10_000, 200);
-    eprintln!("game {p:?}");
-    assert_eq!(p.lost, 0, "{p:?}");
-    assert!(p.p99 <= 5_000, "{p:?}");
-    assert!(p.bytes_x <= 3.6, "{p:?}");
+fn game_stream_keeps_two_copies_with_little_delay() {
+    // 100 datagrams/s × 200 B, 2,000 of them: every group holds one
+    // datagram, so its parity are copies. At 4.6% two copies leave
+    // 0.046^3 = 9.7e-5 (5.8 expected of 60,000), one copy 2.1e-3 (127),
+    // three cost 4.3x the bytes. A run must neither settle at one copy (a
+    // budget that lags what it allows, an early estimate with no loss run
+    // yet) nor climb to three on the estimate's noise. Judged over seeds:
+    // seed 2 alone passed with one copy in the others (25 of 30 lost 1-9).
+    // Two copies cost 3 x (217-219 + 28 AEAD + 28 IP/UDP) / 228 = 3.61x
+    // the direct bytes under aes-128-gcm.
+    let (mut lost, mut sent) = (0, 0);
+    for seed in 1..=30 {
+        let p = probe(seed, field_link(0.046), RATE, 2_000, 10_000, 200);
+        eprintln!("game {seed} {p:?}");
+        assert!(
+            p.packets_x <= 3.0,
+            "seed {seed}: more than two copies {p:?}"
+        );
+        assert!(p.bytes_x <= 3.61, "seed {seed}: {p:?}");
+        assert!(p.p99 <= 5_000, "seed {seed}: {p:?}");
+        lost += p.lost;
+        sent += p.sent;
+    }
+    eprintln!("game residual {lost} of {sent}");
+    assert!(lost * 5_000 <= sent, "residual loss {lost} of {sent}");
 }
 
 #[test]
