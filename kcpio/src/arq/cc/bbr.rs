@@ -50,8 +50,8 @@
 //!
 //! **Random loss against a full queue.** Every retransmission is counted as
 //! a loss. A round trip whose losses come without a standing queue (its
-//! smallest RTT sample stays within an eighth, and at least 5 ms, of the
-//! minimum) is random loss: the rate is not lowered, the loss rate is
+//! smallest RTT sample stays within an eighth, at least 5 ms and at least
+//! the flush interval, of the minimum) is random loss: the rate is not lowered, the loss rate is
 //! folded into a baseline, and the pacing rate is raised by `1 / (1 −
 //! 0.75 × baseline)` (at most for 15% loss) so that the bottleneck stays full
 //! although part of what crosses it is lost after it. A round whose loss
