@@ -275,16 +275,12 @@ impl LossModel {
         // made one copy of a datagram look lossless. (The point estimate
         // keeps what was measured: floored, its noise only went up, and
         // the parity of every group with it.)
-        let shape = |p: f64, r: f64| {
-            let r = r.max(p).clamp(0.0, 0.95);
-            (r, (p * (1.0 - r) / (1.0 - p).max(1e-9)).clamp(0.0, 1.0))
-        };
+        let q_of = |p: f64, r: f64| (p * (1.0 - r) / (1.0 - p).max(1e-9)).clamp(0.0, 1.0);
         let at = |k: usize, m: usize, p: f64, r: f64| {
-            let (r, q) = shape(p, r);
-            residual(k, m, p, r, q)
+            let r = r.max(p).clamp(0.0, 0.95);
+            residual(k, m, p, r, q_of(p, r))
         };
-        let q_of = |p: f64| (p * (1.0 - r_est) / (1.0 - p).max(1e-9)).clamp(0.0, 1.0);
-        let point = |k: usize, m: usize, p: f64| residual(k, m, p, r_est, q_of(p));
+        let point = |k: usize, m: usize, p: f64| residual(k, m, p, r_est, q_of(p, r_est));
         let mut m = 0usize;
         for k in 1..=MAX_K {
             let p = if k >= MARGIN_K { p_hi } else { p };
@@ -294,11 +290,13 @@ impl LossModel {
                 m += 1;
             }
             let old = usize::from(self.table[k]);
+            // Standard errors a step from `old` needs (one or more: a step
+            // of a sixth of the group or more).
+            let z = STEP_EVIDENCE / (k + old) as f64;
             let new = if fresh {
                 m
             } else if m > old {
                 let slack = 1.0 + 2.0 / (k + old) as f64;
-                let z = STEP_EVIDENCE / (k + old) as f64;
                 let doubtful = z >= 1.0 && {
                     let p_lo = (p - z * se(p, n)).max(0.0);
                     let r_lo = r_est - z * se(r_est, losses);
@@ -309,14 +307,13 @@ impl LossModel {
                 } else {
                     m
                 }
-            } else if m < old && m > 0 && STEP_EVIDENCE >= (k + old) as f64 {
+            } else if m < old && m > 0 && z >= 1.0 {
                 // One fewer than before meets the target: also at the
                 // estimate's upper bound? (Not asked when the estimate
                 // needs no parity at all: that is a clean path, whose
                 // bound, a few thousand shards without a loss, never
                 // certifies 1e-4, and one copy of every small group
                 // would double a sparse flow's packets for good.)
-                let z = STEP_EVIDENCE / (k + old) as f64;
                 let p_up = (p + z * se(p, n)).min(0.5);
                 let r_up = r_est + z * se(r_est, losses);
                 let mut fall = old;
