@@ -54,8 +54,8 @@ use self::admission::Limits;
 use self::group::Group;
 use self::io::{Io, Socket, open_listener_socket, wrap_socket};
 use self::shared::{
-    Accept, Adopted, DriverShared, Forwarded, Inbox, SessionLock, SessionShared, SessionState,
-    lock, register, wake,
+    Accept, Adopted, DriverShared, Forwarded, Inbox, SessionShared, SessionState, lock, register,
+    wake,
 };
 use self::stats::{add, bump};
 use self::table::{Inbound, Refusal, Route, SessionId, Table};
@@ -242,7 +242,7 @@ impl Driver {
             Arc::new(SessionShared {
                 peer,
                 conv,
-                state: SessionLock::new(st),
+                state: Mutex::new(st),
                 driver,
             })
         });
@@ -263,7 +263,7 @@ impl Driver {
             return;
         };
         {
-            let mut st = session.state.lock();
+            let mut st = lock(&session.state);
             st.removed = true;
             st.armed = None;
             st.conn.abort(reason);
@@ -417,7 +417,7 @@ impl Driver {
         let conv = a.session.conv;
         // Live here from now on (the giving socket counted it out).
         bump(&self.shared.counters.sessions_live);
-        let mut st = a.session.state.lock();
+        let mut st = lock(&a.session.state);
         match self.table.adopt(a.peer, conv, a.session.clone()) {
             Some(id) => {
                 st.id = id;
@@ -541,7 +541,7 @@ impl Driver {
         now: Duration,
     ) -> Option<SessionId> {
         let session = self.table.get(id)?.clone();
-        let mut st = session.state.lock();
+        let mut st = lock(&session.state);
         let plain = match plain {
             Plain::Rx(start, end) => self.io.rx(start..end),
             Plain::Forwarded(p, _) => p,
@@ -622,7 +622,7 @@ impl Driver {
         let counters = &self.shared.counters;
         let (read_waker, write_waker, dgram_waker, proven);
         {
-            let mut guard = session.state.lock();
+            let mut guard = lock(&session.state);
             let st = &mut *guard;
             if st.conn.error().is_some() {
                 return;
@@ -696,7 +696,7 @@ impl Driver {
         let Some(session) = self.table.sessions().next().cloned() else {
             return;
         };
-        let mut st = session.state.lock();
+        let mut st = lock(&session.state);
         st.conn.handle_unreachable(now);
         if st.conn.error().is_some() {
             st.wake_all();
@@ -734,7 +734,7 @@ impl Driver {
         let Some(session) = self.table.sessions().next().cloned() else {
             return;
         };
-        let id = session.state.lock().id;
+        let id = lock(&session.state).id;
         let peer = self.table.peer(id).unwrap_or(session.peer);
         let any = if peer.is_ipv4() {
             SocketAddr::from(([0, 0, 0, 0], 0))
@@ -751,7 +751,7 @@ impl Driver {
                 self.io.replace_socket(socket);
                 bump(&self.shared.counters.rebinds);
                 tracing::info!(%peer, ?local, "kcp client rebound: its local address stopped working");
-                let mut st = session.state.lock();
+                let mut st = lock(&session.state);
                 st.rebound_to = local;
                 st.conn.path_changed(now);
                 if !st.queued {
@@ -769,7 +769,7 @@ impl Driver {
             let Some(session) = self.table.get(id) else {
                 continue;
             };
-            let mut st = session.state.lock();
+            let mut st = lock(&session.state);
             st.armed = None;
             bump(&self.shared.counters.timer_fires);
             if !st.queued {
@@ -805,7 +805,7 @@ impl Driver {
         let finished;
         let dest = self.table.peer(id).unwrap_or(session.peer);
         {
-            let mut guard = session.state.lock();
+            let mut guard = lock(&session.state);
             let st = &mut *guard;
             st.conn.handle_timeout(now);
             loop {
@@ -961,7 +961,7 @@ impl Drop for Driver {
     fn drop(&mut self) {
         let _ = self.shared.accept.close(&self.shared);
         for s in self.table.sessions() {
-            let mut st = s.state.lock();
+            let mut st = lock(&s.state);
             st.removed = true;
             st.conn.abort(SessionError::Aborted);
             st.wake_all();
@@ -1072,7 +1072,7 @@ fn spawn_client_on(
         )
     })?;
     {
-        let mut st = session.state.lock();
+        let mut st = lock(&session.state);
         if driver.shared.config.connect_probe {
             st.conn.connect(now);
         }

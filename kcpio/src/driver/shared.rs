@@ -1,11 +1,8 @@
 //! The contract between handles (streams, listeners) and the driver task.
 //!
 //! - Each session is a [`SessionShared`]: its [`Conn`] behind a
-//!   [`SessionLock`] (a `std::sync::Mutex` held only for pure state changes,
-//!   never across an `.await` or a system call), plus the wakers of the
-//!   handles. A `poll_*` call that finds the lock taken returns `Pending`
-//!   and is woken when it is released, rather than blocking its worker
-//!   thread on the mutex while the driver flushes on another.
+//!   `std::sync::Mutex` held only for pure state changes (never across an
+//!   `.await` or a system call), plus the wakers of the handles.
 //! - A handle locks, calls the `Conn`, registers a waker on
 //!   `WouldBlock`, and asks the driver to look at the session only when the
 //!   call moved the session's deadline earlier than the one the driver
@@ -20,9 +17,7 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::io;
 use std::net::SocketAddr;
-use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicBool, Ordering, fence};
-use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
@@ -133,151 +128,11 @@ impl SessionState {
     }
 }
 
-/// A session's state and its lock.
-///
-/// The driver holds it while it feeds a receive batch or fills the transmit
-/// slots (up to a window of segments copied); a task on another worker that
-/// blocked on it slept in a futex for that long, and the wake-up was one
-/// more system call on each side. A `poll_*` call takes it with
-/// [`poll_lock`](Self::poll_lock) instead: when it is taken, the call's
-/// waker waits here and the caller returns `Pending`; whoever releases the
-/// lock wakes the waiting tasks, from its own worker (tokio puts a task
-/// woken there in that worker's LIFO slot, so the application's task
-/// follows the driver instead of racing it).
-pub(crate) struct SessionLock {
-    mutex: Mutex<SessionState>,
-    /// A task waits in `waiters`: the next release wakes it.
-    contended: AtomicBool,
-    /// The waiting tasks, one per [`Side`] (the most recent waker of each).
-    waiters: Mutex<[Option<Waker>; 4]>,
-}
-
-impl SessionLock {
-    pub(crate) fn new(state: SessionState) -> Self {
-        Self {
-            mutex: Mutex::new(state),
-            contended: AtomicBool::new(false),
-            waiters: Mutex::new([None, None, None, None]),
-        }
-    }
-
-    /// Locks, blocking while another thread holds it (the driver, and the
-    /// handles' calls that cannot wait: `try_*`, stats, release).
-    pub(crate) fn lock(&self) -> StateGuard<'_> {
-        StateGuard {
-            guard: lock(&self.mutex),
-            _release: WakeWaiters(self),
-        }
-    }
-
-    /// Locks, or returns `Pending` with `cx` woken at the next release.
-    pub(crate) fn poll_lock(&self, cx: &Context<'_>, side: Side) -> Poll<StateGuard<'_>> {
-        if let Some(g) = self.try_lock() {
-            return Poll::Ready(g);
-        }
-        register(self.waiter(side).slot(), cx);
-        self.contended.store(true, Ordering::Relaxed);
-        // Pairs with the fence in `WakeWaiters::drop`: either the holder's
-        // release sees `contended`, or this second try sees the lock free.
-        fence(Ordering::SeqCst);
-        let Some(g) = self.try_lock() else {
-            return Poll::Pending;
-        };
-        // Not waiting after all: this call's own release must not wake its
-        // task (a task woken while it runs is requeued as a yield, and tokio
-        // tells a parked worker to steal it).
-        let mut w = self.waiter(side);
-        if w.slot().as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
-            *w.slot() = None;
-        }
-        Poll::Ready(g)
-    }
-
-    /// The waiter slot of `side`, locked.
-    fn waiter(&self, side: Side) -> WaiterSlot<'_> {
-        WaiterSlot {
-            waiters: lock(&self.waiters),
-            side,
-        }
-    }
-
-    fn try_lock(&self) -> Option<StateGuard<'_>> {
-        let guard = match self.mutex.try_lock() {
-            Ok(g) => g,
-            Err(TryLockError::Poisoned(p)) => p.into_inner(),
-            Err(TryLockError::WouldBlock) => return None,
-        };
-        Some(StateGuard {
-            guard,
-            _release: WakeWaiters(self),
-        })
-    }
-}
-
-/// One [`Side`]'s waker in a locked [`SessionLock::waiters`].
-struct WaiterSlot<'a> {
-    waiters: MutexGuard<'a, [Option<Waker>; 4]>,
-    side: Side,
-}
-
-impl WaiterSlot<'_> {
-    fn slot(&mut self) -> &mut Option<Waker> {
-        let [read, write, dgram_read, dgram_write] = &mut *self.waiters;
-        match self.side {
-            Side::Read => read,
-            Side::Write => write,
-            Side::DatagramRead => dgram_read,
-            Side::DatagramWrite => dgram_write,
-        }
-    }
-}
-
-/// A held [`SessionLock`]; its release wakes the tasks that waited for it.
-pub(crate) struct StateGuard<'a> {
-    /// Dropped first (fields drop in declaration order): the lock is free
-    /// when `_release` wakes the waiters.
-    guard: MutexGuard<'a, SessionState>,
-    _release: WakeWaiters<'a>,
-}
-
-impl Deref for StateGuard<'_> {
-    type Target = SessionState;
-
-    fn deref(&self) -> &SessionState {
-        &self.guard
-    }
-}
-
-impl DerefMut for StateGuard<'_> {
-    fn deref_mut(&mut self) -> &mut SessionState {
-        &mut self.guard
-    }
-}
-
-/// After a release: wakes the tasks that found the lock taken.
-struct WakeWaiters<'a>(&'a SessionLock);
-
-impl Drop for WakeWaiters<'_> {
-    fn drop(&mut self) {
-        let l = self.0;
-        // Pairs with the fence in `poll_lock` (a waiter's flag before its
-        // second try; this release before this read).
-        fence(Ordering::SeqCst);
-        if !l.contended.load(Ordering::Relaxed) || !l.contended.swap(false, Ordering::AcqRel) {
-            return;
-        }
-        let woken = std::mem::take(&mut *lock(&l.waiters));
-        for w in woken.into_iter().flatten() {
-            w.wake();
-        }
-    }
-}
-
 /// One session as seen by its handles.
 pub(crate) struct SessionShared {
     pub(crate) peer: SocketAddr,
     pub(crate) conv: u32,
-    pub(crate) state: SessionLock,
+    pub(crate) state: Mutex<SessionState>,
     /// The driver that made it: its local address and clock (the same for
     /// every socket of a listener); the one that runs it is
     /// [`SessionState::driver`].
@@ -303,9 +158,7 @@ impl SessionShared {
         side: Side,
         call: impl FnOnce(&mut Conn) -> Result<T, ConnError>,
     ) -> Poll<io::Result<T>> {
-        let Poll::Ready(mut st) = self.state.poll_lock(cx, side) else {
-            return Poll::Pending;
-        };
+        let mut st = lock(&self.state);
         let verdict = call(&mut st.conn);
         if st.needs_driver() {
             self.notify_driver(&mut st);
@@ -331,7 +184,7 @@ impl SessionShared {
         &self,
         call: impl FnOnce(&mut Conn) -> Result<T, ConnError>,
     ) -> io::Result<T> {
-        let mut st = self.state.lock();
+        let mut st = lock(&self.state);
         let verdict = call(&mut st.conn);
         if st.needs_driver() {
             self.notify_driver(&mut st);
@@ -346,7 +199,7 @@ impl SessionShared {
 
     /// Reads the session's `Conn` (stats, error).
     pub(crate) fn with_conn<T>(&self, f: impl FnOnce(&Conn) -> T) -> T {
-        f(&self.state.lock().conn)
+        f(&lock(&self.state).conn)
     }
 
     /// Asks the driver to look at this session: `st.queued` deduplicates.
@@ -361,7 +214,7 @@ impl SessionShared {
     /// All user handles are gone: the session flushes for up to `linger`,
     /// then the driver frees it.
     pub(crate) fn release(&self) {
-        let mut st = self.state.lock();
+        let mut st = lock(&self.state);
         st.conn.release();
         st.read_waker = None;
         st.write_waker = None;
@@ -616,7 +469,7 @@ impl Accept {
             // Only this driver's sessions: the backlog may be shared with the
             // other sockets of a `reuse_port` group.
             let mine = |s: &Arc<SessionShared>| {
-                let st = s.state.lock();
+                let st = lock(&s.state);
                 Arc::ptr_eq(&st.driver, driver).then_some(st.id)
             };
             let mut ids = Vec::new();

@@ -577,7 +577,7 @@ macro_rules! stream_accessors {
             /// None today; `io::Result` as `TcpStream::peer_addr`.
             pub fn peer_addr(&self) -> ::std::io::Result<::std::net::SocketAddr> {
                 let session = self.session();
-                let moved = session.state.lock().moved_to;
+                let moved = $crate::driver::shared::lock(&session.state).moved_to;
                 Ok(moved.unwrap_or(session.peer))
             }
 
@@ -591,7 +591,7 @@ macro_rules! stream_accessors {
             /// None today; `io::Result` as `TcpStream::local_addr`.
             pub fn local_addr(&self) -> ::std::io::Result<::std::net::SocketAddr> {
                 let session = self.session();
-                let rebound = session.state.lock().rebound_to;
+                let rebound = $crate::driver::shared::lock(&session.state).rebound_to;
                 Ok(rebound.unwrap_or(session.driver.local_addr))
             }
 
