@@ -989,3 +989,31 @@ async fn bursts_of_interleaved_flows_reach_the_target_once_each_in_flow_order() 
     .await
     .expect("test timed out");
 }
+
+/// `--udp` runs on one thread, so its server listens on one socket: no
+/// `SO_REUSEPORT` group that could steer a client's later packets away
+/// from the socket that holds its session. A TCP server keeps one socket
+/// per core.
+#[tokio::test]
+async fn a_udp_server_listens_on_one_socket() {
+    let udp = tunnel::Bound::bind(
+        tunnel::parse(words("t server --udp -l 127.0.0.1:0 -t 127.0.0.1:9")).unwrap(),
+    )
+    .await
+    .unwrap();
+    let tunnel::Bound::UdpServer(listeners, ..) = &udp else {
+        panic!("not a UDP server");
+    };
+    assert_eq!(listeners.len(), 1);
+    assert_eq!(listeners[0].stats_per_socket().len(), 1);
+    let tcp = tunnel::Bound::bind(
+        tunnel::parse(words("t server -l 127.0.0.1:0 -t 127.0.0.1:9")).unwrap(),
+    )
+    .await
+    .unwrap();
+    let tunnel::Bound::Server(listeners, ..) = &tcp else {
+        panic!("not a TCP server");
+    };
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    assert_eq!(listeners[0].stats_per_socket().len(), cores.clamp(1, 256));
+}
