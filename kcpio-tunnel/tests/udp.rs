@@ -55,15 +55,10 @@ async fn start_with(cmd: &str, fec: bool) -> (SocketAddr, Arc<UdpStats>) {
     (addr, udp)
 }
 
-/// A UDP echo server counting what it received (and so sent back). Its
-/// socket asks for a 4 MiB receive buffer (capped at `rmem_max`): it is the
-/// test's, and on a busy machine the default one overflowed while its task
-/// waited for a core.
-async fn echo_server() -> (
-    SocketAddr,
-    Arc<AtomicU64>,
-    Arc<std::sync::Mutex<HashSet<SocketAddr>>>,
-) {
+/// A loopback UDP socket asking for a 4 MiB receive buffer (capped at
+/// `rmem_max`): it is the test's, and on a busy machine the default one
+/// overflowed while its task waited for a core.
+fn roomy_socket() -> UdpSocket {
     let sock = socket2::Socket::new(
         socket2::Domain::IPV4,
         socket2::Type::DGRAM,
@@ -75,7 +70,17 @@ async fn echo_server() -> (
     sock.set_nonblocking(true).unwrap();
     sock.bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())
         .unwrap();
-    let s = UdpSocket::from_std(sock.into()).unwrap();
+    UdpSocket::from_std(sock.into()).unwrap()
+}
+
+/// A UDP echo server counting what it received (and so sent back), on a
+/// [`roomy_socket`].
+async fn echo_server() -> (
+    SocketAddr,
+    Arc<AtomicU64>,
+    Arc<std::sync::Mutex<HashSet<SocketAddr>>>,
+) {
+    let s = roomy_socket();
     let addr = s.local_addr().unwrap();
     let count = Arc::new(AtomicU64::new(0));
     let peers = Arc::new(std::sync::Mutex::new(HashSet::new()));
@@ -898,18 +903,7 @@ async fn bursts_of_interleaved_flows_reach_the_target_once_each_in_flow_order() 
         // 12 of each flow's datagrams, interleaved: more than the server's
         // batch of 32.
         const BURST: u32 = 36;
-        let target = socket2::Socket::new(
-            socket2::Domain::IPV4,
-            socket2::Type::DGRAM,
-            Some(socket2::Protocol::UDP),
-        )
-        .unwrap();
-        let _ = target.set_recv_buffer_size(4 << 20);
-        target.set_nonblocking(true).unwrap();
-        target
-            .bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())
-            .unwrap();
-        let target = UdpSocket::from_std(target.into()).unwrap();
+        let target = roomy_socket();
         let taddr = target.local_addr().unwrap();
         let seen = Arc::new(std::sync::Mutex::new(Vec::<(SocketAddr, u32, u32)>::new()));
         let log = Arc::clone(&seen);
