@@ -393,6 +393,14 @@ pub(crate) fn resolve(cli: Cli) -> Result<Settings, String> {
         // Else the library's default: on with aes-128-gcm only.
         b = b.migration(false);
     }
+    if udp {
+        // `--udp` runs on one thread: one listening socket, not one per
+        // core. A `SO_REUSEPORT` group also steers a peer to another socket
+        // when it grows after the peer's first datagram (a client retrying
+        // while the server starts), and without migration that socket does
+        // not know the session.
+        b = b.reuse_port(1);
+    }
     let kcp = b
         .icmp_reset(!noicmpreset)
         .crypto(method, Key::passphrase(c.key.as_str()))

@@ -55,15 +55,10 @@ async fn start_with(cmd: &str, fec: bool) -> (SocketAddr, Arc<UdpStats>) {
     (addr, udp)
 }
 
-/// A UDP echo server counting what it received (and so sent back). Its
-/// socket asks for a 4 MiB receive buffer (capped at `rmem_max`): it is the
-/// test's, and on a busy machine the default one overflowed while its task
-/// waited for a core.
-async fn echo_server() -> (
-    SocketAddr,
-    Arc<AtomicU64>,
-    Arc<std::sync::Mutex<HashSet<SocketAddr>>>,
-) {
+/// A loopback UDP socket asking for a 4 MiB receive buffer (capped at
+/// `rmem_max`): it is the test's, and on a busy machine the default one
+/// overflowed while its task waited for a core.
+fn roomy_socket() -> UdpSocket {
     let sock = socket2::Socket::new(
         socket2::Domain::IPV4,
         socket2::Type::DGRAM,
@@ -75,7 +70,17 @@ async fn echo_server() -> (
     sock.set_nonblocking(true).unwrap();
     sock.bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())
         .unwrap();
-    let s = UdpSocket::from_std(sock.into()).unwrap();
+    UdpSocket::from_std(sock.into()).unwrap()
+}
+
+/// A UDP echo server counting what it received (and so sent back), on a
+/// [`roomy_socket`].
+async fn echo_server() -> (
+    SocketAddr,
+    Arc<AtomicU64>,
+    Arc<std::sync::Mutex<HashSet<SocketAddr>>>,
+) {
+    let s = roomy_socket();
     let addr = s.local_addr().unwrap();
     let count = Arc::new(AtomicU64::new(0));
     let peers = Arc::new(std::sync::Mutex::new(HashSet::new()));
@@ -883,4 +888,126 @@ async fn a_burst_from_the_target_arrives_whole_and_an_oversized_reply_is_counted
     })
     .await
     .expect("test timed out");
+}
+
+/// The server takes what a session delivered at one wake-up as a batch
+/// (packed into one buffer; a datagram that does not fit what is left
+/// waits for the next) and sends each flow's share in one system call:
+/// every datagram reaches the target once, on its flow's socket, in its
+/// flow's order, and everything is accounted for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bursts_of_interleaved_flows_reach_the_target_once_each_in_flow_order() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        const FLOWS: u32 = 3;
+        const EACH: u32 = 120;
+        // 12 of each flow's datagrams, interleaved: more than the server's
+        // batch of 32.
+        const BURST: u32 = 36;
+        let target = roomy_socket();
+        let taddr = target.local_addr().unwrap();
+        let seen = Arc::new(std::sync::Mutex::new(Vec::<(SocketAddr, u32, u32)>::new()));
+        let log = Arc::clone(&seen);
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; 65_536];
+            while let Ok((n, from)) = target.recv_from(&mut buf).await {
+                let flow = u32::from_be_bytes(buf[..4].try_into().unwrap());
+                let i = u32::from_be_bytes(buf[4..8].try_into().unwrap());
+                assert_eq!(n, size_of(i), "datagram {i} of flow {flow}");
+                log.lock().unwrap().push((from, flow, i));
+            }
+        });
+        let cmd = format!("t server --udp -l 127.0.0.1:0 -t {taddr}");
+        let (server, s_udp) = start(&cmd).await;
+        let kcp = KcpStream::connect(server, &kcp_config(&cmd)).await.unwrap();
+        // Mostly small datagrams, the sixth of each flow's 12 of 20,000
+        // bytes: a burst holds more than the server's one 64 KiB batch
+        // buffer.
+        fn size_of(i: u32) -> usize {
+            if i % 12 == 5 {
+                20_000
+            } else {
+                8 + (i as usize * 37) % 1200
+            }
+        }
+        let mut sent = 0u64;
+        for i in 0..EACH {
+            for flow in 0..FLOWS {
+                let mut payload = vec![0u8; size_of(i)];
+                payload[..4].copy_from_slice(&flow.to_be_bytes());
+                payload[4..8].copy_from_slice(&i.to_be_bytes());
+                kcp.send_datagram(&datagram(flow, i, &payload))
+                    .await
+                    .unwrap();
+                sent += 1;
+            }
+            if i % (BURST / FLOWS) == BURST / FLOWS - 1 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        let dropped = || {
+            let s = kcp.stats().datagram_fec;
+            s.dropped_overload + s.dropped_stale + s.dropped_queue_full + s.lost_after_fec
+        };
+        assert!(
+            until(Duration::from_secs(10), || {
+                seen.lock().unwrap().len() as u64 + dropped() == sent
+            })
+            .await,
+            "sent {sent}, the target got {}, the sender dropped {}: {s_udp:?}",
+            seen.lock().unwrap().len(),
+            dropped()
+        );
+        let seen = seen.lock().unwrap().clone();
+        assert!(
+            seen.len() as u64 >= sent * 9 / 10,
+            "too few arrived to say anything: {} of {sent}",
+            seen.len()
+        );
+        // One socket per flow, each flow's datagrams in order, none twice.
+        let mut last: std::collections::HashMap<SocketAddr, (u32, u32)> =
+            std::collections::HashMap::new();
+        for &(from, flow, i) in &seen {
+            match last.insert(from, (flow, i)) {
+                None => {}
+                Some((f, prev)) => {
+                    assert_eq!(f, flow, "two flows on the socket {from}");
+                    assert!(prev < i, "flow {flow}: {i} after {prev}");
+                }
+            }
+        }
+        assert_eq!(last.len(), FLOWS as usize, "one socket per flow");
+        assert_eq!(get(&s_udp.local_out), seen.len() as u64, "{s_udp:?}");
+        assert_eq!(s_udp.dropped_total(), 0, "{s_udp:?}");
+        assert_balanced("server", &s_udp);
+    })
+    .await
+    .expect("test timed out");
+}
+
+/// `--udp` runs on one thread, so its server listens on one socket: no
+/// `SO_REUSEPORT` group that could steer a client's later packets away
+/// from the socket that holds its session. A TCP server keeps one socket
+/// per core.
+#[tokio::test]
+async fn a_udp_server_listens_on_one_socket() {
+    let udp = tunnel::Bound::bind(
+        tunnel::parse(words("t server --udp -l 127.0.0.1:0 -t 127.0.0.1:9")).unwrap(),
+    )
+    .await
+    .unwrap();
+    let tunnel::Bound::UdpServer(listeners, ..) = &udp else {
+        panic!("not a UDP server");
+    };
+    assert_eq!(listeners.len(), 1);
+    assert_eq!(listeners[0].stats_per_socket().len(), 1);
+    let tcp = tunnel::Bound::bind(
+        tunnel::parse(words("t server -l 127.0.0.1:0 -t 127.0.0.1:9")).unwrap(),
+    )
+    .await
+    .unwrap();
+    let tunnel::Bound::Server(listeners, ..) = &tcp else {
+        panic!("not a TCP server");
+    };
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    assert_eq!(listeners[0].stats_per_socket().len(), cores.clamp(1, 256));
 }

@@ -22,7 +22,7 @@ use tokio::net::UdpSocket;
 
 use super::{
     DropReason, FlowCounters, HEADER_LEN, MAX_FLOW_ID, MAX_UDP, RECV_BATCH, Seen, UdpStats,
-    WIREGUARD_OVERHEAD, Window, parse_header, put_header, wireguard_mtu,
+    WIREGUARD_OVERHEAD, Window, parse_header, put_header, send_each, wireguard_mtu,
 };
 use crate::client::Pool;
 use crate::config::{HostPorts, Settings};
@@ -426,31 +426,19 @@ fn deliver(local: &RelaySocket, down: &Down, got: usize, flows: &mut Flows, udp:
         ids[n] = id;
         n += 1;
     }
-    // A datagram socket's send does not wait for room: each datagram is
-    // sent, or dropped when the send buffer is full (or the kernel refuses
-    // it), and the rest of the batch goes on. Every round settles at least
-    // one datagram.
-    let mut at = 0;
-    while at < n {
-        let rest = out.get(at..n).unwrap_or_default();
-        let (sent, failed) = match local.try_send_to_many(rest) {
-            Ok(k) if k > 0 => (k, false),
-            _ => (0, true),
-        };
-        for &id in ids.get(at..at + sent).unwrap_or_default() {
-            if let Some(flow) = flows.by_id.get(&id) {
-                flow.counters.down.fetch_add(1, Ordering::Relaxed);
+    send_each(local, out.get(..n).unwrap_or_default(), |i, sent| {
+        let flow = ids.get(i).and_then(|id| flows.by_id.get(id));
+        match (sent, flow) {
+            (true, f) => {
+                udp.local_out.fetch_add(1, Ordering::Relaxed);
+                if let Some(f) = f {
+                    f.counters.down.fetch_add(1, Ordering::Relaxed);
+                }
             }
+            (false, Some(f)) => f.counters.drop_one(udp, DropReason::SendFailed),
+            (false, None) => udp.count_drop(DropReason::SendFailed),
         }
-        udp.local_out.fetch_add(sent as u64, Ordering::Relaxed);
-        at += sent;
-        if failed {
-            if let Some(flow) = ids.get(at).and_then(|id| flows.by_id.get(id)) {
-                flow.counters.drop_one(udp, DropReason::SendFailed);
-            }
-            at += 1;
-        }
-    }
+    });
 }
 
 /// A session to the server, retried every second; meanwhile the local

@@ -41,7 +41,8 @@
 //!   new flow.
 //! - Memory: a flow holds its addresses, counters and a 128-byte window; the
 //!   server adds a socket and a 64 KiB receive buffer per flow (cut into
-//!   slots for batched reads, see below); the client reads its local socket
+//!   slots for batched reads, see below), and one 64 KiB buffer per session
+//!   for the session's datagrams; the client reads its local socket
 //!   into 8 buffers of 64 KiB and takes the session's datagrams into 8 more
 //!   (1 MiB per client process). No buffer is allocated per datagram.
 //!
@@ -59,7 +60,11 @@
 //!   slots of the longest datagram the session carries cut from the flow's
 //!   64 KiB buffer (3 with FEC datagrams at the default mtu; a longer
 //!   datagram is cut by the kernel and dropped as `too large`, as it would
-//!   be whole).
+//!   be whole);
+//! - the server takes what a session delivered at one wake-up (up to 32
+//!   datagrams, packed back to back into the session's 64 KiB buffer; one
+//!   that does not fit waits for the next pass) and sends each flow's share
+//!   to the target in one `sendmmsg`, in the flow's order.
 //!
 //! Datagrams paced one by one (a steady stream) still cost one wake-up of
 //! each end per datagram: nothing is held back to make batches.
@@ -117,6 +122,35 @@ pub(crate) fn parse_header(buf: &[u8]) -> Option<(u32, u32)> {
     let flow = u32::from_be_bytes([0, h[1], h[2], h[3]]);
     let seq = u32::from_be_bytes([h[4], h[5], h[6], h[7]]);
     Some((flow, seq))
+}
+
+/// Sends `msgs` on `sock` in as few system calls as it takes (`sendmmsg`),
+/// never waiting, and tells `settle(i, sent)` what became of `msgs[i]`, in
+/// order. A datagram socket's send does not wait for room: each datagram
+/// is sent, or dropped when the send buffer is full (or the kernel refuses
+/// it), and the rest of the batch goes on. Every round settles at least
+/// one datagram.
+pub(crate) fn send_each(
+    sock: &kcpio::RelaySocket,
+    msgs: &[(&[u8], std::net::SocketAddr)],
+    mut settle: impl FnMut(usize, bool),
+) {
+    let mut at = 0;
+    while at < msgs.len() {
+        let rest = msgs.get(at..).unwrap_or_default();
+        let (sent, failed) = match sock.try_send_to_many(rest) {
+            Ok(k) if k > 0 => (k, false),
+            _ => (0, true),
+        };
+        for i in at..at + sent {
+            settle(i, true);
+        }
+        at += sent;
+        if failed {
+            settle(at, false);
+            at += 1;
+        }
+    }
 }
 
 /// The MTU to give WireGuard's interface when its UDP goes through a tunnel

@@ -19,7 +19,8 @@ use tokio::task::JoinHandle;
 
 use super::client::report_mtu;
 use super::{
-    DropReason, FlowCounters, HEADER_LEN, MAX_UDP, Seen, UdpStats, Window, parse_header, put_header,
+    DropReason, FlowCounters, HEADER_LEN, MAX_UDP, Seen, UdpStats, Window, parse_header,
+    put_header, send_each,
 };
 use crate::config::Settings;
 use crate::log::Log;
@@ -158,49 +159,35 @@ pub(crate) async fn serve_session(kcp: Arc<KcpStream>, from: SocketAddr, shared:
     udp.watch_session(&kcp);
     udp.sessions_opened.fetch_add(1, Ordering::Relaxed);
     let mut flows: HashMap<u32, Flow> = HashMap::new();
-    let mut buf = vec![0u8; HEADER_LEN + MAX_UDP];
+    // The session's datagrams of one wake-up, packed into one buffer for
+    // its life.
+    let mut batch = Packed::new();
     let idle_ticks = shared.settings.udp.idle.as_secs().max(1);
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     let why = loop {
         tokio::select! {
-            r = kcp.recv_datagram(&mut buf) => {
+            r = kcp.recv_datagram(batch.first()) => {
                 let n = match r {
                     Ok(n) => n,
                     Err(e) => break e,
                 };
-                udp.tunnel_in.fetch_add(1, Ordering::Relaxed);
-                let d = &buf[..n];
-                let Some((id, seq)) = parse_header(d) else {
-                    udp.count_drop(DropReason::BadHeader);
-                    continue;
-                };
-                if !flows.contains_key(&id) {
-                    match open_flow(&kcp, id, target, &shared, flows.len()) {
-                        Some(f) => {
-                            log.stream(format!("{from}: udp flow {id} opened"));
-                            flows.insert(id, f);
-                        }
-                        None => {
-                            udp.count_drop(DropReason::TableFull);
-                            continue;
-                        }
+                // What else the session holds now: its flows' sockets get
+                // each flow's share in one system call.
+                let got = batch.drain(n, &kcp);
+                udp.tunnel_in.fetch_add(got as u64, Ordering::Relaxed);
+                let mut pass = [(0u32, 0usize); SESSION_BATCH];
+                let mut passed = 0;
+                for i in 0..got {
+                    let d = batch.get(i);
+                    let Some(id) = admit(d, &kcp, (target, &from), &mut flows, &shared) else {
+                        continue;
+                    };
+                    if let Some(p) = pass.get_mut(passed) {
+                        *p = (id, i);
+                        passed += 1;
                     }
                 }
-                let Some(flow) = flows.get_mut(&id) else { continue };
-                flow.active.store(true, Ordering::Relaxed);
-                let why = match flow.window.accept(seq) {
-                    Seen::New => match flow.sock.try_send(&d[HEADER_LEN..]) {
-                        Ok(_) => {
-                            flow.counters.up.fetch_add(1, Ordering::Relaxed);
-                            udp.local_out.fetch_add(1, Ordering::Relaxed);
-                            continue;
-                        }
-                        Err(_) => DropReason::SendFailed,
-                    },
-                    Seen::Duplicate => DropReason::Duplicate,
-                    Seen::TooOld => DropReason::TooOld,
-                };
-                flow.counters.drop_one(udp, why);
+                forward(&flows, &batch, pass.get(..passed).unwrap_or_default(), target, udp);
             }
             _ = tick.tick() => {
                 flows.retain(|id, f| {
@@ -227,6 +214,140 @@ pub(crate) async fn serve_session(kcp: Arc<KcpStream>, from: SocketAddr, shared:
         shared.stats.unwatch_session(&kcp);
     }
     udp.unwatch_session(&kcp);
+}
+
+/// Datagrams the server takes from a session per wake-up at most.
+const SESSION_BATCH: usize = 32;
+
+/// A session's datagrams taken at one wake-up, packed back to back into
+/// one buffer of [`HEADER_LEN`] + [`MAX_UDP`] bytes (any datagram fits the
+/// first place): datagram `i` is `buf[ends[i - 1]..ends[i]]`. One that
+/// does not fit what is left stays queued in the session for the next
+/// wake-up.
+struct Packed {
+    buf: Vec<u8>,
+    ends: [usize; SESSION_BATCH],
+}
+
+impl Packed {
+    fn new() -> Self {
+        Self {
+            buf: vec![0; HEADER_LEN + MAX_UDP],
+            ends: [0; SESSION_BATCH],
+        }
+    }
+
+    /// The buffer the next awaited datagram goes into: all of it.
+    fn first(&mut self) -> &mut [u8] {
+        &mut self.buf
+    }
+
+    /// After a datagram of `n` bytes arrived in [`first`](Self::first):
+    /// takes what else `kcp` holds now, while it fits, up to the batch.
+    /// Returns how many datagrams the batch holds.
+    fn drain(&mut self, n: usize, kcp: &KcpStream) -> usize {
+        self.ends[0] = n.min(self.buf.len());
+        let mut got = 1;
+        while got < SESSION_BATCH {
+            let at = self.ends[got - 1];
+            let Some(rest) = self.buf.get_mut(at..).filter(|r| !r.is_empty()) else {
+                break;
+            };
+            // `WouldBlock`: nothing more; `InvalidInput`: the next one does
+            // not fit (it stays queued); a failed session shows at the next
+            // wait.
+            match kcp.try_recv_datagram(rest) {
+                Ok(k) => self.ends[got] = at + k,
+                Err(_) => break,
+            }
+            got += 1;
+        }
+        got
+    }
+
+    /// Datagram `i` of the batch.
+    fn get(&self, i: usize) -> &[u8] {
+        let start = match i.checked_sub(1) {
+            Some(p) => self.ends.get(p).copied().unwrap_or(0),
+            None => 0,
+        };
+        let end = self.ends.get(i).copied().unwrap_or(0);
+        self.buf.get(start..end).unwrap_or_default()
+    }
+}
+
+/// Takes datagram `d` from the session into its flow (opening the flow on
+/// its first datagram): its flow id when it is to be sent to the target;
+/// `None` when it was dropped (and counted).
+fn admit(
+    d: &[u8],
+    kcp: &Arc<KcpStream>,
+    (target, from): (SocketAddr, &SocketAddr),
+    flows: &mut HashMap<u32, Flow>,
+    shared: &Arc<Shared>,
+) -> Option<u32> {
+    let udp = &shared.udp;
+    let Some((id, seq)) = parse_header(d) else {
+        udp.count_drop(DropReason::BadHeader);
+        return None;
+    };
+    if !flows.contains_key(&id) {
+        let Some(f) = open_flow(kcp, id, target, shared, flows.len()) else {
+            udp.count_drop(DropReason::TableFull);
+            return None;
+        };
+        shared.log.stream(format!("{from}: udp flow {id} opened"));
+        flows.insert(id, f);
+    }
+    let flow = flows.get_mut(&id)?;
+    flow.active.store(true, Ordering::Relaxed);
+    let why = match flow.window.accept(seq) {
+        Seen::New => return Some(id),
+        Seen::Duplicate => DropReason::Duplicate,
+        Seen::TooOld => DropReason::TooOld,
+    };
+    flow.counters.drop_one(udp, why);
+    None
+}
+
+/// Sends the admitted datagrams `pass` (flow id, index in `batch`) to the
+/// target: each flow's in their order, in one system call per flow.
+fn forward(
+    flows: &HashMap<u32, Flow>,
+    batch: &Packed,
+    pass: &[(u32, usize)],
+    target: SocketAddr,
+    udp: &UdpStats,
+) {
+    let mut done = [false; SESSION_BATCH];
+    for (at, &(id, _)) in pass.iter().enumerate() {
+        if done.get(at).copied().unwrap_or(true) {
+            continue;
+        }
+        let mut msgs: [(&[u8], SocketAddr); SESSION_BATCH] = [(&[], target); SESSION_BATCH];
+        let mut n = 0;
+        for (j, &(other, i)) in pass.iter().enumerate().skip(at) {
+            if other == id
+                && let Some(d) = done.get_mut(j)
+                && let Some(m) = msgs.get_mut(n)
+            {
+                *d = true;
+                *m = (batch.get(i).get(HEADER_LEN..).unwrap_or_default(), target);
+                n += 1;
+            }
+        }
+        let Some(flow) = flows.get(&id) else { continue };
+        // The flow's socket is connected to `target`: naming it again
+        // changes nothing.
+        send_each(&flow.sock, msgs.get(..n).unwrap_or_default(), |_, sent| {
+            if sent {
+                flow.counters.up.fetch_add(1, Ordering::Relaxed);
+                udp.local_out.fetch_add(1, Ordering::Relaxed);
+            } else {
+                flow.counters.drop_one(udp, DropReason::SendFailed);
+            }
+        });
+    }
 }
 
 /// Opens flow `id`'s socket toward `target` and its reader; `None` when

@@ -1,0 +1,139 @@
+//! The floor of a UDP relay's CPU per datagram: a forwarder that does
+//! nothing but move each datagram from one socket to another, for
+//! `lab/scripts/udp-cpu.sh` to run beside kcpio-tunnel and UDPspeeder.
+//!
+//! ```text
+//! udpfloor --listen 127.0.0.1:39011 --to 127.0.0.1:39001 --secs 60
+//! ```
+//!
+//! One thread blocks in `recv_from` on `--listen` and sends each datagram
+//! to `--to` from a second socket; another blocks on that socket and sends
+//! what comes back to the last source. No event loop, no coding, no cipher,
+//! no batching: one sleep, one wake, one receive and one send per datagram,
+//! the least any relay that does not hold datagrams back pays. Two in a row
+//! stand where a carrier's client and server ends stand.
+
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "udpfloor",
+    about = "a bare UDP forwarder: the floor of a relay's CPU per datagram"
+)]
+struct Cli {
+    /// where the applications send
+    #[arg(long)]
+    listen: SocketAddr,
+    /// where their datagrams go
+    #[arg(long)]
+    to: SocketAddr,
+    /// exit after this many seconds
+    #[arg(long, default_value_t = 120.0)]
+    secs: f64,
+}
+
+/// Moves datagrams from `from` to wherever `dest` says, until `end`.
+fn pump(
+    from: &UdpSocket,
+    end: Instant,
+    mut dest: impl FnMut(SocketAddr) -> Option<(SocketAddr, bool)>,
+    out: &UdpSocket,
+) -> io::Result<()> {
+    let mut buf = vec![0u8; 65_536];
+    while Instant::now() < end {
+        let (n, src) = match from.recv_from(&mut buf) {
+            Ok(r) => r,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                continue;
+            }
+            // An ICMP error from an earlier send: not the end.
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => continue,
+            Err(e) => return Err(e),
+        };
+        let Some((to, connected)) = dest(src) else {
+            continue;
+        };
+        let payload = buf.get(..n).unwrap_or_default();
+        // A full buffer or a refused send drops the datagram, as a network would.
+        let _ = if connected {
+            out.send(payload)
+        } else {
+            out.send_to(payload, to)
+        };
+    }
+    Ok(())
+}
+
+fn run(cli: &Cli) -> io::Result<()> {
+    if !(cli.secs.is_finite() && cli.secs > 0.0) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "--secs takes a positive number",
+        ));
+    }
+    let end = Instant::now() + Duration::from_secs_f64(cli.secs);
+    let local = UdpSocket::bind(cli.listen)?;
+    let any: SocketAddr = if cli.to.is_ipv4() {
+        ([0, 0, 0, 0], 0).into()
+    } else {
+        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+    };
+    let up = UdpSocket::bind(any)?;
+    up.connect(cli.to)?;
+    // Wake once a second to see the deadline.
+    local.set_read_timeout(Some(Duration::from_secs(1)))?;
+    up.set_read_timeout(Some(Duration::from_secs(1)))?;
+    println!("listening on {}", local.local_addr()?);
+    let source: Arc<Mutex<Option<SocketAddr>>> = Arc::new(Mutex::new(None));
+    let back = {
+        let (up, local, source) = (up.try_clone()?, local.try_clone()?, Arc::clone(&source));
+        std::thread::spawn(move || {
+            pump(
+                &up,
+                end,
+                |_| {
+                    let s = *source.lock().unwrap_or_else(PoisonError::into_inner);
+                    s.map(|s| (s, false))
+                },
+                &local,
+            )
+        })
+    };
+    let to = cli.to;
+    pump(
+        &local,
+        end,
+        |src| {
+            let mut s = source.lock().unwrap_or_else(PoisonError::into_inner);
+            if *s != Some(src) {
+                *s = Some(src);
+            }
+            Some((to, true))
+        },
+        &up,
+    )?;
+    back.join()
+        .map_err(|_| io::Error::other("the return thread panicked"))?
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(&cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("udpfloor: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
