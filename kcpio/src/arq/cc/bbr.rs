@@ -353,14 +353,20 @@ impl Bbr {
 
     /// Pacing rate, segments per ms.
     fn pacing_rate(&self) -> f64 {
+        let rtt = f64::from(self.rtt_or_default());
         let rate = self.pacing_gain() * self.bw.get() * self.compensation();
         if self.mode == Mode::Startup {
             // Rate samples average over a round trip of a flight that
             // doubles, so they lag it: startup paces its window out in
             // no more than half a round trip.
-            return rate.max(2.0 * self.startup_cwnd / f64::from(self.rtt_or_default()));
+            return rate.max(2.0 * self.startup_cwnd / rtt);
         }
-        rate
+        // Never below the smallest in-flight cap per minimum RTT: tokens
+        // are what every transmission waits for (new data, and paced
+        // retransmissions), and deliveries are what the estimate grows
+        // from. A rate of nothing would send nothing, so nothing would be
+        // delivered to raise it: a deadlock, not a slow path.
+        rate.max(MIN_CWND / rtt)
     }
 
     /// In-flight cap, segments.
@@ -677,9 +683,15 @@ impl Bbr {
     /// random loss the pacing compensates (at most `MAX_COMPENSATED_LOSS`).
     /// The losses found early in a round are the last round's, and a flush
     /// resends them before it sends anything new.
+    ///
+    /// Not before the first rate sample: the phases after startup pace at
+    /// the estimate, and without one there is nothing to pace at (ACKs of
+    /// a few segments of the first flight, on a path of under 8 ms, make
+    /// every earlier one a loss at once).
     fn startup_overflowed(&self) -> bool {
         let sent = self.round_sent.max(self.last_round_sent);
         self.mode == Mode::Startup
+            && self.bw.get() > 0.0
             && self.round_lost >= MIN_ROUND_SENT
             && f64::from(self.round_lost) > STARTUP_LOSS_EXIT * f64::from(sent)
     }
@@ -1086,6 +1098,48 @@ mod tests {
         assert_eq!(m.mode, Mode::ProbeBw, "{:?}", m.stats());
         assert_eq!(m.stats.startup_loss_exits, 1);
         assert!(found <= 22, "{found}");
+    }
+
+    #[test]
+    fn startup_does_not_end_on_losses_found_before_any_rate_sample() {
+        // A flight of 32 sent at once on a path of under 8 ms (a reorder
+        // window of 0): ACKs of two of its segments make every earlier one
+        // a loss before anything gave a rate sample.
+        let mut m = Bbr::new(10, 24);
+        let _ = send(&mut m, 0, 32);
+        for _ in 0..20 {
+            let mut stamp = TxStamp::default();
+            m.on_transmit(&mut stamp, false, true, 0);
+        }
+        assert_eq!(m.mode, Mode::Startup, "{:?}", m.stats());
+        assert_eq!(m.stats.startup_loss_exits, 0);
+        assert!(m.pacing_rate() > 0.0, "{:?}", m.stats());
+    }
+
+    #[test]
+    fn every_phase_paces_at_least_the_smallest_cap_per_round_trip() {
+        // Whatever the estimate (here none at all, in every phase after
+        // startup), tokens keep coming: a held retransmission and then new
+        // data get them within a bounded time.
+        for mode in [Mode::Drain, Mode::ProbeBw, Mode::ProbeRtt] {
+            let mut m = Bbr::new(10, 24);
+            let _ = send(&mut m, 0, 8);
+            m.on_delivered(&TxStamp::default(), 1, Some(1), false);
+            m.mode = mode;
+            m.refill(1);
+            m.tokens = -10.0;
+            assert!(!m.may_retransmit(), "{mode:?}");
+            let at = m.next_retransmit(1);
+            assert!(at <= 10, "{mode:?}: {at}");
+            m.refill(at);
+            assert!(m.may_retransmit(), "{mode:?} {:?}", m.stats());
+            let mut now = at;
+            while !m.may_admit() && now < 100 {
+                now += 1;
+                m.refill(now);
+            }
+            assert!(m.may_admit(), "{mode:?} at {now}: {:?}", m.stats());
+        }
     }
 
     #[test]
