@@ -74,7 +74,8 @@ const BW_ROUNDS: u64 = 10;
 const MIN_RTT_WINDOW: u32 = 10_000;
 /// Time spent in probe RTT (ms).
 const PROBE_RTT_TIME: u32 = 200;
-/// Smallest in-flight cap, segments.
+/// Smallest in-flight cap, segments; the pacing rate is never below this
+/// per minimum RTT (tokens, which every transmission waits for, keep coming).
 const MIN_CWND: f64 = 4.0;
 /// In-flight cap before the first sample, segments: where startup's
 /// window starts (kcp-go's `nc = 1` sends a whole window, 1024 for kcptun).

@@ -12,9 +12,9 @@ use crate::arq::{ArqConfig, Congestion, Kcp, Origin, Timing};
 /// first flight of 32 packets leaves at 0 ms, the peer receives two of
 /// them (one twice), and then the link is perfect and takes no time.
 ///
-/// The peer's first two ACKs named segments 13 and 22 of one flight sent
-/// at once: on a path this short every earlier segment is then a loss, 20
-/// of 32. Startup once took that for an overflowed queue before it had
+/// The peer's first two ACKs named two segments of one flight sent at
+/// once: on a path this short the segments before them are then losses
+/// (a reordering window of 0 ms), more than a quarter of it. Startup once took that for an overflowed queue before it had
 /// any rate sample, and the phase it moved to paced at the estimate, 0:
 /// no token ever came, so neither new data nor the (paced) retransmissions
 /// went out, and a resend's delivery gives no rate sample. 9,384 bytes
