@@ -102,6 +102,8 @@ struct Scan<'a> {
     min_any: i32,
     /// A segment kept a pending skip count without being resent.
     still_dirty: bool,
+    /// A retransmission was due but the controller's pacing held it back.
+    held: bool,
 }
 
 impl Scan<'_> {
@@ -128,7 +130,13 @@ impl Scan<'_> {
         let current = self.current;
         let evidence_before = self.fast + self.early;
         let rx_rto = self.rtt.initial().max(self.rto_floor);
-        let send = if m.xmit == 0 {
+        let send = if m.xmit != 0 && !self.cc.may_retransmit() {
+            // Pacing holds retransmissions back (BBR only): the segment
+            // keeps its skip count and deadline, and goes when tokens allow.
+            self.held |= (m.fastack > 0 && m.fastack != FASTACK_OFF)
+                || (current.wrapping_sub(m.resendts) as i32) >= 0;
+            false
+        } else if m.xmit == 0 {
             m.rto = rx_rto;
             m.resendts = current.wrapping_add(m.rto);
             // kcpio-only tail-loss probe: nothing behind this segment can
@@ -378,6 +386,9 @@ pub struct Kcp {
     /// than an interval away, the scan would send nothing and return
     /// `interval`, so it is skipped: same wire behaviour, O(1).
     scan_dirty: bool,
+    /// The last flush held a due retransmission back for pacing (BBR only):
+    /// `poll_timeout` wakes when tokens allow it.
+    rtx_held: bool,
     /// `None` when no unacknowledged segment existed at the last scan.
     resend_floor: Option<u32>,
 
@@ -480,6 +491,7 @@ impl Kcp {
             peer_acked: false,
             una_moved: false,
             scan_dirty: false,
+            rtx_held: false,
             resend_floor: None,
             pending: None,
             merge_flushes: false,
@@ -615,12 +627,27 @@ impl Kcp {
     /// A pacing controller: the window has room for queued data, so the
     /// pacer decides when the next burst leaves (`None`: nothing paced waits).
     fn pacing_next(&self) -> Option<Timestamp> {
-        if self.snd.queued == 0 || !self.window_has_room() {
-            return None;
-        }
-        self.cc
-            .next_send(self.last_now.as_millis())
-            .map(Timestamp::from_millis)
+        let now = self.last_now.as_millis();
+        let data = if self.snd.queued == 0 || !self.window_has_room() {
+            None
+        } else {
+            self.cc.next_send(now)
+        };
+        // Retransmissions the pacer held back in the last flush.
+        let resend = if self.rtx_held {
+            self.cc.next_retransmit(now)
+        } else {
+            None
+        };
+        let next = match (data, resend) {
+            (Some(a), Some(b)) => Some(if (a.wrapping_sub(b) as i32) <= 0 {
+                a
+            } else {
+                b
+            }),
+            (a, b) => a.or(b),
+        };
+        next.map(Timestamp::from_millis)
     }
 
     /// Phase 4 could admit one more segment (sequence-space windows only).
@@ -1114,6 +1141,7 @@ impl Kcp {
             min_pos: i32::MAX,
             min_any: i32::MAX,
             still_dirty: false,
+            held: false,
         };
         let (first_part, second_part) = self.snd.in_flight_mut();
         scan.run(first_part);
@@ -1127,8 +1155,10 @@ impl Kcp {
             min_pos,
             min_any,
             still_dirty,
+            held,
             ..
         } = scan;
+        self.rtx_held = held;
         // The flush suggests the nearest positive resend wait, at most `interval`.
         if min_pos != i32::MAX && (min_pos as u32) < *next {
             *next = min_pos as u32;

@@ -50,8 +50,8 @@
 //!
 //! **Random loss against a full queue.** Every retransmission is counted as
 //! a loss. A round trip whose losses come without a standing queue (its
-//! smallest RTT sample stays within an eighth, and at least 5 ms, of the
-//! minimum) is random loss: the rate is not lowered, the loss rate is
+//! smallest RTT sample stays within an eighth, at least 5 ms and at least
+//! the flush interval, of the minimum) is random loss: the rate is not lowered, the loss rate is
 //! folded into a baseline, and the pacing rate is raised by `1 / (1 −
 //! 0.75 × baseline)` (at most for 15% loss) so that the bottleneck stays full
 //! although part of what crosses it is lost after it. A round whose loss
@@ -74,7 +74,8 @@ const BW_ROUNDS: u64 = 10;
 const MIN_RTT_WINDOW: u32 = 10_000;
 /// Time spent in probe RTT (ms).
 const PROBE_RTT_TIME: u32 = 200;
-/// Smallest in-flight cap, segments.
+/// Smallest in-flight cap, segments; the pacing rate is never below this
+/// per minimum RTT (tokens, which every transmission waits for, keep coming).
 const MIN_CWND: f64 = 4.0;
 /// In-flight cap before the first sample, segments: where startup's
 /// window starts (kcp-go's `nc = 1` sends a whole window, 1024 for kcptun).
@@ -95,16 +96,19 @@ const STANDING_ROUNDS: u32 = 3;
 const STANDING_BETA: f64 = 0.9;
 /// Fewest transmissions in a round for its loss rate to count.
 const MIN_ROUND_SENT: u32 = 16;
+/// A startup round losing more than this overflowed the queue: no random
+/// loss the pacing compensates (at most `MAX_COMPENSATED_LOSS`) comes near.
+const STARTUP_LOSS_EXIT: f64 = 0.25;
 
 /// How far above the minimum RTT a round's RTT must stay to show a
-/// standing queue: an eighth of it, at least 5 ms.
-fn queue_slack(min_rtt: u32) -> u32 {
-    (min_rtt / 8).max(5)
-}
-
-/// An RTT sample of `rtt` shows a standing queue above the minimum `min`.
-fn shows_queue(rtt: u32, min: u32) -> bool {
-    rtt > min + queue_slack(min)
+/// standing queue: an eighth of it, at least 5 ms, and at least the flush
+/// `interval`: a receiver that has less than a packet of ACKs to send
+/// sends them at its next flush (kcp-go's), so until the flight fills a
+/// packet of ACKs its RTT samples stand up to an interval above the
+/// minimum with no queue at all (on the field's clean path, 1 ms, that
+/// ended startup in its second round at a third of the rate).
+fn queue_slack(min_rtt: u32, interval: u32) -> u32 {
+    (min_rtt / 8).max(5).max(interval)
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -190,6 +194,8 @@ pub(crate) struct Bbr {
     probe_rtt_until: Option<u32>,
     /// This round: transmissions, retransmissions, smallest RTT sample.
     round_sent: u32,
+    /// The last counted round's transmissions.
+    last_round_sent: u32,
     round_lost: u32,
     round_min_rtt: Option<u32>,
     /// Startup's window: `INITIAL_CWND`, plus one for every segment
@@ -213,6 +219,15 @@ pub(crate) struct Bbr {
     held: bool,
     /// A sender with nothing queued: the next transmissions are app-limited.
     app_limited: bool,
+    /// ACK aggregation: the current epoch's start (ms) and the segments
+    /// delivered since, and the windowed maximum (over round trips) of how
+    /// far deliveries ran ahead of the bandwidth estimate in an epoch.
+    ack_epoch_ms: u32,
+    ack_epoch_acked: u32,
+    extra_acked: MaxFilter,
+    /// ACKs one packet carries: a kcp-go receiver sends them when it has
+    /// that many, else at its next flush.
+    ack_batch: u32,
     interval: u32,
     stats: BbrStats,
 }
@@ -240,6 +255,14 @@ pub struct BbrStats {
     pub standing_cuts: u64,
     /// Startup phases ended by a queue standing for a whole round trip.
     pub startup_queue_exits: u64,
+    /// Startup phases ended by a round losing more than a quarter of what
+    /// it sent (a queue too short for its delay to show).
+    pub startup_loss_exits: u64,
+    /// Room left in the in-flight cap for ACKs that come in batches,
+    /// segments (the largest burst of deliveries ahead of the rate in the
+    /// last 10 round trips, at most one flush interval at the rate, at
+    /// least a packet of ACKs on a path shorter than the interval).
+    pub extra_acked: u32,
     /// Round trips counted.
     pub rounds: u64,
     /// The startup phase has ended.
@@ -247,7 +270,9 @@ pub struct BbrStats {
 }
 
 impl Bbr {
-    pub(crate) fn new(interval: u32) -> Self {
+    /// A controller for a session flushing every `interval` ms whose
+    /// peer's packets carry `ack_batch` ACKs.
+    pub(crate) fn new(interval: u32, ack_batch: u32) -> Self {
         Self {
             mode: Mode::Startup,
             delivered: 0,
@@ -264,6 +289,7 @@ impl Bbr {
             cycle_stamp: 0,
             probe_rtt_until: None,
             round_sent: 0,
+            last_round_sent: 0,
             round_lost: 0,
             round_min_rtt: None,
             startup_cwnd: INITIAL_CWND,
@@ -276,9 +302,18 @@ impl Bbr {
             first_sent_ms: 0,
             held: false,
             app_limited: false,
+            ack_epoch_ms: 0,
+            ack_epoch_acked: 0,
+            extra_acked: MaxFilter::default(),
+            ack_batch,
             interval,
             stats: BbrStats::default(),
         }
+    }
+
+    /// An RTT sample of `rtt` shows a standing queue above the minimum `min`.
+    fn shows_queue(&self, rtt: u32, min: u32) -> bool {
+        rtt > min + queue_slack(min, self.interval)
     }
 
     fn pacing_gain(&self) -> f64 {
@@ -319,14 +354,20 @@ impl Bbr {
 
     /// Pacing rate, segments per ms.
     fn pacing_rate(&self) -> f64 {
+        let rtt = f64::from(self.rtt_or_default());
         let rate = self.pacing_gain() * self.bw.get() * self.compensation();
         if self.mode == Mode::Startup {
             // Rate samples average over a round trip of a flight that
             // doubles, so they lag it: startup paces its window out in
             // no more than half a round trip.
-            return rate.max(2.0 * self.startup_cwnd / f64::from(self.rtt_or_default()));
+            return rate.max(2.0 * self.startup_cwnd / rtt);
         }
-        rate
+        // Never below the smallest in-flight cap per minimum RTT: tokens
+        // are what every transmission waits for (new data, and paced
+        // retransmissions), and deliveries are what the estimate grows
+        // from. A rate of nothing would send nothing, so nothing would be
+        // delivered to raise it: a deadlock, not a slow path.
+        rate.max(MIN_CWND / rtt)
     }
 
     /// In-flight cap, segments.
@@ -352,9 +393,37 @@ impl Bbr {
         if self.mode == Mode::ProbeRtt {
             c = self.bdp() / 2.0;
         }
-        // Room for the receiver's delayed ACKs: one interval at the rate.
-        c += self.bw.get() * f64::from(self.interval);
+        // Room for ACKs that come late or in batches (a kcp-go receiver
+        // acknowledges once per flush, a busy host hands over a batch at
+        // once): as much as deliveries were seen to run ahead of the rate
+        // in the last 10 round trips, at most one interval at the rate.
+        // A flat interval's worth (30 ms on kcptun's default) was 130
+        // segments on the field's clean path, where the bottleneck's queue
+        // holds 34: the cap never bound, and every overshoot of the pacer
+        // (probing, an estimate a few % high) overflowed the queue.
+        //
+        // And, on a path shorter than the flush interval, at least a
+        // packet of ACKs: a receiver with fewer than that to send waits
+        // for its next flush, so a cap under a packet's worth delivers one
+        // cap per interval, which the rate samples then confirm (the
+        // field's clean path, 1 ms, ran at a third of its rate for 2.6 s
+        // so: 45 segments per 30 ms). On a longer path the flush comes
+        // within the round trip anyway, and the extra room only queues.
+        c += self.ack_room();
         c.max(MIN_CWND)
+    }
+
+    /// In-flight room for ACKs that come in batches, segments.
+    fn ack_room(&self) -> f64 {
+        let packet = if self.rtt_or_default() < self.interval {
+            f64::from(self.ack_batch)
+        } else {
+            0.0
+        };
+        self.extra_acked
+            .get()
+            .min(self.bw.get() * f64::from(self.interval))
+            .max(packet)
     }
 
     /// Segments per pacing burst: about 2 ms at the pacing rate, 2 to 1024.
@@ -439,6 +508,28 @@ impl Bbr {
         Some(self.last_refill.unwrap_or(now).wrapping_add(wait))
     }
 
+    /// A retransmission may leave now: tokens are at most one burst in
+    /// debt. Retransmissions go ahead of new data (their debt holds new
+    /// admissions back) but not as a storm: after a burst of losses every
+    /// lost segment is due at once, and sent together they overflowed the
+    /// short queue that had just dropped them (the field's clean path:
+    /// 110-125 of them then timed out, at an RTO of 100 ms).
+    pub(crate) fn may_retransmit(&self) -> bool {
+        self.tokens > -self.quantum()
+    }
+
+    /// When a retransmission held back by [`may_retransmit`](Self::may_retransmit)
+    /// may leave (ms).
+    pub(crate) fn next_retransmit(&self, now: u32) -> u32 {
+        if self.may_retransmit() {
+            return now;
+        }
+        let rate = self.pacing_rate().max(1e-3);
+        let need = -self.quantum() - self.tokens + 1e-6;
+        let wait = (need / rate).ceil().clamp(1.0, 1000.0) as u32;
+        self.last_refill.unwrap_or(now).wrapping_add(wait)
+    }
+
     /// Admission is over for this flush: data is still `queued` or not, and
     /// the sequence-space windows have `room` or not. Nothing queued makes
     /// the next transmissions app-limited; data that only tokens held back
@@ -509,6 +600,9 @@ impl Bbr {
         }
         if evidence {
             self.round_lost = self.round_lost.saturating_add(1);
+            if self.startup_overflowed() {
+                self.exit_startup_on_loss(now);
+            }
             // A loss is a segment sent: startup's window doubles per round
             // on what it sent, not only on what arrived.
             self.grow_startup();
@@ -529,6 +623,7 @@ impl Bbr {
         self.delivered_ms = now;
         self.first_sent_ms = stamp.sent_ms;
         self.inflight = self.inflight.saturating_sub(1);
+        self.ack_aggregation(now);
         if let Some(r) = rtt {
             self.rtt_sample(r, now);
         }
@@ -566,6 +661,55 @@ impl Bbr {
         }
     }
 
+    /// One segment delivered at `now`: the ACK-aggregation epoch (BBR's
+    /// `extra_acked`). An epoch restarts when deliveries fall back to the
+    /// bandwidth estimate; what they ran ahead of it is the burst of ACKs
+    /// the in-flight cap must leave room for.
+    fn ack_aggregation(&mut self, now: u32) {
+        let bw = self.bw.get();
+        let elapsed = (now.wrapping_sub(self.ack_epoch_ms) as i32).max(0);
+        let mut expected = bw * f64::from(elapsed as u32);
+        if f64::from(self.ack_epoch_acked) <= expected || self.ack_epoch_acked >= 1 << 20 {
+            self.ack_epoch_acked = 0;
+            self.ack_epoch_ms = now;
+            expected = 0.0;
+        }
+        self.ack_epoch_acked += 1;
+        let extra = (f64::from(self.ack_epoch_acked) - expected).max(0.0);
+        self.extra_acked.update(self.round, extra);
+    }
+
+    /// Startup found more losses this round (at least `MIN_ROUND_SENT`)
+    /// than a quarter of what this round or the last sent: far above any
+    /// random loss the pacing compensates (at most `MAX_COMPENSATED_LOSS`).
+    /// The losses found early in a round are the last round's, and a flush
+    /// resends them before it sends anything new.
+    ///
+    /// Not before the first rate sample: the phases after startup pace at
+    /// the estimate, and without one there is nothing to pace at (ACKs of
+    /// a few segments of the first flight, on a path of under 8 ms, make
+    /// every earlier one a loss at once).
+    fn startup_overflowed(&self) -> bool {
+        let sent = self.round_sent.max(self.last_round_sent);
+        self.mode == Mode::Startup
+            && self.bw.get() > 0.0
+            && self.round_lost >= MIN_ROUND_SENT
+            && f64::from(self.round_lost) > STARTUP_LOSS_EXIT * f64::from(sent)
+    }
+
+    /// Startup overflowed a queue too short for its delay to show (the
+    /// field's clean path: 7.7 ms of queue under the 5 ms slack at a 1 ms
+    /// RTT), with its window, paced out in half a round trip, grown to
+    /// several times what the path holds. Checked at each loss found, not
+    /// at the round's end: there (a round trip of batched ACKs later) the
+    /// window had doubled twice more. The losses emptied the queue, so no
+    /// drain phase: it would pace at a third of the rate until the lost
+    /// segments, counted in flight, were repaired (400 ms there).
+    fn exit_startup_on_loss(&mut self, now: u32) {
+        self.stats.startup_loss_exits += 1;
+        self.enter_probe_bw(now);
+    }
+
     /// One more segment in startup's window, unless the RTT shows a queue:
     /// the pipe is full, and doubling again would overflow it before
     /// startup's exit tests see the queue a round later.
@@ -589,7 +733,7 @@ impl Bbr {
     fn rtt_sample(&mut self, rtt: u32, now: u32) {
         let rtt = rtt.max(1);
         let min = self.min_rtt.map_or(rtt, |m| m.min(rtt));
-        self.no_queue = !shows_queue(rtt, min);
+        self.no_queue = !self.shows_queue(rtt, min);
         self.round_min_rtt = Some(self.round_min_rtt.map_or(rtt, |m| m.min(rtt)));
         let expired = now.wrapping_sub(self.min_rtt_stamp) > MIN_RTT_WINDOW;
         if self.min_rtt.is_none_or(|m| rtt <= m) || (expired && self.mode != Mode::ProbeRtt) {
@@ -611,7 +755,9 @@ impl Bbr {
         // Loss against the queue.
         if self.round_sent >= MIN_ROUND_SENT {
             let loss = f64::from(self.round_lost) / f64::from(self.round_sent);
-            let queue = self.round_min_rtt.is_some_and(|r| shows_queue(r, min_rtt));
+            let queue = self
+                .round_min_rtt
+                .is_some_and(|r| self.shows_queue(r, min_rtt));
             if queue && self.mode == Mode::Startup {
                 // A queue that stands for a whole round trip: the pipe is
                 // full. Leave startup now rather than when the bandwidth
@@ -641,6 +787,7 @@ impl Bbr {
                 self.stats.standing_cuts += 1;
                 self.queue_rounds = 0;
             }
+            self.last_round_sent = self.round_sent;
             self.round_sent = 0;
             self.round_lost = 0;
             self.round_min_rtt = None;
@@ -706,6 +853,8 @@ impl Bbr {
             overflow_rounds: self.stats.overflow_rounds,
             standing_cuts: self.stats.standing_cuts,
             startup_queue_exits: self.stats.startup_queue_exits,
+            startup_loss_exits: self.stats.startup_loss_exits,
+            extra_acked: self.ack_room() as u32,
             rounds: self.round,
             filled: self.mode != Mode::Startup,
         }
@@ -730,7 +879,7 @@ mod tests {
 
     #[test]
     fn startup_doubles_its_window_per_round_through_loss_until_a_queue_shows() {
-        let mut m = Bbr::new(10);
+        let mut m = Bbr::new(10, 0);
         assert_eq!(m.cwnd(), INITIAL_CWND);
         // One round trip of 100 ms: 29 of the 32 delivered, 3 found lost
         // (9%) and resent. Every segment sent counts, so the window doubles.
@@ -764,7 +913,7 @@ mod tests {
 
     #[test]
     fn a_batch_of_late_acks_does_not_overstate_the_rate() {
-        let mut m = Bbr::new(10);
+        let mut m = Bbr::new(10, 0);
         // 100 ms round trip at 1 segment per ms.
         for s in send(&mut m, 0, 100) {
             m.on_delivered(&s, 100, Some(100), true);
@@ -789,7 +938,7 @@ mod tests {
 
     #[test]
     fn a_late_wake_up_is_owed_its_tokens_only_while_the_pacer_held_data() {
-        let mut m = Bbr::new(10);
+        let mut m = Bbr::new(10, 0);
         // One round trip of 320 ms at 1 segment per ms.
         for s in send(&mut m, 0, 320) {
             m.on_delivered(&s, 320, Some(320), true);
@@ -820,7 +969,7 @@ mod tests {
 
     #[test]
     fn drain_ends_when_the_queue_is_gone_not_at_the_round_end() {
-        let mut m = Bbr::new(10);
+        let mut m = Bbr::new(10, 0);
         // One round trip of 100 ms at 1 segment per ms: bandwidth 1/ms,
         // BDP 100 segments.
         for s in send(&mut m, 0, 100) {
@@ -849,5 +998,172 @@ mod tests {
             f64::from(left) <= bdp && f64::from(left) > bdp - 2.0,
             "{left} vs {bdp}"
         );
+    }
+
+    /// One round trip of `rtt` ms at `per_ms` segments per ms, every ACK
+    /// on time: the model knows the rate and the minimum RTT.
+    fn settle(m: &mut Bbr, per_ms: u32, rtt: u32) -> u32 {
+        let stamps = send(m, 0, (per_ms * rtt) as usize);
+        for (i, s) in stamps.iter().enumerate() {
+            m.on_delivered(s, rtt + i as u32 / per_ms, Some(rtt), true);
+        }
+        rtt + stamps.len() as u32 / per_ms
+    }
+
+    #[test]
+    fn the_in_flight_cap_leaves_room_for_a_packet_of_acks_not_a_whole_interval() {
+        // The field's clean path: 4.4 segments per ms, 1 ms, kcptun's
+        // 30 ms interval, 56 ACKs per packet.
+        let mut m = Bbr::new(30, 56);
+        settle(&mut m, 4, 1);
+        let bdp = m.bdp();
+        // Deliveries as fast as the rate: the room is a packet of ACKs,
+        // not the 30 ms of the rate (120 segments) the cap once added,
+        // which a 34-packet queue could never hold.
+        let room = m.cwnd() - 2.0 * bdp;
+        assert!((room - 56.0).abs() < 1e-9, "{room} {:?}", m.stats());
+        // A receiver that acknowledges in batches of 80: room for them.
+        let now = 100;
+        let flight = send(&mut m, now, 80);
+        for s in &flight {
+            m.on_delivered(s, now + 20, Some(20), true);
+        }
+        let room = m.cwnd() - 2.0 * m.bdp();
+        assert!(room >= 79.0 && room <= 30.0 * m.bw.get(), "{room}");
+        // And a slow estimate keeps the packet of ACKs: with less in
+        // flight the receiver acknowledges only at its next flush, one
+        // cap per interval, which the rate samples would then confirm.
+        let mut slow = Bbr::new(30, 56);
+        settle(&mut slow, 1, 1);
+        assert!(slow.cwnd() >= 56.0 + 2.0 * slow.bdp(), "{:?}", slow.stats());
+    }
+
+    #[test]
+    fn ack_delay_within_an_interval_is_not_a_queue() {
+        // A 1 ms path whose receiver acknowledges at its 30 ms flush until
+        // the flight fills a packet of ACKs: samples up to 31 ms.
+        let mut m = Bbr::new(30, 56);
+        let stamps = send(&mut m, 0, 32);
+        m.on_delivered(&stamps[0], 1, Some(1), true);
+        for (i, s) in stamps.iter().enumerate().skip(1) {
+            m.on_delivered(s, 30, Some(30 - i as u32 % 8), true);
+        }
+        let stamps = send(&mut m, 30, 64);
+        for s in &stamps {
+            m.on_delivered(s, 61, Some(31), true);
+        }
+        assert_eq!(m.mode, Mode::Startup, "{:?}", m.stats());
+        assert_eq!(m.stats.startup_queue_exits, 0);
+        // 40 ms above the minimum for a whole round is a queue.
+        for at in [61, 102] {
+            let stamps = send(&mut m, at, 128);
+            for s in &stamps {
+                m.on_delivered(s, at + 41, Some(41), true);
+            }
+        }
+        assert_ne!(m.mode, Mode::Startup, "{:?}", m.stats());
+        assert_eq!(m.stats.startup_queue_exits, 1);
+    }
+
+    #[test]
+    fn startup_ends_at_a_round_losing_a_quarter_not_at_random_loss() {
+        // Random loss: 15% of each round lost and resent. Startup goes on.
+        let mut m = Bbr::new(10, 0);
+        let mut now = 0;
+        for round in 0..4u32 {
+            let n = 100 * (round + 1);
+            let stamps = send(&mut m, now, n as usize);
+            now += 100;
+            for s in &stamps[..(n * 85 / 100) as usize] {
+                m.on_delivered(s, now, Some(100), true);
+            }
+            for _ in 0..n * 15 / 100 {
+                let mut stamp = TxStamp::default();
+                m.on_transmit(&mut stamp, false, true, now);
+            }
+        }
+        assert_eq!(m.mode, Mode::Startup, "{:?}", m.stats());
+        // A burst of losses (a short queue overflowed): startup ends at
+        // the loss that takes the round past a quarter, not at its end.
+        let mut m = Bbr::new(10, 0);
+        let stamps = send(&mut m, 0, 64);
+        for s in &stamps[..30] {
+            m.on_delivered(s, 10, Some(10), true);
+        }
+        let mut found = 0;
+        while m.mode == Mode::Startup && found < 34 {
+            let mut stamp = TxStamp::default();
+            m.on_transmit(&mut stamp, false, true, 11);
+            found += 1;
+        }
+        assert_eq!(m.mode, Mode::ProbeBw, "{:?}", m.stats());
+        assert_eq!(m.stats.startup_loss_exits, 1);
+        assert!(found <= 22, "{found}");
+    }
+
+    #[test]
+    fn startup_does_not_end_on_losses_found_before_any_rate_sample() {
+        // A flight of 32 sent at once on a path of under 8 ms (a reorder
+        // window of 0): ACKs of two of its segments make every earlier one
+        // a loss before anything gave a rate sample.
+        let mut m = Bbr::new(10, 24);
+        let _ = send(&mut m, 0, 32);
+        for _ in 0..20 {
+            let mut stamp = TxStamp::default();
+            m.on_transmit(&mut stamp, false, true, 0);
+        }
+        assert_eq!(m.mode, Mode::Startup, "{:?}", m.stats());
+        assert_eq!(m.stats.startup_loss_exits, 0);
+        assert!(m.pacing_rate() > 0.0, "{:?}", m.stats());
+    }
+
+    #[test]
+    fn every_phase_paces_at_least_the_smallest_cap_per_round_trip() {
+        // Whatever the estimate (here none at all, in every phase after
+        // startup), tokens keep coming: a held retransmission and then new
+        // data get them within a bounded time.
+        for mode in [Mode::Drain, Mode::ProbeBw, Mode::ProbeRtt] {
+            let mut m = Bbr::new(10, 24);
+            let _ = send(&mut m, 0, 8);
+            m.on_delivered(&TxStamp::default(), 1, Some(1), false);
+            m.mode = mode;
+            m.refill(1);
+            m.tokens = -10.0;
+            assert!(!m.may_retransmit(), "{mode:?}");
+            let at = m.next_retransmit(1);
+            assert!(at <= 10, "{mode:?}: {at}");
+            m.refill(at);
+            assert!(m.may_retransmit(), "{mode:?} {:?}", m.stats());
+            let mut now = at;
+            while !m.may_admit() && now < 100 {
+                now += 1;
+                m.refill(now);
+            }
+            assert!(m.may_admit(), "{mode:?} at {now}: {:?}", m.stats());
+        }
+    }
+
+    #[test]
+    fn retransmissions_run_at_most_one_burst_ahead_of_the_tokens() {
+        let mut m = Bbr::new(10, 0);
+        let now = settle(&mut m, 4, 10);
+        m.refill(now);
+        m.refill(now + 1);
+        let burst = m.quantum();
+        // A burst of losses: every one due at once.
+        let mut sent = 0;
+        while m.may_retransmit() && sent < 1_000 {
+            let mut stamp = TxStamp::default();
+            m.on_transmit(&mut stamp, false, true, now + 1);
+            sent += 1;
+        }
+        assert!(f64::from(sent) <= 3.0 * burst + 1.0, "{sent} {burst}");
+        // The rest wait for the tokens, and the wake-up is when they come.
+        let at = m.next_retransmit(now + 1);
+        assert!(at > now + 1, "{at}");
+        m.refill(at);
+        assert!(m.may_retransmit());
+        // New data waits behind the debt.
+        assert!(!m.may_admit());
     }
 }

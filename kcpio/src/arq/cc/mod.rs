@@ -25,6 +25,7 @@ mod kcp;
 pub use bbr::BbrStats;
 pub(crate) use bbr::TxStamp;
 
+use super::segment::HEADER_LEN;
 use bbr::Bbr;
 use kcp::KcpCwnd;
 
@@ -125,7 +126,11 @@ impl Controller {
         match choice {
             Congestion::None => Self::None,
             Congestion::Kcp => Self::Kcp(KcpCwnd::new(mss)),
-            Congestion::Bbr => Self::Bbr(Bbr::new(interval)),
+            // A packet of `mss + header` bytes carries this many ACKs.
+            Congestion::Bbr => Self::Bbr(Bbr::new(
+                interval,
+                (mss + HEADER_LEN as u32) / HEADER_LEN as u32,
+            )),
         }
     }
 
@@ -179,6 +184,25 @@ impl Controller {
     pub(crate) fn next_send(&self, now: u32) -> Option<u32> {
         match self {
             Self::Bbr(b) => b.next_send(now),
+            Self::None | Self::Kcp(_) => None,
+        }
+    }
+
+    /// Phase 5 may retransmit a segment now: pacing allows it (a model
+    /// controller lets retransmissions run at most one burst ahead of its
+    /// tokens); always for kcp-go's controllers.
+    pub(crate) fn may_retransmit(&self) -> bool {
+        match self {
+            Self::Bbr(b) => b.may_retransmit(),
+            Self::None | Self::Kcp(_) => true,
+        }
+    }
+
+    /// When a retransmission held back by [`may_retransmit`](Self::may_retransmit)
+    /// may leave (ms); `None` for kcp-go's controllers, which hold none.
+    pub(crate) fn next_retransmit(&self, now: u32) -> Option<u32> {
+        match self {
+            Self::Bbr(b) => Some(b.next_retransmit(now)),
             Self::None | Self::Kcp(_) => None,
         }
     }

@@ -11,6 +11,7 @@ mod link;
 mod lowlat;
 mod modes;
 mod probe;
+mod progress;
 mod prop;
 mod reassembly;
 mod retransmit;
