@@ -285,8 +285,10 @@ fn game_stream_keeps_two_copies_with_little_delay() {
     // budget that lags what it allows, an early estimate with no loss run
     // yet) nor climb to three on the estimate's noise. Judged over seeds:
     // seed 2 alone passed with one copy in the others (25 of 30 lost 1-9).
-    // Two copies cost 3 x (217-219 + 28 AEAD + 28 IP/UDP) / 228 = 3.61x
-    // the direct bytes under aes-128-gcm.
+    // Two copies cost 3 x (217 + 28 AEAD + 28 IP/UDP) / 228 = 3.59x the
+    // direct bytes under aes-128-gcm: a copy is as long as the data shard
+    // (sent as parity rows of a (1, 2) group, 3.61x, until the receiver's
+    // first report says it takes copies).
     let (mut lost, mut sent) = (0, 0);
     for seed in 1..=30 {
         let p = probe(seed, field_link(0.046), RATE, 2_000, 10_000, 200);
@@ -295,7 +297,7 @@ fn game_stream_keeps_two_copies_with_little_delay() {
             p.packets_x <= 3.0,
             "seed {seed}: more than two copies {p:?}"
         );
-        assert!(p.bytes_x <= 3.61, "seed {seed}: {p:?}");
+        assert!(p.bytes_x <= 3.6, "seed {seed}: {p:?}");
         assert!(p.p99 <= 5_000, "seed {seed}: {p:?}");
         lost += p.lost;
         sent += p.sent;
