@@ -335,6 +335,31 @@ fn overload_lowers_redundancy_instead_of_queueing() {
 }
 
 #[test]
+fn the_field_s_overload_row_keeps_the_added_delay_short() {
+    // The field's overload row: 800 datagrams/s x 1200 B (8.1 Mbit/s on
+    // the wire) on a 10 Mbit/s path, 200 ms RTT, 4.6% each way, behind a
+    // drop-tail queue of one BDP (250 kB, 200 ms at the path's rate).
+    // The parity the loss calls for does not fit; what is cut is logged.
+    let path = Path {
+        link: field_link(0.046),
+        rate: 1_250_000,
+        queue: 250_000,
+        late: None,
+    };
+    let runs: Vec<Probe> = (21..=23)
+        .map(|seed| probe_schedule(seed, &path, 16_000, 1200, |i| i * 1250, 0))
+        .collect();
+    for p in &runs {
+        eprintln!("field overload {p:?}");
+    }
+    for p in &runs {
+        assert!(p.parity_cut > 0, "{p:?}");
+        assert!(p.lost * 1000 <= p.sent * 5, "delivered loss {p:?}");
+        assert!(p.p99 <= 50_000, "{p:?}");
+    }
+}
+
+#[test]
 fn more_data_than_the_path_carries_keeps_its_parity_and_drops_data() {
     // A TCP inside overshooting: 1.3x the 10 Mbit/s path's rate in data
     // at 9% loss, behind a deep queue that never drops (the field's tbf).

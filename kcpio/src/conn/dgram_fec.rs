@@ -166,6 +166,13 @@ const UNCONGESTED_ROOM: f64 = 0.5;
 /// A group whose budgeted parity is under this many shards carries the
 /// rounded-off fraction to the next (without a standing queue).
 const CARRY_BELOW: f64 = 4.0;
+/// Under a standing queue that the parity fills (the data alone fits the
+/// budget), a group's parity is cut to leave the path this much of its
+/// rate per ms of queue above [`DRAIN_TO_MS`] (at most [`MAX_DRAIN`]), so
+/// the queue drains in about [`DRAIN_MS`] ms.
+const DRAIN_TO_MS: u16 = QUEUE_HIGH_MS;
+const DRAIN_MS: f64 = 250.0;
+const MAX_DRAIN: f64 = 0.3;
 /// The smallest pacing budget, bytes per second.
 const MIN_BUDGET: f64 = 64_000.0;
 /// Wire bytes per datagram beyond its plaintext: IPv4 and UDP.
@@ -330,6 +337,9 @@ pub(crate) struct DgramFec {
     /// The queueing delay (ms) of the last report (run forward to when it
     /// came, with the echo).
     last_queue: u16,
+    /// The last report's queue was under the one before (it drains on
+    /// its own).
+    queue_falling: bool,
     /// Every [`LOG_EVERY`]th data shard: its `seq`, when it left (µs),
     /// and the wire bytes sent up to it (its own included); allocated on
     /// the first shard.
@@ -459,6 +469,7 @@ impl DgramFec {
             queued_reports: 0,
             path_rate: 0.0,
             last_queue: 0,
+            queue_falling: false,
             sent_log: Vec::new(),
             last_report: None,
             last_report_at: Duration::ZERO,
@@ -859,6 +870,9 @@ impl DgramFec {
             && self.data_rate > 0.0
         {
             let mut room = (b / self.data_rate - 1.0).max(0.0);
+            // The room is spent over groups (the fraction carried), not
+            // rounded down in each.
+            let mut spread = false;
             if !self.congested(now) {
                 // No standing queue: the budget lags a growing sender (the
                 // data rate is this side's now, the delivered rate a
@@ -872,6 +886,26 @@ impl DgramFec {
                 // the drops slow down), and parity cut for them would
                 // only add loss after FEC to what is sent.
                 room = f64::from(MAX_M as u8);
+            } else {
+                // The parity fills the path: sent at the budget, which is
+                // the path's rate as well as a few reports measure it
+                // (their most, a little over it), the queue it stands in
+                // never drains, and every datagram waits there (the
+                // field's overload row: 25-50 ms, 80 at worst). Parity
+                // leaves the path room to drain it, spread evenly over the
+                // groups: the residual loss is convex in a group's parity,
+                // and groups rounded down to 2 or 3 of 12 at random lost
+                // more than the same parity spread.
+                // Not while it drains on its own (a sender inside that
+                // slowed down after overshooting: cut, its parity was lost).
+                let over = if self.queue_falling {
+                    0.0
+                } else {
+                    f64::from(self.last_queue.saturating_sub(DRAIN_TO_MS))
+                };
+                let drained = b * (1.0 - (over / DRAIN_MS).min(MAX_DRAIN));
+                room = (drained / self.data_rate - 1.0).max(0.0);
+                spread = true;
             }
             // Without a standing queue a small group's room is spent over
             // groups, not rounded down in each: the budget follows what
@@ -883,10 +917,10 @@ impl DgramFec {
             // table asks. (A room of `CARRY_BELOW` shards or more grows by
             // a shard a report rounded down too.)
             let room = k as f64 * room;
-            let carry = if self.congested(now) || room >= CARRY_BELOW {
-                0.0
-            } else {
+            let carry = if spread || (!self.congested(now) && room < CARRY_BELOW) {
                 self.parity_carry
+            } else {
+                0.0
             };
             let room = room + carry;
             let allowed = room.floor() as usize;
@@ -1100,6 +1134,7 @@ impl DgramFec {
                 0
             };
             let growing = queue > self.last_queue.saturating_add(QUEUE_GROWTH_MS);
+            self.queue_falling = queue < self.last_queue;
             self.last_queue = queue;
             // One echoed report is enough: its figure is the least over
             // the report's interval, which a late wake-up cannot raise.
