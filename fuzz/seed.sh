@@ -123,7 +123,8 @@ for cap in (1, 4, 0x3f):
 # arq_pair: a few writes, flushes, deliveries, ticks and reads.
 for opts in (0x00, 0x07, 0x3F):
     put("arq_pair", bytes([0x44, opts, 0, 0x10, 0x27, 32, 64, 0, 2, 0xC0, 0xC0, 0x80 | 40, 0xC1, 0, 1, 16, 8]))
-# dgram_fec: data shards (some fragments), a k=2 m=1 parity, a report.
+# dgram_fec: data shards (some fragments), a k=2 m=1 parity, a report,
+# a copy of a lost shard, a report saying its sender takes copies.
 def ext(adv, kind, word, body):
     b = struct.pack("<I", word) + body
     return bytes([adv, kind]) + struct.pack("<H", len(b)) + b
@@ -136,6 +137,9 @@ for sel in (0, 1, 2, 3):
     recs += ext(1, 1 | (0x10 << 2), 6, body)
     recs += ext(1, 2, 0, bytes([2, 1]) + bytes(15))
     recs += ext(60, 3, 0, bytes(26))
+    body = struct.pack("<HBH", 7, 0, 10) + bytes([7]) * 10
+    recs += ext(1, 0x80, 8, body)
+    recs += ext(60, 3 | (1 << 2), 0, bytes(26))
     put("dgram_fec", bytes([sel]) + recs)
 # stream_fec: data shards carrying a KCP ACK, a k=2 m=1 parity for them,
 # a report.

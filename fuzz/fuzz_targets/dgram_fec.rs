@@ -5,10 +5,13 @@
 //! Input: one selector byte (bit 0: AES-GCM-sized slot layout, else
 //! `null`; bit 1: the session also sends datagrams), then records `[advance,
 //! kind, len_lo, len_hi, bytes...]`: the clock moves `advance` ms, and
-//! `len` bytes arrive as one opened datagram: as given when `kind & 3 == 0`,
-//! else framed as an extension packet of type `kind & 3` (data, parity,
-//! report) with the session's conv, the first 4 bytes as the sequence
-//! word and `kind >> 2` as byte 6 (fragment or parity index), the rest as
+//! `len` bytes arrive as one opened datagram: as given when `kind & 3 == 0`
+//! and bit 7 is clear, else framed as an extension packet of type `kind &
+//! 3` (a copy of a one-shard group's data shard, data, parity, report)
+//! with the session's conv, the first 4 bytes as the sequence word and
+//! `kind >> 2` as byte 6 (fragment, parity or copy index; a report's flags,
+//! bit 0 saying the peer takes copies, which a sending session then sends
+//! for its groups of one), the rest as
 //! the body. A report of 50 bytes or more carries the echo (the `seq` its
 //! queue figure was measured on), which a sending session (bit 1) runs
 //! forward against its send log: any `seq`, sent or not, in the log or
@@ -50,7 +53,7 @@ fuzz_target!(|data: &[u8]| {
         now += r.advance;
         let (bytes, kind) = (r.bytes, r.kind);
         packet.clear();
-        if kind & 3 == 0 {
+        if kind & 0x83 == 0 {
             packet.extend_from_slice(bytes);
         } else {
             let word = bytes.get(..4).unwrap_or(&[0; 4]);

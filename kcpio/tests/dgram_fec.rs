@@ -285,8 +285,10 @@ fn game_stream_keeps_two_copies_with_little_delay() {
     // budget that lags what it allows, an early estimate with no loss run
     // yet) nor climb to three on the estimate's noise. Judged over seeds:
     // seed 2 alone passed with one copy in the others (25 of 30 lost 1-9).
-    // Two copies cost 3 x (217-219 + 28 AEAD + 28 IP/UDP) / 228 = 3.61x
-    // the direct bytes under aes-128-gcm.
+    // Two copies cost 3 x (217 + 28 AEAD + 28 IP/UDP) / 228 = 3.59x the
+    // direct bytes under aes-128-gcm: a copy is as long as the data shard
+    // (sent as parity rows of a (1, 2) group, 3.61x, until the receiver's
+    // first report says it takes copies).
     let (mut lost, mut sent) = (0, 0);
     for seed in 1..=30 {
         let p = probe(seed, field_link(0.046), RATE, 2_000, 10_000, 200);
@@ -295,7 +297,7 @@ fn game_stream_keeps_two_copies_with_little_delay() {
             p.packets_x <= 3.0,
             "seed {seed}: more than two copies {p:?}"
         );
-        assert!(p.bytes_x <= 3.61, "seed {seed}: {p:?}");
+        assert!(p.bytes_x <= 3.6, "seed {seed}: {p:?}");
         assert!(p.p99 <= 5_000, "seed {seed}: {p:?}");
         lost += p.lost;
         sent += p.sent;
@@ -330,6 +332,31 @@ fn overload_lowers_redundancy_instead_of_queueing() {
     eprintln!("overload {p:?}");
     assert!(p.lost * 1000 <= p.sent * 5, "delivered loss {p:?}");
     assert!(p.p99 <= 50_000, "{p:?}");
+}
+
+#[test]
+fn the_field_s_overload_row_keeps_the_added_delay_short() {
+    // The field's overload row: 800 datagrams/s x 1200 B (8.1 Mbit/s on
+    // the wire) on a 10 Mbit/s path, 200 ms RTT, 4.6% each way, behind a
+    // drop-tail queue of one BDP (250 kB, 200 ms at the path's rate).
+    // The parity the loss calls for does not fit; what is cut is logged.
+    let path = Path {
+        link: field_link(0.046),
+        rate: 1_250_000,
+        queue: 250_000,
+        late: None,
+    };
+    let runs: Vec<Probe> = (21..=23)
+        .map(|seed| probe_schedule(seed, &path, 16_000, 1200, |i| i * 1250, 0))
+        .collect();
+    for p in &runs {
+        eprintln!("field overload {p:?}");
+    }
+    for p in &runs {
+        assert!(p.parity_cut > 0, "{p:?}");
+        assert!(p.lost * 1000 <= p.sent * 5, "delivered loss {p:?}");
+        assert!(p.p99 <= 50_000, "{p:?}");
+    }
 }
 
 #[test]

@@ -12,7 +12,8 @@
 //! ```text
 //! data:   | seq u32 | F3 00 | frag u8 | 0x85 | conv u32 | body                     |
 //! parity: | first u32 | F3 00 | idx u8 | 0x86 | conv u32 | k u8 | m u8 | parity (L) |
-//! report: | 0 u32   | F3 00 | 0 u8   | 0x87 | conv u32 | counters (26, 34 or 38 bytes) |
+//! copy:   | seq u32   | F3 00 | idx u8 | 0x84 | conv u32 | body                     |
+//! report: | 0 u32   | F3 00 | flags u8 | 0x87 | conv u32 | counters (26, 34 or 38 bytes) |
 //! body:   | stamp u16 | frag u8 | dlen u16 | payload (dlen) |   (Reed-Solomon input)
 //! ```
 //!
@@ -34,6 +35,14 @@
 //! read when present and ignored by a kcpio before it, so both versions
 //! keep working with each other: a kcpio without the echo reads the
 //! first 46 bytes, and one reading a report without it paces as before.
+//!
+//! A group of one data shard has copies of its body for parity (every row
+//! of the code is 1 there): a copy is sent as such, without the parity
+//! header's `k`, `m`, only to a receiver whose reports set bit
+//! [`TAKES_COPIES`] of their byte 6 (0 in a kcpio before copies, which
+//! ignores the byte and would refuse a copy as malformed); to any other
+//! the copies go as parity rows of a `(1, m)` group, as before. So both
+//! versions keep working with each other, and nothing is refused.
 //!
 //! # Negotiation
 //!
@@ -66,9 +75,14 @@ use crate::fec::{FLAG_OOB, grow_arena, read_u16, read_u32};
 pub(crate) const OFFER_BIT: u8 = 0x01;
 /// The extension's version.
 pub(crate) const VERSION: u8 = 1;
+/// A copy of a one-shard group's data shard: its header and body,
+/// received as the shard itself rebuilt.
+const TYPE_COPY: u8 = 0;
 const TYPE_DATA: u8 = 1;
 const TYPE_PARITY: u8 = 2;
 const TYPE_REPORT: u8 = 3;
+/// Bit of a report's byte 6: its sender takes [`TYPE_COPY`] packets.
+const TAKES_COPIES: u8 = 0x01;
 /// Fixed header of every extension packet.
 const HDR: usize = 12;
 /// The parity header: [`HDR`] plus `k` and `m`.
@@ -166,6 +180,13 @@ const UNCONGESTED_ROOM: f64 = 0.5;
 /// A group whose budgeted parity is under this many shards carries the
 /// rounded-off fraction to the next (without a standing queue).
 const CARRY_BELOW: f64 = 4.0;
+/// Under a standing queue that the parity fills (the data alone fits the
+/// budget), a group's parity is cut to leave the path this much of its
+/// rate per ms of queue above [`DRAIN_TO_MS`] (at most [`MAX_DRAIN`]), so
+/// the queue drains in about [`DRAIN_MS`] ms.
+const DRAIN_TO_MS: u16 = QUEUE_HIGH_MS;
+const DRAIN_MS: f64 = 250.0;
+const MAX_DRAIN: f64 = 0.3;
 /// The smallest pacing budget, bytes per second.
 const MIN_BUDGET: f64 = 64_000.0;
 /// Wire bytes per datagram beyond its plaintext: IPv4 and UDP.
@@ -318,6 +339,8 @@ pub(crate) struct DgramFec {
     parity_carry: f64,
     /// Pacing rate over the budget (`PACE_GAIN` without a standing queue).
     pace_gain: f64,
+    /// The peer's reports said it takes copies ([`TAKES_COPIES`]).
+    peer_takes_copies: bool,
     tokens: f64,
     refilled: Duration,
     congested_until: Duration,
@@ -328,6 +351,9 @@ pub(crate) struct DgramFec {
     /// The queueing delay (ms) of the last report (run forward to when it
     /// came, with the echo).
     last_queue: u16,
+    /// The last report's queue was under the one before (it drains on
+    /// its own).
+    queue_falling: bool,
     /// Every [`LOG_EVERY`]th data shard: its `seq`, when it left (µs),
     /// and the wire bytes sent up to it (its own included); allocated on
     /// the first shard.
@@ -459,12 +485,14 @@ impl DgramFec {
             budget: None,
             parity_carry: 0.0,
             pace_gain: 1.0,
+            peer_takes_copies: false,
             tokens: 0.0,
             refilled: Duration::ZERO,
             congested_until: Duration::ZERO,
             queued_reports: 0,
             path_rate: 0.0,
             last_queue: 0,
+            queue_falling: false,
             sent_log: Vec::new(),
             drain_from: None,
             drain_rates: [(Duration::ZERO, 0.0); DRAIN_SAMPLES],
@@ -703,18 +731,26 @@ impl DgramFec {
 
     fn poll_parity(&mut self, buf: &mut [u8], conv: u32) -> Option<usize> {
         let (first, k, m, idx, len) = self.group.pending?;
-        let out = buf.get_mut(..PARITY_HDR + len)?;
-        let row = self
-            .tx_arena
-            .get((MAX_K + idx) * STRIDE..(MAX_K + idx) * STRIDE + len)?;
-        put_header(out, first, idx as u8, TYPE_PARITY, conv);
-        out[HDR] = k as u8;
-        out[HDR + 1] = m as u8;
-        out[PARITY_HDR..].copy_from_slice(row);
+        // A group of one: every parity row is its body, kept in row 0.
+        let row_at = if k == 1 { MAX_K } else { MAX_K + idx } * STRIDE;
+        let row = self.tx_arena.get(row_at..row_at + len)?;
+        let n = if k == 1 && self.peer_takes_copies {
+            let out = buf.get_mut(..HDR + len)?;
+            put_header(out, first, idx as u8, TYPE_COPY, conv);
+            out[HDR..].copy_from_slice(row);
+            HDR + len
+        } else {
+            let out = buf.get_mut(..PARITY_HDR + len)?;
+            put_header(out, first, idx as u8, TYPE_PARITY, conv);
+            out[HDR] = k as u8;
+            out[HDR + 1] = m as u8;
+            out[PARITY_HDR..].copy_from_slice(row);
+            PARITY_HDR + len
+        };
         self.group.pending = (idx + 1 < m).then_some((first, k, m, idx + 1, len));
         self.stats.parity_out += 1;
-        self.tx_bytes += (PARITY_HDR + len + self.wire_extra) as u64;
-        Some(PARITY_HDR + len)
+        self.tx_bytes += (n + self.wire_extra) as u64;
+        Some(n)
     }
 
     fn poll_data(
@@ -860,6 +896,9 @@ impl DgramFec {
             && self.data_rate > 0.0
         {
             let mut room = (b / self.data_rate - 1.0).max(0.0);
+            // The room is spent over groups (the fraction carried), not
+            // rounded down in each.
+            let mut spread = false;
             if !self.congested(now) {
                 // No standing queue: the budget lags a growing sender (the
                 // data rate is this side's now, the delivered rate a
@@ -873,6 +912,26 @@ impl DgramFec {
                 // the drops slow down), and parity cut for them would
                 // only add loss after FEC to what is sent.
                 room = f64::from(MAX_M as u8);
+            } else {
+                // The parity fills the path: sent at the budget, which is
+                // the path's rate as well as a few reports measure it
+                // (their most, a little over it), the queue it stands in
+                // never drains, and every datagram waits there (the
+                // field's overload row: 25-50 ms, 80 at worst). Parity
+                // leaves the path room to drain it, spread evenly over the
+                // groups: the residual loss is convex in a group's parity,
+                // and groups rounded down to 2 or 3 of 12 at random lost
+                // more than the same parity spread.
+                // Not while it drains on its own (a sender inside that
+                // slowed down after overshooting: cut, its parity was lost).
+                let over = if self.queue_falling {
+                    0.0
+                } else {
+                    f64::from(self.last_queue.saturating_sub(DRAIN_TO_MS))
+                };
+                let drained = b * (1.0 - (over / DRAIN_MS).min(MAX_DRAIN));
+                room = (drained / self.data_rate - 1.0).max(0.0);
+                spread = true;
             }
             // Without a standing queue a small group's room is spent over
             // groups, not rounded down in each: the budget follows what
@@ -884,10 +943,10 @@ impl DgramFec {
             // table asks. (A room of `CARRY_BELOW` shards or more grows by
             // a shard a report rounded down too.)
             let room = k as f64 * room;
-            let carry = if self.congested(now) || room >= CARRY_BELOW {
-                0.0
-            } else {
+            let carry = if spread || (!self.congested(now) && room < CARRY_BELOW) {
                 self.parity_carry
+            } else {
+                0.0
             };
             let room = room + carry;
             let allowed = room.floor() as usize;
@@ -902,6 +961,17 @@ impl DgramFec {
         }
         self.stats.redundancy = m as f64 / k as f64;
         if m == 0 {
+            return;
+        }
+        if k == 1 {
+            // Its parity rows are copies of its body (the code's rows are
+            // all 1 for one data shard): row 0 keeps it for all of them,
+            // sent as copies or as parity when they leave.
+            let (data, parity) = self.tx_arena.split_at_mut(MAX_K * STRIDE);
+            if let (Some(src), Some(dst)) = (data.get(..len), parity.get_mut(..len)) {
+                dst.copy_from_slice(src);
+                self.group.pending = Some((self.group.first, 1, m, 0, len));
+            }
             return;
         }
         let Some(codec) = self.codecs.encoder(k, m) else {
@@ -930,7 +1000,7 @@ impl DgramFec {
             REPORT_FULL
         };
         let out = buf.get_mut(..len)?;
-        put_header(out, 0, 0, TYPE_REPORT, conv);
+        put_header(out, 0, TAKES_COPIES, TYPE_REPORT, conv);
         let received = self.stats.data_shards_in as u32;
         let fields = [
             received,
@@ -1047,6 +1117,11 @@ impl DgramFec {
         let Some(body) = p.get(HDR..REPORT_BASE) else {
             return false;
         };
+        // The peer's word on what it decodes (a kcpio before copies sends
+        // 0): a forger could as well drop the copies on the way.
+        if p.get(6).is_some_and(|&b| b & TAKES_COPIES != 0) {
+            self.peer_takes_copies = true;
+        }
         let f = |i: usize| read_u32(body, 4 * i).unwrap_or(0);
         // (A peer without the fields reports none at a full queue.)
         let full = |i: usize| read_u32(p, REPORT_BASE + 4 * i).unwrap_or(0);
@@ -1158,6 +1233,7 @@ impl DgramFec {
                 0
             };
             let growing = queue > self.last_queue.saturating_add(QUEUE_GROWTH_MS);
+            self.queue_falling = queue < self.last_queue;
             self.last_queue = queue;
             // One echoed report is enough: its figure is the least over
             // the report's interval, which a late wake-up cannot raise.
@@ -1255,6 +1331,7 @@ impl DgramFec {
         let ok = match ext_type(packet) {
             Some((VERSION, TYPE_DATA)) => self.handle_data(packet, sink),
             Some((VERSION, TYPE_PARITY)) => self.handle_parity(packet, sink),
+            Some((VERSION, TYPE_COPY)) => self.handle_copy(packet, sink),
             Some((VERSION, TYPE_REPORT)) => self.handle_report(sink.now, packet),
             _ => false,
         };
@@ -1618,6 +1695,34 @@ impl DgramFec {
                 true
             }
         }
+    }
+
+    /// A copy of data shard `seq` (the parity of a group of one): the
+    /// shard rebuilt when it was lost on the wire. It is counted as
+    /// parity, never as the shard's arrival, so the loss on the wire the
+    /// reports tell stays the channel's.
+    fn handle_copy(&mut self, p: &[u8], sink: &mut Sink<'_>) -> bool {
+        let (Some(seq), Some(body)) = (read_u32(p, 0), p.get(HDR..)) else {
+            return false;
+        };
+        let dlen = read_u16(body, 3).map_or(usize::MAX, usize::from);
+        if !(BODY_HDR..=STRIDE).contains(&body.len()) || dlen > body.len() - BODY_HDR {
+            return false;
+        }
+        self.rx_bytes = self
+            .rx_bytes
+            .wrapping_add((p.len() + self.wire_extra) as u32);
+        self.stats.parity_in += 1;
+        // Too old for the window, or already delivered: nothing to do.
+        if !self.admit(seq) || self.bit(&self.delivered, seq) {
+            return true;
+        }
+        let body = &body[..BODY_HDR + dlen];
+        self.stats.recovered += 1;
+        self.rx.store(seq, body, true);
+        self.deliver(seq, body, sink, true);
+        self.try_groups_with(seq, sink);
+        true
     }
 
     /// After a data shard: the stored parity groups that hold it.
@@ -2067,6 +2172,119 @@ mod hostile {
             &report([10, 0, 0, 0, 1000, 1100])
         ));
         assert_eq!(d.model.updates, before + 1);
+    }
+
+    /// Sends one 200-byte datagram at `now` and returns the packets.
+    fn send_one(d: &mut DgramFec, now: Duration) -> Vec<Vec<u8>> {
+        let mut q = DatagramQueue::default();
+        let mut buf = [0u8; PLAIN];
+        let payload: Vec<u8> = (0..200u8).collect();
+        assert!(q.push_at(&payload, now));
+        let mut out = Vec::new();
+        while let Some(n) = d.poll_transmit(now, &mut buf, &mut q, CONV) {
+            out.push(buf[..n].to_vec());
+        }
+        out
+    }
+
+    #[test]
+    fn a_one_shard_group_s_copies_go_as_copies_only_to_a_peer_that_takes_them() {
+        let mut d = fec();
+        let mut q = DatagramQueue::default();
+        // Before any report (and to a kcpio before copies, whose reports
+        // leave byte 6 at 0): parity rows of a (1, m) group, each what
+        // the code computes for one shard, which is the body itself.
+        let first = send_one(&mut d, Duration::ZERO);
+        let (shard, rows) = first.split_first().unwrap();
+        let m = rows.len();
+        assert!(m >= 1, "the prior asks for copies of a group of one");
+        let body = &shard[HDR..];
+        let mut arena = vec![0u8; STRIDE];
+        arena[..body.len()].copy_from_slice(body);
+        let mut parity = vec![0u8; m * STRIDE];
+        let mut enc = VandermondeCodec::for_decoding(1, m).unwrap();
+        enc.encode(&arena, STRIDE, body.len(), &mut parity).unwrap();
+        for (i, p) in rows.iter().enumerate() {
+            assert_eq!(ext_type(p), Some((VERSION, TYPE_PARITY)));
+            assert_eq!((p[6], p[HDR], p[HDR + 1]), (i as u8, 1, m as u8));
+            assert_eq!(
+                &p[PARITY_HDR..],
+                &parity[i * STRIDE..i * STRIDE + body.len()]
+            );
+            assert_eq!(&p[PARITY_HDR..], body);
+        }
+        assert!(feed(
+            &mut d,
+            &mut q,
+            Duration::ZERO,
+            &report([1, 0, 0, 0, 0, 0])
+        ));
+        assert!(!d.peer_takes_copies);
+        assert_eq!(send_one(&mut d, Duration::from_millis(20))[1..].len(), m);
+        // A report saying the peer takes copies: the shard's own header
+        // and body, two bytes shorter than the parity row.
+        let mut r = report([2, 0, 0, 0, 0, 20]);
+        r[6] = TAKES_COPIES;
+        assert!(feed(&mut d, &mut q, Duration::from_millis(20), &r));
+        let next = send_one(&mut d, Duration::from_millis(40));
+        let (shard, copies) = next.split_first().unwrap();
+        assert_eq!(copies.len(), m);
+        for (i, c) in copies.iter().enumerate() {
+            assert_eq!(ext_type(c), Some((VERSION, TYPE_COPY)));
+            assert_eq!(c.len(), shard.len());
+            assert_eq!((&c[..4], c[6]), (&shard[..4], i as u8));
+            assert_eq!(&c[HDR..], &shard[HDR..]);
+        }
+        // This side's own reports say it takes them.
+        let mut rx = fec();
+        assert!(feed(&mut rx, &mut q, Duration::ZERO, shard));
+        let mut buf = [0u8; PLAIN];
+        let t = Duration::from_millis(100);
+        let n = rx.poll_transmit(t, &mut buf, &mut q, CONV).unwrap();
+        assert_eq!(ext_type(&buf[..n]), Some((VERSION, TYPE_REPORT)));
+        assert_eq!(buf[6], TAKES_COPIES);
+    }
+
+    fn copy_of(shard: &[u8]) -> Vec<u8> {
+        let mut c = shard.to_vec();
+        c[7] = marker(TYPE_COPY);
+        c
+    }
+
+    #[test]
+    fn a_copy_rebuilds_a_lost_shard_and_is_not_counted_as_its_arrival() {
+        let mut d = fec();
+        let mut q = DatagramQueue::default();
+        let t = Duration::ZERO;
+        let shards: Vec<Vec<u8>> = (0..10u32).map(|s| data(s, 0, &[s as u8; 30])).collect();
+        // Shard 1 lost on the wire, its copy arrives; shard 0's copy after
+        // shard 0 is a duplicate.
+        assert!(feed(&mut d, &mut q, t, &shards[0]));
+        assert!(feed(&mut d, &mut q, t, &copy_of(&shards[0])));
+        assert!(feed(&mut d, &mut q, t, &copy_of(&shards[1])));
+        assert_eq!((d.stats.recovered, d.stats.datagrams_in), (1, 2));
+        // The shard itself, late: a duplicate, not a second delivery.
+        assert!(feed(&mut d, &mut q, t, &shards[1]));
+        for s in &shards[2..] {
+            assert!(feed(&mut d, &mut q, t, s));
+        }
+        assert_eq!(d.stats.datagrams_in, 10);
+        assert_eq!(d.stats.parity_in, 2);
+        // Shard 1's late arrival counts as its arrival; without it, it
+        // would be lost on the wire and not after FEC (below).
+        let mut e = fec();
+        for (i, s) in shards.iter().enumerate() {
+            let p = if i == 1 { copy_of(s) } else { s.clone() };
+            assert!(feed(&mut e, &mut q, t, &p));
+        }
+        e.account(true);
+        assert_eq!(e.stats.data_shards_in, 9);
+        assert_eq!((e.stats.lost_on_wire, e.stats.lost_after_fec), (1, 0));
+        // A copy whose length disagrees with its body is refused.
+        let mut bad = copy_of(&data(90, 0, &[1; 30]));
+        bad.truncate(bad.len() - 1);
+        assert!(!feed(&mut e, &mut q, t, &bad));
+        assert_eq!(e.stats.malformed, 1);
     }
 
     #[test]
