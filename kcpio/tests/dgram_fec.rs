@@ -346,7 +346,7 @@ fn the_field_s_overload_row_keeps_the_added_delay_short() {
         queue: 250_000,
         late: None,
     };
-    let runs: Vec<Probe> = (21..=23)
+    let runs: Vec<Probe> = (21..=30)
         .map(|seed| probe_schedule(seed, &path, 16_000, 1200, |i| i * 1250, 0))
         .collect();
     for p in &runs {
