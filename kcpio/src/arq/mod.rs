@@ -639,15 +639,14 @@ impl Kcp {
         } else {
             None
         };
-        let next = match (data, resend) {
-            (Some(a), Some(b)) => Some(if (a.wrapping_sub(b) as i32) <= 0 {
-                a
-            } else {
-                b
-            }),
+        let (data, resend) = (
+            data.map(Timestamp::from_millis),
+            resend.map(Timestamp::from_millis),
+        );
+        match (data, resend) {
+            (Some(a), Some(b)) => Some(a.earliest(b)),
             (a, b) => a.or(b),
-        };
-        next.map(Timestamp::from_millis)
+        }
     }
 
     /// Phase 4 could admit one more segment (sequence-space windows only).

@@ -114,9 +114,9 @@ pub(crate) struct RxClock {
     floor: Duration,
     /// A step was seen and the socket not drained since.
     stepped: bool,
-    /// This batch: realtime and driver time read after it arrived, and the
-    /// batch's processing time; `None` when it carries no stamps.
-    batch: Option<(Duration, Duration)>,
+    /// This batch carries stamps: `last` was read after it arrived.
+    stamped: bool,
+    /// This batch's processing time.
     now: Duration,
 }
 
@@ -135,7 +135,7 @@ impl RxClock {
         clocks: impl FnOnce() -> (Duration, Duration),
     ) {
         self.now = now;
-        self.batch = None;
+        self.stamped = stamped;
         if !stamped {
             return;
         }
@@ -148,7 +148,6 @@ impl RxClock {
             self.stepped |= moved > slack;
         }
         self.last = Some((real, mono));
-        self.batch = Some((real, mono));
     }
 
     /// The receive call that made the batch found the socket drained
@@ -162,8 +161,8 @@ impl RxClock {
     /// The arrival of a datagram of this batch stamped `rx_time`.
     pub(crate) fn arrival(&self, rx_time: Option<Duration>) -> Duration {
         let now = self.now;
-        match (rx_time, self.batch) {
-            (Some(stamp), Some((real, mono))) if !self.stepped => {
+        match (rx_time, self.last) {
+            (Some(stamp), Some((real, mono))) if self.stamped && !self.stepped => {
                 let age = real.saturating_sub(stamp);
                 mono.saturating_sub(age).clamp(self.floor.min(mono), mono)
             }
