@@ -165,11 +165,22 @@ async fn the_session_cap_holds_across_sockets() {
         .map(|s| s.sessions_opened)
         .collect();
     eprintln!(
-        "figure: {connected} of 24 connected; opened per socket {opened:?}; refused_cap {}",
-        s.refused_cap
+        "figure: {connected} of 24 connected; opened per socket {opened:?}; refused_cap {}; evicted_unproven {}",
+        s.refused_cap, s.evicted_unproven
     );
-    assert_eq!(s.sessions_opened, 3, "{opened:?}");
-    assert_eq!(connected, 3);
+    // A refused client's retransmitted opener evicts a session that has
+    // not proved its peer receives yet (a slow CI box: opened 6, evicted 3),
+    // so each session opened beyond the cap evicted one: never more than
+    // 3 at once.
+    assert_eq!(
+        s.sessions_opened - s.evicted_unproven,
+        3,
+        "{opened:?} {s:?}"
+    );
+    assert!(s.sessions_live <= 3, "{s:?}");
+    // An evicted client may have connected before its proof arrived.
+    let evicted = usize::try_from(s.evicted_unproven).unwrap();
+    assert!((3..=3 + evicted).contains(&connected), "{connected} {s:?}");
     assert!(s.refused_cap >= 21, "{s:?}");
     assert!(opened.iter().filter(|&&n| n > 0).count() >= 1);
 }
