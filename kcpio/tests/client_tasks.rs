@@ -1,6 +1,7 @@
-//! A client stream on a two-worker runtime, whoever runs its driver (its
-//! own task or the application's: see `lab/results/CLIENT-CPU-20261127.md`,
-//! session 22): whatever the application does with the stream (stops
+//! A client or accepted stream on a two-worker runtime, whoever runs its
+//! driver (its own task or the application's: see
+//! `lab/results/CLIENT-CPU-20261127.md`, sessions 22 and 24), and however the
+//! listener's driver waits for the readers it woke: whatever the application does with the stream (stops
 //! calling it, drops it mid-write, calls it from one task or two, drops the
 //! runtime), nothing stalls and nothing is lost.
 
@@ -77,6 +78,96 @@ async fn a_client_that_stops_calling_still_acknowledges() {
             .unwrap();
         assert!(got == data, "round {round}: the data differs");
     }
+}
+
+/// The accepted stream's application polls a read once, drops it and then
+/// leaves the stream alone. The listener's driver leaves a session whose
+/// reader it woke for that reader's next call (which wakes it) before it
+/// flushes the session's ACKs: with no call coming it must still
+/// acknowledge what the client sends (the client's queue drains).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_stops_calling_still_acknowledges() {
+    let config = config();
+    let (mut client, mut server) = pair(&config).await;
+    let mut buf = vec![0u8; 1 << 16];
+    for round in 0..20 {
+        assert!(
+            timeout(Duration::from_millis(1), server.read(&mut buf))
+                .await
+                .is_err()
+        );
+        let data = pattern(round << 16, 1 << 16);
+        timeout(LIMIT, client.write_all(&data))
+            .await
+            .unwrap()
+            .unwrap();
+        client.flush().await.unwrap();
+        // Nobody calls the accepted stream now: only the listener's driver
+        // can answer.
+        let acked = timeout(Duration::from_secs(5), async {
+            while client.stats().wait_snd > 0 {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        })
+        .await;
+        assert!(
+            acked.is_ok(),
+            "round {round}: {} segments unacknowledged while the server did not call",
+            client.stats().wait_snd
+        );
+        let mut got = vec![0u8; 1 << 16];
+        timeout(LIMIT, server.read_exact(&mut got))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(got == data, "round {round}: the data differs");
+    }
+}
+
+/// An echo server on a two-worker runtime: the listener's driver flushes a
+/// session's ACKs once the reader it woke has called, so the reply to each
+/// message leaves in the datagram that acknowledges it (about one datagram
+/// per message, not an ACK and then the reply).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_accepted_streams_reply_rides_with_its_acks() {
+    const MESSAGES: u64 = 500;
+    let config = config();
+    let listener = KcpListener::bind("127.0.0.1:0", &config).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (client, accepted) = tokio::join!(KcpStream::connect(addr, &config), listener.accept());
+    let (mut client, mut server) = (client.unwrap(), accepted.unwrap().0);
+    let echo = tokio::spawn(async move {
+        let mut buf = [0u8; 4096];
+        loop {
+            match server.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => server.write_all(&buf[..n]).await.unwrap(),
+            }
+        }
+    });
+    let mut back = [0u8; 64];
+    // One round trip first, so the connect handshake is behind us.
+    client.write_all(&pattern(0, 64)).await.unwrap();
+    timeout(LIMIT, client.read_exact(&mut back))
+        .await
+        .unwrap()
+        .unwrap();
+    let before = listener.stats().datagrams_out;
+    for i in 1..=MESSAGES as usize {
+        let msg = pattern(i * 64, 64);
+        client.write_all(&msg).await.unwrap();
+        timeout(LIMIT, client.read_exact(&mut back))
+            .await
+            .unwrap_or_else(|_| panic!("echo {i} did not come back"))
+            .unwrap();
+        assert_eq!(back.as_slice(), msg.as_slice(), "echo {i}");
+    }
+    let sent = listener.stats().datagrams_out - before;
+    echo.abort();
+    assert!(
+        sent <= MESSAGES * 13 / 10,
+        "the listener sent {sent} datagrams for {MESSAGES} echoes"
+    );
 }
 
 /// Bulk data written and the stream dropped at once: the session lingers
