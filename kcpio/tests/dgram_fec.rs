@@ -278,32 +278,37 @@ fn bulk_at_nine_percent_stays_within_its_overhead_bound() {
 
 #[test]
 fn game_stream_keeps_two_copies_with_little_delay() {
-    // 100 datagrams/s × 200 B, 2,000 of them: every group holds one
-    // datagram, so its parity are copies. At 4.6% two copies leave
-    // 0.046^3 = 9.7e-5 (5.8 expected of 60,000), one copy 2.1e-3 (127),
-    // three cost 4.3x the bytes. A run must neither settle at one copy (a
-    // budget that lags what it allows, an early estimate with no loss run
-    // yet) nor climb to three on the estimate's noise. Judged over seeds:
-    // seed 2 alone passed with one copy in the others (25 of 30 lost 1-9).
-    // Two copies cost 3 x (217 + 28 AEAD + 28 IP/UDP) / 228 = 3.59x the
-    // direct bytes under aes-128-gcm: a copy is as long as the data shard
-    // (sent as parity rows of a (1, 2) group, 3.61x, until the receiver's
-    // first report says it takes copies).
+    // 100 datagrams/s x 200 B, 2,000 of them, 4.6% each way: one datagram
+    // expected within the 15 ms deadline, so each alone would get copies:
+    // two leave 0.046^3 = 9.7e-5 (11 of these 60,000 lost), one 2.1e-3,
+    // three cost 4.3x the bytes. Two datagrams are sent within the
+    // deadline, though: the same three packets a datagram, spent as one
+    // copy at once and, over the pair, two parity rows at its close, lose
+    // a datagram only with its copy and two of the pair's other three
+    // packets (4.9e-6, 0.3 of 60,000). The copy keeps the added delay: a
+    // datagram waits for its pair's parity only when it lost its copy
+    // too (0.2%), and then no longer than the deadline. A run must
+    // neither settle at fewer packets (a budget that lags what it allows,
+    // an early estimate with no loss run yet) nor climb on the estimate's
+    // noise. Three packets cost 3 x (217 + 28 AEAD + 28 IP/UDP) / 228 =
+    // 3.59x the direct bytes under aes-128-gcm (a parity row is 2 bytes
+    // longer than a copy: the rows are counted in copies' bytes).
     let (mut lost, mut sent) = (0, 0);
     for seed in 1..=30 {
         let p = probe(seed, field_link(0.046), RATE, 2_000, 10_000, 200);
         eprintln!("game {seed} {p:?}");
         assert!(
             p.packets_x <= 3.0,
-            "seed {seed}: more than two copies {p:?}"
+            "seed {seed}: more than two copies' worth {p:?}"
         );
         assert!(p.bytes_x <= 3.6, "seed {seed}: {p:?}");
         assert!(p.p99 <= 5_000, "seed {seed}: {p:?}");
+        assert!(p.max <= 16_000, "seed {seed}: {p:?}");
         lost += p.lost;
         sent += p.sent;
     }
     eprintln!("game residual {lost} of {sent}");
-    assert!(lost * 5_000 <= sent, "residual loss {lost} of {sent}");
+    assert!(lost * 30_000 <= sent, "residual loss {lost} of {sent}");
 }
 
 #[test]
