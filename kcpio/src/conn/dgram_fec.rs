@@ -1532,13 +1532,16 @@ impl DgramFec {
             self.stats.replays += 1;
             return true;
         }
-        if self.bit(&self.on_wire, seq) || self.bit(&self.delivered, seq) {
-            if !self.bit(&self.on_wire, seq) {
-                Self::set_bit(&mut self.on_wire, seq, true);
-            }
+        if self.bit(&self.on_wire, seq) {
             self.stats.replays += 1;
             return true;
         }
+        // Rebuilt from parity before it came (parity overtook it, or the
+        // group's other shards did): its arrival still counts as received
+        // on the wire. Counted as a replay instead, the reports missed a
+        // quarter of the shards received under jitter and the sender read
+        // 6.7% loss for 5.2% (a bursty simulator link, seed 1).
+        let rebuilt = self.bit(&self.delivered, seq);
         Self::set_bit(&mut self.on_wire, seq, true);
         self.stats.data_shards_in += 1;
         self.rx_bytes = self
@@ -1575,6 +1578,9 @@ impl DgramFec {
             if queued.is_some_and(|q| self.at_full_queue(q)) {
                 self.seen_full = self.seen_full.wrapping_add(1);
             }
+        }
+        if rebuilt {
+            return true;
         }
         self.rx.store(seq, body, true);
         self.deliver(seq, body, sink, false);
