@@ -12,6 +12,13 @@
 //! no batching: one sleep, one wake, one receive and one send per datagram,
 //! the least any relay that does not hold datagrams back pays. Two in a row
 //! stand where a carrier's client and server ends stand.
+//!
+//! `--tokio`: the same forwarder as one task on a current-thread tokio
+//! runtime (what `kcpio-tunnel --udp` runs on): it sleeps in `epoll_wait`,
+//! and each datagram costs the runtime's wake-up, a non-blocking receive
+//! and a send. The floor of a relay built the way kcpio's is, so the gap
+//! between the two floors is the event loop's, and what kcpio-tunnel pays
+//! above `--tokio` is its own.
 
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
@@ -36,6 +43,10 @@ struct Cli {
     /// exit after this many seconds
     #[arg(long, default_value_t = 120.0)]
     secs: f64,
+    /// forward on a current-thread tokio runtime (one task, epoll) instead
+    /// of two blocking threads
+    #[arg(long)]
+    tokio: bool,
 }
 
 /// Moves datagrams from `from` to wherever `dest` says, until `end`.
@@ -75,14 +86,8 @@ fn pump(
     Ok(())
 }
 
-fn run(cli: &Cli) -> io::Result<()> {
-    if !(cli.secs.is_finite() && cli.secs > 0.0) {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "--secs takes a positive number",
-        ));
-    }
-    let end = Instant::now() + Duration::from_secs_f64(cli.secs);
+/// Binds the local socket and the one toward `--to` (connected).
+fn bind(cli: &Cli) -> io::Result<(UdpSocket, UdpSocket)> {
     let local = UdpSocket::bind(cli.listen)?;
     let any: SocketAddr = if cli.to.is_ipv4() {
         ([0, 0, 0, 0], 0).into()
@@ -91,6 +96,54 @@ fn run(cli: &Cli) -> io::Result<()> {
     };
     let up = UdpSocket::bind(any)?;
     up.connect(cli.to)?;
+    Ok((local, up))
+}
+
+/// `--tokio`: both directions in one task, until `end`.
+async fn run_tokio(local: UdpSocket, up: UdpSocket, end: Instant) -> io::Result<()> {
+    local.set_nonblocking(true)?;
+    up.set_nonblocking(true)?;
+    let local = tokio::net::UdpSocket::from_std(local)?;
+    let up = tokio::net::UdpSocket::from_std(up)?;
+    println!("listening on {}", local.local_addr()?);
+    let (mut buf, mut back) = (vec![0u8; 65_536], vec![0u8; 65_536]);
+    let mut source: Option<SocketAddr> = None;
+    let deadline = tokio::time::sleep_until(end.into());
+    tokio::pin!(deadline);
+    loop {
+        // A full buffer or a refused send drops the datagram, as a network
+        // would; a receive error (an ICMP error from an earlier send) is
+        // not the end either.
+        tokio::select! {
+            () = &mut deadline => return Ok(()),
+            r = local.recv_from(&mut buf) => {
+                let Ok((n, src)) = r else { continue };
+                source = Some(src);
+                let _ = up.try_send(buf.get(..n).unwrap_or_default());
+            }
+            r = up.recv(&mut back) => {
+                let (Ok(n), Some(src)) = (r, source) else { continue };
+                let _ = local.try_send_to(back.get(..n).unwrap_or_default(), src);
+            }
+        }
+    }
+}
+
+fn run(cli: &Cli) -> io::Result<()> {
+    if !(cli.secs.is_finite() && cli.secs > 0.0) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "--secs takes a positive number",
+        ));
+    }
+    let end = Instant::now() + Duration::from_secs_f64(cli.secs);
+    let (local, up) = bind(cli)?;
+    if cli.tokio {
+        return tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+            .block_on(run_tokio(local, up, end));
+    }
     // Wake once a second to see the deadline.
     local.set_read_timeout(Some(Duration::from_secs(1)))?;
     up.set_read_timeout(Some(Duration::from_secs(1)))?;
