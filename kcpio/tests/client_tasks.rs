@@ -37,42 +37,39 @@ async fn pair(config: &Config) -> (KcpStream, KcpStream) {
     (client.unwrap(), accepted.unwrap().0)
 }
 
-/// The client's application polls a read once, drops it (a timeout) and
-/// then leaves the stream alone: its driver must still acknowledge what
-/// the server sends (the server's queue drains), and the data waits for
+/// `quiet`'s application polls a read once, drops it (a timeout) and then
+/// leaves the stream alone while `talker` sends: `quiet`'s driver must
+/// still acknowledge it (`talker`'s queue drains), and the data waits for
 /// the next read.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_client_that_stops_calling_still_acknowledges() {
-    let config = config();
-    let (mut client, mut server) = pair(&config).await;
+async fn acknowledged_while_nobody_calls(quiet: &mut KcpStream, talker: &mut KcpStream, who: &str) {
     let mut buf = vec![0u8; 1 << 16];
     for round in 0..20 {
         // Registers the read, then the future is dropped.
         assert!(
-            timeout(Duration::from_millis(1), client.read(&mut buf))
+            timeout(Duration::from_millis(1), quiet.read(&mut buf))
                 .await
                 .is_err()
         );
         let data = pattern(round << 16, 1 << 16);
-        timeout(LIMIT, server.write_all(&data))
+        timeout(LIMIT, talker.write_all(&data))
             .await
             .unwrap()
             .unwrap();
-        server.flush().await.unwrap();
-        // Nobody calls the client now: only its driver task can answer.
+        talker.flush().await.unwrap();
+        // Nobody calls `quiet` now: only its driver task can answer.
         let acked = timeout(Duration::from_secs(5), async {
-            while server.stats().wait_snd > 0 {
+            while talker.stats().wait_snd > 0 {
                 tokio::time::sleep(Duration::from_millis(1)).await;
             }
         })
         .await;
         assert!(
             acked.is_ok(),
-            "round {round}: {} segments unacknowledged while the client did not call",
-            server.stats().wait_snd
+            "round {round}: {} segments unacknowledged while the {who} did not call",
+            talker.stats().wait_snd
         );
         let mut got = vec![0u8; 1 << 16];
-        timeout(LIMIT, client.read_exact(&mut got))
+        timeout(LIMIT, quiet.read_exact(&mut got))
             .await
             .unwrap()
             .unwrap();
@@ -80,48 +77,23 @@ async fn a_client_that_stops_calling_still_acknowledges() {
     }
 }
 
-/// The accepted stream's application polls a read once, drops it and then
-/// leaves the stream alone. The listener's driver leaves a session whose
-/// reader it woke for that reader's next call (which wakes it) before it
-/// flushes the session's ACKs: with no call coming it must still
-/// acknowledge what the client sends (the client's queue drains).
+/// The client stops calling: its driver acknowledges alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_calling_still_acknowledges() {
+    let config = config();
+    let (mut client, mut server) = pair(&config).await;
+    acknowledged_while_nobody_calls(&mut client, &mut server, "client").await;
+}
+
+/// The accepted stream stops calling. The listener's driver leaves a
+/// session whose reader it woke for that reader's next call (which wakes
+/// it) before it flushes the session's ACKs: with no call coming it must
+/// still acknowledge what the client sends.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_stops_calling_still_acknowledges() {
     let config = config();
     let (mut client, mut server) = pair(&config).await;
-    let mut buf = vec![0u8; 1 << 16];
-    for round in 0..20 {
-        assert!(
-            timeout(Duration::from_millis(1), server.read(&mut buf))
-                .await
-                .is_err()
-        );
-        let data = pattern(round << 16, 1 << 16);
-        timeout(LIMIT, client.write_all(&data))
-            .await
-            .unwrap()
-            .unwrap();
-        client.flush().await.unwrap();
-        // Nobody calls the accepted stream now: only the listener's driver
-        // can answer.
-        let acked = timeout(Duration::from_secs(5), async {
-            while client.stats().wait_snd > 0 {
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
-        })
-        .await;
-        assert!(
-            acked.is_ok(),
-            "round {round}: {} segments unacknowledged while the server did not call",
-            client.stats().wait_snd
-        );
-        let mut got = vec![0u8; 1 << 16];
-        timeout(LIMIT, server.read_exact(&mut got))
-            .await
-            .unwrap()
-            .unwrap();
-        assert!(got == data, "round {round}: the data differs");
-    }
+    acknowledged_while_nobody_calls(&mut server, &mut client, "server").await;
 }
 
 /// An echo server on a two-worker runtime: the listener's driver flushes a

@@ -314,6 +314,24 @@ fn game_stream_keeps_two_copies_with_little_delay() {
     assert!(lost * 30_000 <= sent, "residual loss {lost} of {sent}");
 }
 
+/// Mean bursts of 3 at 5% loss, 1% duplicates, 2% reordered by 30 ms,
+/// 0-10 ms jitter, 50 ms each way, no rate limit.
+fn bursty() -> Path {
+    Path {
+        link: Link {
+            loss: 0.05,
+            burst: 3.0,
+            dup: 0.01,
+            reorder: 0.02,
+            jitter: 10,
+            ..Link::clean(50)
+        },
+        rate: 0,
+        queue: 600_000,
+        late: None,
+    }
+}
+
 #[test]
 fn bursts_reordering_and_duplicates_are_survived() {
     // Mean bursts of 3, 1% duplicates, 2% reordered by 30 ms, jitter;
@@ -333,19 +351,7 @@ fn bursts_reordering_and_duplicates_are_survived() {
     const START: u64 = 1_000;
     const COUNT: u64 = 8_000;
     const SEEDS: u64 = 30;
-    let path = Path {
-        link: Link {
-            loss: 0.05,
-            burst: 3.0,
-            dup: 0.01,
-            reorder: 0.02,
-            jitter: 10,
-            ..Link::clean(50)
-        },
-        rate: 0,
-        queue: 600_000,
-        late: None,
-    };
+    let path = bursty();
     let (mut lost, mut lost_start) = (0, 0);
     for seed in 1..=SEEDS {
         let p = probe_schedule(seed, &path, COUNT, 1000, |i| i * 1250, START);
@@ -384,19 +390,7 @@ fn the_sender_s_loss_estimate_is_the_wire_loss_under_jitter_and_bursts() {
     // estimate read 2.45 for 2.69; parity and bytes came out about the
     // same, 2.35x against 2.37x.) The estimate weighs recent shards more,
     // so it is judged over seeds against the receiver's own count.
-    let path = Path {
-        link: Link {
-            loss: 0.05,
-            burst: 3.0,
-            dup: 0.01,
-            reorder: 0.02,
-            jitter: 10,
-            ..Link::clean(50)
-        },
-        rate: 0,
-        queue: 600_000,
-        late: None,
-    };
+    let path = bursty();
     let (mut estimate, mut wire) = (0.0, 0.0);
     for seed in 1..=10 {
         let p = probe_schedule(seed, &path, 8_000, 1000, |i| i * 1250, 8_000);
