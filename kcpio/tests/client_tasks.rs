@@ -37,6 +37,19 @@ async fn pair(config: &Config) -> (KcpStream, KcpStream) {
     (client.unwrap(), accepted.unwrap().0)
 }
 
+/// Echoes what `server` reads until it ends.
+fn spawn_echo(mut server: KcpStream) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut buf = [0u8; 4096];
+        loop {
+            match server.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => server.write_all(&buf[..n]).await.unwrap(),
+            }
+        }
+    })
+}
+
 /// `quiet`'s application polls a read once, drops it (a timeout) and then
 /// leaves the stream alone while `talker` sends: `quiet`'s driver must
 /// still acknowledge it (`talker`'s queue drains), and the data waits for
@@ -107,16 +120,8 @@ async fn an_accepted_streams_reply_rides_with_its_acks() {
     let listener = KcpListener::bind("127.0.0.1:0", &config).await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (client, accepted) = tokio::join!(KcpStream::connect(addr, &config), listener.accept());
-    let (mut client, mut server) = (client.unwrap(), accepted.unwrap().0);
-    let echo = tokio::spawn(async move {
-        let mut buf = [0u8; 4096];
-        loop {
-            match server.read(&mut buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => server.write_all(&buf[..n]).await.unwrap(),
-            }
-        }
-    });
+    let (mut client, server) = (client.unwrap(), accepted.unwrap().0);
+    let echo = spawn_echo(server);
     let mut back = [0u8; 64];
     // One round trip first, so the connect handshake is behind us.
     client.write_all(&pattern(0, 64)).await.unwrap();
@@ -170,16 +175,8 @@ async fn a_stream_dropped_mid_write_delivers_everything() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_task_echoes_small_messages() {
     let config = config();
-    let (mut client, mut server) = pair(&config).await;
-    let echo = tokio::spawn(async move {
-        let mut buf = [0u8; 4096];
-        loop {
-            match server.read(&mut buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => server.write_all(&buf[..n]).await.unwrap(),
-            }
-        }
-    });
+    let (mut client, server) = pair(&config).await;
+    let echo = spawn_echo(server);
     let mut back = [0u8; 64];
     for i in 0..2000usize {
         let msg = pattern(i * 64, 64);
