@@ -136,7 +136,7 @@ const FULL_QUEUE_MIN_MS: u16 = 5;
 /// Consecutive arrivals that must all have waited near the full queue's
 /// delay: a drop-tail queue at its limit holds its delay from shard to
 /// shard, a path's jitter does not (0-10 ms of it put a third of the
-/// shards near a 10 ms "queue" one by one, 1 in 30 three in a row).
+/// shards near a 10 ms "queue" one by one, 1 in 20 three in a row).
 const FULL_QUEUE_RUN: usize = 3;
 const SHORT_QUEUE_MS: u16 = 15;
 /// The full queue's delay is the most any shard waited, or the
@@ -1605,8 +1605,8 @@ impl DgramFec {
         true
     }
 
-    /// A shard that waited `q` ms in the path's queue waited at a full
-    /// one.
+    /// Shards that waited at least `q` ms in the path's queue (the least
+    /// of a run of arrivals, [`FULL_QUEUE_RUN`]) waited at a full one.
     fn at_full_queue(&self, q: u16) -> bool {
         if q < FULL_QUEUE_MIN_MS {
             return false;
