@@ -133,6 +133,11 @@ const DATA_FILLS: f64 = 0.9;
 /// drops: [`QUEUE_HIGH_MS`] marks it; and there the delay's spread is
 /// jitter or a busy receiver's as much as the queue's.)
 const FULL_QUEUE_MIN_MS: u16 = 5;
+/// Consecutive arrivals that must all have waited near the full queue's
+/// delay: a drop-tail queue at its limit holds its delay from shard to
+/// shard, a path's jitter does not (0-10 ms of it put a third of the
+/// shards near a 10 ms "queue" one by one, 1 in 20 three in a row).
+const FULL_QUEUE_RUN: usize = 3;
 const SHORT_QUEUE_MS: u16 = 15;
 /// The full queue's delay is the most any shard waited, or the
 /// [`FULL_QUEUE_PCT`] percentile of the shards' queueing delays if less
@@ -430,8 +435,9 @@ pub(crate) struct DgramFec {
     /// The most a shard waited in the path's queue (ms) over the current
     /// window and the last (the histogram's windows).
     queue_max: WindowedMax<u16>,
-    /// How long the newest shard waited in the path's queue (ms).
-    newest_queue: Option<u16>,
+    /// How long the last [`FULL_QUEUE_RUN`] shards to arrive waited in
+    /// the path's queue (ms), newest first; 0 before they came.
+    recent_queue: [u16; FULL_QUEUE_RUN],
     accounted: u32,
     last_lost: bool,
     loss_runs: u32,
@@ -547,7 +553,7 @@ impl DgramFec {
             queue_counted: (0, 0),
             queue_level: 0,
             queue_max: WindowedMax::default(),
-            newest_queue: None,
+            recent_queue: [0; FULL_QUEUE_RUN],
             accounted: 0,
             last_lost: false,
             loss_runs: 0,
@@ -1552,13 +1558,27 @@ impl DgramFec {
         if let Some(stamp) = read_u16(body, 0) {
             let owd = ms16(sink.arrived).wrapping_sub(stamp);
             let queued = self.sample_owd(sink.arrived, owd, seq);
+            // This shard and the ones it skipped are judged alike: by the
+            // least delay of a run of arrivals, the run ending at this
+            // shard for it, the run before it for the skipped ones.
+            // Judged each by one delay (a received shard by its own, a
+            // lost one by the newest before it, the one jitter did not
+            // let be overtaken: biased low), a third of the received
+            // shards on a jittery path read as at a full queue against an
+            // eighth of the lost ones, and the estimate read 1.36x the
+            // wire loss.
+            let skipped_full = self.at_full_queue(self.queue_run_least());
+            let full = queued.is_some_and(|q| {
+                self.push_queue_run(q);
+                self.at_full_queue(self.queue_run_least())
+            });
             // The shards this one skipped were lost (or come late) after
-            // the last one before them waited in the queue: at a full one
-            // (a drop-tail queue drops the tail of a burst; the next shard
+            // the run before them waited in the queue: at a full one (a
+            // drop-tail queue drops the tail of a burst; the next shard
             // may come after it drained), the bottleneck's.
-            if let (Some(h), Some(q)) = (before, self.newest_queue)
+            if let Some(h) = before
                 && seq_diff(seq, h) > 1
-                && self.at_full_queue(q)
+                && skipped_full
             {
                 // The bitmap holds one window: a longer gap (a jump the
                 // window restarted on) marks each bit once, not per shard.
@@ -1572,10 +1592,7 @@ impl DgramFec {
                     s = s.wrapping_add(1);
                 }
             }
-            if before.is_none_or(|h| seq_diff(seq, h) > 0) {
-                self.newest_queue = queued;
-            }
-            if queued.is_some_and(|q| self.at_full_queue(q)) {
+            if full {
                 self.seen_full = self.seen_full.wrapping_add(1);
             }
         }
@@ -1588,8 +1605,8 @@ impl DgramFec {
         true
     }
 
-    /// A shard that waited `q` ms in the path's queue waited at a full
-    /// one.
+    /// Shards that waited at least `q` ms in the path's queue (the least
+    /// of a run of arrivals, [`FULL_QUEUE_RUN`]) waited at a full one.
     fn at_full_queue(&self, q: u16) -> bool {
         if q < FULL_QUEUE_MIN_MS {
             return false;
@@ -1597,6 +1614,17 @@ impl DgramFec {
         let most = self.queue_max.get();
         let full = most.min(self.queue_level);
         most <= SHORT_QUEUE_MS && u32::from(q) * 4 >= u32::from(full) * 3
+    }
+
+    /// Takes the queueing delay `q` (ms) of the shard that just arrived.
+    fn push_queue_run(&mut self, q: u16) {
+        self.recent_queue.rotate_right(1);
+        self.recent_queue[0] = q;
+    }
+
+    /// The least of the last [`FULL_QUEUE_RUN`] arrivals' queueing delays.
+    fn queue_run_least(&self) -> u16 {
+        self.recent_queue.iter().copied().min().unwrap_or(0)
     }
 
     /// Takes a one-way delay sample; returns how long this shard waited in
