@@ -448,6 +448,40 @@ fn a_burst_after_the_queue_drained_is_sent_not_dropped() {
 }
 
 #[test]
+#[ignore = "open target: fails on this code (95 and 109 lost, seeds 22-23)"]
+fn a_window_released_into_a_drained_queue_does_not_overflow_the_bottleneck() {
+    // As above, but the window released after the pause is larger than
+    // the bottleneck takes: 3,000 datagrams in 150 ms (a TCP inside whose
+    // recovery ended with one ACK for a whole window), over 4 MB on the
+    // wire with parity against a 2.5 MB buffer draining 1.9 MB meanwhile.
+    // Open pacing (1.6x a budget of 1.25x the delivered rate) and the
+    // half-deadline send let it overflow the drop-tail, which takes data
+    // and parity alike and fails whole groups: seeds 22-23 lose 95 and
+    // 109 of the window, 73 dropped at the bottleneck each. Paced at the
+    // bottleneck's echo-measured rate with a bucket of its buffer's true
+    // depth (190 ms, given by hand: an experiment, not committed), 0
+    // dropped anywhere, 32 and 51 lost. With the depth the reports showed
+    // instead (121 ms: the congested hold before held the queue there)
+    // the bucket sheds 556 of the window at the sender, 0.75 of it 806:
+    // the depth must come from an overflow, not from the most queue seen.
+    const OVER: u64 = 11_000;
+    const WINDOW: u64 = 3_000;
+    let due = |i: u64| {
+        if i < OVER {
+            i * 1_000_000 / OVER
+        } else {
+            1_400_000 + (i - OVER) / 20 * 1000
+        }
+    };
+    for seed in 22..=23 {
+        let p = probe_schedule(seed, &lossy9(), OVER + WINDOW, 1200, due, OVER);
+        eprintln!("window after drain {seed} {p:?}");
+        // What is lost is FEC's residual: a failed group or two.
+        assert!(p.lost_from_mark <= WINDOW / 50, "{p:?}");
+    }
+}
+
+#[test]
 fn overflowing_a_short_queue_is_not_read_as_channel_loss() {
     // The field test's clean path (50 Mbit/s, 1 ms, a 48 kB queue, no
     // loss) and a sender whose bursts (40 datagrams at once, 0.9x the
