@@ -417,6 +417,20 @@ fn lossy9() -> Path {
     }
 }
 
+/// Datagrams of an overshoot: [`OVER`] in 1 s on [`lossy9`], more than
+/// it carries.
+const OVER: u64 = 11_000;
+
+/// The overshoot's schedule (µs), then a pause while its queue drains,
+/// then the datagrams from [`OVER`] on handed over 20 per ms from 1.4 s.
+fn after_overshoot(i: u64) -> u64 {
+    if i < OVER {
+        i * 1_000_000 / OVER
+    } else {
+        1_400_000 + (i - OVER) / 20 * 1000
+    }
+}
+
 #[test]
 fn a_burst_after_the_queue_drained_is_sent_not_dropped() {
     // A TCP inside the tunnel overshoots (its start-up: more data than
@@ -427,17 +441,9 @@ fn a_burst_after_the_queue_drained_is_sent_not_dropped() {
     // The burst fits the path's buffer; dropping it at the sender is a
     // loss the path never caused. (Field, before: 700-1,300 of a
     // WireGuard download's datagrams per run dropped as queue-full so.)
-    const OVER: u64 = 11_000;
     const BURST: u64 = 1_000;
-    let due = |i: u64| {
-        if i < OVER {
-            i * 1_000_000 / OVER
-        } else {
-            1_400_000 + (i - OVER) / 20 * 1000
-        }
-    };
     for seed in 22..=23 {
-        let p = probe_schedule(seed, &lossy9(), OVER + BURST, 1200, due, OVER);
+        let p = probe_schedule(seed, &lossy9(), OVER + BURST, 1200, after_overshoot, OVER);
         eprintln!("burst after drain {seed} {p:?}");
         assert!(p.dropped > 0, "the overshoot itself is shed: {p:?}");
         // (Before: 286 of the burst dropped and 307 lost, seed 22.) What
@@ -464,17 +470,9 @@ fn a_window_released_into_a_drained_queue_does_not_overflow_the_bottleneck() {
     // instead (121 ms: the congested hold before held the queue there)
     // the bucket sheds 556 of the window at the sender, 0.75 of it 806:
     // the depth must come from an overflow, not from the most queue seen.
-    const OVER: u64 = 11_000;
     const WINDOW: u64 = 3_000;
-    let due = |i: u64| {
-        if i < OVER {
-            i * 1_000_000 / OVER
-        } else {
-            1_400_000 + (i - OVER) / 20 * 1000
-        }
-    };
     for seed in 22..=23 {
-        let p = probe_schedule(seed, &lossy9(), OVER + WINDOW, 1200, due, OVER);
+        let p = probe_schedule(seed, &lossy9(), OVER + WINDOW, 1200, after_overshoot, OVER);
         eprintln!("window after drain {seed} {p:?}");
         // What is lost is FEC's residual: a failed group or two.
         assert!(p.lost_from_mark <= WINDOW / 50, "{p:?}");
