@@ -357,6 +357,22 @@ fn the_field_s_overload_row_keeps_the_added_delay_short() {
         assert!(p.lost * 1000 <= p.sent * 5, "delivered loss {p:?}");
         assert!(p.p99 <= 50_000, "{p:?}");
     }
+    // With margin over the seeds: the budget held at the bottleneck's
+    // measured rate, not over it, leaves the drain less to undo. (Held
+    // at the most delivered over 8 reports, 2-4% over the path: p99
+    // median 41.9 ms, 609 of 160,000 lost; at the measure, 33.5 ms and
+    // 494.)
+    let mut p99: Vec<u64> = runs.iter().map(|p| p.p99).collect();
+    p99.sort_unstable();
+    let median = (p99[4] + p99[5]) / 2;
+    assert!(median <= 38_000, "p99 median {median} µs: {p99:?}");
+    let (lost, sent) = runs
+        .iter()
+        .fold((0, 0), |(l, s), p| (l + p.lost, s + p.sent));
+    assert!(
+        lost * 10_000 <= sent * 35,
+        "{lost} of {sent} lost over the seeds"
+    );
 }
 
 #[test]
