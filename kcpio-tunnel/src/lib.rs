@@ -271,7 +271,11 @@ impl Bound {
             Self::UdpClient(sock, settings, _) => {
                 report(&stats);
                 let own = udp::client::Sessions::Own;
-                udp::client::run_udp_client(sock, own, settings, stats, log).await
+                // A task of its own: a datagram's wake-up polls the flow
+                // loop alone, not `main`'s select and its signal futures.
+                tokio::spawn(udp::client::run_udp_client(sock, own, settings, stats, log))
+                    .await
+                    .map_err(io::Error::other)?
             }
             Self::Server(listeners, s)
             | Self::UdpServer(listeners, s, _)

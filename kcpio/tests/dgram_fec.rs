@@ -46,6 +46,8 @@ struct Probe {
     lost_from_mark: u64,
     /// The sender's loss estimate at the end.
     loss_estimate: f64,
+    /// The receiver's own count of data shards lost on the wire.
+    lost_on_wire: u64,
     /// The client→server bottleneck's drops, and the 99th percentile of
     /// its queueing delay (µs), both from the schedule's mark on.
     queue_drops_from_mark: u64,
@@ -126,12 +128,12 @@ fn probe_schedule(
     sim.conn(s).answer_datagram_fec_only();
     sim.conn(c).connect(now);
     // Negotiation rides on the connect probe (and its resends: a lossy
-    // path may drop the first).
+    // path may drop the first; a bursty one took over 2 s at seed 23).
     let negotiated = |sim: &Sim| {
         sim.nodes[c].conn.datagram_fec_negotiated() && sim.nodes[s].conn.datagram_fec_negotiated()
     };
     sim.run_until(2 * link.delay + 50, 100_000);
-    for _ in 0..20 {
+    for _ in 0..60 {
         if negotiated(&sim) {
             break;
         }
@@ -217,6 +219,7 @@ fn probe_schedule(
         dropped_from_mark: ct.dropped_overload - dropped_at_mark.unwrap_or(ct.dropped_overload),
         lost_from_mark: lost.iter().filter(|&&i| i as u64 >= mark).count() as u64,
         loss_estimate: ct.loss_estimate,
+        lost_on_wire: st.lost_on_wire,
         p50: pct(50),
         p99: pct(99),
         max: delays.last().copied().unwrap_or(0),
@@ -278,50 +281,132 @@ fn bulk_at_nine_percent_stays_within_its_overhead_bound() {
 
 #[test]
 fn game_stream_keeps_two_copies_with_little_delay() {
-    // 100 datagrams/s × 200 B, 2,000 of them: every group holds one
-    // datagram, so its parity are copies. At 4.6% two copies leave
-    // 0.046^3 = 9.7e-5 (5.8 expected of 60,000), one copy 2.1e-3 (127),
-    // three cost 4.3x the bytes. A run must neither settle at one copy (a
-    // budget that lags what it allows, an early estimate with no loss run
-    // yet) nor climb to three on the estimate's noise. Judged over seeds:
-    // seed 2 alone passed with one copy in the others (25 of 30 lost 1-9).
-    // Two copies cost 3 x (217 + 28 AEAD + 28 IP/UDP) / 228 = 3.59x the
-    // direct bytes under aes-128-gcm: a copy is as long as the data shard
-    // (sent as parity rows of a (1, 2) group, 3.61x, until the receiver's
-    // first report says it takes copies).
+    // 100 datagrams/s x 200 B, 2,000 of them, 4.6% each way: one datagram
+    // expected within the 15 ms deadline, so each alone would get copies:
+    // two leave 0.046^3 = 9.7e-5 (11 of these 60,000 lost), one 2.1e-3,
+    // three cost 4.3x the bytes. Two datagrams are sent within the
+    // deadline, though: the same three packets a datagram, spent as one
+    // copy at once and, over the pair, two parity rows at its close, lose
+    // a datagram only with its copy and two of the pair's other three
+    // packets (4.9e-6, 0.3 of 60,000). The copy keeps the added delay: a
+    // datagram waits for its pair's parity only when it lost its copy
+    // too (0.2%), and then no longer than the deadline. A run must
+    // neither settle at fewer packets (a budget that lags what it allows,
+    // an early estimate with no loss run yet) nor climb on the estimate's
+    // noise. Three packets cost 3 x (217 + 28 AEAD + 28 IP/UDP) / 228 =
+    // 3.59x the direct bytes under aes-128-gcm (a parity row is 2 bytes
+    // longer than a copy: the rows are counted in copies' bytes).
     let (mut lost, mut sent) = (0, 0);
     for seed in 1..=30 {
         let p = probe(seed, field_link(0.046), RATE, 2_000, 10_000, 200);
         eprintln!("game {seed} {p:?}");
         assert!(
             p.packets_x <= 3.0,
-            "seed {seed}: more than two copies {p:?}"
+            "seed {seed}: more than two copies' worth {p:?}"
         );
         assert!(p.bytes_x <= 3.6, "seed {seed}: {p:?}");
         assert!(p.p99 <= 5_000, "seed {seed}: {p:?}");
+        assert!(p.max <= 16_000, "seed {seed}: {p:?}");
         lost += p.lost;
         sent += p.sent;
     }
     eprintln!("game residual {lost} of {sent}");
-    assert!(lost * 5_000 <= sent, "residual loss {lost} of {sent}");
+    assert!(lost * 30_000 <= sent, "residual loss {lost} of {sent}");
+}
+
+/// Mean bursts of 3 at 5% loss, 1% duplicates, 2% reordered by 30 ms,
+/// 0-10 ms jitter, 50 ms each way, no rate limit.
+fn bursty() -> Path {
+    Path {
+        link: Link {
+            loss: 0.05,
+            burst: 3.0,
+            dup: 0.01,
+            reorder: 0.02,
+            jitter: 10,
+            ..Link::clean(50)
+        },
+        rate: 0,
+        queue: 600_000,
+        late: None,
+    }
 }
 
 #[test]
 fn bursts_reordering_and_duplicates_are_survived() {
-    // Mean bursts of 3, 1% duplicates, 2% reordered by 30 ms, jitter.
-    let link = Link {
-        loss: 0.05,
-        burst: 3.0,
-        dup: 0.01,
-        reorder: 0.02,
-        jitter: 10,
-        ..Link::clean(50)
-    };
-    let p = probe(3, link, 0, 8_000, 1250, 1000);
-    eprintln!("bursty {p:?}");
-    assert!(p.lost * 1000 <= p.sent, "residual loss {p:?}");
-    // Bursts of 3 at 5% need more parity than independent losses.
-    assert!(p.bytes_x <= 2.5, "{p:?}");
+    // Mean bursts of 3, 1% duplicates, 2% reordered by 30 ms, jitter;
+    // 1000 datagrams/s x 1000 B for 8 s, seeds 1-30. A failed group loses
+    // a run of 4-11 datagrams at once, so one seed's count is 0-3 such
+    // events: at 1e-3 per run (7 of 7,000) a third of the seeds fail on
+    // one event and seed 3 alone passed by luck. The aggregate over 30
+    // seeds (about 25 events) is the figure: from the first second on,
+    // 108 of 210,000 = 5.1e-4 (sd about a fifth of it), under 1e-3.
+    // The first second is judged apart: there the loss estimate rests on
+    // a handful of bursts (it read 0.5-10% against 5%, and no loss run
+    // until one broke a group), and the budget lets parity grow by a
+    // quarter a report once the bursts show: 323 of 30,000 = 1.08%
+    // lost, bounded at 1.5% so it cannot grow unseen (the known gap).
+    // Bytes: 2.28-2.41x the direct bytes (the sender's estimate of the
+    // rate and the burst: the test below).
+    const START: u64 = 1_000;
+    const COUNT: u64 = 8_000;
+    const SEEDS: u64 = 30;
+    let path = bursty();
+    let (mut lost, mut lost_start) = (0, 0);
+    for seed in 1..=SEEDS {
+        let p = probe_schedule(seed, &path, COUNT, 1000, |i| i * 1250, START);
+        eprintln!("bursty {seed} {p:?}");
+        assert!(p.bytes_x <= 2.5, "seed {seed}: {p:?}");
+        lost += p.lost_from_mark;
+        lost_start += p.lost - p.lost_from_mark;
+    }
+    eprintln!(
+        "bursty residual {lost} of {}, first second {lost_start} of {}",
+        SEEDS * (COUNT - START),
+        SEEDS * START
+    );
+    assert!(
+        lost * 1000 <= SEEDS * (COUNT - START),
+        "residual loss {lost} of {}",
+        SEEDS * (COUNT - START)
+    );
+    assert!(
+        lost_start * 1000 <= SEEDS * START * 15,
+        "first second {lost_start} of {}",
+        SEEDS * START
+    );
+}
+
+#[test]
+fn the_sender_s_loss_estimate_is_the_wire_loss_under_jitter_and_bursts() {
+    // The bursty link of the test above: jitter and reordering bring a
+    // group's parity before its last data shards, which are then rebuilt
+    // before they come. Their arrival is still an arrival on the wire:
+    // counted as replays instead, the reports left out a quarter of the
+    // shards received and the sender's estimate read 1.56x the wire loss
+    // (seeds 1-10: 0.0763 against 0.0490 of the shards sent). (Nor was
+    // their delay sampled: the path's jitter alone then read as a short
+    // full queue, whose shards the model leaves out, and the burst
+    // estimate read 2.45 for 2.69; parity and bytes came out about the
+    // same, 2.35x against 2.37x.) The estimate weighs recent shards more,
+    // so it is judged over seeds against the receiver's own count.
+    let path = bursty();
+    let (mut estimate, mut wire) = (0.0, 0.0);
+    for seed in 1..=10 {
+        let p = probe_schedule(seed, &path, 8_000, 1000, |i| i * 1250, 8_000);
+        eprintln!("estimate {seed} {p:?}");
+        estimate += p.loss_estimate;
+        wire += p.lost_on_wire as f64 / p.sent as f64;
+    }
+    eprintln!(
+        "estimate {:.4} against wire loss {:.4}",
+        estimate / 10.0,
+        wire / 10.0
+    );
+    assert!(
+        (estimate / wire - 1.0).abs() <= 0.15,
+        "estimate {estimate:.4} against wire loss {wire:.4} (sums over 10 seeds)"
+    );
 }
 
 #[test]

@@ -123,6 +123,10 @@ pub(crate) struct Driver {
     /// after the driver yielded once, so a reply the application writes
     /// meanwhile leaves in the same datagram as the ACKs.
     deferred: Vec<SessionId>,
+    /// A listener left `deferred` for its readers without yielding: it is
+    /// polled again by the last of them to call, by its socket or its
+    /// timers, and at the latest at this time (one flush interval after).
+    deferred_until: Option<Duration>,
     inbox_scratch: Vec<SessionId>,
     /// Packets of the current receive batch, by session (reused).
     routed: Vec<Routed>,
@@ -183,6 +187,7 @@ impl Driver {
             counters: stats::Counters::default(),
             accept,
             epoch: now,
+            deferred_readers: std::sync::atomic::AtomicUsize::new(0),
         });
         Ok(Self {
             shared,
@@ -194,6 +199,7 @@ impl Driver {
             sleep_at: None,
             ready: VecDeque::new(),
             deferred: Vec::new(),
+            deferred_until: None,
             inbox_scratch: Vec::new(),
             routed: Vec::with_capacity(crate::sys::BATCH_SIZE * 4),
             slots_needed,
@@ -266,6 +272,7 @@ impl Driver {
             let mut st = lock(&session.state);
             st.removed = true;
             st.armed = None;
+            st.clear_deferred();
             st.conn.abort(reason);
             st.wake_all();
         }
@@ -420,6 +427,8 @@ impl Driver {
         let mut st = lock(&a.session.state);
         match self.table.adopt(a.peer, conv, a.session.clone()) {
             Some(id) => {
+                // Counted out of the giving driver's deferred readers.
+                st.clear_deferred();
                 st.id = id;
                 st.driver = self.shared.clone();
                 st.armed = None;
@@ -665,6 +674,11 @@ impl Driver {
                 st.queued = true;
                 if read_waker.is_some() {
                     self.deferred.push(id);
+                    if self.role == Role::Listener {
+                        st.deferred = true;
+                        let readers = &self.shared.deferred_readers;
+                        readers.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+                    }
                 } else {
                     self.ready.push_back(id);
                 }
@@ -807,6 +821,7 @@ impl Driver {
         {
             let mut guard = lock(&session.state);
             let st = &mut *guard;
+            st.clear_deferred();
             st.conn.handle_timeout(now);
             loop {
                 if self.io.free_slots() < self.slots_needed {
@@ -849,7 +864,8 @@ impl Driver {
     /// that deadline has already passed (the caller runs another round).
     fn poll_timer(&mut self, cx: &mut Context<'_>) -> bool {
         let mut next = self.table.next_deadline();
-        if let Some(w) = self.io.rate_wait {
+        let also = [self.io.rate_wait, self.deferred_until];
+        for w in also.into_iter().flatten() {
             next = Some(next.map_or(w, |n| n.min(w)));
         }
         let Some(at) = next else {
@@ -882,12 +898,15 @@ impl Future for Driver {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = self.get_mut();
         let mut rounds = 0;
-        // Deferred by the last poll's input: their readers have run since.
+        // Deferred by the last poll's input: their readers have run since
+        // (or did not call in time).
         this.ready.extend(this.deferred.drain(..));
+        this.deferred_until = None;
         loop {
             let now = this.now();
             this.drain_inbox(cx, now);
             let mut more = false;
+            let mut drained = false;
             let batches = match this.role {
                 Role::Client => 1,
                 Role::Listener => 2,
@@ -895,7 +914,10 @@ impl Future for Driver {
             for _ in 0..batches {
                 match this.poll_recv_batch(cx, now) {
                     Poll::Ready(()) => more = true,
-                    Poll::Pending => break,
+                    Poll::Pending => {
+                        drained = true;
+                        break;
+                    }
                 }
             }
             this.take_refusal(now);
@@ -912,6 +934,23 @@ impl Future for Driver {
                 return Poll::Ready(());
             }
             if !this.deferred.is_empty() {
+                // A listener whose socket is drained (its readiness waker
+                // registered) and whose ready sessions are all serviced
+                // waits for the readers it woke: the last one to call wakes
+                // it from its own task, so tokio polls the driver next on
+                // that worker. A yield is woken from tokio's deferred list
+                // only after the worker searched for work, and a searching
+                // worker that finds work wakes the idle one, for nothing,
+                // once per receive batch. A reader that does not call leaves
+                // the ACKs for the next datagram, handle call or timer, at
+                // the latest one flush interval on.
+                if this.role == Role::Listener && drained && this.ready.is_empty() {
+                    let interval = u64::from(this.shared.config.arq.interval);
+                    this.deferred_until = Some(now + Duration::from_millis(interval));
+                    if !this.poll_timer(cx) {
+                        return Poll::Pending;
+                    }
+                }
                 // Yield once so the woken readers run (and perhaps reply)
                 // before these sessions flush.
                 yield_after_woken(cx);

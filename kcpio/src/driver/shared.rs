@@ -10,6 +10,10 @@
 //!   other driver state to decide. The request pushes the session's id into
 //!   the driver's inbox once (`queued` deduplicates, so the inbox is bounded
 //!   by the number of sessions) and wakes the driver task.
+//! - A listener's driver that woke a session's reader may leave the session
+//!   `deferred` for that reader ([`SessionState::deferred`]): the reader's
+//!   next call clears it, and the last such call wakes the driver, from the
+//!   reader's task.
 //! - The accept backlog ([`Accept`]) is the one queue between the drivers of
 //!   a listener and its `accept` calls; only its methods touch it.
 
@@ -17,6 +21,7 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::io;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
@@ -73,6 +78,11 @@ pub(crate) struct SessionState {
     pub(crate) dgram_write_waker: Option<Waker>,
     /// In the driver's inbox or ready queue.
     pub(crate) queued: bool,
+    /// A listener's session fed input that woke its reader, waiting in the
+    /// driver's deferred list for the reader's next call
+    /// ([`DriverShared::deferred_readers`]); cleared by that call or when
+    /// the driver services the session.
+    pub(crate) deferred: bool,
     /// The deadline the driver armed for this session (time since the
     /// driver's epoch); `None` when none is armed or it fired.
     pub(crate) armed: Option<Duration>,
@@ -101,6 +111,7 @@ impl SessionState {
             dgram_read_waker: None,
             dgram_write_waker: None,
             queued: false,
+            deferred: false,
             armed: None,
             removed: false,
             moved_to: None,
@@ -117,6 +128,13 @@ impl SessionState {
         self.conn
             .poll_timeout()
             .is_some_and(|t| self.armed.is_none_or(|a| t < a))
+    }
+
+    /// Clears [`deferred`](Self::deferred), counting it out of its driver's
+    /// [`DriverShared::deferred_readers`]. True when it was the last one.
+    pub(crate) fn clear_deferred(&mut self) -> bool {
+        std::mem::take(&mut self.deferred)
+            && self.driver.deferred_readers.fetch_sub(1, Ordering::AcqRel) == 1
     }
 
     /// Wakes the handles after the session failed or was removed.
@@ -160,6 +178,12 @@ impl SessionShared {
     ) -> Poll<io::Result<T>> {
         let mut st = lock(&self.state);
         let verdict = call(&mut st.conn);
+        // The last deferred reader to run wakes the listener's driver, which
+        // then flushes the ACKs with whatever the readers wrote: from this
+        // task, so tokio runs the driver next on this worker.
+        if side == Side::Read && st.clear_deferred() {
+            st.driver.wake_with(|_| {});
+        }
         if st.needs_driver() {
             self.notify_driver(&mut st);
         }
@@ -280,6 +304,10 @@ pub(crate) struct DriverShared {
     pub(crate) accept: Arc<Accept>,
     /// The driver's clock's epoch, for handles that stamp what they queue.
     pub(crate) epoch: tokio::time::Instant,
+    /// A listener's sessions with [`SessionState::deferred`] set: the
+    /// driver left them for their readers without yielding, and the reader
+    /// that brings this to zero wakes it.
+    pub(crate) deferred_readers: AtomicUsize,
 }
 
 impl DriverShared {
@@ -298,7 +326,7 @@ impl fmt::Debug for DriverShared {
 }
 
 impl DriverShared {
-    fn wake_with(&self, change: impl FnOnce(&mut Inbox)) {
+    pub(crate) fn wake_with(&self, change: impl FnOnce(&mut Inbox)) {
         let waker = {
             let mut inbox = lock(&self.inbox);
             change(&mut inbox);

@@ -204,6 +204,9 @@ pub(crate) struct Node {
     nonces: ChaCha8Rng,
     /// Datagrams sealed and sent (parity included), lost or not.
     pub(crate) sent: u64,
+    /// Services (driver wake-ups) that sent at least one datagram: each is
+    /// one batch handed to the socket, a `sendmmsg` in the driver.
+    pub(crate) batches: u64,
     /// Bytes of those on the wire, plus [`IP_UDP`] each.
     pub(crate) wire_bytes: u64,
     /// Datagrams that failed to open.
@@ -415,6 +418,7 @@ impl Sim {
             config: config.clone(),
             nonces: ChaCha8Rng::seed_from_u64(self.rng.next_u64()),
             sent: 0,
+            batches: 0,
             wire_bytes: 0,
             bad_open: 0,
             lost_last: false,
@@ -542,12 +546,16 @@ impl Sim {
         let now = self.now;
         self.nodes[i].conn.handle_timeout(now);
         let (from, to) = self.target(i);
+        let sent = self.nodes[i].sent;
         loop {
             let node = &mut self.nodes[i];
             let Some(t) = node.conn.poll_transmit(now, &mut self.slot) else {
                 break;
             };
             self.emit(i, t.len, from, to);
+        }
+        if self.nodes[i].sent != sent {
+            self.nodes[i].batches += 1;
         }
         let node = &mut self.nodes[i];
         let state = (node.conn.error(), node.conn.is_finished());

@@ -12,14 +12,25 @@
 //! no batching: one sleep, one wake, one receive and one send per datagram,
 //! the least any relay that does not hold datagrams back pays. Two in a row
 //! stand where a carrier's client and server ends stand.
+//!
+//! `--tokio`: the same forwarder as one task on a current-thread tokio
+//! runtime (what `kcpio-tunnel --udp` runs on), reading with
+//! [`RelaySocket`] (the tunnel's local sockets: a short `recvmmsg` batch
+//! ends the readiness, so no read is spent on `EAGAIN`): it sleeps in
+//! `epoll_wait`, and each datagram costs the runtime's wake-up, one receive
+//! and one send. The floor of a relay built the way kcpio-tunnel's UDP mode
+//! is, with no session between its sockets: the gap between the two floors
+//! is the event loop's, and what kcpio-tunnel pays above `--tokio` is its
+//! session's (ARQ, FEC, cipher, driver).
 
-use std::io;
+use std::io::{self, IoSliceMut};
 use std::net::{SocketAddr, UdpSocket};
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+use kcpio::RelaySocket;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -36,6 +47,10 @@ struct Cli {
     /// exit after this many seconds
     #[arg(long, default_value_t = 120.0)]
     secs: f64,
+    /// forward on a current-thread tokio runtime (one task, epoll) instead
+    /// of two blocking threads
+    #[arg(long)]
+    tokio: bool,
 }
 
 /// Moves datagrams from `from` to wherever `dest` says, until `end`.
@@ -75,14 +90,8 @@ fn pump(
     Ok(())
 }
 
-fn run(cli: &Cli) -> io::Result<()> {
-    if !(cli.secs.is_finite() && cli.secs > 0.0) {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "--secs takes a positive number",
-        ));
-    }
-    let end = Instant::now() + Duration::from_secs_f64(cli.secs);
+/// Binds the local socket and the one toward `--to` (connected).
+fn bind(cli: &Cli) -> io::Result<(UdpSocket, UdpSocket)> {
     let local = UdpSocket::bind(cli.listen)?;
     let any: SocketAddr = if cli.to.is_ipv4() {
         ([0, 0, 0, 0], 0).into()
@@ -91,6 +100,97 @@ fn run(cli: &Cli) -> io::Result<()> {
     };
     let up = UdpSocket::bind(any)?;
     up.connect(cli.to)?;
+    Ok((local, up))
+}
+
+/// Datagrams `--tokio` reads per call and direction.
+const BATCH: usize = 8;
+
+/// `--tokio`'s buffers for one direction: `BATCH` datagrams of up to 64 KiB.
+struct Batch {
+    bufs: Vec<u8>,
+    from: [(usize, SocketAddr); BATCH],
+}
+
+impl Batch {
+    const STRIDE: usize = 65_536;
+
+    fn new() -> Self {
+        Self {
+            bufs: vec![0; BATCH * Self::STRIDE],
+            from: [(0, SocketAddr::from(([0, 0, 0, 0], 0))); BATCH],
+        }
+    }
+
+    /// Waits for the next datagrams on `sock`: how many.
+    async fn recv(&mut self, sock: &RelaySocket) -> io::Result<usize> {
+        let mut chunks = self.bufs.chunks_mut(Self::STRIDE);
+        let mut slices: [IoSliceMut<'_>; BATCH] =
+            std::array::from_fn(|_| IoSliceMut::new(chunks.next().unwrap_or_default()));
+        sock.recv_from_many(&mut slices, &mut self.from).await
+    }
+
+    /// Datagram `i` (empty when it was cut short) and its source.
+    fn get(&self, i: usize) -> (&[u8], SocketAddr) {
+        let (n, from) = self.from.get(i).copied().unwrap_or(self.from[0]);
+        let d = self
+            .bufs
+            .chunks(Self::STRIDE)
+            .nth(i)
+            .and_then(|b| b.get(..n))
+            .unwrap_or_default();
+        (d, from)
+    }
+}
+
+/// `--tokio`: both directions in one task, until `end`.
+async fn run_tokio(local: UdpSocket, up: UdpSocket, end: Instant) -> io::Result<()> {
+    let local = RelaySocket::from_std(local)?;
+    let up = RelaySocket::from_std(up)?;
+    println!("listening on {}", local.local_addr()?);
+    let (mut there, mut back) = (Batch::new(), Batch::new());
+    let mut source: Option<SocketAddr> = None;
+    let deadline = tokio::time::sleep_until(end.into());
+    tokio::pin!(deadline);
+    loop {
+        // A full buffer or a refused send drops the datagram, as a network
+        // would; a receive error (an ICMP error from an earlier send) is
+        // not the end either.
+        tokio::select! {
+            () = &mut deadline => return Ok(()),
+            r = there.recv(&local) => {
+                let Ok(got) = r else { continue };
+                for i in 0..got {
+                    let (d, src) = there.get(i);
+                    source = Some(src);
+                    let _ = up.try_send(d);
+                }
+            }
+            r = back.recv(&up) => {
+                let (Ok(got), Some(src)) = (r, source) else { continue };
+                for i in 0..got {
+                    let _ = local.try_send_to(back.get(i).0, src);
+                }
+            }
+        }
+    }
+}
+
+fn run(cli: &Cli) -> io::Result<()> {
+    if !(cli.secs.is_finite() && cli.secs > 0.0) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "--secs takes a positive number",
+        ));
+    }
+    let end = Instant::now() + Duration::from_secs_f64(cli.secs);
+    let (local, up) = bind(cli)?;
+    if cli.tokio {
+        return tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+            .block_on(run_tokio(local, up, end));
+    }
     // Wake once a second to see the deadline.
     local.set_read_timeout(Some(Duration::from_secs(1)))?;
     up.set_read_timeout(Some(Duration::from_secs(1)))?;
