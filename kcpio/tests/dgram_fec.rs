@@ -484,6 +484,22 @@ fn the_field_s_overload_row_keeps_the_added_delay_short() {
         assert!(p.lost * 1000 <= p.sent * 5, "delivered loss {p:?}");
         assert!(p.p99 <= 50_000, "{p:?}");
     }
+    // With margin over the seeds: the budget held at the bottleneck's
+    // measured rate, not over it, leaves the drain less to undo. (Held
+    // at the most delivered over 8 reports, 2-4% over the path: p99
+    // median 41.9 ms, 609 of 160,000 lost; at the measure, 33.5 ms and
+    // 494.)
+    let mut p99: Vec<u64> = runs.iter().map(|p| p.p99).collect();
+    p99.sort_unstable();
+    let median = (p99[4] + p99[5]) / 2;
+    assert!(median <= 38_000, "p99 median {median} µs: {p99:?}");
+    let (lost, sent) = runs
+        .iter()
+        .fold((0, 0), |(l, s), p| (l + p.lost, s + p.sent));
+    assert!(
+        lost * 10_000 <= sent * 35,
+        "{lost} of {sent} lost over the seeds"
+    );
 }
 
 #[test]
@@ -544,6 +560,20 @@ fn lossy9() -> Path {
     }
 }
 
+/// Datagrams of an overshoot: [`OVER`] in 1 s on [`lossy9`], more than
+/// it carries.
+const OVER: u64 = 11_000;
+
+/// The overshoot's schedule (µs), then a pause while its queue drains,
+/// then the datagrams from [`OVER`] on handed over 20 per ms from 1.4 s.
+fn after_overshoot(i: u64) -> u64 {
+    if i < OVER {
+        i * 1_000_000 / OVER
+    } else {
+        1_400_000 + (i - OVER) / 20 * 1000
+    }
+}
+
 #[test]
 fn a_burst_after_the_queue_drained_is_sent_not_dropped() {
     // A TCP inside the tunnel overshoots (its start-up: more data than
@@ -554,23 +584,41 @@ fn a_burst_after_the_queue_drained_is_sent_not_dropped() {
     // The burst fits the path's buffer; dropping it at the sender is a
     // loss the path never caused. (Field, before: 700-1,300 of a
     // WireGuard download's datagrams per run dropped as queue-full so.)
-    const OVER: u64 = 11_000;
     const BURST: u64 = 1_000;
-    let due = |i: u64| {
-        if i < OVER {
-            i * 1_000_000 / OVER
-        } else {
-            1_400_000 + (i - OVER) / 20 * 1000
-        }
-    };
     for seed in 22..=23 {
-        let p = probe_schedule(seed, &lossy9(), OVER + BURST, 1200, due, OVER);
+        let p = probe_schedule(seed, &lossy9(), OVER + BURST, 1200, after_overshoot, OVER);
         eprintln!("burst after drain {seed} {p:?}");
         assert!(p.dropped > 0, "the overshoot itself is shed: {p:?}");
         // (Before: 286 of the burst dropped and 307 lost, seed 22.) What
         // is lost is FEC's residual: a failed group of the burst's ~30.
         assert_eq!(p.dropped_from_mark, 0, "{p:?}");
         assert!(p.lost_from_mark * 50 <= BURST, "{p:?}");
+    }
+}
+
+#[test]
+#[ignore = "open target: fails on this code (95 and 109 lost, seeds 22-23)"]
+fn a_window_released_into_a_drained_queue_does_not_overflow_the_bottleneck() {
+    // As above, but the window released after the pause is larger than
+    // the bottleneck takes: 3,000 datagrams in 150 ms (a TCP inside whose
+    // recovery ended with one ACK for a whole window), over 4 MB on the
+    // wire with parity against a 2.5 MB buffer draining 1.9 MB meanwhile.
+    // Open pacing (1.6x a budget of 1.25x the delivered rate) and the
+    // half-deadline send let it overflow the drop-tail, which takes data
+    // and parity alike and fails whole groups: seeds 22-23 lose 95 and
+    // 109 of the window, 73 dropped at the bottleneck each. Paced at the
+    // bottleneck's echo-measured rate with a bucket of its buffer's true
+    // depth (190 ms, given by hand: an experiment, not committed), 0
+    // dropped anywhere, 32 and 51 lost. With the depth the reports showed
+    // instead (121 ms: the congested hold before held the queue there)
+    // the bucket sheds 556 of the window at the sender, 0.75 of it 806:
+    // the depth must come from an overflow, not from the most queue seen.
+    const WINDOW: u64 = 3_000;
+    for seed in 22..=23 {
+        let p = probe_schedule(seed, &lossy9(), OVER + WINDOW, 1200, after_overshoot, OVER);
+        eprintln!("window after drain {seed} {p:?}");
+        // What is lost is FEC's residual: a failed group or two.
+        assert!(p.lost_from_mark <= WINDOW / 50, "{p:?}");
     }
 }
 
