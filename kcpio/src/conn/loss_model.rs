@@ -372,11 +372,13 @@ pub(crate) fn residual(k: usize, m: usize, p: f64, r: f64, q: f64) -> f64 {
 /// itself (a datagram that must not wait for its group: it is lost to
 /// the group only when all `c + 1` are), then the group's `m` parity
 /// shards. A data shard is an erasure when all its copies are lost;
-/// the group decodes when erasures plus lost parity are at most `m`.
+/// the group decodes when erasures plus lost parity are at most `m`
+/// (at most [`MAX_M`]: more is counted as `MAX_M`).
 pub(crate) fn residual_copied(k: usize, c: usize, m: usize, p: f64, r: f64, q: f64) -> f64 {
     if p <= 0.0 || k == 0 {
         return 0.0;
     }
+    let m = m.min(MAX_M);
     let cap = m + 1;
     // prob[erasures][last sent lost]; the start is the stationary state
     // of the packet before the group.
