@@ -311,6 +311,15 @@ fn put_header(buf: &mut [u8], word: u32, b6: u8, t: u8, conv: u32) {
     buf[8..12].copy_from_slice(&conv.to_le_bytes());
 }
 
+/// Writes copy `idx` of data shard `seq` (its header and `body`, the
+/// shard's own) into `buf`; its length, or `None` when `buf` is short.
+fn put_copy(buf: &mut [u8], body: &[u8], seq: u32, idx: usize, conv: u32) -> Option<usize> {
+    let out = buf.get_mut(..HDR + body.len())?;
+    put_header(out, seq, idx as u8, TYPE_COPY, conv);
+    out[HDR..].copy_from_slice(body);
+    Some(out.len())
+}
+
 fn seq_diff(a: u32, b: u32) -> i32 {
     a.wrapping_sub(b) as i32
 }
@@ -795,10 +804,7 @@ impl DgramFec {
         let row_at = if k == 1 { MAX_K } else { MAX_K + idx } * STRIDE;
         let row = self.tx_arena.get(row_at..row_at + len)?;
         let n = if k == 1 && self.peer_takes_copies {
-            let out = buf.get_mut(..HDR + len)?;
-            put_header(out, first, idx as u8, TYPE_COPY, conv);
-            out[HDR..].copy_from_slice(row);
-            HDR + len
+            put_copy(buf, row, first, idx, conv)?
         } else {
             let out = buf.get_mut(..PARITY_HDR + len)?;
             put_header(out, first, idx as u8, TYPE_PARITY, conv);
@@ -820,12 +826,10 @@ impl DgramFec {
         let (seq, slot, idx, left, len) = self.copy_due?;
         self.copy_due = (left > 1).then_some((seq, slot, idx + 1, left - 1, len));
         let row = self.tx_arena.get(slot * STRIDE..slot * STRIDE + len)?;
-        let out = buf.get_mut(..HDR + len)?;
-        put_header(out, seq, idx as u8, TYPE_COPY, conv);
-        out[HDR..].copy_from_slice(row);
+        let n = put_copy(buf, row, seq, idx, conv)?;
         self.stats.parity_out += 1;
-        self.tx_bytes += (HDR + len + self.wire_extra) as u64;
-        Some(HDR + len)
+        self.tx_bytes += (n + self.wire_extra) as u64;
+        Some(n)
     }
 
     fn poll_data(
@@ -1595,11 +1599,7 @@ impl DgramFec {
             return false;
         }
         let before = self.highest;
-        if !self.admit(seq) {
-            self.stats.replays += 1;
-            return true;
-        }
-        if self.bit(&self.on_wire, seq) {
+        if !self.admit(seq) || self.bit(&self.on_wire, seq) {
             self.stats.replays += 1;
             return true;
         }
