@@ -200,7 +200,7 @@ impl fmt::Debug for Config {
 
 impl Default for Config {
     /// The configuration of [`Config::builder`]`().build()`: every option at
-    /// its documented default (no cipher: [`Method::Null`](crate::Method::Null)).
+    /// its documented default (no cipher: [`crate::Method::Null`]).
     /// Assembled without the builder's checks, which the defaults pass
     /// (`default_is_the_builders_default`), so it cannot fail.
     fn default() -> Self {

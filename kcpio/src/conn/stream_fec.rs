@@ -6,7 +6,7 @@
 //! data shards (closed when the expected packets within the group deadline
 //! have come, or at the deadline), and each group's parity count `m` comes
 //! from the loss model shared with the datagram extension
-//! ([`LossModel`](super::loss_model::LossModel)) for a residual loss of
+//! ([`super::loss_model::LossModel`]) for a residual loss of
 //! 10^-4 (the ARQ repairs the rest), so a path that shows no loss gets no
 //! parity at all, nor does a path whose round trip is within twice the
 //! group deadline (the ARQ's own repair is as quick there).

@@ -742,7 +742,7 @@ pub(crate) fn open_listener_socket(
 
 /// With [`crate::Carrier::FakeTcp`], a listener's `shards` sockets at once
 /// (one kernel listening socket and firewall table behind them; see
-/// `sys::faketcp`); with UDP none (each is opened by [`open_socket`]).
+/// `sys::faketcp`); with UDP none (each is opened by [`open_listener_socket`]).
 pub(crate) fn open_fake_tcp_shards(
     bind: SocketAddr,
     config: &ConfigInner,

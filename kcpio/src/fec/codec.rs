@@ -86,7 +86,7 @@ fn count_work(_n: usize) {
     MATRIX_WORK.with(|w| w.set(w.get() + _n as u64));
 }
 
-/// [`invert`] into caller-owned buffers (`work` is scratch); `false` if `m`
+/// Gauss-Jordan inversion (the tests' `invert`) into caller-owned buffers (`work` is scratch); `false` if `m`
 /// is not `n x n` or is singular.
 fn invert_into(m: &[u8], n: usize, work: &mut Vec<u8>, inv: &mut Vec<u8>) -> bool {
     if m.len() != n * n {
