@@ -55,6 +55,15 @@ pub(crate) fn register(slot: &mut Option<Waker>, cx: &Context<'_>) {
     }
 }
 
+/// Writes at least this long copy their bytes outside the session's lock
+/// ([`SessionShared::poll_write_lent`]); shorter ones copy under it, one
+/// lock instead of two.
+pub(crate) const LENT_WRITE_MIN: usize = 8 * 1024;
+
+/// Segments one lent write takes at most (about 86 KiB at the default mtu):
+/// the buffers it holds on its stack.
+pub(crate) const LENT_WRITE_SEGMENTS: usize = 64;
+
 /// Which waker a blocked call waits on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Side {
@@ -200,6 +209,46 @@ impl SessionShared {
             }
             v => Poll::Ready(v.map_err(io::Error::from)),
         }
+    }
+
+    /// A stream write of at least [`LENT_WRITE_MIN`] bytes: as
+    /// `poll_call(Side::Write, write)`, but the bytes are copied into the
+    /// send slots' buffers with the session unlocked (taken twice, briefly:
+    /// to lend the buffers, and to queue them), so the reader's calls and
+    /// the driver do not wait on a thread for the copy. At most
+    /// [`LENT_WRITE_SEGMENTS`] segments per call.
+    pub(crate) fn poll_write_lent(&self, cx: &Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+        let mut bufs: [Vec<u8>; LENT_WRITE_SEGMENTS] = [const { Vec::new() }; LENT_WRITE_SEGMENTS];
+        let lent = {
+            let mut st = lock(&self.state);
+            let begun = st.conn.begin_lent_write(data, &mut bufs);
+            match begun {
+                Ok(lent) if lent.lent > 0 => lent,
+                Ok(lent) => {
+                    // Merged into the tail segment only: done.
+                    if st.needs_driver() {
+                        self.notify_driver(&mut st);
+                    }
+                    return Poll::Ready(Ok(lent.merged));
+                }
+                Err(ConnError::WouldBlock) => {
+                    register(&mut st.write_waker, cx);
+                    return Poll::Pending;
+                }
+                Err(e) => return Poll::Ready(Err(e.into())),
+            }
+        };
+        lent.fill(data, &mut bufs);
+        let mut st = lock(&self.state);
+        let verdict = st.conn.end_lent_write(&lent, &mut bufs);
+        if st.needs_driver() {
+            self.notify_driver(&mut st);
+        }
+        // Another writer (a shared `&KcpStream`) found the slots lent and
+        // waits: it may go on now.
+        wake(&mut st.write_waker);
+        drop(st);
+        Poll::Ready(verdict.map_err(io::Error::from))
     }
 
     /// Runs one application call that never waits (`try_*`): `WouldBlock`

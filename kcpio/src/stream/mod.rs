@@ -490,6 +490,9 @@ pub(crate) fn poll_write(
     cx: &mut Context<'_>,
     data: &[u8],
 ) -> Poll<io::Result<usize>> {
+    if data.len() >= driver::shared::LENT_WRITE_MIN {
+        return s.poll_write_lent(cx, data);
+    }
     s.poll_call(cx, Side::Write, |c| c.write(data))
 }
 
