@@ -22,7 +22,7 @@ use std::fmt;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
@@ -160,6 +160,11 @@ pub(crate) struct SessionShared {
     pub(crate) peer: SocketAddr,
     pub(crate) conv: u32,
     pub(crate) state: Mutex<SessionState>,
+    /// Handle calls waiting for [`state`](Self::state) (found it held):
+    /// the driver, writing datagrams under the lock, lets go after the
+    /// datagram it is on, so a waiter gets the lock while it still spins
+    /// rather than sleeping in the kernel until the driver is done.
+    pub(crate) waiting: AtomicUsize,
     /// The driver that made it: its local address and clock (the same for
     /// every socket of a listener); the one that runs it is
     /// [`SessionState::driver`].
@@ -185,7 +190,7 @@ impl SessionShared {
         side: Side,
         call: impl FnOnce(&mut Conn) -> Result<T, ConnError>,
     ) -> Poll<io::Result<T>> {
-        let mut st = lock(&self.state);
+        let mut st = self.lock_for_call();
         let verdict = call(&mut st.conn);
         // The last deferred reader to run wakes the listener's driver, which
         // then flushes the ACKs with whatever the readers wrote: from this
@@ -220,7 +225,7 @@ impl SessionShared {
     pub(crate) fn poll_write_lent(&self, cx: &Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
         let mut bufs: [Vec<u8>; LENT_WRITE_SEGMENTS] = [const { Vec::new() }; LENT_WRITE_SEGMENTS];
         let lent = {
-            let mut st = lock(&self.state);
+            let mut st = self.lock_for_call();
             let begun = st.conn.begin_lent_write(data, &mut bufs);
             match begun {
                 Ok(lent) if lent.lent > 0 => lent,
@@ -239,7 +244,7 @@ impl SessionShared {
             }
         };
         lent.fill(data, &mut bufs);
-        let mut st = lock(&self.state);
+        let mut st = self.lock_for_call();
         let verdict = st.conn.end_lent_write(&lent, &mut bufs);
         if st.needs_driver() {
             self.notify_driver(&mut st);
@@ -263,6 +268,26 @@ impl SessionShared {
             self.notify_driver(&mut st);
         }
         verdict.map_err(io::Error::from)
+    }
+
+    /// Locks the session for a handle's call: when the lock is held, the
+    /// call counts itself in [`waiting`](Self::waiting) while it waits.
+    fn lock_for_call(&self) -> MutexGuard<'_, SessionState> {
+        match self.state.try_lock() {
+            Ok(st) => st,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => {
+                self.waiting.fetch_add(1, Ordering::Relaxed);
+                let st = lock(&self.state);
+                self.waiting.fetch_sub(1, Ordering::Relaxed);
+                st
+            }
+        }
+    }
+
+    /// A handle call waits for the session's lock.
+    pub(crate) fn handle_waiting(&self) -> bool {
+        self.waiting.load(Ordering::Relaxed) > 0
     }
 
     /// The driver's clock now, for calls that stamp what they queue.
