@@ -143,7 +143,7 @@ fn lent_writes_grow_nothing_once_warm() {
     let (mut a, mut b) = pair(&cfg);
     let data = pattern(4 << 20, 3);
     let mut clock = 0;
-    let mut run = |a: &mut Kcp, b: &mut Kcp, clock: &mut u32| {
+    let run = |a: &mut Kcp, b: &mut Kcp, clock: &mut u32| {
         let (mut sent, mut got) = (0, 0);
         let mut pkt = [0u8; 1500];
         let mut rbuf = vec![0u8; 64 * 1024];
