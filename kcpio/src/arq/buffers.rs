@@ -64,6 +64,10 @@ pub(crate) struct SendRing {
     max_cap: usize,
     /// Most segments held at once since the last [`trim`](Self::trim).
     high: u32,
+    /// Slots past the tail whose payload buffers are lent to a writer
+    /// filling them outside the session's lock ([`lend`](Self::lend));
+    /// while any are, nothing else is queued or merged.
+    lent: u32,
 }
 
 const INITIAL_SLOTS: usize = 16;
@@ -84,6 +88,7 @@ impl SendRing {
             limit,
             max_cap,
             high: 0,
+            lent: 0,
         }
     }
 
@@ -102,7 +107,8 @@ impl SendRing {
     /// Free segment slots before `limit` is reached.
     #[inline]
     pub(crate) fn free(&self) -> u32 {
-        self.limit.saturating_sub(self.len())
+        self.limit
+            .saturating_sub(self.len().wrapping_add(self.lent))
     }
 
     #[inline]
@@ -126,10 +132,11 @@ impl SendRing {
     /// burst's memory is given back once the load falls; a load that
     /// crosses a power of two back and forth resizes at most once a call.
     pub(crate) fn trim(&mut self) {
-        let need = (self.high.max(self.len()) as usize)
+        let held = self.len().wrapping_add(self.lent);
+        let need = (self.high.max(held) as usize)
             .next_power_of_two()
             .max(INITIAL_SLOTS);
-        self.high = self.len();
+        self.high = held;
         if self.metas.len() >= 2 * need {
             self.resize(need);
         }
@@ -174,7 +181,7 @@ impl SendRing {
         mergeable: bool,
         mss: usize,
     ) -> bool {
-        if self.free() == 0 {
+        if self.free() == 0 || self.lent > 0 {
             return false;
         }
         if self.len() as usize >= self.metas.len() {
@@ -206,7 +213,7 @@ impl SendRing {
 
     /// Payload of the last queued segment if stream mode may append to it.
     pub(crate) fn mergeable_tail(&mut self) -> Option<&mut Vec<u8>> {
-        if self.queued == 0 {
+        if self.queued == 0 || self.lent > 0 {
             return None;
         }
         let pos = self.una.wrapping_add(self.len()).wrapping_sub(1);
@@ -217,9 +224,74 @@ impl SendRing {
         }
     }
 
+    /// A [`lend`](Self::lend) is out: nothing may be queued until it ends.
+    pub(crate) fn lending(&self) -> bool {
+        self.lent > 0
+    }
+
+    /// Lends the payload buffers of up to `bufs.len()` free slots past the
+    /// tail (at most [`free`](Self::free)), swapped into `bufs` in order, so
+    /// a writer can fill them without the session's lock. Returns how many;
+    /// 0 when another lend is out or nothing is free. Until
+    /// [`return_lent`](Self::return_lent) the slots count as held and
+    /// nothing is queued or merged, so the tail stays where it is.
+    pub(crate) fn lend(&mut self, bufs: &mut [Vec<u8>]) -> u32 {
+        if self.lent > 0 {
+            return 0;
+        }
+        let want = (self.free() as usize).min(bufs.len());
+        let need = self.len() as usize + want;
+        while self.metas.len() < need {
+            let before = self.metas.len();
+            self.grow();
+            if self.metas.len() == before {
+                break;
+            }
+        }
+        let k = want.min(self.metas.len().saturating_sub(self.len() as usize));
+        let tail = self.una.wrapping_add(self.len());
+        for (j, b) in bufs.iter_mut().take(k).enumerate() {
+            let i = self.idx(tail.wrapping_add(j as u32));
+            if let Some(d) = self.datas.get_mut(i) {
+                core::mem::swap(d, b);
+            }
+        }
+        self.lent = k as u32;
+        self.high = self.high.max(self.len().wrapping_add(self.lent));
+        self.lent
+    }
+
+    /// Ends a [`lend`](Self::lend): the first `queue` of `bufs` (filled)
+    /// become queued segments with `frg = 0`, the rest go back to their
+    /// slots emptied. `bufs` holds what the slots held instead (the empty
+    /// buffers the lend left there).
+    pub(crate) fn return_lent(&mut self, bufs: &mut [Vec<u8>], queue: usize, mergeable: bool) {
+        let lent = (self.lent as usize).min(bufs.len());
+        let queue = queue.min(lent);
+        let tail = self.una.wrapping_add(self.len());
+        for (j, b) in bufs.iter_mut().take(lent).enumerate() {
+            let i = self.idx(tail.wrapping_add(j as u32));
+            if j >= queue {
+                b.clear();
+            }
+            if let (Some(m), Some(d)) = (self.metas.get_mut(i), self.datas.get_mut(i)) {
+                core::mem::swap(d, b);
+                if j < queue {
+                    *m = SendMeta {
+                        mergeable,
+                        ..SendMeta::default()
+                    };
+                }
+            }
+        }
+        self.lent = 0;
+        self.queued += queue as u32;
+        self.high = self.high.max(self.len());
+    }
+
     /// Bytes stream mode could still append to the tail segment.
     pub(crate) fn tail_room(&self, mss: usize) -> usize {
-        if self.queued == 0 {
+        if self.queued == 0 || self.lent > 0 {
             return 0;
         }
         let i = self.idx(self.una.wrapping_add(self.len()).wrapping_sub(1));

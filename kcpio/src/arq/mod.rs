@@ -253,6 +253,35 @@ struct Params {
 /// flight lately, and a steady load keeps what it uses.
 const TRIM_PERIOD_MS: u32 = 1000;
 
+/// A write begun by [`Kcp::begin_lend`]: the payload buffers of `lent`
+/// free send slots are the caller's until [`Kcp::end_lend`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Lent {
+    /// Bytes already appended to the mergeable tail segment.
+    pub(crate) merged: usize,
+    /// Buffers lent.
+    pub(crate) lent: usize,
+    mss: usize,
+    mergeable: bool,
+}
+
+impl Lent {
+    /// Copies the bytes after the merged head of `data` (the slice given to
+    /// `begin_lend`) into the lent buffers, one segment's worth (`mss`)
+    /// each, as [`Kcp::send`] cuts them. The caller holds no lock.
+    pub(crate) fn fill(&self, data: &[u8], bufs: &mut [Vec<u8>]) {
+        let rest = data.get(self.merged..).unwrap_or_default();
+        for (b, piece) in bufs.iter_mut().take(self.lent).zip(rest.chunks(self.mss)) {
+            b.clear();
+            if self.mergeable && b.capacity() < self.mss {
+                // As `push_queued`: the most stream mode appends to it.
+                b.reserve_exact(self.mss);
+            }
+            b.extend_from_slice(piece);
+        }
+    }
+}
+
 /// One KCP conversation as a sans-IO state machine.
 ///
 /// # Call contract
@@ -1331,6 +1360,10 @@ impl Kcp {
     /// takes a whole write whenever fewer than `snd_wnd` segments wait; here
     /// the buffer is bounded at `2 * snd_wnd` segments instead.
     pub fn send(&mut self, data: &[u8]) -> usize {
+        if self.snd.lending() {
+            // A write being copied outside the lock keeps the tail.
+            return 0;
+        }
         let mut rest = data;
         if self.p.stream && !rest.is_empty() {
             let mss = self.mss;
@@ -1356,6 +1389,63 @@ impl Kcp {
         accepted
     }
 
+    /// The first half of a [`send`](Self::send) whose copy is made by the
+    /// caller, outside whatever lock guards this `Kcp`: in stream mode the
+    /// head of `data` is appended to the mergeable tail segment now (as
+    /// `send` does), then the payload buffers of up to `bufs.len()` free
+    /// slots are lent into `bufs`. The caller copies the rest with
+    /// [`Lent::fill`] and ends with [`end_lend`](Self::end_lend). Returns
+    /// `None` when nothing was taken (the buffer is full, or another lend
+    /// is out); a lend of no buffers has already done all the work.
+    pub(crate) fn begin_lend(&mut self, data: &[u8], bufs: &mut [Vec<u8>]) -> Option<Lent> {
+        if data.is_empty() {
+            return None;
+        }
+        let mut merged = 0;
+        if self.p.stream {
+            let mss = self.mss;
+            if let Some(tail) = self.snd.mergeable_tail() {
+                merged = mss.saturating_sub(tail.len()).min(data.len());
+                tail.extend_from_slice(data.get(..merged).unwrap_or_default());
+            }
+        }
+        let rest = data.len() - merged;
+        let want = rest.div_ceil(self.mss).min(bufs.len());
+        let lent = match bufs.get_mut(..want) {
+            Some(b) if want > 0 => self.snd.lend(b) as usize,
+            _ => 0,
+        };
+        if merged == 0 && lent == 0 {
+            return None;
+        }
+        if lent == 0 {
+            self.after_send();
+        }
+        Some(Lent {
+            merged,
+            lent,
+            mss: self.mss,
+            mergeable: self.p.stream,
+        })
+    }
+
+    /// Ends a lend: with `queue`, the filled buffers become queued segments
+    /// (the same segments `send` would have made); without it (the session
+    /// failed or was shut meanwhile) they go back unused. Returns the bytes
+    /// accepted by the whole write, the merged head included.
+    pub(crate) fn end_lend(&mut self, lent: &Lent, bufs: &mut [Vec<u8>], queue: bool) -> usize {
+        let filled = bufs.iter().take(lent.lent).take_while(|b| !b.is_empty());
+        let (count, bytes) = filled.fold((0, 0), |(c, n), b| (c + 1, n + b.len()));
+        let count = if queue { count } else { 0 };
+        self.snd.return_lent(bufs, count, lent.mergeable);
+        if count > 0 {
+            self.after_send();
+            lent.merged + bytes
+        } else {
+            lent.merged
+        }
+    }
+
     /// Queue one message, cut into `ceil(len / mss)` segments with `frg`
     /// counting down to 0 (C KCP's message mode; kcp-go sessions never
     /// fragment). The message is never merged with other data.
@@ -1374,7 +1464,7 @@ impl Kcp {
         if count > self.max_fragments() {
             return Err(SendError::TooLarge);
         }
-        if count > self.snd.free() as usize {
+        if count > self.snd.free() as usize || self.snd.lending() {
             return Err(SendError::WouldBlock);
         }
         for (i, piece) in msg.chunks(self.mss).enumerate() {

@@ -1555,6 +1555,44 @@ impl Conn {
         }
     }
 
+    /// [`write`](Self::write) in two halves around a copy the caller
+    /// makes without the session's lock: takes what fits now (the head
+    /// merged into the tail segment, and free send slots' buffers lent into
+    /// `bufs`); the caller fills them ([`Lent::fill`](crate::arq::Lent::fill))
+    /// and calls [`end_lent_write`](Self::end_lent_write). A lend of no
+    /// buffers is a whole write already.
+    ///
+    /// # Errors
+    ///
+    /// As [`write`](Self::write).
+    pub(crate) fn begin_lent_write(
+        &mut self,
+        data: &[u8],
+        bufs: &mut [Vec<u8>],
+    ) -> Result<crate::arq::Lent, ConnError> {
+        self.check_write()?;
+        self.kcp.begin_lend(data, bufs).ok_or(ConnError::WouldBlock)
+    }
+
+    /// Ends [`begin_lent_write`](Self::begin_lent_write): the filled
+    /// buffers are queued, or, when the session failed or was shut since,
+    /// given back; returns the bytes the write accepted.
+    ///
+    /// # Errors
+    ///
+    /// The failure or shutdown, when not even the merged head was taken.
+    pub(crate) fn end_lent_write(
+        &mut self,
+        lent: &crate::arq::Lent,
+        bufs: &mut [Vec<u8>],
+    ) -> Result<usize, ConnError> {
+        let ok = self.check_write();
+        match self.kcp.end_lend(lent, bufs, ok.is_ok()) {
+            0 => ok.map(|()| 0),
+            n => Ok(n),
+        }
+    }
+
     fn check_write(&self) -> Result<(), ConnError> {
         if let Some(e) = self.error {
             return Err(ConnError::Closed(e));

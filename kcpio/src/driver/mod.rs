@@ -107,6 +107,10 @@ enum Serviced {
     Done,
     /// The transmit slots are full; the session stays queued.
     SlotsFull,
+    /// A handle call waits for the session's lock: the driver let go of it
+    /// with more to write; the session stays queued, and the next call
+    /// resumes (its timers already run).
+    Yielded,
 }
 
 /// The task that owns one UDP socket and all sessions on it.
@@ -249,6 +253,7 @@ impl Driver {
                 peer,
                 conv,
                 state: Mutex::new(st),
+                waiting: std::sync::atomic::AtomicUsize::new(0),
                 driver,
             })
         });
@@ -800,10 +805,18 @@ impl Driver {
             let Some(id) = self.ready.pop_front() else {
                 return true;
             };
-            while self.service(id, now) == Serviced::SlotsFull {
-                if !self.io.poll_flush(cx, now, &self.shared) {
-                    self.ready.push_front(id);
-                    return false;
+            let mut resume = false;
+            loop {
+                match self.service(id, now, resume) {
+                    Serviced::Done => break,
+                    // Each yield wrote at least one datagram, so this ends.
+                    Serviced::Yielded => resume = true,
+                    Serviced::SlotsFull => {
+                        if !self.io.poll_flush(cx, now, &self.shared) {
+                            self.ready.push_front(id);
+                            return false;
+                        }
+                    }
                 }
             }
         }
@@ -812,7 +825,8 @@ impl Driver {
 
     /// Runs a session's timers, collects its datagrams into the transmit
     /// slots, frees it when finished, else arms its next deadline.
-    fn service(&mut self, id: SessionId, now: Duration) -> Serviced {
+    /// `resume`: a call after `SlotsFull` or `Yielded` (its timers ran).
+    fn service(&mut self, id: SessionId, now: Duration, resume: bool) -> Serviced {
         let Some(session) = self.table.get(id).cloned() else {
             return Serviced::Done;
         };
@@ -822,7 +836,9 @@ impl Driver {
             let mut guard = lock(&session.state);
             let st = &mut *guard;
             st.clear_deferred();
-            st.conn.handle_timeout(now);
+            if !resume {
+                st.conn.handle_timeout(now);
+            }
             loop {
                 if self.io.free_slots() < self.slots_needed {
                     return Serviced::SlotsFull;
@@ -831,6 +847,9 @@ impl Driver {
                     break;
                 };
                 self.io.push(dest, t.len);
+                if session.handle_waiting() {
+                    return Serviced::Yielded;
+                }
             }
             finished = st.conn.is_finished();
             if let Some(e) = st.conn.error() {

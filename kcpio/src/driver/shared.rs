@@ -22,7 +22,7 @@ use std::fmt;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
@@ -54,6 +54,15 @@ pub(crate) fn register(slot: &mut Option<Waker>, cx: &Context<'_>) {
         _ => *slot = Some(cx.waker().clone()),
     }
 }
+
+/// Writes at least this long copy their bytes outside the session's lock
+/// ([`SessionShared::poll_write_lent`]); shorter ones copy under it, one
+/// lock instead of two.
+pub(crate) const LENT_WRITE_MIN: usize = 8 * 1024;
+
+/// Segments one lent write takes at most (about 86 KiB at the default mtu):
+/// the buffers it holds on its stack.
+pub(crate) const LENT_WRITE_SEGMENTS: usize = 64;
 
 /// Which waker a blocked call waits on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -151,6 +160,11 @@ pub(crate) struct SessionShared {
     pub(crate) peer: SocketAddr,
     pub(crate) conv: u32,
     pub(crate) state: Mutex<SessionState>,
+    /// Handle calls waiting for [`state`](Self::state) (found it held):
+    /// the driver, writing datagrams under the lock, lets go after the
+    /// datagram it is on, so a waiter gets the lock while it still spins
+    /// rather than sleeping in the kernel until the driver is done.
+    pub(crate) waiting: AtomicUsize,
     /// The driver that made it: its local address and clock (the same for
     /// every socket of a listener); the one that runs it is
     /// [`SessionState::driver`].
@@ -176,7 +190,7 @@ impl SessionShared {
         side: Side,
         call: impl FnOnce(&mut Conn) -> Result<T, ConnError>,
     ) -> Poll<io::Result<T>> {
-        let mut st = lock(&self.state);
+        let mut st = self.lock_for_call();
         let verdict = call(&mut st.conn);
         // The last deferred reader to run wakes the listener's driver, which
         // then flushes the ACKs with whatever the readers wrote: from this
@@ -202,6 +216,46 @@ impl SessionShared {
         }
     }
 
+    /// A stream write of at least [`LENT_WRITE_MIN`] bytes: as
+    /// `poll_call(Side::Write, write)`, but the bytes are copied into the
+    /// send slots' buffers with the session unlocked (taken twice, briefly:
+    /// to lend the buffers, and to queue them), so the reader's calls and
+    /// the driver do not wait on a thread for the copy. At most
+    /// [`LENT_WRITE_SEGMENTS`] segments per call.
+    pub(crate) fn poll_write_lent(&self, cx: &Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+        let mut bufs: [Vec<u8>; LENT_WRITE_SEGMENTS] = [const { Vec::new() }; LENT_WRITE_SEGMENTS];
+        let lent = {
+            let mut st = self.lock_for_call();
+            let begun = st.conn.begin_lent_write(data, &mut bufs);
+            match begun {
+                Ok(lent) if lent.lent > 0 => lent,
+                Ok(lent) => {
+                    // Merged into the tail segment only: done.
+                    if st.needs_driver() {
+                        self.notify_driver(&mut st);
+                    }
+                    return Poll::Ready(Ok(lent.merged));
+                }
+                Err(ConnError::WouldBlock) => {
+                    register(&mut st.write_waker, cx);
+                    return Poll::Pending;
+                }
+                Err(e) => return Poll::Ready(Err(e.into())),
+            }
+        };
+        lent.fill(data, &mut bufs);
+        let mut st = self.lock_for_call();
+        let verdict = st.conn.end_lent_write(&lent, &mut bufs);
+        if st.needs_driver() {
+            self.notify_driver(&mut st);
+        }
+        // Another writer (a shared `&KcpStream`) found the slots lent and
+        // waits: it may go on now.
+        wake(&mut st.write_waker);
+        drop(st);
+        Poll::Ready(verdict.map_err(io::Error::from))
+    }
+
     /// Runs one application call that never waits (`try_*`): `WouldBlock`
     /// comes back as an `io::ErrorKind::WouldBlock` error, no waker kept.
     pub(crate) fn try_call<T>(
@@ -214,6 +268,26 @@ impl SessionShared {
             self.notify_driver(&mut st);
         }
         verdict.map_err(io::Error::from)
+    }
+
+    /// Locks the session for a handle's call: when the lock is held, the
+    /// call counts itself in [`waiting`](Self::waiting) while it waits.
+    fn lock_for_call(&self) -> MutexGuard<'_, SessionState> {
+        match self.state.try_lock() {
+            Ok(st) => st,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => {
+                self.waiting.fetch_add(1, Ordering::Relaxed);
+                let st = lock(&self.state);
+                self.waiting.fetch_sub(1, Ordering::Relaxed);
+                st
+            }
+        }
+    }
+
+    /// A handle call waits for the session's lock.
+    pub(crate) fn handle_waiting(&self) -> bool {
+        self.waiting.load(Ordering::Relaxed) > 0
     }
 
     /// The driver's clock now, for calls that stamp what they queue.

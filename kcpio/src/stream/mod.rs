@@ -490,6 +490,9 @@ pub(crate) fn poll_write(
     cx: &mut Context<'_>,
     data: &[u8],
 ) -> Poll<io::Result<usize>> {
+    if data.len() >= driver::shared::LENT_WRITE_MIN {
+        return s.poll_write_lent(cx, data);
+    }
     s.poll_call(cx, Side::Write, |c| c.write(data))
 }
 
@@ -659,9 +662,10 @@ pub(crate) use stream_async_read;
 macro_rules! stream_async_write {
     ($handle:ty) => {
         impl ::tokio::io::AsyncWrite for $handle {
-            /// Queues as much of `buf` as the send window takes; `Pending`
-            /// (write waker kept) when the window is full, until
-            /// acknowledgements free it.
+            /// Queues as much of `buf` as the send window takes (at most 64
+            /// segments a call for a `buf` of 8 KiB or more, whose bytes are
+            /// copied with the session unlocked); `Pending` (write waker
+            /// kept) when the window is full, until acknowledgements free it.
             fn poll_write(
                 self: ::std::pin::Pin<&mut Self>,
                 cx: &mut ::std::task::Context<'_>,

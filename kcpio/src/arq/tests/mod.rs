@@ -7,6 +7,7 @@ mod ackrepeat;
 mod alloc;
 mod basic;
 mod kcpgo_trace;
+mod lend;
 mod link;
 mod lowlat;
 mod modes;
