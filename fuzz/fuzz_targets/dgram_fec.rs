@@ -11,7 +11,8 @@
 //! with the session's conv, the first 4 bytes as the sequence word and
 //! `kind >> 2` as byte 6 (fragment, parity or copy index; a report's flags,
 //! bit 0 saying the peer takes copies, which a sending session then sends
-//! for its groups of one), the rest as
+//! for its groups of one, bit 1 that it takes groups of up to 64 data and
+//! 32 parity shards, which a sending session then makes), the rest as
 //! the body. A report of 50 bytes or more carries the echo (the `seq` its
 //! queue figure was measured on), which a sending session (bit 1) runs
 //! forward against its send log: any `seq`, sent or not, in the log or

@@ -48,10 +48,8 @@ struct Probe {
     loss_estimate: f64,
     /// The receiver's own count of data shards lost on the wire.
     lost_on_wire: u64,
-    /// The client→server bottleneck's drops, and the 99th percentile of
-    /// its queueing delay (µs), both from the schedule's mark on.
+    /// The client→server bottleneck's drops from the schedule's mark on.
     queue_drops_from_mark: u64,
-    queue_p99_from_mark: u64,
 }
 
 /// Sends `count` datagrams of `size` bytes every `gap_us` from node 0 to
@@ -164,7 +162,7 @@ fn probe_schedule(
                 let st = sim.nodes[c].conn.stats().datagram_fec;
                 dropped_at_mark = Some(st.dropped_overload);
                 let queue_drops = sim.bottlenecks.first().map_or(0, |b| b.drops);
-                mark_at = Some((sim.elapsed_ms(), queue_drops));
+                mark_at = Some(queue_drops);
             }
             msg[..8].copy_from_slice(&next.to_le_bytes());
             msg[8..16].copy_from_slice(&now_us.to_le_bytes());
@@ -203,17 +201,13 @@ fn probe_schedule(
     eprintln!("client {ct:?}\nserver {st:?}");
     let lost: Vec<usize> = (0..got.len()).filter(|&i| !got[i]).collect();
     eprintln!("lost {:?}", &lost[..lost.len().min(40)]);
-    let (mark_ms, drops_at_mark) = mark_at.unwrap_or((u64::MAX, 0));
-    let (queue_drops_from_mark, queue_p99_from_mark) =
-        sim.bottlenecks.first().map_or((0, 0), |b| {
-            (
-                b.drops - drops_at_mark,
-                b.delay_percentile(mark_ms, u64::MAX, 99),
-            )
-        });
+    let drops_at_mark = mark_at.unwrap_or(0);
+    let queue_drops_from_mark = sim
+        .bottlenecks
+        .first()
+        .map_or(0, |b| b.drops - drops_at_mark);
     Probe {
         queue_drops_from_mark,
-        queue_p99_from_mark,
         sent: count,
         lost: got.iter().filter(|g| !**g).count() as u64,
         dropped_from_mark: ct.dropped_overload - dropped_at_mark.unwrap_or(ct.dropped_overload),
@@ -277,6 +271,41 @@ fn bulk_at_nine_percent_stays_within_its_overhead_bound() {
     }
     eprintln!("bulk 9% residual {lost} of {sent}");
     assert!(lost * 10_000 <= sent, "residual loss {lost} of {sent}");
+}
+
+#[test]
+fn lossy9_s_rate_fills_groups_of_64_with_fewer_parity() {
+    // The field's lossy9 WireGuard download in datagrams: 5,000/s x 1200 B
+    // (6.4 MB/s on the wire) on 100 Mbit/s, 100 ms each way, 9% each way,
+    // behind one BDP of drop-tail queue. The 15 ms deadline holds 75
+    // datagrams: groups of 64 (the most a peer taking wide groups takes)
+    // need 17-18 parity for 10^-4 where groups of 32 need 11-12, so
+    // 1.32x the direct bytes (median over seeds 41-100) against 1.41x.
+    // A rebuilt datagram waits for a group twice as long: p99 added 11.8
+    // ms against 6.0 (every seed under 12.2), the most 15.4 ms either
+    // way. A failed group of 64 loses 10-14 datagrams at once, so only
+    // the aggregate tells the residual: 112 of 960,000 (1.2e-4, 11
+    // failed groups) against 85 (8.9e-5, 9) with groups of 32.
+    let (mut lost, mut sent, mut bytes) = (0, 0, Vec::new());
+    for seed in 41..=100 {
+        let p = probe_schedule(seed, &lossy9(), 16_000, 1200, |i| i * 200, 16_000);
+        eprintln!("lossy9 rate {seed} {p:?}");
+        assert!(p.bytes_x <= 1.36, "{p:?}");
+        assert!(p.p99 <= 13_000, "{p:?}");
+        assert!(p.max <= 20_000, "{p:?}");
+        assert_eq!(p.dropped, 0, "{p:?}");
+        lost += p.lost;
+        sent += p.sent;
+        bytes.push(p.bytes_x);
+    }
+    bytes.sort_by(f64::total_cmp);
+    let median = bytes[bytes.len() / 2];
+    eprintln!("lossy9 rate residual {lost} of {sent}, bytes median {median:.4}");
+    assert!(median <= 1.33, "{bytes:?}");
+    assert!(
+        lost * 10_000 <= sent * 3 / 2,
+        "residual loss {lost} of {sent}"
+    );
 }
 
 #[test]
@@ -1168,18 +1197,35 @@ fn the_start_up_cut_lands_while_the_sender_is_above_the_link_rate() {
     // start-up, the bottleneck's queue at 199 ms and overflowing (94-122
     // dropped there); after: 2, 4 and 10, 44, 63 and 54, 114-146 ms and
     // none.)
-    let (mut dropped, mut lost, mut after) = (0, 0, 0);
+    // With groups of 64 (17-18 parity where 32 took 11-12) the step
+    // before the last (8,000/s) no longer shows a standing queue: 1.04x
+    // the path against 1.11x, its queue grows to about 8 ms in the step
+    // (22 ms before), under the 10 ms that mark one. So the cut comes
+    // after the last step's report: the tail of its overshoot reaches the bottleneck (106 of
+    // seed 42's datagrams dropped there at the start-up's end, its queue
+    // full), where groups of 32 had shed it at the sender. What is lost
+    // after the start-up fell (seeds 41-43: 39, 36, 52 against 44, 66,
+    // 57; seeds 41-60 but 59, whose start-up collapses either way: 1,088
+    // against 1,380), and the whole run's loss halved (409, 112, 387
+    // against 860, 878, 899). Groups of 32 overflowed it as well once the
+    // start-up is 6% gentler (969 dropped there over those 19 seeds, 12
+    // of them with the queue full): which step first shows the queue
+    // decides it, so the bounds are on what the bottleneck drops, not on
+    // none. The sender sheds a little more of seeds 41-43's tail (32, 0,
+    // 37 against 3, 4, 10; over seeds 41-60 but 59, 270 against 263).
+    let (mut dropped, mut lost, mut after, mut overflow) = (0, 0, 0, 0);
     for seed in 41..=43 {
         let (due, count, mark) = slow_start(6_500);
         let p = probe_schedule(seed, &lossy9(), count, 1200, due, mark);
         eprintln!("slow start {seed} {p:?}");
-        assert!(p.queue_p99_from_mark <= 170_000, "{p:?}");
-        assert_eq!(p.queue_drops_from_mark, 0, "{p:?}");
+        assert!(p.queue_drops_from_mark <= 120, "{p:?}");
+        overflow += p.queue_drops_from_mark;
         dropped += p.dropped_from_mark;
         lost += p.lost_from_mark;
         after += count - mark;
     }
-    assert!(dropped <= 30, "{dropped} dropped after the start-up");
+    assert!(overflow <= 150, "{overflow} dropped at the bottleneck");
+    assert!(dropped <= 80, "{dropped} dropped after the start-up");
     assert!(
         lost * 100 <= after,
         "{lost} of {after} lost after the start-up"

@@ -45,13 +45,17 @@
 use std::time::Duration;
 
 use super::fec_rx::{Gathered, PSLOTS, Parity, RING, RxShards, STRIDE};
-use super::loss_model::{Codecs, LossModel, MAX_K, MAX_M, OwdBase, WindowedMax};
+use super::loss_model::{Codecs, LossModel, NARROW_K, NARROW_M, OwdBase, WindowedMax};
 use crate::fec::codec::ErasureCodec;
 use crate::fec::{DATA_HEADER, FLAG_DATA, FLAG_OOB, FLAG_PARITY, grow_arena, read_u16, read_u32};
 
 /// The bit of the window-probe tag (`0xD0 | bits`) that offers this
 /// extension.
 pub(crate) const OFFER_BIT: u8 = 0x04;
+/// Data and parity shards per group at most: the parity word's 5 and 4
+/// bits (the datagram extension's wide groups are not for the stream).
+const MAX_K: usize = NARROW_K;
+const MAX_M: usize = NARROW_M;
 /// This extension's version in the kcpio extension marker.
 const VERSION: u8 = 2;
 const TYPE_PARITY: u8 = 2;
@@ -819,7 +823,7 @@ mod tests {
     /// to `m` parity per group.
     fn sent(n: u32, per_ms: u32, m: u8) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
         let mut tx = StreamFec::new(DEFAULT_DEADLINE, 7);
-        tx.model.table = [m; MAX_K + 1];
+        tx.model.table.fill(m);
         let mut packets = Vec::new();
         let mut payloads = Vec::new();
         let mut buf = vec![0u8; 1500];
