@@ -53,11 +53,12 @@ const BURSTY_PRIOR: f64 = 0.5;
 /// evidence rule ([`STEP_EVIDENCE`]), where a wrong step costs a third of
 /// the bytes.
 const BURSTY_MIN_K: usize = 4;
-/// Updates before it applies. The first comes before the sender has a
-/// rate budget, so parity it raises leaves unbounded: on the field's
-/// lossy path, a group of 12's parity raised to 14 from 11 at the first
-/// update took the start-up cut's queue p99 over its bound (178 ms), and
-/// the overload row's seed 30 lost 90 of 16,000 (its bound 80).
+/// Updates before it applies. The first rests on one report's few
+/// dozen shards, on a path where the sender has no rate measure yet:
+/// weighed in there, on the field's lossy path (random 9%) it raised a
+/// group of 12's parity to 14 from the estimate's 11, which took the
+/// start-up cut's queue p99 over its bound (178 ms), and the overload
+/// row's seed 30 to 90 of 16,000 lost (its bound 80).
 const BURSTY_FROM_UPDATE: u64 = 2;
 
 /// How long a window of the base one-way delay lasts.
