@@ -369,14 +369,20 @@ fn bursts_reordering_and_duplicates_are_survived() {
     // events: at 1e-3 per run (7 of 7,000) a third of the seeds fail on
     // one event and seed 3 alone passed by luck. The aggregate over 30
     // seeds (about 25 events) is the figure: from the first second on,
-    // 108 of 210,000 = 5.1e-4 (sd about a fifth of it), under 1e-3.
+    // 103 of 210,000 = 4.9e-4 (sd about a fifth of it), under 1e-3.
     // The first second is judged apart: there the loss estimate rests on
     // a handful of bursts (it read 0.5-10% against 5%, and no loss run
-    // until one broke a group), and the budget lets parity grow by a
-    // quarter a report once the bursts show: 323 of 30,000 = 1.08%
-    // lost, bounded at 1.5% so it cannot grow unseen (the known gap).
-    // Bytes: 2.28-2.41x the direct bytes (the sender's estimate of the
-    // rate and the burst: the test below).
+    // until one broke a group). Sized for the estimate alone, groups of
+    // 12 got 2-4 parity shards where 16 are due until a run of several
+    // losses showed: 297 of 30,000 lost (0.99%). Weighing in a bursty
+    // alternative until the runs seen rule it out (`LossModel`'s start-up
+    // margin) leaves 216 (0.72%; on seeds 61-150 and 211-240, 1,047
+    // before and 810 after of 120,000): nearly all of it before the
+    // second report reaches the
+    // sender (the first ~250 ms), which no sender-side estimate can
+    // protect without giving a clean path's short queue parity it
+    // overflows. Bounded at 0.8%. Bytes: 2.18-2.41x the direct bytes
+    // (the sender's estimate of the rate and the burst: the test below).
     const START: u64 = 1_000;
     const COUNT: u64 = 8_000;
     const SEEDS: u64 = 30;
@@ -400,7 +406,7 @@ fn bursts_reordering_and_duplicates_are_survived() {
         SEEDS * (COUNT - START)
     );
     assert!(
-        lost_start * 1000 <= SEEDS * START * 15,
+        lost_start * 1000 <= SEEDS * START * 8,
         "first second {lost_start} of {}",
         SEEDS * START
     );
