@@ -405,6 +405,8 @@ pub(crate) struct DgramFec {
     /// The queueing delay (ms) of the last report (run forward to when it
     /// came, with the echo).
     last_queue: u16,
+    /// The last report's queueing delay (ms) as the receiver measured it.
+    last_raw_queue: u16,
     /// The last report's queue was under the one before (it drains on
     /// its own).
     queue_falling: bool,
@@ -554,6 +556,7 @@ impl DgramFec {
             queued_reports: 0,
             path_rate: 0.0,
             last_queue: 0,
+            last_raw_queue: 0,
             queue_falling: false,
             sent_log: Vec::new(),
             drain_from: None,
@@ -1408,13 +1411,22 @@ impl DgramFec {
             let ahead = echo
                 .filter(|_| queue >= FULL_QUEUE_MIN_MS)
                 .and_then(|seq| self.queue_ahead(now, seq, queue, max / lossless));
+            let raw_queue = queue;
             let queue = ahead.unwrap_or(queue);
             self.queued_reports = if queue > QUEUE_HIGH_MS || (spike && at_top) {
                 self.queued_reports.saturating_add(1)
             } else {
                 0
             };
-            let growing = queue > self.last_queue.saturating_add(QUEUE_GROWTH_MS);
+            // Growing by the figure run forward, and by the receiver's
+            // own figure as well: run forward at the delivered rate (a few
+            // % under the echoes' measure a held queue is paced at), a
+            // queue held flat read as growing by some ms now and then, and
+            // the cut under the path's rate shed a burst the hold was
+            // delaying within its time bound.
+            let growing = queue > self.last_queue.saturating_add(QUEUE_GROWTH_MS)
+                && (ahead.is_none() || raw_queue > self.last_raw_queue);
+            self.last_raw_queue = raw_queue;
             self.queue_falling = queue < self.last_queue;
             self.last_queue = queue;
             // One echoed report is enough: its figure is the least over
