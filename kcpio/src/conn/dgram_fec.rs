@@ -65,7 +65,10 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use super::datagram::{DATAGRAM_QUEUE_BYTES, DatagramQueue};
+use super::datagram::{
+    DATAGRAM_FEC_OPEN_QUEUE_BYTES, DATAGRAM_FEC_OPEN_QUEUE_LEN, DATAGRAM_FEC_SEND_QUEUE_BYTES,
+    DATAGRAM_FEC_SEND_QUEUE_LEN, DATAGRAM_QUEUE_BYTES, DatagramQueue,
+};
 use super::fec_rx::{Gathered, PSLOTS, Parity, RING, RxShards, STRIDE};
 #[cfg(test)]
 use super::loss_model::PRIOR_LOSS;
@@ -663,6 +666,19 @@ impl DgramFec {
     /// budget is its measured rate, and the bucket holds.
     fn congested(&self, now: Duration) -> bool {
         now < self.congested_until
+    }
+
+    /// The send queue's bounds, datagrams and payload bytes: deep while
+    /// the path shows a standing queue (paced at its rate, a burst waits
+    /// up to the stale bound), kcp-go's OOB bound times eight without one
+    /// (a datagram leaves after half the deadline whatever the bucket, so
+    /// depth there only releases a larger burst at once).
+    pub(crate) fn send_queue_bounds(&self, now: Duration) -> (usize, usize) {
+        if self.congested(now) {
+            (DATAGRAM_FEC_SEND_QUEUE_LEN, DATAGRAM_FEC_SEND_QUEUE_BYTES)
+        } else {
+            (DATAGRAM_FEC_OPEN_QUEUE_LEN, DATAGRAM_FEC_OPEN_QUEUE_BYTES)
+        }
     }
 
     /// Without a standing queue the bucket only smooths: a datagram that
@@ -2249,6 +2265,44 @@ mod hostile {
             .map(|t| t.1 as f64 - t.2)
             .fold(0.0, f64::max);
         assert!(worst <= 0.150 * R, "a {worst}-byte queue");
+    }
+
+    #[test]
+    fn the_send_queue_is_deep_only_while_the_path_holds_a_queue() {
+        // Paced at the path's rate under a standing queue, a burst waits
+        // up to the stale bound in a deep queue; without one a datagram
+        // leaves after half the deadline whatever the bucket, so the queue
+        // stays at its open bound and a burst past it sheds its oldest
+        // rather than enter the bottleneck at once.
+        let now = Duration::from_secs(3);
+        let mut d = fec();
+        assert_eq!(
+            d.send_queue_bounds(now),
+            (DATAGRAM_FEC_OPEN_QUEUE_LEN, DATAGRAM_FEC_OPEN_QUEUE_BYTES)
+        );
+        d.congested_until = now + CONGESTED_HOLD;
+        assert_eq!(
+            d.send_queue_bounds(now),
+            (DATAGRAM_FEC_SEND_QUEUE_LEN, DATAGRAM_FEC_SEND_QUEUE_BYTES)
+        );
+        assert_eq!(
+            d.send_queue_bounds(now + CONGESTED_HOLD),
+            (DATAGRAM_FEC_OPEN_QUEUE_LEN, DATAGRAM_FEC_OPEN_QUEUE_BYTES)
+        );
+        // And the queue takes lowered bounds: what it holds stays, a push
+        // finds no room until it drained below them.
+        let mut q = DatagramQueue::default();
+        q.set_bounds(4, 4000);
+        for _ in 0..4 {
+            assert!(q.push_at(&[1; 1000], now));
+        }
+        q.set_bounds(2, 2000);
+        assert!(!q.push_at(&[2; 10], now));
+        q.drop_front();
+        q.drop_front();
+        assert!(!q.push_at(&[2; 10], now), "2 datagrams, 2,000 bytes still");
+        q.drop_front();
+        assert!(q.push_at(&[2; 10], now));
     }
 
     #[test]
