@@ -24,7 +24,8 @@ pub const DATAGRAM_QUEUE_BYTES: usize = 32 * 1024;
 /// time (its slow start sends twice what the path carries). 1 MiB is 30
 /// ms of pacing at 280 Mbit/s (at 100 Mbit/s the time bound binds at about
 /// 375 kB); the 256 KiB before (21 ms at 100 Mbit/s) dropped a burst's
-/// newest datagrams with a third of their time bound left. Storage is
+/// oldest datagrams for its newest (a full queue drops its oldest) with
+/// a third of their time bound left. Storage is
 /// allocated only as far as bursts fill it (doubling, then kept): at most
 /// this many bytes plus 18 bytes per datagram of the count, about 1.02
 /// MiB, per session.
