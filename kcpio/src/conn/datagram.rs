@@ -15,18 +15,42 @@ pub const DATAGRAM_QUEUE_LEN: usize = 64;
 /// twice this, allocated only once datagrams are used.
 pub const DATAGRAM_QUEUE_BYTES: usize = 32 * 1024;
 
-/// Datagrams and payload bytes the send queue (and the receive queue) holds
-/// at most once the FEC datagram extension is negotiated: a tunnelled TCP
-/// sender hands over a
-/// window of datagrams at once, and a burst the path can carry within the
-/// group deadline (15 ms of 100 Mbit/s is 187 kB) must wait for pacing
-/// rather than be dropped. Datagrams still wait at most twice the group
-/// deadline; allocated only as far as bursts fill it. Received datagrams
-/// wait for a reader on a busy core rather than overflow 32 KiB within one
-/// receive batch of the driver.
-pub const DATAGRAM_FEC_SEND_QUEUE_LEN: usize = 256;
+/// Datagrams and payload bytes the send queue holds at most once the FEC
+/// datagram extension is negotiated, while the path shows a standing
+/// queue (the congested hold, paced at the path's rate). Its bound is then
+/// time first: a datagram waits at most twice the group deadline (30 ms
+/// at the default 15 ms), then it is dropped (`dropped_stale`); the count
+/// and bytes only have to hold what a tunnelled TCP hands over within that
+/// time (its slow start sends twice what the path carries). 1 MiB is 30
+/// ms of pacing at 280 Mbit/s (at 100 Mbit/s the time bound binds at about
+/// 375 kB); the 256 KiB before (21 ms at 100 Mbit/s) dropped a burst's
+/// oldest datagrams for its newest (a full queue drops its oldest) with
+/// a third of their time bound left. Storage is
+/// allocated only as far as bursts fill it (doubling, then kept): at most
+/// this many bytes plus 18 bytes per datagram of the count, about 1.02
+/// MiB, per session.
+pub const DATAGRAM_FEC_SEND_QUEUE_LEN: usize = 1024;
 /// See [`DATAGRAM_FEC_SEND_QUEUE_LEN`].
-pub const DATAGRAM_FEC_SEND_QUEUE_BYTES: usize = 256 * 1024;
+pub const DATAGRAM_FEC_SEND_QUEUE_BYTES: usize = 1024 * 1024;
+
+/// Datagrams and payload bytes the send queue holds at most once the FEC
+/// datagram extension is negotiated, without a standing queue: a datagram
+/// that waited half the group deadline then leaves whatever the pacing
+/// bucket says, so a deeper queue would only release a larger burst into
+/// the bottleneck at once (the field's WireGuard download on lossy9: with
+/// [`DATAGRAM_FEC_SEND_QUEUE_BYTES`] here too, 2 calls of 5 overflowed the
+/// bottleneck by over 5%; with this bound none of 11 by more than 1.9%).
+pub const DATAGRAM_FEC_OPEN_QUEUE_LEN: usize = 256;
+/// See [`DATAGRAM_FEC_OPEN_QUEUE_LEN`].
+pub const DATAGRAM_FEC_OPEN_QUEUE_BYTES: usize = 256 * 1024;
+
+/// Datagrams and payload bytes the receive queue holds at most once the
+/// FEC datagram extension is negotiated: received datagrams wait for a
+/// reader on a busy core rather than overflow 32 KiB within one receive
+/// batch of the driver.
+pub const DATAGRAM_FEC_RECV_QUEUE_LEN: usize = 256;
+/// See [`DATAGRAM_FEC_RECV_QUEUE_LEN`].
+pub const DATAGRAM_FEC_RECV_QUEUE_BYTES: usize = 256 * 1024;
 
 /// One direction's queue: the payloads back to back in `bytes`, their
 /// lengths in `lens`.
@@ -59,6 +83,14 @@ impl DatagramQueue {
     pub(super) fn raise_bounds(&mut self, len: usize, bytes: usize) {
         self.max_len = self.max_len.max(len);
         self.max_bytes = self.max_bytes.max(bytes);
+    }
+
+    /// Sets the bounds to `len` datagrams and `bytes` payload bytes; what
+    /// is queued beyond lowered bounds stays until it leaves (a push then
+    /// finds no room).
+    pub(super) fn set_bounds(&mut self, len: usize, bytes: usize) {
+        self.max_len = len;
+        self.max_bytes = bytes;
     }
 
     /// Whether a payload of `len` bytes fits now.

@@ -73,7 +73,10 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use super::datagram::{DATAGRAM_QUEUE_BYTES, DatagramQueue};
+use super::datagram::{
+    DATAGRAM_FEC_OPEN_QUEUE_BYTES, DATAGRAM_FEC_OPEN_QUEUE_LEN, DATAGRAM_FEC_SEND_QUEUE_BYTES,
+    DATAGRAM_FEC_SEND_QUEUE_LEN, DATAGRAM_QUEUE_BYTES, DatagramQueue,
+};
 use super::fec_rx::{Gathered, PSLOTS, Parity, RING, RxShards, STRIDE};
 #[cfg(test)]
 use super::loss_model::PRIOR_LOSS;
@@ -424,6 +427,8 @@ pub(crate) struct DgramFec {
     /// The queueing delay (ms) of the last report (run forward to when it
     /// came, with the echo).
     last_queue: u16,
+    /// The last report's queueing delay (ms) as the receiver measured it.
+    last_raw_queue: u16,
     /// The last report's queue was under the one before (it drains on
     /// its own).
     queue_falling: bool,
@@ -576,6 +581,7 @@ impl DgramFec {
             queued_reports: 0,
             path_rate: 0.0,
             last_queue: 0,
+            last_raw_queue: 0,
             queue_falling: false,
             sent_log: Vec::new(),
             drain_from: None,
@@ -682,6 +688,19 @@ impl DgramFec {
     /// budget is its measured rate, and the bucket holds.
     fn congested(&self, now: Duration) -> bool {
         now < self.congested_until
+    }
+
+    /// The send queue's bounds, datagrams and payload bytes: deep while
+    /// the path shows a standing queue (paced at its rate, a burst waits
+    /// up to the stale bound), kcp-go's OOB bound times eight without one
+    /// (a datagram leaves after half the deadline whatever the bucket, so
+    /// depth there only releases a larger burst at once).
+    pub(crate) fn send_queue_bounds(&self, now: Duration) -> (usize, usize) {
+        if self.congested(now) {
+            (DATAGRAM_FEC_SEND_QUEUE_LEN, DATAGRAM_FEC_SEND_QUEUE_BYTES)
+        } else {
+            (DATAGRAM_FEC_OPEN_QUEUE_LEN, DATAGRAM_FEC_OPEN_QUEUE_BYTES)
+        }
     }
 
     /// Without a standing queue the bucket only smooths: a datagram that
@@ -1468,13 +1487,22 @@ impl DgramFec {
             let ahead = echo
                 .filter(|_| queue >= FULL_QUEUE_MIN_MS)
                 .and_then(|seq| self.queue_ahead(now, seq, queue, max / lossless));
+            let raw_queue = queue;
             let queue = ahead.unwrap_or(queue);
             self.queued_reports = if queue > QUEUE_HIGH_MS || (spike && at_top) {
                 self.queued_reports.saturating_add(1)
             } else {
                 0
             };
-            let growing = queue > self.last_queue.saturating_add(QUEUE_GROWTH_MS);
+            // Growing by the figure run forward, and by the receiver's
+            // own figure as well: run forward at the delivered rate (a few
+            // % under the echoes' measure a held queue is paced at), a
+            // queue held flat read as growing by some ms now and then, and
+            // the cut under the path's rate shed a burst the hold was
+            // delaying within its time bound.
+            let growing = queue > self.last_queue.saturating_add(QUEUE_GROWTH_MS)
+                && (ahead.is_none() || raw_queue > self.last_raw_queue);
+            self.last_raw_queue = raw_queue;
             self.queue_falling = queue < self.last_queue;
             self.last_queue = queue;
             // One echoed report is enough: its figure is the least over
@@ -2298,6 +2326,44 @@ mod hostile {
             .map(|t| t.1 as f64 - t.2)
             .fold(0.0, f64::max);
         assert!(worst <= 0.150 * R, "a {worst}-byte queue");
+    }
+
+    #[test]
+    fn the_send_queue_is_deep_only_while_the_path_holds_a_queue() {
+        // Paced at the path's rate under a standing queue, a burst waits
+        // up to the stale bound in a deep queue; without one a datagram
+        // leaves after half the deadline whatever the bucket, so the queue
+        // stays at its open bound and a burst past it sheds its oldest
+        // rather than enter the bottleneck at once.
+        let now = Duration::from_secs(3);
+        let mut d = fec();
+        assert_eq!(
+            d.send_queue_bounds(now),
+            (DATAGRAM_FEC_OPEN_QUEUE_LEN, DATAGRAM_FEC_OPEN_QUEUE_BYTES)
+        );
+        d.congested_until = now + CONGESTED_HOLD;
+        assert_eq!(
+            d.send_queue_bounds(now),
+            (DATAGRAM_FEC_SEND_QUEUE_LEN, DATAGRAM_FEC_SEND_QUEUE_BYTES)
+        );
+        assert_eq!(
+            d.send_queue_bounds(now + CONGESTED_HOLD),
+            (DATAGRAM_FEC_OPEN_QUEUE_LEN, DATAGRAM_FEC_OPEN_QUEUE_BYTES)
+        );
+        // And the queue takes lowered bounds: what it holds stays, a push
+        // finds no room until it drained below them.
+        let mut q = DatagramQueue::default();
+        q.set_bounds(4, 4000);
+        for _ in 0..4 {
+            assert!(q.push_at(&[1; 1000], now));
+        }
+        q.set_bounds(2, 2000);
+        assert!(!q.push_at(&[2; 10], now));
+        q.drop_front();
+        q.drop_front();
+        assert!(!q.push_at(&[2; 10], now), "2 datagrams, 2,000 bytes still");
+        q.drop_front();
+        assert!(q.push_at(&[2; 10], now));
     }
 
     #[test]

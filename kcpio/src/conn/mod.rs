@@ -84,12 +84,18 @@
 //!   on a Gilbert-Elliott model for the group size at hand, paces data and
 //!   parity within the rate the path delivered, lowers parity when that
 //!   rate does not hold it, and drops the oldest queued datagrams (counted)
-//!   when even the data does not fit; the send queue holds a burst of up
-//!   to [`DATAGRAM_FEC_SEND_QUEUE_LEN`] datagrams and
-//!   [`DATAGRAM_FEC_SEND_QUEUE_BYTES`] bytes (a tunnelled TCP window),
-//!   each waiting at most twice the group deadline, pending parity shed
-//!   before data waits past one; a full send queue drops its oldest
-//!   instead of saying `WouldBlock`; the receive queue holds as many;
+//!   when even the data does not fit; the send queue is bounded by time
+//!   first: each datagram waits at most twice the group deadline (pending
+//!   parity shed before data waits past one), and while the path shows a
+//!   standing queue it holds up to [`DATAGRAM_FEC_SEND_QUEUE_LEN`]
+//!   datagrams and [`DATAGRAM_FEC_SEND_QUEUE_BYTES`] bytes (a tunnelled
+//!   TCP's burst for that long), so pacing delays a burst rather than
+//!   shedding it; without one (a datagram leaves after half the deadline
+//!   whatever the pacing) [`DATAGRAM_FEC_OPEN_QUEUE_LEN`] and
+//!   [`DATAGRAM_FEC_OPEN_QUEUE_BYTES`]; a full
+//!   send queue drops its oldest instead of saying `WouldBlock`; the
+//!   receive queue holds [`DATAGRAM_FEC_RECV_QUEUE_LEN`] datagrams and
+//!   [`DATAGRAM_FEC_RECV_QUEUE_BYTES`] bytes;
 //! - a datagram longer than one packet is cut into up to 16 fragments and
 //!   reassembled (4 at once, 1 s each), so
 //!   [`max_datagram_payload`](Conn::max_datagram_payload) grows: one packet
@@ -110,8 +116,9 @@ mod stream_fec;
 mod tests;
 
 pub use datagram::{
-    DATAGRAM_FEC_SEND_QUEUE_BYTES, DATAGRAM_FEC_SEND_QUEUE_LEN, DATAGRAM_QUEUE_BYTES,
-    DATAGRAM_QUEUE_LEN,
+    DATAGRAM_FEC_OPEN_QUEUE_BYTES, DATAGRAM_FEC_OPEN_QUEUE_LEN, DATAGRAM_FEC_RECV_QUEUE_BYTES,
+    DATAGRAM_FEC_RECV_QUEUE_LEN, DATAGRAM_FEC_SEND_QUEUE_BYTES, DATAGRAM_FEC_SEND_QUEUE_LEN,
+    DATAGRAM_QUEUE_BYTES, DATAGRAM_QUEUE_LEN,
 };
 pub use dgram_fec::DatagramFecStats;
 pub use error::{ConnError, SessionError};
@@ -755,14 +762,16 @@ impl Conn {
             dx.set_negotiated();
             // Bursts wait for pacing (bounded by the group deadline)
             // rather than overflow kcp-go's OOB queue bound.
+            // (Deeper while the path shows a standing queue: see
+            // `DgramFec::send_queue_bounds`, applied at each send.)
             self.oob_out
-                .raise_bounds(DATAGRAM_FEC_SEND_QUEUE_LEN, DATAGRAM_FEC_SEND_QUEUE_BYTES);
+                .raise_bounds(DATAGRAM_FEC_OPEN_QUEUE_LEN, DATAGRAM_FEC_OPEN_QUEUE_BYTES);
             // And one batch of the driver's receive (32 packets, more with
             // GRO, plus what rebuilding adds) waits for the reader rather
             // than overflow 32 KiB: a tunnel reader on a busy core lost
             // 7% of a WireGuard download there.
             self.oob_in
-                .raise_bounds(DATAGRAM_FEC_SEND_QUEUE_LEN, DATAGRAM_FEC_SEND_QUEUE_BYTES);
+                .raise_bounds(DATAGRAM_FEC_RECV_QUEUE_LEN, DATAGRAM_FEC_RECV_QUEUE_BYTES);
         }
     }
 
@@ -1762,6 +1771,12 @@ impl Conn {
                 len: payload.len(),
                 max,
             });
+        }
+        if self.dx_on
+            && let Some(dx) = self.dx.as_ref()
+        {
+            let (len, bytes) = dx.send_queue_bounds(self.now);
+            self.oob_out.set_bounds(len, bytes);
         }
         if self.oob_out.push_at(payload, self.now) {
             return Ok(());

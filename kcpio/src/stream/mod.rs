@@ -385,7 +385,7 @@ impl KcpStream {
     /// [`DATAGRAM_QUEUE_LEN`](crate::conn::DATAGRAM_QUEUE_LEN) datagrams
     /// ([`DATAGRAM_QUEUE_BYTES`](crate::conn::DATAGRAM_QUEUE_BYTES) bytes;
     /// with the FEC datagram extension negotiated
-    /// [`DATAGRAM_FEC_SEND_QUEUE_LEN`](crate::conn::DATAGRAM_FEC_SEND_QUEUE_LEN)
+    /// [`DATAGRAM_FEC_RECV_QUEUE_LEN`](crate::conn::DATAGRAM_FEC_RECV_QUEUE_LEN)
     /// and its bytes) wait for it; later ones are dropped and counted in
     /// [`SessionStats::oob_dropped`]. A session keeps one datagram-receive
     /// waker: receive from one task at a time.
