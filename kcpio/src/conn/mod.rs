@@ -1775,6 +1775,10 @@ impl Conn {
         if self.dx_on
             && let Some(dx) = self.dx.as_ref()
         {
+            // Lowered bounds (the hold ended) shed the oldest beyond them
+            // at this send, as a full queue does: without the hold they
+            // would leave at once as overdue, one burst into the
+            // bottleneck's queue, which the hold had just found standing.
             let (len, bytes) = dx.send_queue_bounds(self.now);
             self.oob_out.set_bounds(len, bytes);
         }

@@ -12,6 +12,20 @@ use crate::arq::{ArqConfig, Kcp, Origin, Timing};
 
 /// Move `data` from a to b, dropping every `drop_every`-th data packet.
 fn transfer(a: &mut Kcp, b: &mut Kcp, data: &[u8], clock: &mut u32, drop_every: u32) -> usize {
+    transfer_with(a, b, data, clock, drop_every, 4096, |k, d| k.send(d))
+}
+
+/// As [`transfer`], handing `a` up to `chunk` bytes a tick through `write`
+/// (which returns what it took).
+pub(super) fn transfer_with(
+    a: &mut Kcp,
+    b: &mut Kcp,
+    data: &[u8],
+    clock: &mut u32,
+    drop_every: u32,
+    chunk: usize,
+    mut write: impl FnMut(&mut Kcp, &[u8]) -> usize,
+) -> usize {
     let mut pkt = [0u8; 1500];
     let mut rbuf = [0u8; 16 * 1024];
     let (mut sent, mut got, mut count) = (0, 0, 0u32);
@@ -21,7 +35,7 @@ fn transfer(a: &mut Kcp, b: &mut Kcp, data: &[u8], clock: &mut u32, drop_every: 
         }
         let now = t(*clock);
         if sent < data.len() {
-            sent += a.send(&data[sent..(sent + 4096).min(data.len())]);
+            sent += write(a, &data[sent..(sent + chunk).min(data.len())]);
         }
         while let Some(n) = a.poll_transmit(now, &mut pkt) {
             count += 1;

@@ -3,8 +3,9 @@
 //! exactly the segments `send` queues, holds the tail while it is out, and
 //! allocates nothing in steady state.
 
+use super::alloc::transfer_with;
 use super::util::*;
-use crate::arq::{ArqConfig, Kcp, Origin, SendError, Timing};
+use crate::arq::{ArqConfig, Kcp, SendError, Timing};
 
 const BUFS: usize = 64;
 
@@ -143,40 +144,9 @@ fn lent_writes_grow_nothing_once_warm() {
     let (mut a, mut b) = pair(&cfg);
     let data = pattern(4 << 20, 3);
     let mut clock = 0;
+    // No drops (`u32::MAX`), 32 KiB handed over a tick.
     let run = |a: &mut Kcp, b: &mut Kcp, clock: &mut u32| {
-        let (mut sent, mut got) = (0, 0);
-        let mut pkt = [0u8; 1500];
-        let mut rbuf = vec![0u8; 64 * 1024];
-        for _ in 0..100_000 {
-            if got == data.len() {
-                break;
-            }
-            let now = t(*clock);
-            if sent < data.len() {
-                sent += lent_write(a, &data[sent..(sent + 32 * 1024).min(data.len())]);
-            }
-            while let Some(n) = a.poll_transmit(now, &mut pkt) {
-                b.handle_datagram(now, &pkt[..n], Origin::Regular).unwrap();
-            }
-            loop {
-                let n = b.recv(&mut rbuf);
-                if n == 0 {
-                    break;
-                }
-                assert_eq!(&rbuf[..n], &data[got..got + n]);
-                got += n;
-            }
-            for k in [&mut *a, &mut *b] {
-                if k.poll_timeout().is_some_and(|d| now.diff(d) >= 0) {
-                    k.handle_timeout(now);
-                }
-            }
-            while let Some(n) = b.poll_transmit(now, &mut pkt) {
-                a.handle_datagram(now, &pkt[..n], Origin::Regular).unwrap();
-            }
-            *clock += 1;
-        }
-        got
+        transfer_with(a, b, &data, clock, u32::MAX, 32 * 1024, lent_write)
     };
     assert_eq!(run(&mut a, &mut b, &mut clock), data.len());
     let before = (a.heap_fingerprint(), b.heap_fingerprint());
