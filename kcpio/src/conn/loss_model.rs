@@ -483,6 +483,41 @@ impl LossModel {
     }
 }
 
+/// The loss model for `benches/loss_model.rs`. Not part of the API.
+#[doc(hidden)]
+pub mod bench_support {
+    /// A sender's loss model toward a peer taking wide groups (or not).
+    #[derive(Clone)]
+    pub struct Model(super::LossModel);
+
+    impl Model {
+        /// A model for residual `target`, its table built to 64 data and
+        /// 32 parity shards when `wide` (else 32 and 16).
+        pub fn new(target: f64, wide: bool) -> Self {
+            let mut m = super::LossModel::new(target);
+            if wide {
+                m.set_limits(super::MAX_K, super::MAX_M, target);
+            }
+            Self(m)
+        }
+
+        /// Folds a report in and rebuilds the table; with `direct`, each
+        /// residual of the search computed alone (as before the kept chains).
+        pub fn update(&mut self, seen: u64, lost: u64, runs: u64, target: f64, direct: bool) {
+            if direct {
+                self.0.update_with::<true>(seen, lost, runs, target);
+            } else {
+                self.0.update(seen, lost, runs, target);
+            }
+        }
+
+        /// Parity per group size (index `k`).
+        pub fn table(&self) -> &[u8] {
+            &self.0.table
+        }
+    }
+}
+
 /// The share of data shards a `k + m` group loses after decoding on a
 /// Gilbert-Elliott channel: loss after a loss with probability `r`, after
 /// a delivery with `q` (stationary loss `p`). Data shards go first.
