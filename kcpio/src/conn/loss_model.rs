@@ -588,6 +588,47 @@ fn chain_step(
     std::mem::swap(mass, nm);
 }
 
+/// [`chain_step`] gathered per target state, without its branches: the
+/// same products added in the same order (a zero state it skips adds
+/// `+0.0` here, which changes no sum of non-negative terms). Writes all
+/// of `np`, `nm` up to `cap`.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn chain_step_gathered(
+    prob: &mut Chain,
+    mass: &mut Chain,
+    np: &mut Chain,
+    nm: &mut Chain,
+    cap: usize,
+    r: f64,
+    q: f64,
+    data: bool,
+) {
+    let (r1, q1) = (1.0 - r, 1.0 - q);
+    // What a shard lost after state (l, s) adds to the lost-data mass.
+    let add =
+        |l: usize, s: usize, pl: f64| mass[l][s] * pl + if data { prob[l][s] * pl } else { 0.0 };
+    np[0] = [prob[0][0] * q1 + prob[0][1] * r1, 0.0];
+    nm[0] = [mass[0][0] * q1 + mass[0][1] * r1, 0.0];
+    for l in 1..=cap {
+        np[l] = [
+            prob[l][0] * q1 + prob[l][1] * r1,
+            prob[l - 1][0] * q + prob[l - 1][1] * r,
+        ];
+        nm[l] = [
+            mass[l][0] * q1 + mass[l][1] * r1,
+            add(l - 1, 0, q) + add(l - 1, 1, r),
+        ];
+    }
+    // `cap` stands for `cap` or more: a loss there stays.
+    np[cap][1] += prob[cap][0] * q;
+    np[cap][1] += prob[cap][1] * r;
+    nm[cap][1] += add(cap, 0, q);
+    nm[cap][1] += add(cap, 1, r);
+    std::mem::swap(prob, np);
+    std::mem::swap(mass, nm);
+}
+
 /// [`residual`] for a table's rebuild, which asks it for growing groups
 /// (`k`, then `k + 1`, ...) at the same `m` on the same channel: the
 /// chain over the data shards is the same for all of them (`k` only
@@ -633,12 +674,12 @@ impl ResidualRun {
         }
         while self.k < k {
             let (prob, mass) = (&mut self.prob, &mut self.mass);
-            chain_step(prob, mass, &mut np, &mut nm, cap, r, q, true);
+            chain_step_gathered(prob, mass, &mut np, &mut nm, cap, r, q, true);
             self.k += 1;
         }
         let (mut prob, mut mass) = (self.prob, self.mass);
         for _ in 0..m {
-            chain_step(&mut prob, &mut mass, &mut np, &mut nm, cap, r, q, false);
+            chain_step_gathered(&mut prob, &mut mass, &mut np, &mut nm, cap, r, q, false);
         }
         (mass[cap][0] + mass[cap][1]) / k as f64
     }
@@ -954,6 +995,37 @@ mod tests {
         m.update(100_000, 500, 498, 1e-4);
         assert_eq!(m.table[1], 1, "{:?}", m.table);
         assert_eq!(m.copied_plan(2, 1e-4), None);
+    }
+
+    #[test]
+    fn a_kept_chain_s_residuals_are_the_direct_ones_to_the_bit() {
+        // A rebuild's order (growing groups at a rising `m`), the channel
+        // changing at `MARGIN_K`, and calls that restart the chain (a
+        // smaller group, a smaller `m`).
+        for (p, burst) in [
+            (0.005, 1.0),
+            (0.046, 1.05),
+            (0.09, 1.1),
+            (0.05, 3.0),
+            (0.3, 6.0),
+        ] {
+            let r = (1.0 - 1.0f64 / burst).max(p);
+            let q = p * (1.0 - r) / (1.0 - p);
+            let mut run = ResidualRun::new();
+            let mut m = 0;
+            let mut calls = (1..=MAX_K).map(|k| (k, k / 3)).collect::<Vec<_>>();
+            calls.extend([(5, 2), (64, 32), (64, 40), (10, 0), (1, 1), (40, 3)]);
+            for (k, want_m) in calls {
+                let p = if k >= MARGIN_K { p * 1.1 } else { p };
+                m = if want_m < m { want_m } else { m };
+                while m <= want_m.min(MAX_M + 2) {
+                    let (a, b) = (run.residual(k, m, p, r, q), residual(k, m, p, r, q));
+                    assert_eq!(a.to_bits(), b.to_bits(), "{p} {burst} {k} {m}: {a} {b}");
+                    m += 1;
+                }
+                m = want_m;
+            }
+        }
     }
 
     #[test]
