@@ -265,6 +265,10 @@ impl LossModel {
     /// most `max_m` parity each (at most [`MAX_K`], [`MAX_M`]); entries
     /// beyond `max_k` are 0.
     pub(crate) fn set_limits(&mut self, max_k: usize, max_m: usize, target: f64) {
+        self.set_limits_with::<false>(max_k, max_m, target);
+    }
+
+    fn set_limits_with<const DIRECT: bool>(&mut self, max_k: usize, max_m: usize, target: f64) {
         let (max_k, max_m) = (max_k.clamp(1, MAX_K), max_m.clamp(1, MAX_M));
         if (max_k, max_m) == (self.max_k, self.max_m) {
             return;
@@ -275,7 +279,7 @@ impl LossModel {
         for m in &mut self.table {
             *m = (*m).min(max_m as u8);
         }
-        self.rebuild(target, false);
+        self.rebuild_with::<DIRECT>(target, false);
     }
 
     /// The largest group the table is built for.
@@ -300,6 +304,10 @@ impl LossModel {
     }
 
     pub(crate) fn update(&mut self, seen: u64, lost: u64, runs: u64, target: f64) {
+        self.update_with::<false>(seen, lost, runs, target);
+    }
+
+    fn update_with<const DIRECT: bool>(&mut self, seen: u64, lost: u64, runs: u64, target: f64) {
         self.updates += 1;
         let (seen, lost, runs) = (seen as f64, lost as f64, runs as f64);
         let decay = 0.5f64.powf(seen / LOSS_HALF_LIFE);
@@ -313,7 +321,7 @@ impl LossModel {
         } else {
             1.0 / (1.0 - self.p)
         };
-        self.rebuild(target, false);
+        self.rebuild_with::<DIRECT>(target, false);
     }
 
     /// Parity per group size for the target; with hysteresis against the
@@ -331,6 +339,13 @@ impl LossModel {
     /// and the noise of a few hundred shards alone crossed 4.64%, or put
     /// the loss after a loss above the loss rate, half the time.
     fn rebuild(&mut self, target: f64, fresh: bool) {
+        self.rebuild_with::<false>(target, fresh);
+    }
+
+    /// [`rebuild`](Self::rebuild); with `DIRECT`, each residual of the
+    /// fewest-parity search computed alone, as before [`ResidualRun`]
+    /// (the tests' and the bench's reference).
+    fn rebuild_with<const DIRECT: bool>(&mut self, target: f64, fresh: bool) {
         // Groups of [`MARGIN_K`] or more get parity for the loss rate one
         // standard error above the estimate: the true rate is above the
         // estimate half the time and the residual grows faster than
@@ -370,13 +385,28 @@ impl LossModel {
                 (1.0 - w) * est + w * residual(k, m, p, r_alt, q_of(p, r_alt))
             }
         };
+        // The search below asks `point` for growing groups at the same
+        // `m` (one channel below [`MARGIN_K`], one from it): each channel's
+        // chain over the data shards is kept from one size to the next.
+        let (mut run_est, mut run_alt) = (ResidualRun::new(), ResidualRun::new());
+        let mut search = |k: usize, m: usize, p: f64| {
+            if DIRECT {
+                return point(k, m, p);
+            }
+            let est = run_est.residual(k, m, p, r_est, q_of(p, r_est));
+            if k < BURSTY_MIN_K || w <= 1e-9 {
+                est
+            } else {
+                (1.0 - w) * est + w * run_alt.residual(k, m, p, r_alt, q_of(p, r_alt))
+            }
+        };
         let mut m = 0usize;
         for k in 1..=self.max_k {
             let p = if k >= MARGIN_K { p_hi } else { p };
             // The fewest parity shards meeting the target (never fewer
             // than the last size's: a larger group needs at least as many).
             let cap = self.m_cap(k);
-            while m < cap && point(k, m, p) > target {
+            while m < cap && search(k, m, p) > target {
                 m += 1;
             }
             let old = usize::from(self.table[k]);
@@ -453,6 +483,41 @@ impl LossModel {
     }
 }
 
+/// The loss model for `benches/loss_model.rs`. Not part of the API.
+#[doc(hidden)]
+pub mod bench_support {
+    /// A sender's loss model toward a peer taking wide groups (or not).
+    #[derive(Clone)]
+    pub struct Model(super::LossModel);
+
+    impl Model {
+        /// A model for residual `target`, its table built to 64 data and
+        /// 32 parity shards when `wide` (else 32 and 16).
+        pub fn new(target: f64, wide: bool) -> Self {
+            let mut m = super::LossModel::new(target);
+            if wide {
+                m.set_limits(super::MAX_K, super::MAX_M, target);
+            }
+            Self(m)
+        }
+
+        /// Folds a report in and rebuilds the table; with `direct`, each
+        /// residual of the search computed alone (as before the kept chains).
+        pub fn update(&mut self, seen: u64, lost: u64, runs: u64, target: f64, direct: bool) {
+            if direct {
+                self.0.update_with::<true>(seen, lost, runs, target);
+            } else {
+                self.0.update(seen, lost, runs, target);
+            }
+        }
+
+        /// Parity per group size (index `k`).
+        pub fn table(&self) -> &[u8] {
+            &self.0.table
+        }
+    }
+}
+
 /// The share of data shards a `k + m` group loses after decoding on a
 /// Gilbert-Elliott channel: loss after a loss with probability `r`, after
 /// a delivery with `q` (stationary loss `p`). Data shards go first.
@@ -463,38 +528,161 @@ pub(crate) fn residual(k: usize, m: usize, p: f64, r: f64, q: f64) -> f64 {
     let m = m.min(MAX_M);
     let n = k + m;
     let cap = m + 1;
-    // prob[losses][last lost], and the expected lost-data mass; the
-    // next position's into `np`, `nm` (only `..=cap` is ever written, so
-    // only that is cleared: the cost follows `m`, not [`MAX_M`]).
-    let mut prob = [[0.0f64; 2]; MAX_M + 2];
-    let mut mass = [[0.0f64; 2]; MAX_M + 2];
+    let (mut prob, mut mass) = chain_start(p, cap);
+    // The next position's into `np`, `nm` (only `..=cap` is ever written,
+    // so only that is cleared: the cost follows `m`, not [`MAX_M`]).
     let mut np = [[0.0f64; 2]; MAX_M + 2];
     let mut nm = [[0.0f64; 2]; MAX_M + 2];
+    for pos in 1..n {
+        chain_step(&mut prob, &mut mass, &mut np, &mut nm, cap, r, q, pos < k);
+    }
+    (mass[cap][0] + mass[cap][1]) / k as f64
+}
+
+/// [`residual`]'s chain: per count of losses (`cap` for `cap` or more)
+/// and whether the last shard was lost, its probability and the expected
+/// lost-data mass.
+type Chain = [[f64; 2]; MAX_M + 2];
+
+/// The chain after a group's first shard (a data shard).
+fn chain_start(p: f64, cap: usize) -> (Chain, Chain) {
+    let mut prob = [[0.0f64; 2]; MAX_M + 2];
+    let mut mass = [[0.0f64; 2]; MAX_M + 2];
     prob[0][0] = 1.0 - p;
     prob[1.min(cap)][1] = p;
     mass[1.min(cap)][1] = p;
-    for pos in 1..n {
-        let data = pos < k;
-        np[..=cap].fill([0.0; 2]);
-        nm[..=cap].fill([0.0; 2]);
-        for l in 0..=cap {
-            for s in 0..2 {
-                let (pr, ms) = (prob[l][s], mass[l][s]);
-                if pr == 0.0 && ms == 0.0 {
-                    continue;
-                }
-                let pl = if s == 1 { r } else { q };
-                let l2 = (l + 1).min(cap);
-                np[l][0] += pr * (1.0 - pl);
-                nm[l][0] += ms * (1.0 - pl);
-                np[l2][1] += pr * pl;
-                nm[l2][1] += ms * pl + if data { pr * pl } else { 0.0 };
+    (prob, mass)
+}
+
+/// One more shard (a data shard when `data`) through the chain; `np`, `nm`
+/// are scratch.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn chain_step(
+    prob: &mut Chain,
+    mass: &mut Chain,
+    np: &mut Chain,
+    nm: &mut Chain,
+    cap: usize,
+    r: f64,
+    q: f64,
+    data: bool,
+) {
+    np[..=cap].fill([0.0; 2]);
+    nm[..=cap].fill([0.0; 2]);
+    for l in 0..=cap {
+        for s in 0..2 {
+            let (pr, ms) = (prob[l][s], mass[l][s]);
+            if pr == 0.0 && ms == 0.0 {
+                continue;
             }
+            let pl = if s == 1 { r } else { q };
+            let l2 = (l + 1).min(cap);
+            np[l][0] += pr * (1.0 - pl);
+            nm[l][0] += ms * (1.0 - pl);
+            np[l2][1] += pr * pl;
+            nm[l2][1] += ms * pl + if data { pr * pl } else { 0.0 };
         }
-        std::mem::swap(&mut prob, &mut np);
-        std::mem::swap(&mut mass, &mut nm);
     }
-    (mass[cap][0] + mass[cap][1]) / k as f64
+    std::mem::swap(prob, np);
+    std::mem::swap(mass, nm);
+}
+
+/// [`chain_step`] gathered per target state, without its branches: the
+/// same products added in the same order (a zero state it skips adds
+/// `+0.0` here, which changes no sum of non-negative terms). Writes all
+/// of `np`, `nm` up to `cap`.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn chain_step_gathered(
+    prob: &mut Chain,
+    mass: &mut Chain,
+    np: &mut Chain,
+    nm: &mut Chain,
+    cap: usize,
+    r: f64,
+    q: f64,
+    data: bool,
+) {
+    let (r1, q1) = (1.0 - r, 1.0 - q);
+    // What a shard lost after state (l, s) adds to the lost-data mass.
+    let add =
+        |l: usize, s: usize, pl: f64| mass[l][s] * pl + if data { prob[l][s] * pl } else { 0.0 };
+    np[0] = [prob[0][0] * q1 + prob[0][1] * r1, 0.0];
+    nm[0] = [mass[0][0] * q1 + mass[0][1] * r1, 0.0];
+    for l in 1..=cap {
+        np[l] = [
+            prob[l][0] * q1 + prob[l][1] * r1,
+            prob[l - 1][0] * q + prob[l - 1][1] * r,
+        ];
+        nm[l] = [
+            mass[l][0] * q1 + mass[l][1] * r1,
+            add(l - 1, 0, q) + add(l - 1, 1, r),
+        ];
+    }
+    // `cap` stands for `cap` or more: a loss there stays.
+    np[cap][1] += prob[cap][0] * q;
+    np[cap][1] += prob[cap][1] * r;
+    nm[cap][1] += add(cap, 0, q);
+    nm[cap][1] += add(cap, 1, r);
+    std::mem::swap(prob, np);
+    std::mem::swap(mass, nm);
+}
+
+/// [`residual`] for a table's rebuild, which asks it for growing groups
+/// (`k`, then `k + 1`, ...) at the same `m` on the same channel: the
+/// chain over the data shards is the same for all of them (`k` only
+/// says where the parity starts), so it is kept and extended by one data
+/// shard per size, and each call runs only its `m` parity shards. The
+/// same steps in the same order as [`residual`]: the same result to the
+/// bit. A call for another channel, `m`, or a smaller group starts the
+/// chain again.
+struct ResidualRun {
+    /// The channel (`p`, `r`, `q` as bits) and the `m` the chain is for.
+    key: [u64; 3],
+    m: usize,
+    /// Data shards in the chain (0: none yet).
+    k: usize,
+    prob: Chain,
+    mass: Chain,
+}
+
+impl ResidualRun {
+    fn new() -> Self {
+        Self {
+            key: [0; 3],
+            m: 0,
+            k: 0,
+            prob: [[0.0; 2]; MAX_M + 2],
+            mass: [[0.0; 2]; MAX_M + 2],
+        }
+    }
+
+    /// `residual(k, m, p, r, q)`.
+    fn residual(&mut self, k: usize, m: usize, p: f64, r: f64, q: f64) -> f64 {
+        if p <= 0.0 || k == 0 {
+            return residual(k, m, p, r, q);
+        }
+        let m = m.min(MAX_M);
+        let cap = m + 1;
+        let key = [p.to_bits(), r.to_bits(), q.to_bits()];
+        let mut np = [[0.0f64; 2]; MAX_M + 2];
+        let mut nm = [[0.0f64; 2]; MAX_M + 2];
+        if self.k == 0 || self.k > k || self.m != m || self.key != key {
+            (self.prob, self.mass) = chain_start(p, cap);
+            (self.key, self.m, self.k) = (key, m, 1);
+        }
+        while self.k < k {
+            let (prob, mass) = (&mut self.prob, &mut self.mass);
+            chain_step_gathered(prob, mass, &mut np, &mut nm, cap, r, q, true);
+            self.k += 1;
+        }
+        let (mut prob, mut mass) = (self.prob, self.mass);
+        for _ in 0..m {
+            chain_step_gathered(&mut prob, &mut mass, &mut np, &mut nm, cap, r, q, false);
+        }
+        (mass[cap][0] + mass[cap][1]) / k as f64
+    }
 }
 
 /// As [`residual`], each data shard followed at once by `c` copies of
@@ -807,6 +995,92 @@ mod tests {
         m.update(100_000, 500, 498, 1e-4);
         assert_eq!(m.table[1], 1, "{:?}", m.table);
         assert_eq!(m.copied_plan(2, 1e-4), None);
+    }
+
+    #[test]
+    fn a_kept_chain_s_residuals_are_the_direct_ones_to_the_bit() {
+        // A rebuild's order (growing groups at a rising `m`), the channel
+        // changing at `MARGIN_K`, and calls that restart the chain (a
+        // smaller group, a smaller `m`).
+        for (p, burst) in [
+            (0.005, 1.0),
+            (0.046, 1.05),
+            (0.09, 1.1),
+            (0.05, 3.0),
+            (0.3, 6.0),
+        ] {
+            let r = (1.0 - 1.0f64 / burst).max(p);
+            let q = p * (1.0 - r) / (1.0 - p);
+            let mut run = ResidualRun::new();
+            let mut m = 0;
+            let mut calls = (1..=MAX_K).map(|k| (k, k / 3)).collect::<Vec<_>>();
+            calls.extend([(5, 2), (64, 32), (64, 40), (10, 0), (1, 1), (40, 3)]);
+            for (k, want_m) in calls {
+                let p = if k >= MARGIN_K { p * 1.1 } else { p };
+                m = if want_m < m { want_m } else { m };
+                while m <= want_m.min(MAX_M + 2) {
+                    let (a, b) = (run.residual(k, m, p, r, q), residual(k, m, p, r, q));
+                    assert_eq!(a.to_bits(), b.to_bits(), "{p} {burst} {k} {m}: {a} {b}");
+                    m += 1;
+                }
+                m = want_m;
+            }
+        }
+    }
+
+    #[test]
+    fn the_kept_chains_build_the_tables_the_direct_residuals_did() {
+        // Two models fed the same reports, one building its tables with
+        // each residual alone (as before `ResidualRun`): every table of a
+        // grid of loss rates, mean runs, targets, priors and both limits
+        // (widened after the third report, as a sender learns its peer
+        // takes wide groups) is the same, the first one too, through
+        // rises and falls (the rate steps after the sixth report).
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let mut noise = move || {
+            rng = rng.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            0.5 + (rng >> 11) as f64 / (1u64 << 53) as f64
+        };
+        let (mut tables, mut changed, mut wide) = (0, 0, 0);
+        for prior in [PRIOR_LOSS, 1e-3] {
+            for target in [1e-3, 1e-4, 1e-5] {
+                for widen in [false, true] {
+                    for rate in [0.0, 0.005, 0.02, 0.05, 0.09, 0.15, 0.3] {
+                        for burst in [1.0, 1.5, 3.0, 6.0] {
+                            let mut a = LossModel::with_prior(target, prior);
+                            let mut b = a.clone();
+                            b.rebuild_with::<true>(target, true);
+                            assert_eq!(a.table, b.table, "fresh {prior} {target}");
+                            for i in 0..10u64 {
+                                if widen && i == 3 {
+                                    a.set_limits(MAX_K, MAX_M, target);
+                                    b.set_limits_with::<true>(MAX_K, MAX_M, target);
+                                }
+                                let rate = if i < 6 { rate } else { rate * 2.5 % 0.4 };
+                                let seen = if i % 2 == 0 { 40 } else { 1000 };
+                                let lost = (seen as f64 * rate * noise()).round() as u64;
+                                let runs =
+                                    ((lost as f64 / burst).round() as u64).clamp(lost.min(1), lost);
+                                let before = a.table;
+                                a.update(seen, lost, runs, target);
+                                b.update_with::<true>(seen, lost, runs, target);
+                                assert_eq!(
+                                    a.table, b.table,
+                                    "{prior} {target} {widen} {rate} {burst} report {i}"
+                                );
+                                tables += 1;
+                                changed += usize::from(a.table != before);
+                                wide += usize::from(a.table[MAX_K] > NARROW_M as u8);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        // The grid moves the tables, and reaches the wide groups' parity.
+        assert_eq!(tables, 3360);
+        assert!(changed > tables / 4, "{changed}");
+        assert!(wide > 100, "{wide}");
     }
 
     #[test]

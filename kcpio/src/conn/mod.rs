@@ -122,6 +122,9 @@ pub use datagram::{
 };
 pub use dgram_fec::DatagramFecStats;
 pub use error::{ConnError, SessionError};
+/// The loss model's table rebuild for `benches/loss_model.rs`. Not part of the API.
+#[doc(hidden)]
+pub use loss_model::bench_support as loss_model_bench;
 pub use stream_fec::StreamFecStats;
 
 use datagram::DatagramQueue;
