@@ -1418,3 +1418,64 @@ fn negotiation_takes_a_few_round_trips_on_bursty_and_lossy_paths() {
         assert!(third.count() as u64 * 100 <= SEEDS * 5, "{name}: {late:?}");
     }
 }
+
+#[test]
+fn a_client_whose_offer_was_lost_before_its_stream_data_still_negotiates() {
+    // The connect probe's tagged WASK is lost; the client's stream data
+    // gets through and the listener's ACK ends the connect probe. The tag
+    // then rode only on keepalives, which a session writing every 50 ms
+    // never sends: 3 s later neither end had the extension. The offer is
+    // now resent at the connect probe's pace: the first resend (250 ms
+    // after the ACK) negotiates on a clean path.
+    let mut sim = Sim::new(1, 0);
+    let c = sim.add(9, &config(true), Link::clean(50).blackout(0, 5));
+    let s = sim.add(9, &config(true), Link::clean(50));
+    sim.connect(c, s);
+    let now = sim.now();
+    sim.conn(s).answer_datagram_fec_only();
+    sim.conn(c).connect(now);
+    let mut at = None;
+    for step in 1..=60u64 {
+        sim.run_until(step * 50, 100_000);
+        sim.conn(c).write(&[7u8; 500]).expect("room");
+        if at.is_none()
+            && sim.nodes[c].conn.datagram_fec_negotiated()
+            && sim.nodes[s].conn.datagram_fec_negotiated()
+        {
+            at = Some(sim.elapsed_ms());
+        }
+    }
+    assert!(!sim.nodes[c].conn.is_connecting());
+    // Data at 50 ms, its ACK back at 150, the resend at 400, its answer
+    // back at 500.
+    let at = at.expect("negotiated within 3 s");
+    assert!(at <= 550, "negotiated at {at} ms");
+}
+
+#[test]
+fn a_peer_that_never_answers_in_kind_gets_a_bounded_number_of_resent_offers() {
+    // A listener without the extension (kcp-go's wire) answers the client's
+    // stream data, not its offer: the client resends the tagged probe
+    // `OFFER_RESENDS` (6) times at the connect probe's pace (250 ms to
+    // 2 s apart), then leaves the tag to keepalives.
+    let mut sim = Sim::new(1, 0);
+    let c = sim.add(9, &config(true), Link::clean(50));
+    let s = sim.add(9, &config(false), Link::clean(50));
+    sim.connect(c, s);
+    let now = sim.now();
+    sim.conn(s).answer_datagram_fec_only();
+    sim.conn(c).connect(now);
+    sim.conn(c).write(&[7u8; 500]).expect("room");
+    sim.run_until(1_000, 100_000);
+    let before = sim.nodes[c].sent;
+    sim.run_until(9_000, 100_000);
+    let probes = sim.nodes[c].sent - before;
+    sim.run_until(30_000, 100_000);
+    let later = sim.nodes[c].sent - before - probes;
+    assert!(!sim.nodes[c].conn.datagram_fec_negotiated());
+    assert!(sim.nodes[c].conn.error().is_none());
+    // Resends at 0.35, 0.85, 1.85, 3.85, 5.85 and 7.85 s: four of them
+    // after the first second, then keepalives only.
+    assert_eq!(probes, 4, "{probes} probes in 1-9 s");
+    assert!(later <= 3, "{later} datagrams in 9-30 s");
+}
