@@ -268,23 +268,6 @@ struct Probe {
     deadline: Option<Duration>,
 }
 
-/// Tagged probes a client sends after its connect probe ended when its
-/// offer is still unanswered in kind (see [`Offering`]).
-pub const OFFER_RESENDS: u8 = 6;
-
-/// A client's extension offer still unanswered when the connect probe
-/// ended: the peer's first datagram answered something else (the tagged
-/// probes were lost and stream data got through), and the tag would
-/// otherwise ride only on keepalives, which a busy session never sends.
-/// The tagged WASK goes on at the connect probe's pace, at most
-/// [`OFFER_RESENDS`] times (a kcp-go peer answers untagged forever).
-#[derive(Clone, Copy, Debug)]
-struct Offering {
-    next: Duration,
-    wait: Duration,
-    left: u8,
-}
-
 /// Port-unreachable reports (ICMP) on an established client session that
 /// fail it ([`SessionError::PortUnreachable`]) when no valid datagram came
 /// in between (see [`Conn::handle_unreachable`]).
@@ -435,8 +418,6 @@ pub struct Conn {
     last_output: Duration,
     /// A client's connect probe, until any valid datagram arrives.
     connecting: Option<Probe>,
-    /// The offer's resends after the connect probe.
-    offering: Option<Offering>,
     /// A keepalive probe went out and nothing valid came in since.
     keepalive_unanswered: bool,
     /// A client's quiet probe ([`probe_when_quiet`](Self::probe_when_quiet)):
@@ -602,7 +583,6 @@ impl Conn {
             last_input: now,
             last_output: now,
             connecting: None,
-            offering: None,
             keepalive_unanswered: false,
             quiet: None,
             unreachable: None,
@@ -744,11 +724,6 @@ impl Conn {
         };
         let bits = dx | sx;
         (bits != 0).then_some(PROBE_TAG_BASE | bits)
-    }
-
-    /// This side offers an extension the peer has not answered in kind.
-    fn offer_pending(&self) -> bool {
-        (self.dx_offer && self.dx.is_some() && !self.dx_on) || (self.sx_offer && self.sx.is_none())
     }
 
     /// The peer speaks the FEC datagram extension (it offered it, or sent
@@ -997,13 +972,7 @@ impl Conn {
         }
         if out.accepted {
             self.last_input = self.now;
-            if self.connecting.take().is_some() && self.offer_pending() {
-                self.offering = Some(Offering {
-                    next: self.now.saturating_add(PROBE_FIRST_WAIT),
-                    wait: PROBE_FIRST_WAIT.saturating_mul(2),
-                    left: OFFER_RESENDS,
-                });
-            }
+            self.connecting = None;
             self.keepalive_unanswered = false;
             self.unreachable = None;
         }
@@ -1226,20 +1195,6 @@ impl Conn {
             u.next_probe = self.now.saturating_add(UNREACHABLE_PROBE_EVERY);
             self.kcp.probe_window();
         }
-        if self.offering.is_some() && !self.offer_pending() {
-            self.offering = None;
-        }
-        if let Some(o) = self.offering.as_mut()
-            && self.now >= o.next
-        {
-            o.next = self.now.saturating_add(o.wait);
-            o.wait = o.wait.saturating_mul(2).min(PROBE_MAX_WAIT);
-            o.left = o.left.saturating_sub(1);
-            if o.left == 0 {
-                self.offering = None;
-            }
-            self.kcp.probe_window();
-        }
         if let Some(p) = self.connecting.as_mut() {
             if self.now >= p.next {
                 p.next = self.now.saturating_add(p.wait);
@@ -1341,7 +1296,6 @@ impl Conn {
         }
         next = earliest(next, proof);
         next = earliest(next, self.unreachable.map(|u| u.next_probe));
-        next = earliest(next, self.offering.map(|o| o.next));
         next = earliest(next, self.quiet.and_then(|q| q.at));
         if !self.kcp.is_flushed() {
             let shutdown = self.shutdown.until().filter(|&d| d > self.now);
