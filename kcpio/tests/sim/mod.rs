@@ -59,6 +59,15 @@ use kcpio::{Config, Conn, SessionError};
 use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+/// A bursty link's loss chain steps once more per this much silence
+/// before a datagram (closed form, one draw per datagram as before).
+/// Flows denser than one datagram per 100 ms (data, acks, the datagram
+/// receiver's reports) see the per-datagram chain unchanged; connect
+/// probes 250 ms to 2 s apart see losses that are nearly independent, as
+/// on a real path whose bad spells last milliseconds, not seconds (here a
+/// sparse flow's spell lasts about `burst` x 50 ms: still pessimistic).
+pub(crate) const BURST_SLOT_MS: u64 = 50;
+
 /// IPv4 + UDP header bytes, for the wire-byte yardstick.
 pub(crate) const IP_UDP: u64 = 28;
 
@@ -69,6 +78,9 @@ pub(crate) struct Link {
     pub(crate) loss: f64,
     /// Mean length of a loss burst in datagrams (Gilbert-Elliott, the
     /// stationary loss staying `loss`); at most 1 means independent losses.
+    /// The chain steps once per datagram, and once more per further
+    /// [`BURST_SLOT_MS`] of silence before it: a bad spell lasts in time,
+    /// not across a sparse flow's seconds.
     pub(crate) burst: f64,
     /// Probability a datagram arrives twice.
     pub(crate) dup: f64,
@@ -213,6 +225,8 @@ pub(crate) struct Node {
     pub(crate) bad_open: u64,
     /// The last datagram sent was lost (for bursty links).
     lost_last: bool,
+    /// When it was sent (for bursty links; `None`: nothing yet).
+    sent_last: Option<Duration>,
     /// Lifecycle as last logged: failure reason, finished.
     seen: (Option<SessionError>, bool),
     /// Its address and where it sends (a [`placed`](Sim::place) client);
@@ -422,6 +436,7 @@ impl Sim {
             wire_bytes: 0,
             bad_open: 0,
             lost_last: false,
+            sent_last: None,
             seen: (None, false),
             addr: None,
             dest: None,
@@ -631,13 +646,32 @@ impl Sim {
             }
         }
         let lost = if link.burst > 1.0 {
+            // Two states, bad (lost) and good: bad stays bad with `r`,
+            // good turns bad with `q`. After `k` steps the chain has
+            // forgotten all but `(r - q)^k` of where it was.
             let r = 1.0 - 1.0 / link.burst;
             let q = link.loss * (1.0 - r) / (1.0 - link.loss);
-            self.rng.random_bool(if node.lost_last { r } else { q })
+            let gap = node
+                .sent_last
+                .map_or(0, |t| now.saturating_sub(t).as_millis());
+            let k =
+                i32::try_from(gap / u128::from(BURST_SLOT_MS)).map_or(1_000, |k| k.clamp(1, 1_000));
+            let p = if k == 1 {
+                if node.lost_last { r } else { q }
+            } else {
+                let fade = (r - q).powi(k);
+                if node.lost_last {
+                    link.loss + (1.0 - link.loss) * fade
+                } else {
+                    link.loss * (1.0 - fade)
+                }
+            };
+            self.rng.random_bool(p.clamp(0.0, 1.0))
         } else {
             self.rng.random_bool(link.loss)
         };
         node.lost_last = lost;
+        node.sent_last = Some(now);
         if link.dark(elapsed) || lost {
             return;
         }
