@@ -554,47 +554,12 @@ fn chain_start(p: f64, cap: usize) -> (Chain, Chain) {
     (prob, mass)
 }
 
-/// One more shard (a data shard when `data`) through the chain; `np`, `nm`
-/// are scratch.
+/// One more shard (a data shard when `data`) through the chain, gathered
+/// per target state without branches; `np`, `nm` are scratch (all of them
+/// up to `cap` is written).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn chain_step(
-    prob: &mut Chain,
-    mass: &mut Chain,
-    np: &mut Chain,
-    nm: &mut Chain,
-    cap: usize,
-    r: f64,
-    q: f64,
-    data: bool,
-) {
-    np[..=cap].fill([0.0; 2]);
-    nm[..=cap].fill([0.0; 2]);
-    for l in 0..=cap {
-        for s in 0..2 {
-            let (pr, ms) = (prob[l][s], mass[l][s]);
-            if pr == 0.0 && ms == 0.0 {
-                continue;
-            }
-            let pl = if s == 1 { r } else { q };
-            let l2 = (l + 1).min(cap);
-            np[l][0] += pr * (1.0 - pl);
-            nm[l][0] += ms * (1.0 - pl);
-            np[l2][1] += pr * pl;
-            nm[l2][1] += ms * pl + if data { pr * pl } else { 0.0 };
-        }
-    }
-    std::mem::swap(prob, np);
-    std::mem::swap(mass, nm);
-}
-
-/// [`chain_step`] gathered per target state, without its branches: the
-/// same products added in the same order (a zero state it skips adds
-/// `+0.0` here, which changes no sum of non-negative terms). Writes all
-/// of `np`, `nm` up to `cap`.
-#[allow(clippy::too_many_arguments)]
-#[inline(always)]
-fn chain_step_gathered(
     prob: &mut Chain,
     mass: &mut Chain,
     np: &mut Chain,
@@ -674,12 +639,12 @@ impl ResidualRun {
         }
         while self.k < k {
             let (prob, mass) = (&mut self.prob, &mut self.mass);
-            chain_step_gathered(prob, mass, &mut np, &mut nm, cap, r, q, true);
+            chain_step(prob, mass, &mut np, &mut nm, cap, r, q, true);
             self.k += 1;
         }
         let (mut prob, mut mass) = (self.prob, self.mass);
         for _ in 0..m {
-            chain_step_gathered(&mut prob, &mut mass, &mut np, &mut nm, cap, r, q, false);
+            chain_step(&mut prob, &mut mass, &mut np, &mut nm, cap, r, q, false);
         }
         (mass[cap][0] + mass[cap][1]) / k as f64
     }
