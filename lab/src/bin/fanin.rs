@@ -25,7 +25,9 @@
 //! of the clients' (`/proc/self/task`), which say whether the server or
 //! the clients are the bottleneck. `FANIN_RCVBUF=bytes` sets the sockets'
 //! receive buffer (default: kcpio's); `FANIN_WINDOW=segments` the
-//! receive window (the send window stays 1,024).
+//! receive window (the send window stays 1,024); `FANIN_CIPHER=none` runs
+//! without a cipher (default `aes-128`), so the server's per-GB cost can be
+//! set against a cheap load generator's (`lab/results/shards-*.md`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -130,8 +132,10 @@ fn config(shards: usize) -> Result<Config, String> {
     {
         b = b.window(1024, w);
     }
-    b.crypto(Method::Aes128, Key::passphrase("fanin"))
-        .reuse_port(shards)
+    if std::env::var("FANIN_CIPHER").as_deref() != Ok("none") {
+        b = b.crypto(Method::Aes128, Key::passphrase("fanin"));
+    }
+    b.reuse_port(shards)
         .socket_buffers(rcvbuf, 0)
         .build()
         .map_err(|e| format!("config: {e}"))
@@ -297,7 +301,12 @@ fn main() -> std::process::ExitCode {
         }
     };
     println!(
-        "{sessions} sessions x {mib} MiB into one listener, aes-128, loopback; shards {shard_counts:?}; {runs} runs"
+        "{sessions} sessions x {mib} MiB into one listener, {}, loopback; shards {shard_counts:?}; {runs} runs",
+        if std::env::var("FANIN_CIPHER").as_deref() == Ok("none") {
+            "no cipher"
+        } else {
+            "aes-128"
+        }
     );
     println!(
         "run  shards  aggregate MB/s  retransmitted (RTO)  received twice  listener drops  client drops  segments lost  CPU-s/GB server client"
