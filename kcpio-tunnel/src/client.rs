@@ -11,7 +11,7 @@ use kcpio::mux::{Mux, Snappy};
 use tokio::net::{TcpListener, UdpSocket};
 
 use crate::config::{HostPorts, Settings};
-use crate::detect::{Io, SNAPPY_MAGIC, Tap};
+use crate::detect::{Io, SNAPPY_MAGIC, Tap, UnframedStart, unframed_start};
 use crate::forward::{Conn, forward};
 use crate::limits::{Charge, ChargeGuard, Gate, SessionGate};
 use crate::log::{Log, log_close};
@@ -145,11 +145,36 @@ impl Pool {
         };
         let log = self.log.clone();
         let io: Box<dyn Io> = if self.settings.compress {
+            // KCP delivers from the first byte, so a compressing server's
+            // stream starts with the snappy identifier; what comes instead
+            // is named for what it is.
+            let check = version_check.clone();
             let raw = Tap::watched(metered, move |b: &[u8]| {
-                if b[0] != SNAPPY_MAGIC[0] {
-                    log.line(
-                        "MISMATCH: the server does not compress (it runs with --nocomp): add --nocomp here",
-                    );
+                if b[0] == SNAPPY_MAGIC[0] {
+                    return;
+                }
+                let head = &b[..b.len().min(8)];
+                match unframed_start(b) {
+                    UnframedStart::Smux(_) => {
+                        log.line(
+                            "MISMATCH: the server does not compress (it runs with --nocomp): add --nocomp here",
+                        );
+                        check(b);
+                    }
+                    UnframedStart::SnappyChunk(version) => {
+                        log.line(format!(
+                            "the server's compressed stream reached us without its start (snappy \
+                             chunk {head:02x?} with no stream identifier before it): not a --nocomp \
+                             mismatch"
+                        ));
+                        if let Some(v) = version {
+                            check(&[v]);
+                        }
+                    }
+                    UnframedStart::Unclear => log.line(format!(
+                        "MISMATCH: the server's first bytes {head:02x?} are no snappy stream: it \
+                         may run with --nocomp (then add --nocomp here)"
+                    )),
                 }
             });
             Box::new(Tap::watched(Snappy::new(raw), version_check))

@@ -12,6 +12,62 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 pub(crate) const SNAPPY_MAGIC: [u8; 10] =
     [0xff, 0x06, 0x00, 0x00, 0x73, 0x4e, 0x61, 0x50, 0x70, 0x59];
 
+/// What a compressing client's first bytes from its server are when they do
+/// not start with the snappy stream identifier.
+///
+/// A KCP session delivers its bytes in order from the first, so a server
+/// that compresses always shows the identifier first; the bytes that come
+/// instead say what the server does. An smux header and a snappy chunk
+/// header can look alike (an uncompressed chunk and smux v1 both start with
+/// 0x01), so both readings are tried on the whole header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum UnframedStart {
+    /// An smux frame header that is no snappy chunk header: the server does
+    /// not compress. The frame's version byte.
+    Smux(u8),
+    /// A snappy chunk header that is no smux header: a compressed stream
+    /// read from past its start. The smux version byte inside an
+    /// uncompressed chunk, when the bytes reach it.
+    SnappyChunk(Option<u8>),
+    /// Both readings fit, neither does, or too few bytes to tell.
+    Unclear,
+}
+
+/// Reads `b`, a session's first bytes (not the snappy identifier), as
+/// [`UnframedStart`].
+pub(crate) fn unframed_start(b: &[u8]) -> UnframedStart {
+    let Some(&[t, b1, b2, b3]) = b.get(..4) else {
+        return UnframedStart::Unclear;
+    };
+    let len16 = u16::from_le_bytes([b2, b3]);
+    // smux: version 1 or 2; SYN, FIN and NOP carry nothing, PSH anything,
+    // UPD (v2 only) its 8 bytes.
+    let smux = match (t, b1) {
+        (1 | 2, 0 | 1 | 3) => len16 == 0,
+        (1 | 2, 2) => true,
+        (2, 4) => len16 == 8,
+        _ => false,
+    };
+    // snappy framing: a compressed (0x00) or uncompressed (0x01) chunk holds
+    // a 4-byte checksum and at most 64 KiB of data (compressed, at most
+    // snappy's worst case for it); padding (0xfe) and the skippable types
+    // (0x80..=0xfd) any length; 0x02..=0x7f are reserved.
+    let chunk_len = u32::from_le_bytes([b1, b2, b3, 0]);
+    let snappy = match t {
+        0x00 => (5..=4 + 76_490).contains(&chunk_len),
+        0x01 => (5..=4 + 65_536).contains(&chunk_len),
+        0x80..=0xfe => true,
+        _ => false,
+    };
+    match (smux, snappy) {
+        (true, false) => UnframedStart::Smux(t),
+        (false, true) => {
+            UnframedStart::SnappyChunk((t == 0x01).then(|| b.get(8).copied()).flatten())
+        }
+        _ => UnframedStart::Unclear,
+    }
+}
+
 /// Any transport a mux can run over.
 pub(crate) trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
@@ -156,4 +212,57 @@ fn bad_start(head: &[u8]) -> io::Error {
             "the client's first bytes {head:02x?} are neither a snappy stream nor an smux v1/v2 frame"
         ),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_first_frame_without_snappy_reads_as_smux() {
+        // smux v1 NOP, as a --nocomp kcptun server's keepalive opens its session.
+        assert_eq!(
+            unframed_start(&[1, 3, 0, 0, 0, 0, 0, 0]),
+            UnframedStart::Smux(1)
+        );
+        // smux v2 SYN of stream 3, and a v2 window update.
+        assert_eq!(
+            unframed_start(&[2, 0, 0, 0, 3, 0, 0, 0]),
+            UnframedStart::Smux(2)
+        );
+        assert_eq!(
+            unframed_start(&[2, 4, 8, 0, 3, 0, 0, 0]),
+            UnframedStart::Smux(2)
+        );
+    }
+
+    #[test]
+    fn a_chunk_without_its_identifier_is_no_missing_compression() {
+        // The uncompressed chunk that holds an smux v1 NOP: the stream's
+        // second chunk, or its first without the identifier.
+        assert_eq!(
+            unframed_start(&[0x01, 0x0c, 0, 0, 0x82, 0x37, 0xbc, 0x1d, 1, 3, 0, 0]),
+            UnframedStart::SnappyChunk(Some(1))
+        );
+        assert_eq!(
+            unframed_start(&[0x01, 0x0c, 0, 0]),
+            UnframedStart::SnappyChunk(None)
+        );
+        assert_eq!(
+            unframed_start(&[0x00, 0x20, 0, 0, 1, 2, 3, 4, 5]),
+            UnframedStart::SnappyChunk(None)
+        );
+    }
+
+    #[test]
+    fn ambiguous_or_short_bytes_say_so() {
+        // smux v1 PSH of 3 bytes, also an uncompressed chunk of 770 bytes.
+        assert_eq!(
+            unframed_start(&[1, 2, 3, 0, 1, 0, 0, 0]),
+            UnframedStart::Unclear
+        );
+        assert_eq!(unframed_start(&[1, 3, 0]), UnframedStart::Unclear);
+        // A reserved snappy type that is no smux version either.
+        assert_eq!(unframed_start(&[0x30, 0, 0, 0]), UnframedStart::Unclear);
+    }
 }

@@ -114,6 +114,65 @@ async fn wait_bound(addr: SocketAddr, udp: bool) {
     panic!("nothing bound {addr} within 5 s");
 }
 
+/// The inode of the loopback socket bound to `port` (`/proc/net/udp` or
+/// `tcp`, listening or not), if any.
+fn socket_inode(port: u16, udp: bool) -> Option<String> {
+    let table = std::fs::read_to_string(if udp {
+        "/proc/net/udp"
+    } else {
+        "/proc/net/tcp"
+    })
+    .unwrap_or_default();
+    let local = format!("0100007F:{port:04X}");
+    table.lines().skip(1).find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f.get(1) == Some(&local.as_str())).then(|| f.get(9).map(|s| (*s).to_owned()))?
+    })
+}
+
+/// Whether process `pid` holds socket `inode`.
+fn holds_socket(pid: u32, inode: &str) -> bool {
+    let want = format!("socket:[{inode}]");
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|e| std::fs::read_link(e.path()).is_ok_and(|t| t.as_os_str() == want.as_str()))
+}
+
+/// Starts kcptun `bin` on a free loopback port (`args` given the port) and
+/// returns it once it is seen holding that port. A free port is only free
+/// when asked: another process (another test's kcptun, with other flags)
+/// may take it before this one binds, and then this one exits while
+/// [`wait_bound`] would see the port taken and a test would talk to a
+/// stranger. Such a start is retried on another port.
+async fn start_kcptun(bin: &str, udp: bool, args: impl Fn(u16) -> Vec<String>) -> (Kcptun, u16) {
+    start_kcptun_on(bin, udp, std::iter::repeat_with(|| free_port(udp)), args).await
+}
+
+/// [`start_kcptun`] on the first of `ports` (at most 5 tried) it is seen
+/// holding.
+async fn start_kcptun_on(
+    bin: &str,
+    udp: bool,
+    ports: impl Iterator<Item = u16>,
+    args: impl Fn(u16) -> Vec<String>,
+) -> (Kcptun, u16) {
+    for port in ports.take(5) {
+        let mut proc = spawn_kcptun(bin, &args(port));
+        for _ in 0..100 {
+            if proc.0.try_wait().ok().flatten().is_some() {
+                break;
+            }
+            if socket_inode(port, udp).is_some_and(|i| holds_socket(proc.0.id(), &i)) {
+                return (proc, port);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    panic!("{bin} did not hold a free port in 5 tries");
+}
+
 /// Who plays which end.
 #[derive(Clone, Copy, Debug)]
 enum Pair {
@@ -137,13 +196,14 @@ async fn tunnel(pair: Pair, target: SocketAddr, client: &str, server: &str) -> T
     let mut procs = Vec::new();
     let server_addr = match pair {
         Pair::KcpioToKcptun => {
-            let port = free_port(true);
-            let mut args = words(&format!("-l 127.0.0.1:{port} -t {target} {server}"));
-            args.push("--quiet".into());
-            procs.push(spawn_kcptun("kcptun-server", &args));
-            let addr = SocketAddr::from(([127, 0, 0, 1], port));
-            wait_bound(addr, true).await;
-            addr
+            let (proc, port) = start_kcptun("kcptun-server", true, |port| {
+                let mut args = words(&format!("-l 127.0.0.1:{port} -t {target} {server}"));
+                args.push("--quiet".into());
+                args
+            })
+            .await;
+            procs.push(proc);
+            SocketAddr::from(([127, 0, 0, 1], port))
         }
         Pair::KcptunToKcpio | Pair::KcpioToKcpio => {
             kcpio("server", &format!("-l 127.0.0.1:0 -t {target}"), server).await
@@ -151,10 +211,13 @@ async fn tunnel(pair: Pair, target: SocketAddr, client: &str, server: &str) -> T
     };
     let entry = match pair {
         Pair::KcptunToKcpio => {
-            let port = free_port(false);
-            let mut args = words(&format!("-l 127.0.0.1:{port} -r {server_addr} {client}"));
-            args.push("--quiet".into());
-            procs.push(spawn_kcptun("kcptun-client", &args));
+            let (proc, port) = start_kcptun("kcptun-client", false, |port| {
+                let mut args = words(&format!("-l 127.0.0.1:{port} -r {server_addr} {client}"));
+                args.push("--quiet".into());
+                args
+            })
+            .await;
+            procs.push(proc);
             SocketAddr::from(([127, 0, 0, 1], port))
         }
         Pair::KcpioToKcptun | Pair::KcpioToKcpio => {
@@ -492,13 +555,11 @@ async fn half_close_end_to_end() {
 // `--udptarget` is served as by any kcpio server.
 kcptun_test!(udp_beside_tcp_changes_nothing_for_kcptun, async {
     let target = echo_server().await;
-    let port = free_port(true);
+    let (_kcptun, port) = start_kcptun("kcptun-server", true, |port| {
+        words(&format!("-l 127.0.0.1:{port} -t {target} --quiet"))
+    })
+    .await;
     let server = SocketAddr::from(([127, 0, 0, 1], port));
-    let _kcptun = spawn_kcptun(
-        "kcptun-server",
-        &words(&format!("-l {server} -t {target} --quiet")),
-    );
-    wait_bound(server, true).await;
     let settings = tunnel::parse(words(&format!(
         "tunnel client -l 127.0.0.1:0 --udplisten 127.0.0.1:0 -r {server} --quiet"
     )))
@@ -635,12 +696,10 @@ async fn kcpio_client_logged(
     server: &str,
     log: &std::path::Path,
 ) -> (SocketAddr, Kcptun) {
-    let port = free_port(true);
-    let server = spawn_kcptun(
-        "kcptun-server",
-        &words(&format!("-l 127.0.0.1:{port} -t {target} --quiet {server}")),
-    );
-    wait_bound(SocketAddr::from(([127, 0, 0, 1], port)), true).await;
+    let (server, port) = start_kcptun("kcptun-server", true, |port| {
+        words(&format!("-l 127.0.0.1:{port} -t {target} --quiet {server}"))
+    })
+    .await;
     let args = words(&format!(
         "tunnel client -l 127.0.0.1:0 -r 127.0.0.1:{port} {client}"
     ));
@@ -653,20 +712,65 @@ async fn kcpio_client_logged(
     (entry, server)
 }
 
+// The harness: a port taken between `free_port` and kcptun's bind (here by
+// a socket of ours) is not mistaken for kcptun's; the next port is used.
+// (`wait_bound` alone sees the port taken and returns: a test would then
+// talk to whoever holds it, as a mismatch test did once with a --nocomp
+// server's keepalive.)
+kcptun_test!(a_kcptun_that_could_not_bind_is_not_used, async {
+    let stranger = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let taken = stranger.local_addr().unwrap().port();
+    let target = echo_server().await;
+    let ports = [taken]
+        .into_iter()
+        .chain(std::iter::repeat_with(|| free_port(true)));
+    let (server, port) = start_kcptun_on("kcptun-server", true, ports, |port| {
+        words(&format!("-l 127.0.0.1:{port} -t {target} --quiet"))
+    })
+    .await;
+    assert_ne!(port, taken);
+    let inode = socket_inode(port, true).unwrap();
+    assert!(holds_socket(server.0.id(), &inode));
+    assert!(!holds_socket(
+        server.0.id(),
+        &socket_inode(taken, true).unwrap()
+    ));
+});
+
 // Better than kcptun: where kcptun stalls without a word, the kcpio client
 // names the flag that differs (the kcptun server's session, re-created after
 // it dropped ours, sends its keepalive in its own format within 10 s).
 kcptun_test!(client_names_the_mismatch, async {
     let target = echo_server().await;
-    let cases = [
-        ("--nocomp", "", "the server compresses"),
-        ("", "--nocomp", "the server does not compress"),
-        ("--smuxver 2", "", "the server speaks smux v1"),
+    // (client flags, server flags, the diagnoses, diagnoses that would be
+    // wrong). The last case is what a client meets when both flags differ:
+    // the raw smux v1 keepalive of a --nocomp server names both.
+    let not_compression = &["does not compress", "without its start", "no snappy stream"][..];
+    let cases: [(&str, &str, &[&str], &[&str]); 4] = [
+        ("--nocomp", "", &["the server compresses"], &["speaks smux"]),
+        (
+            "",
+            "--nocomp",
+            &["the server does not compress"],
+            &["speaks smux"],
+        ),
+        (
+            "--smuxver 2",
+            "",
+            &["the server speaks smux v1"],
+            not_compression,
+        ),
+        (
+            "--smuxver 2",
+            "--nocomp",
+            &["the server does not compress", "the server speaks smux v1"],
+            &["without its start"],
+        ),
     ];
     let runs = cases
         .iter()
         .enumerate()
-        .map(|(i, &(client, server, want))| {
+        .map(|(i, &(client, server, wants, wrongs))| {
             async move {
                 let path = std::env::temp_dir()
                     .join(format!("kcpio-mismatch-{}-{i}.log", std::process::id()));
@@ -678,7 +782,7 @@ kcptun_test!(client_names_the_mismatch, async {
                 for _ in 0..100 {
                     tokio::time::sleep(Duration::from_millis(250)).await;
                     let text = std::fs::read_to_string(&path).unwrap_or_default();
-                    if text.contains(want) {
+                    if wants.iter().all(|w| text.contains(w)) {
                         found = true;
                         break;
                     }
@@ -687,8 +791,16 @@ kcptun_test!(client_names_the_mismatch, async {
                 let _ = std::fs::remove_file(&path);
                 assert!(
                     found,
-                    "[{client}] vs [{server}]: no '{want}' in the log:\n{text}"
+                    "[{client}] vs [{server}]: not all of {wants:?} in the log:\n{text}"
                 );
+                // Only the flags that differ are named (the diagnosis comes
+                // from the first bytes, which say everything they will).
+                for wrong in wrongs {
+                    assert!(
+                        !text.contains(wrong),
+                        "[{client}] vs [{server}]: '{wrong}' in the log:\n{text}"
+                    );
+                }
             }
         });
     futures::future::join_all(runs).await;

@@ -26,7 +26,12 @@ const STRIDE_STEP: usize = 32;
 /// tiny shard at position 255 costs 32 bytes, not a group's worth.
 /// As soon as a group holds `data` shards, its missing data shards are
 /// rebuilt and queued for [`poll_recovered`](Self::poll_recovered); the group
-/// then drops any late shard.
+/// then drops any late shard. A shard whose seqid the group already holds
+/// with other bytes (a sender that restarted its numbering, as a kcp-go
+/// session re-created by its listener does) makes the group rebuild nothing:
+/// Reed-Solomon over a mix of two senders' shards yields garbage that would
+/// parse wherever their shards agree (conv, cmd, sn, len), and no checksum
+/// covers a rebuilt packet.
 ///
 /// The sender's shard ratio is not on the wire: the decoder starts from the
 /// ratio it is given and, when a shard's kind contradicts it, relearns the
@@ -472,11 +477,25 @@ impl FecDecoder {
             self.stats.dropped_stale += 1;
             return;
         }
+        let shard = packet.get(SHARD_OFFSET..).unwrap_or(&[]);
         if s.present.get(pos).copied().unwrap_or(true) {
-            self.stats.dropped_duplicate += 1;
+            let held =
+                s.at.get(pos)
+                    .zip(s.lens.get(pos))
+                    .and_then(|(&at, &l)| s.arena.get(at..at + usize::from(l)));
+            if held.is_none_or(|h| h == shard) {
+                self.stats.dropped_duplicate += 1;
+                return;
+            }
+            // The same seqid with other bytes: a sender numbering its shards
+            // from 0 again (a kcp-go listener's re-created session) or a
+            // forgery. Parity rebuilds garbage from such a mix, and nothing
+            // checks a rebuilt packet, so this group rebuilds nothing.
+            self.stats.dropped_conflicting += 1;
+            s.decoded = true;
+            self.spare.push(core::mem::take(&mut s.arena));
             return;
         }
-        let shard = packet.get(SHARD_OFFSET..).unwrap_or(&[]);
         // A group is decoded when its `data`-th shard arrives, so it never
         // stores more than `data` shards.
         s.push(pos, shard, self.data * SHARD_STRIDE);

@@ -273,6 +273,11 @@ pub struct FecStats {
     pub refused_shapes: u64,
     /// Dropped: a shard already stored.
     pub dropped_duplicate: u64,
+    /// Dropped: a shard whose seqid its group already held with other bytes
+    /// (a sender that numbers its shards from 0 again, as a kcp-go session
+    /// its listener re-created does). The group then rebuilds nothing: a
+    /// rebuild from two senders' shards is garbage.
+    pub dropped_conflicting: u64,
     /// Dropped: the shard's group is more than 3 groups behind the newest, or
     /// was already decoded.
     pub dropped_stale: u64,

@@ -442,6 +442,82 @@ fn duplicate_late_and_stale_shards_are_dropped_and_counted() {
     assert_eq!(dec.stats().recovered, 1);
 }
 
+/// A PUSH of 100 bytes, `sn`, its payload filled with `fill`: two
+/// incarnations of one kcp-go session send the same headers (conv, cmd, sn,
+/// len) with other bytes.
+fn push_of(fill: u8, sn: u32) -> Vec<u8> {
+    let mut p = vec![fill; 124];
+    p[..4].copy_from_slice(&0x5eed_0001u32.to_le_bytes());
+    p[4..8].copy_from_slice(&[81, 0, 0, 1]);
+    p[8..12].copy_from_slice(&1000u32.to_le_bytes());
+    p[12..16].copy_from_slice(&sn.to_le_bytes());
+    p[16..20].copy_from_slice(&0u32.to_le_bytes());
+    p[20..24].copy_from_slice(&100u32.to_le_bytes());
+    p
+}
+
+/// A kcp-go listener re-creates a dropped session for the peer's next
+/// packet, and the new session numbers its shards (and its KCP segments)
+/// from 0 again. A group holding shards of both incarnations rebuilds a
+/// packet that is garbage wherever their shards differ, while the bytes
+/// they share (conv, cmd, sn, len here) come through: it would be taken as
+/// a PUSH. Reed-Solomon carries no checksum, so a seqid that arrives again
+/// with other bytes makes its group rebuild nothing; the next groups, which
+/// hold only the new incarnation's shards, recover as before.
+#[test]
+fn a_group_mixing_two_incarnations_of_the_sender_rebuilds_nothing() {
+    let mut first = FecEncoder::new(10, 3).unwrap();
+    let mut second = FecEncoder::new(10, 3).unwrap();
+    let old: Vec<Vec<u8>> = (0..5)
+        .map(|sn| encode(&mut first, ms(sn), &push_of(b'a', sn)).0)
+        .collect();
+    let (mut data, mut parity) = (Vec::new(), Vec::new());
+    for sn in 0..20 {
+        let (d, p) = encode(&mut second, ms(100 + sn), &push_of(b'b', sn));
+        data.push(d);
+        parity.extend(p);
+    }
+    assert_eq!(parity.len(), 6);
+    let mut dec = FecDecoder::new(10, 3);
+    for d in &old {
+        dec.handle(d).unwrap();
+    }
+    // The new incarnation's group 0: its first shard, the 6th to 9th (the
+    // 10th lost) and one parity shard would make ten with the old five.
+    dec.handle(&data[0]).unwrap();
+    for d in &data[5..9] {
+        dec.handle(d).unwrap();
+    }
+    dec.handle(&parity[0]).unwrap();
+    let rebuilt = drain(&mut dec);
+    assert!(
+        rebuilt.is_empty(),
+        "rebuilt from a mixed group: {:02x?}",
+        rebuilt.iter().map(|p| &p[..32]).collect::<Vec<_>>()
+    );
+    assert_eq!(dec.stats().dropped_conflicting, 1);
+    // Group 1, the new incarnation's alone: one shard lost, rebuilt intact.
+    for d in data[10..20]
+        .iter()
+        .filter(|d| d[..4] != 15u32.to_le_bytes())
+    {
+        dec.handle(d).unwrap();
+    }
+    dec.handle(&parity[3]).unwrap();
+    assert_eq!(drain(&mut dec), vec![push_of(b'b', 12)]);
+    // A true duplicate (same seqid, same bytes) is only a duplicate.
+    let mut dec = FecDecoder::new(10, 3);
+    dec.handle(&data[0]).unwrap();
+    dec.handle(&data[0]).unwrap();
+    assert_eq!(
+        (
+            dec.stats().dropped_duplicate,
+            dec.stats().dropped_conflicting
+        ),
+        (1, 0)
+    );
+}
+
 #[test]
 fn unrecoverable_groups_are_counted_when_they_leave_the_window() {
     let mut enc = FecEncoder::new(3, 1).unwrap();
