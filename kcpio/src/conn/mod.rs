@@ -64,7 +64,9 @@
 //! With [`ConfigBuilder::datagram_fec`](crate::ConfigBuilder::datagram_fec)
 //! on at both ends (FEC for the stream is then not needed), the same calls
 //! carry datagrams under a kcpio extension of the OOB packet, negotiated
-//! on the KCP window probe (the client offers on its connect probe; a
+//! on the KCP window probe (the client offers on its connect probe, and
+//! when nothing answered that, on up to [`OFFER_RESENDS`] lone window
+//! probes outside the FEC stream; a
 //! listener's session answers only in kind, see
 //! [`answer_datagram_fec_only`](Conn::answer_datagram_fec_only)), so a
 //! kcp-go or kcptun peer sees exactly kcp-go's wire and gets plain OOB
