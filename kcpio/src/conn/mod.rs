@@ -274,7 +274,10 @@ struct Probe {
 }
 
 /// Tagged window probes a client sends at most after its connect probe
-/// ended with no WINS answering any of its probes (see [`Offering`]).
+/// ended with no WINS answering any of its probes: each alone in a KCP
+/// datagram without the FEC header, at the connect probe's pace, until a
+/// WINS comes back or its offers are answered in kind (`docs/DESIGN.md`,
+/// "Negotiation").
 pub const OFFER_RESENDS: u8 = 6;
 
 /// A client's extension offer that nothing answered yet when its connect
