@@ -1418,3 +1418,154 @@ fn negotiation_takes_a_few_round_trips_on_bursty_and_lossy_paths() {
         assert!(third.count() as u64 * 100 <= SEEDS * 5, "{name}: {late:?}");
     }
 }
+
+/// Where [`negotiated_while_writing`]'s client connects to.
+#[derive(Clone, Copy, Debug)]
+enum Server {
+    /// A listening host: its sessions, as the driver's, ask for proof of
+    /// receipt (a WASK until answered) and answer the offer only in kind.
+    Listener,
+    /// A bare session answering only in kind (a library user's own
+    /// server loop: no proof asked, so no WASK of its own).
+    Bare,
+}
+
+/// When both ends of a stream-only session negotiated, and how.
+#[derive(Debug)]
+struct Negotiated {
+    /// Ms after the connect the client and the server had the extension
+    /// (`None`: not within the run).
+    client: Option<u64>,
+    server: Option<u64>,
+    /// Tagged WASKs the client sent alone in a datagram: the first
+    /// connect probe (nothing written yet), then the offer's resends.
+    probes: u64,
+}
+
+/// A client with the extension connects to `server` and writes 500
+/// stream bytes every 50 ms for `within` ms (no datagram: nothing of the
+/// extension flows until both negotiated); the client's link is `up`, the
+/// server's `down`.
+fn negotiated_while_writing(server: Server, up: Link, down: Link, within: u64) -> Negotiated {
+    let host: std::net::SocketAddr = "10.0.0.1:4000".parse().unwrap();
+    let mut sim = Sim::new(1, 0);
+    let c = sim.add(9, &config(true), up);
+    let mut sessions = Vec::new();
+    match server {
+        Server::Listener => {
+            sim.listen(host, &config(true), down);
+            sim.place(c, "10.0.1.2:40000".parse().unwrap(), host);
+        }
+        Server::Bare => {
+            let s = sim.add(9, &config(true), down);
+            sim.connect(c, s);
+            sim.conn(s).answer_datagram_fec_only();
+            sessions.push(s);
+        }
+    }
+    sim.capture_plain(c);
+    let now = sim.now();
+    sim.conn(c).connect(now);
+    let mut out = Negotiated {
+        client: None,
+        server: None,
+        probes: 0,
+    };
+    let mut buf = vec![0u8; 4096];
+    for step in 1..=within / 50 {
+        sim.run_until(step * 50, 100_000);
+        let t = sim.elapsed_ms();
+        sim.conn(c).write(&[7u8; 500]).expect("room");
+        if out.client.is_none() && sim.nodes[c].conn.datagram_fec_negotiated() {
+            out.client = Some(t);
+        }
+        if let Some(h) = sim.host.as_ref() {
+            sessions.clone_from(&h.sessions);
+        }
+        for &s in &sessions {
+            while sim.conn(s).read(&mut buf).is_ok_and(|n| n > 0) {}
+            if out.server.is_none() && sim.nodes[s].conn.datagram_fec_negotiated() {
+                out.server = Some(t);
+            }
+        }
+    }
+    assert!(!sim.nodes[c].conn.is_connecting());
+    assert!(sim.nodes[c].conn.error().is_none());
+    out.probes = sim
+        .plain_sent(c)
+        .iter()
+        .filter(|p| p.len() == 24 && p[4] == 83 && p[5] == 0xD1)
+        .count() as u64;
+    out
+}
+
+#[test]
+fn a_writing_client_whose_offer_was_lost_still_negotiates() {
+    // The connect probe's tagged WASK is lost; the client's stream data
+    // (at 50 ms) gets through, and the server's ACK (with a listener, its
+    // proof WASK too: no WINS, nothing asked for one) ends the connect
+    // probe at 150 ms. The tag then rode only on keepalives, which a
+    // session writing every 50 ms never sends (and a listener heard it on
+    // the client's WINS to its proof WASK, at 200 ms): the client never
+    // had the extension in 3 s, and sent its datagrams as kcp-go OOB (or,
+    // FEC off, none at all). Now the offer goes on at the connect probe's
+    // pace until a WINS answers: resent at 250 ms, answered at 300.
+    for server in [Server::Listener, Server::Bare] {
+        let n = negotiated_while_writing(
+            server,
+            Link::clean(50).blackout(0, 5),
+            Link::clean(50),
+            3_000,
+        );
+        eprintln!("{server:?}, first probe lost: {n:?}");
+        let (client, at) = (
+            n.client.expect("the client negotiated"),
+            n.server.expect("the server negotiated"),
+        );
+        assert!(client <= 400 && at <= 400, "{server:?}: {n:?}");
+        assert_eq!(n.probes, 2, "{server:?}: {n:?}");
+    }
+}
+
+#[test]
+fn a_writing_client_whose_offer_and_its_answer_were_lost_still_negotiates() {
+    // The server's tagged answer is lost while its ACKs get through: the
+    // connect WASK reaches it (it has the extension from 50 ms), its WINS
+    // does not come back, and the ACK of the client's data at 150 ms ends
+    // the connect probe. A listener's session asks for proof again with
+    // a WASK, tagged by then, which the client hears; a bare session
+    // does not, and its client had no extension for as long as it wrote.
+    // Now the client's offer goes on: the resend at 250 ms is answered.
+    for server in [Server::Listener, Server::Bare] {
+        let n = negotiated_while_writing(
+            server,
+            Link::clean(50),
+            Link::clean(50).blackout(50, 55),
+            3_000,
+        );
+        eprintln!("{server:?}, answer lost: {n:?}");
+        let (client, at) = (
+            n.client.expect("the client negotiated"),
+            n.server.expect("the server negotiated"),
+        );
+        assert!(client <= 400 && at <= 100, "{server:?}: {n:?}");
+        assert!(n.probes <= 2, "{server:?}: {n:?}");
+        // Both ways: the connect probe lost (the client's data opens the
+        // session at 100 ms) and the answer to the first resend too (the
+        // server's link dark from 250 to 400 ms): the second resend, at
+        // 750 ms, is answered at 800.
+        let n = negotiated_while_writing(
+            server,
+            Link::clean(50).blackout(0, 5),
+            Link::clean(50).blackout(250, 400),
+            3_000,
+        );
+        eprintln!("{server:?}, both lost: {n:?}");
+        let (client, at) = (
+            n.client.expect("the client negotiated"),
+            n.server.expect("the server negotiated"),
+        );
+        assert!(client <= 900 && at <= 400, "{server:?}: {n:?}");
+        assert_eq!(n.probes, 3, "{server:?}: {n:?}");
+    }
+}

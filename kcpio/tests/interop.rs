@@ -486,3 +486,109 @@ async fn go_pingpong_sessions_on_one_rust_listener() {
     assert_eq!(run.number("received"), Some(50.0 * 32.0), "{run:?}");
     assert_eq!(run.number("lost"), Some(0.0), "{run:?}");
 }
+
+/// What [`offer_resent_to`] saw.
+#[derive(Debug)]
+struct Resent {
+    stats: kcpio::SessionStats,
+    /// The offer's resends (tagged WASKs alone, without the FEC header).
+    resends: u64,
+    /// Stream bytes echoed back.
+    echoed: usize,
+}
+
+/// A sans-IO client with the adaptive stream FEC on (so it offers, 0xD4)
+/// and FEC 10/3, over a real socket to `addr`: its connect probe is lost,
+/// and so is its first FEC group's parity (so the probe cannot be
+/// rebuilt); it writes 1,000 bytes every 50 ms from 20 ms on, 20 times,
+/// and reads the echo for 1.5 s.
+fn offer_resent_to(addr: SocketAddr) -> Resent {
+    use std::time::Instant;
+    let config = rust_builder("aes-128", (10, 3), true)
+        .adaptive_fec(true)
+        .build()
+        .unwrap();
+    let crypto = config.packet_crypto();
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    sock.connect(addr).unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(2)))
+        .unwrap();
+    let mut conn = kcpio::Conn::new(0x0ffe_12ed, &config).unwrap();
+    let start = Instant::now();
+    conn.connect(start.elapsed());
+    let (mut slot, mut rx, mut buf) = (vec![0u8; 1500], vec![0u8; 2048], vec![0u8; 4096]);
+    let (mut sent, mut parity_lost, mut nonce) = (0u64, 0, 0u64);
+    let (mut resends, mut echoed, mut wrote) = (0, 0, 0u64);
+    while start.elapsed() < Duration::from_millis(1_500) {
+        let t = start.elapsed();
+        if wrote < 20 && t >= Duration::from_millis(20 + 50 * wrote) {
+            conn.write(&[0x5a; 1_000]).expect("room");
+            wrote += 1;
+        }
+        conn.handle_timeout(t);
+        while let Some(tx) = conn.poll_transmit(t, &mut slot) {
+            sent += 1;
+            let h = conn.header_len();
+            let plain = &slot[h..h + tx.len];
+            if sent == 1 || (tx.parity && parity_lost < 3) {
+                parity_lost += u64::from(tx.parity);
+                continue;
+            }
+            if plain.len() == 24 && plain[4] == 83 {
+                assert_eq!(plain[5], 0xD4, "an untagged lone probe");
+                resends += 1;
+            }
+            nonce += 1;
+            let mut iv = [0u8; 16];
+            iv[..8].copy_from_slice(&nonce.to_le_bytes());
+            let n = crypto
+                .seal(&mut slot, tx.len, &iv[..crypto.nonce_len()])
+                .unwrap();
+            sock.send(&slot[..n]).unwrap();
+        }
+        if let Ok(n) = sock.recv(&mut rx)
+            && let Ok(r) = crypto.open(&mut rx[..n])
+        {
+            let _ = conn.handle_packet(start.elapsed(), &rx[r]);
+        }
+        while let Ok(k) = conn.read(&mut buf)
+            && k > 0
+        {
+            echoed += k;
+        }
+    }
+    Resent {
+        stats: conn.stats(),
+        resends,
+        echoed,
+    }
+}
+
+/// The offer's resend, a tagged WASK alone and without the FEC header
+/// (outside kcp-go's FEC stream), reaches the real kcp-go with FEC on:
+/// its `kcpInput` hands it to KCP, which answers with a WINS (untagged:
+/// it does not speak the offer), and that ends the resends; the stream is
+/// echoed whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kcpgo_answers_the_offer_resent_outside_its_fec_stream() {
+    let Some(bin) = gopeer::binary() else {
+        return;
+    };
+    let mut flags = go_flags("aes-128", (10, 3));
+    flags.extend(args(&["--max-sessions", "1", "--idle", "4s"]));
+    let server = GoServer::spawn(&bin, "echo-server", &flags).await;
+    let addr = server.addr();
+    let r = tokio::task::spawn_blocking(move || offer_resent_to(addr))
+        .await
+        .unwrap();
+    println!(
+        "resends {}, WINS in {}, echoed {}",
+        r.resends, r.stats.arq.wins_in, r.echoed
+    );
+    assert_eq!(r.resends, 1, "{r:?}\nserver: {:?}", server.log());
+    assert_eq!(r.stats.arq.wins_in, 1, "{r:?}");
+    // The connect probe's; the resend touches no ARQ state.
+    assert_eq!(r.stats.arq.wask_out, 1, "{r:?}");
+    assert_eq!(r.echoed, 20_000, "{r:?}\nserver: {:?}", server.log());
+    assert_eq!(r.stats.input_errors, 0, "{r:?}");
+}

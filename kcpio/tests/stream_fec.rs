@@ -371,6 +371,17 @@ fn kcp_go_shaped() -> Config {
 /// session of `sc` for `ms` ms, each writing 2 kB of stream every 3 ms;
 /// returns the plaintexts each sent.
 fn transcript(cc: &Config, sc: &Config, ms: u64) -> ([Vec<Vec<u8>>; 2], Conn, Conn) {
+    transcript_losing(cc, sc, ms, |_, _| false)
+}
+
+/// As [`transcript`], the client's packets for which `lost(ms, plaintext)`
+/// holds recorded as sent but not delivered.
+fn transcript_losing(
+    cc: &Config,
+    sc: &Config,
+    ms: u64,
+    lost: impl Fn(u64, &[u8]) -> bool,
+) -> ([Vec<Vec<u8>>; 2], Conn, Conn) {
     let mut client = Conn::new(21, cc).unwrap();
     client.connect(Duration::ZERO);
     let mut server = Conn::new(21, sc).unwrap();
@@ -399,6 +410,9 @@ fn transcript(cc: &Config, sc: &Config, ms: u64) -> ([Vec<Vec<u8>>; 2], Conn, Co
                     .unwrap();
                 let range = crypto.open(&mut slot[..n]).unwrap();
                 seen.push(slot[range.clone()].to_vec());
+                if dir == 0 && lost(t, &slot[range.clone()]) {
+                    continue;
+                }
                 let _ = to.handle_packet(now, &slot[range]);
             }
         }
@@ -432,15 +446,24 @@ fn is_stream_extension(p: &[u8]) -> bool {
     p.len() >= 8 && ((p[4] == 0xF2 && p[5] == 0x8A) || (p[4..6] == [0xF3, 0] && p[7] == 0x8B))
 }
 
-#[test]
-fn a_kcp_go_shaped_server_sees_the_fixed_shape_byte_for_byte() {
-    let server = kcp_go_shaped();
-    let ([on, on_down], client, _) = transcript(&config(true), &server, 600);
-    let ([off, off_down], _, _) = transcript(&config(false), &server, 600);
-    assert!(!client.adaptive_fec_negotiated());
+/// Whether an opened packet is a window probe alone, without the FEC
+/// header: the offer's resend (`Conn`'s `Offering`).
+fn is_lone_probe(p: &[u8]) -> bool {
+    p.len() == 24 && p[4] == 83
+}
+
+/// The client's packets `on` (the offer on) are `off`'s (the offer off,
+/// the same peer and path) but for the probes' tag, the parity rows of a
+/// group holding a tagged probe, and the offer's resends (tagged WASKs
+/// alone in an unframed datagram, outside the FEC stream), which are
+/// returned.
+fn differs_only_in_the_offer(on: &[Vec<u8>], off: &[Vec<u8>]) -> Vec<Vec<u8>> {
+    let (resends, on): (Vec<_>, Vec<_>) = on.iter().cloned().partition(|p| is_lone_probe(p));
+    assert!(off.iter().all(|p| !is_lone_probe(p)));
     assert_eq!(on.len(), off.len());
-    let mut offers = 0;
-    for (a, b) in on.iter().zip(&off) {
+    let mut offers = resends.iter().filter(|p| p[5] == 0xD4).count();
+    assert_eq!(offers, resends.len(), "an untagged resend");
+    for (a, b) in on.iter().zip(off) {
         if a[4..6] == [0xF2, 0] {
             // Parity of a group holding a tagged probe differs in its rows
             // (kcp-go's FEC covers the probe's bytes), never in its framing.
@@ -453,10 +476,59 @@ fn a_kcp_go_shaped_server_sees_the_fixed_shape_byte_for_byte() {
         assert_eq!(&a, b, "the client's bytes differ beyond the probe tag");
     }
     assert!(offers > 0, "the client never offered");
+    resends
+}
+
+#[test]
+fn a_kcp_go_shaped_server_sees_the_fixed_shape_byte_for_byte() {
+    let server = kcp_go_shaped();
+    let ([on, on_down], client, srv_on) = transcript(&config(true), &server, 600);
+    let ([off, off_down], _, srv_off) = transcript(&config(false), &server, 600);
+    assert!(!client.adaptive_fec_negotiated());
+    // The connect probe is answered (untagged): no resend of the offer.
+    assert!(differs_only_in_the_offer(&on, &off).is_empty());
+    assert_eq!(srv_on.stats().arq.wask_in, srv_off.stats().arq.wask_in);
     assert_eq!(on_down, off_down, "the server answered differently");
     assert!(on.iter().chain(&on_down).all(|p| !is_stream_extension(p)));
     // The fixed shape's parity is there, as kcp-go expects.
     assert!(on.iter().any(|p| p.len() > 6 && p[4..6] == [0xF2, 0]));
+}
+
+#[test]
+fn a_kcp_go_shaped_server_whose_first_probe_was_lost_sees_one_more_probe() {
+    // The client's first datagrams (the tagged connect probe and its
+    // first writes: 5 data shards of the first group, so its 3 parity
+    // shards cannot rebuild the probe) are lost; the server's own proof
+    // probe ends the connect probe with nothing answered. The offer goes on once, at the connect
+    // probe's pace (250 ms), in a datagram of its own outside the FEC
+    // stream; kcp-go answers it with a WINS (untagged), which ends it.
+    // Nothing else the server sees changes.
+    let server = kcp_go_shaped();
+    let first = |t: u64, _: &[u8]| t < 5;
+    let ([on, _], client, srv_on) = transcript_losing(&config(true), &server, 1_500, first);
+    let ([off, _], _, srv_off) = transcript_losing(&config(false), &server, 1_500, first);
+    assert!(!client.adaptive_fec_negotiated());
+    assert_eq!(differs_only_in_the_offer(&on, &off).len(), 1);
+    let (s_on, s_off) = (srv_on.stats().arq, srv_off.stats().arq);
+    assert_eq!(s_on.wask_in, s_off.wask_in + 1);
+    assert_eq!(s_on.wins_out, s_off.wins_out + 1);
+    assert_eq!(srv_on.stats().input_errors, 0);
+}
+
+#[test]
+fn a_peer_that_never_answers_the_offer_gets_a_bounded_number_of_resends() {
+    // The client's connect probe and every lone probe after it are lost
+    // (a peer that drops packets without the FEC header, as kcp-go before
+    // 5.6 did with FEC on): the offer is resent `OFFER_RESENDS` (6) times,
+    // at the connect probe's pace (250 ms, 750 ms, 1.75 s, 3.75 s, 5.75 s
+    // and 7.75 s), then never again.
+    let server = kcp_go_shaped();
+    let lone = |t: u64, p: &[u8]| t < 5 || is_lone_probe(p);
+    let ([on, _], client, _) = transcript_losing(&config(true), &server, 12_000, lone);
+    let ([off, _], _, _) = transcript_losing(&config(false), &server, 12_000, lone);
+    assert!(!client.adaptive_fec_negotiated());
+    assert_eq!(differs_only_in_the_offer(&on, &off).len(), 6);
+    assert_eq!(kcpio::conn::OFFER_RESENDS, 6);
 }
 
 #[test]

@@ -1748,7 +1748,8 @@ impl Kcp {
     /// flush would write it now (our window and `una`), without touching
     /// the ARQ's state: the driver's path probe toward an address the peer
     /// may have moved to. Returns its length, or `None` when `buf` is short.
-    /// `frg` is 0, or [`CLOCKED_PROBE`] for a client's quiet probe; `sn`
+    /// `frg` is 0, [`CLOCKED_PROBE`] for a client's quiet probe, or the
+    /// extension offer's tag for a client's resent offer; `sn`
     /// the path probe's tag (a kcpio client's answer echoes it).
     pub(crate) fn write_window_probe(
         &self,

@@ -64,7 +64,9 @@
 //! With [`ConfigBuilder::datagram_fec`](crate::ConfigBuilder::datagram_fec)
 //! on at both ends (FEC for the stream is then not needed), the same calls
 //! carry datagrams under a kcpio extension of the OOB packet, negotiated
-//! on the KCP window probe (the client offers on its connect probe; a
+//! on the KCP window probe (the client offers on its connect probe, and
+//! when nothing answered that, on up to [`OFFER_RESENDS`] lone window
+//! probes outside the FEC stream; a
 //! listener's session answers only in kind, see
 //! [`answer_datagram_fec_only`](Conn::answer_datagram_fec_only)), so a
 //! kcp-go or kcptun peer sees exactly kcp-go's wire and gets plain OOB
@@ -271,6 +273,32 @@ struct Probe {
     deadline: Option<Duration>,
 }
 
+/// Tagged window probes a client sends at most after its connect probe
+/// ended with no WINS answering any of its probes: each alone in a KCP
+/// datagram without the FEC header, at the connect probe's pace, until a
+/// WINS comes back or its offers are answered in kind (`docs/DESIGN.md`,
+/// "Negotiation").
+pub const OFFER_RESENDS: u8 = 6;
+
+/// A client's extension offer that nothing answered yet when its connect
+/// probe ended: the tagged WASKs were lost (or their answers were) and an
+/// ACK, data or the listener's own probe got through. The tag would then
+/// ride only on keepalives, which a session that keeps writing never
+/// sends. The tagged WASK goes on at the connect probe's pace, each alone
+/// in an unframed KCP datagram (outside the FEC stream: no seqid, group
+/// or other packet of the stream changes), until any WINS comes back
+/// (kcp-go's is untagged: it heard the offer and does not speak it), the
+/// offers are answered in kind, or [`OFFER_RESENDS`] went out.
+#[derive(Clone, Copy, Debug)]
+struct Offering {
+    /// When the next one goes out.
+    next: Duration,
+    /// The wait after that one.
+    wait: Duration,
+    /// How many may still go out.
+    left: u8,
+}
+
 /// Port-unreachable reports (ICMP) on an established client session that
 /// fail it ([`SessionError::PortUnreachable`]) when no valid datagram came
 /// in between (see [`Conn::handle_unreachable`]).
@@ -421,6 +449,8 @@ pub struct Conn {
     last_output: Duration,
     /// A client's connect probe, until any valid datagram arrives.
     connecting: Option<Probe>,
+    /// A client's offer resent after the connect probe, while unanswered.
+    offering: Option<Offering>,
     /// A keepalive probe went out and nothing valid came in since.
     keepalive_unanswered: bool,
     /// A client's quiet probe ([`probe_when_quiet`](Self::probe_when_quiet)):
@@ -586,6 +616,7 @@ impl Conn {
             last_input: now,
             last_output: now,
             connecting: None,
+            offering: None,
             keepalive_unanswered: false,
             quiet: None,
             unreachable: None,
@@ -727,6 +758,29 @@ impl Conn {
         };
         let bits = dx | sx;
         (bits != 0).then_some(PROBE_TAG_BASE | bits)
+    }
+
+    /// This side offers an extension the peer has not answered in kind.
+    fn offer_pending(&self) -> bool {
+        (self.dx_offer && self.dx.is_some() && !self.dx_on) || (self.sx_offer && self.sx.is_none())
+    }
+
+    /// The peer answered one of this side's window probes (a WINS came
+    /// in): it heard the offer, and answered in kind or not at all.
+    fn probe_answered(&self) -> bool {
+        self.kcp.stats().wins_in > 0
+    }
+
+    /// The connect probe `p` ended on valid input: the offer goes on while
+    /// nothing answered it (see [`Offering`]).
+    fn connected(&mut self, p: Probe) {
+        if self.offer_pending() && !self.probe_answered() {
+            self.offering = Some(Offering {
+                next: p.next,
+                wait: p.wait,
+                left: OFFER_RESENDS,
+            });
+        }
     }
 
     /// The peer speaks the FEC datagram extension (it offered it, or sent
@@ -975,9 +1029,14 @@ impl Conn {
         }
         if out.accepted {
             self.last_input = self.now;
-            self.connecting = None;
+            if let Some(p) = self.connecting.take() {
+                self.connected(p);
+            }
             self.keepalive_unanswered = false;
             self.unreachable = None;
+        }
+        if self.offering.is_some() && (self.probe_answered() || !self.offer_pending()) {
+            self.offering = None;
         }
         self.check_proof();
         out
@@ -1143,6 +1202,9 @@ impl Conn {
         if self.quiet.as_mut().is_some_and(|q| q.due(self.now)) {
             return self.write_window_probe(crate::arq::CLOCKED_PROBE, 0, slot);
         }
+        if let Some(t) = self.poll_offer(slot) {
+            return Some(t);
+        }
         let now_ts = ts(self.now);
         let wins_out = self.kcp.stats().wins_out;
         let kcp_buf = slot.get_mut(hc + hf..hc + hf + self.kcp_mtu)?;
@@ -1300,6 +1362,7 @@ impl Conn {
         next = earliest(next, proof);
         next = earliest(next, self.unreachable.map(|u| u.next_probe));
         next = earliest(next, self.quiet.and_then(|q| q.at));
+        next = earliest(next, self.offering.map(|o| o.next));
         if !self.kcp.is_flushed() {
             let shutdown = self.shutdown.until().filter(|&d| d > self.now);
             next = earliest(next, shutdown);
@@ -1435,6 +1498,28 @@ impl Conn {
         self.write_control(slot, |kcp, now, buf| {
             kcp.write_window_probe(now, frg, sn, buf)
         })
+    }
+
+    /// The offer's resend when due ([`Offering`]): a tagged WASK alone in
+    /// an unframed KCP datagram at `slot[header..]`, even with FEC on
+    /// (kcp-go and kcpio take a KCP packet without the FEC header whatever
+    /// their FEC setting), so the FEC stream's seqids and groups are those
+    /// of a session without the offer. Changes nothing in the ARQ.
+    fn poll_offer(&mut self, slot: &mut [u8]) -> Option<Transmit> {
+        let now = self.now;
+        let o = self.offering.as_mut().filter(|o| now >= o.next)?;
+        o.next = now.saturating_add(o.wait);
+        o.wait = o.wait.saturating_mul(2).min(PROBE_MAX_WAIT);
+        o.left = o.left.saturating_sub(1);
+        if o.left == 0 {
+            self.offering = None;
+        }
+        let tag = self.offer_tag()?;
+        let hc = self.header;
+        let n = self
+            .kcp
+            .write_window_probe(ts(now), tag, 0, slot.get_mut(hc..)?)?;
+        self.emit(slot.get(hc..hc + n)?, false)
     }
 
     /// A segment `write` puts at the KCP bytes of `slot` (given the ARQ and

@@ -335,6 +335,9 @@ pub(crate) struct Sim {
     /// address received (sealed bytes).
     pub(crate) unroutable: u64,
     pub(crate) to_mirror: u64,
+    /// A node whose datagrams are kept as sent, in plaintext
+    /// ([`capture_plain`](Self::capture_plain)), and they.
+    plain: Option<(usize, Vec<Vec<u8>>)>,
 }
 
 impl Sim {
@@ -360,6 +363,7 @@ impl Sim {
             host: None,
             mirror: None,
             captured: Vec::new(),
+            plain: None,
             unroutable: 0,
             to_mirror: 0,
         }
@@ -598,12 +602,32 @@ impl Sim {
         }
     }
 
+    /// Keeps node `i`'s datagrams from now on, in plaintext, as sent
+    /// (lost or not): [`plain_sent`](Self::plain_sent).
+    pub(crate) fn capture_plain(&mut self, i: usize) {
+        self.plain = Some((i, Vec::new()));
+    }
+
+    /// The datagrams kept by [`capture_plain`](Self::capture_plain).
+    pub(crate) fn plain_sent(&self, i: usize) -> &[Vec<u8>] {
+        match &self.plain {
+            Some((n, sent)) if *n == i => sent,
+            _ => &[],
+        }
+    }
+
     /// Seals the `len` plaintext bytes node `i` wrote at `slot[header..]`
     /// and puts them on its link from `from` to `to`.
     fn emit(&mut self, i: usize, len: usize, from: Option<SocketAddr>, to: Target) {
         let now = self.now;
         let elapsed = self.elapsed_ms();
         let node = &mut self.nodes[i];
+        if let Some((n, sent)) = self.plain.as_mut()
+            && *n == i
+        {
+            let at = node.conn.header_len();
+            sent.push(self.slot[at..at + len].to_vec());
+        }
         let crypto = node.config.packet_crypto();
         let mut nonce = [0u8; 16];
         let nonce = &mut nonce[..crypto.nonce_len()];
