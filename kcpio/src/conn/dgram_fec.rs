@@ -226,6 +226,9 @@ const DRAIN_MS_SWINGING: f64 = 250.0;
 const STEADY_SPREAD: f64 = 1.05;
 const STEADY_REPORTS: usize = 8;
 const MAX_DRAIN: f64 = 0.3;
+/// After a hold, the bottleneck's buffer is taken to hold this many times
+/// the deepest queue it was seen to hold (see [`DgramFec::path_bucket`]).
+const DEPTH_GAIN: f64 = 1.25;
 /// The smallest pacing budget, bytes per second.
 const MIN_BUDGET: f64 = 64_000.0;
 /// Wire bytes per datagram beyond its plaintext: IPv4 and UDP.
@@ -420,6 +423,16 @@ pub(crate) struct DgramFec {
     tokens: f64,
     refilled: Duration,
     congested_until: Duration,
+    /// The most queueing delay (ms) the receiver reported: the bottleneck's
+    /// buffer held at least this much without this side seeing it overflow.
+    deepest_queue: u16,
+    /// The bottleneck's free buffer (bytes) as this side runs it forward
+    /// from the end of the last hold: filled at the measured path rate,
+    /// spent by every packet sent (see [`Self::path_bucket`]).
+    path_tokens: f64,
+    /// The echoes' measure of the path's rate at the last report, and
+    /// until when it counts (its newest sample's time plus [`DRAIN_FRESH`]).
+    path_measure: Option<(f64, Duration)>,
     /// Consecutive reports with a queue over [`QUEUE_HIGH_MS`].
     queued_reports: u8,
     /// The path's rate as measured under the last standing queue.
@@ -578,6 +591,9 @@ impl DgramFec {
             tokens: 0.0,
             refilled: Duration::ZERO,
             congested_until: Duration::ZERO,
+            deepest_queue: 0,
+            path_tokens: 0.0,
+            path_measure: None,
             queued_reports: 0,
             path_rate: 0.0,
             last_queue: 0,
@@ -678,6 +694,7 @@ impl DgramFec {
         }
         if let Some(t) = front
             && !self.congested(self.refilled)
+            && self.path_tokens >= 0.0
         {
             at(t + self.overdue_after());
         }
@@ -696,7 +713,7 @@ impl DgramFec {
     /// (a datagram leaves after half the deadline whatever the bucket, so
     /// depth there only releases a larger burst at once).
     pub(crate) fn send_queue_bounds(&self, now: Duration) -> (usize, usize) {
-        if self.congested(now) {
+        if self.congested(now) || self.path_bucket(now).is_some() {
             (DATAGRAM_FEC_SEND_QUEUE_LEN, DATAGRAM_FEC_SEND_QUEUE_BYTES)
         } else {
             (DATAGRAM_FEC_OPEN_QUEUE_LEN, DATAGRAM_FEC_OPEN_QUEUE_BYTES)
@@ -714,19 +731,56 @@ impl DgramFec {
     }
 
     fn next_send_at(&self) -> Duration {
-        match self.budget.map(|b| b * self.pace_gain) {
-            Some(b) if self.tokens < -1.0 => {
-                // Rounded up to the µs, so the refill then covers the debt.
-                let us = (-self.tokens / b * 1e6).min(1e6).ceil() as u64;
-                self.refilled + Duration::from_micros(us + 1)
-            }
+        // Rounded up to the µs, so the refill then covers the debt.
+        let after = |debt: f64, rate: f64| {
+            let us = (debt / rate * 1e6).min(1e6).ceil() as u64;
+            self.refilled + Duration::from_micros(us + 1)
+        };
+        let paced = match self.budget.map(|b| b * self.pace_gain) {
+            Some(b) if self.tokens < -1.0 => after(-self.tokens, b),
             _ => self.refilled,
+        };
+        match self.path_bucket(self.refilled) {
+            Some((rate, _)) if self.path_tokens < 0.0 => paced.max(after(-self.path_tokens, rate)),
+            _ => paced,
         }
     }
 
+    /// After a hold, while the echoes' measure of the path's rate is fresh:
+    /// that rate and the bytes the bottleneck's buffer is taken to hold
+    /// ([`DEPTH_GAIN`] times the deepest queue reported). Open pacing (1.6x
+    /// a budget over the delivered rate) and the half-deadline send let a
+    /// window a TCP inside released after its recovery (twice the path's
+    /// rate for 150 ms) into the bottleneck at once, which overflowed it:
+    /// data and parity lost alike, whole groups failed, their bytes spent
+    /// on the wire for nothing (the field's lossy9: 1-2% of packets dropped
+    /// there, 700-1,000 datagrams lost after FEC, in one call of two or
+    /// three). Held to the buffer, the excess waits up to the stale bound
+    /// and is then shed here, unsent: a loss the TCP sees either way, but
+    /// no wire bytes, and what is sent keeps its parity. The buffer's true
+    /// depth is unknown (a hold keeps the queue where it stood, so the
+    /// deepest seen is a floor): taken too shallow, a window that would
+    /// have fitted is shed in part.
+    fn path_bucket(&self, now: Duration) -> Option<(f64, f64)> {
+        let (rate, until) = self.path_measure?;
+        if self.congested(now) || now >= until || self.deepest_queue <= QUEUE_HIGH_MS {
+            return None;
+        }
+        Some((
+            rate,
+            rate * f64::from(self.deepest_queue) / 1000.0 * DEPTH_GAIN,
+        ))
+    }
+
     fn refill(&mut self, now: Duration) {
+        let dt = now.saturating_sub(self.refilled).as_secs_f64();
+        // The buffer counts as empty when a hold ends (it ends with the
+        // queue gone): unbounded until then.
+        self.path_tokens = match self.path_bucket(now) {
+            Some((rate, cap)) => (self.path_tokens + dt * rate).min(cap),
+            None => f64::INFINITY,
+        };
         if let Some(b) = self.budget.map(|b| b * self.pace_gain) {
-            let dt = now.saturating_sub(self.refilled).as_secs_f64();
             let cap = b * 0.010 + 3000.0;
             // A debt from overdue sends is forgiven beyond one bucket: it
             // would only hold the next datagrams to the overdue wait.
@@ -785,6 +839,12 @@ impl DgramFec {
         }
         self.refill(now);
         let congested = self.congested(now);
+        if self.path_tokens < 0.0 {
+            // The bottleneck's buffer is full as far as this side knows:
+            // no overdue send; what waits past the stale bound is shed.
+            self.drop_stale(now, queue);
+            return None;
+        }
         let waited = queue.front_time().map(|t| now.saturating_sub(t));
         if self.budget.is_some() && self.tokens < -1.0 {
             let overdue = !congested && waited.is_some_and(|w| w >= self.overdue_after());
@@ -820,6 +880,7 @@ impl DgramFec {
         if self.budget.is_some() {
             self.tokens -= (n + self.wire_extra) as f64;
         }
+        self.path_tokens -= (n + self.wire_extra) as f64;
         Some(n)
     }
 
@@ -1488,6 +1549,12 @@ impl DgramFec {
                 .filter(|_| queue >= FULL_QUEUE_MIN_MS)
                 .and_then(|seq| self.queue_ahead(now, seq, queue, max / lossless));
             let raw_queue = queue;
+            self.deepest_queue = self.deepest_queue.max(raw_queue);
+            let newest = self.drain_rates.iter().map(|&(at, _)| at).max();
+            self.path_measure = self
+                .drain_rate(now)
+                .zip(newest)
+                .map(|(rate, at)| (rate, at + DRAIN_FRESH));
             let queue = ahead.unwrap_or(queue);
             self.queued_reports = if queue > QUEUE_HIGH_MS || (spike && at_top) {
                 self.queued_reports.saturating_add(1)
