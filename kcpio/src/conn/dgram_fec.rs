@@ -2434,6 +2434,69 @@ mod hostile {
     }
 
     #[test]
+    fn after_a_hold_a_window_is_held_to_the_deepest_queue_seen_at_the_measured_rate() {
+        // The hold is over; the echoes measured the path at 1 MB/s within
+        // the last 2 s and a report showed 100 ms of queue: the buffer is
+        // taken to hold 125 kB. A window of 400 datagrams of 1,000 bytes
+        // arrives at once: about 125 kB leave (open pacing at 32 MB/s
+        // and the half-deadline send would have let all of it go), no more
+        // while the bucket is empty, not even past half the deadline; the
+        // rest leaves at the measured rate and what waits past twice the
+        // deadline is shed unsent.
+        let now = Duration::from_secs(3);
+        let mut d = fec();
+        d.budget = Some(20e6);
+        d.pace_gain = PACE_GAIN;
+        d.congested_until = now;
+        d.deepest_queue = 100;
+        d.path_measure = Some((1e6, now + DRAIN_FRESH / 2));
+        let mut q = DatagramQueue::default();
+        let (len, bytes) = d.send_queue_bounds(now);
+        assert_eq!(
+            len, DATAGRAM_FEC_SEND_QUEUE_LEN,
+            "deep while the bucket holds"
+        );
+        q.set_bounds(len, bytes);
+        for _ in 0..400 {
+            assert!(q.push_at(&[3; 1000], now));
+        }
+        let mut buf = [0u8; PLAIN];
+        let mut wire = |d: &mut DgramFec, q: &mut DatagramQueue, at: Duration| {
+            let mut sent = 0;
+            while let Some(n) = d.poll_transmit(at, &mut buf, q, CONV) {
+                sent += n + d.wire_extra;
+            }
+            sent
+        };
+        let burst = wire(&mut d, &mut q, now);
+        assert!((125_000..128_000).contains(&burst), "{burst} bytes at once");
+        // Past half the deadline: no overdue send, and the wake-up is when
+        // the bucket has room again, not now.
+        let later = now + Duration::from_millis(10);
+        assert!(d.poll_timeout(q.front_time()).is_some_and(|t| t > now));
+        let more = wire(&mut d, &mut q, later);
+        assert!(more <= 10_000 + 1_100, "{more} bytes in 10 ms at 1 MB/s");
+        let late = now + Duration::from_millis(31);
+        let tail = wire(&mut d, &mut q, late);
+        assert!(tail <= 21_000 + 1_100, "{tail}");
+        assert_eq!(q.front_len(), None, "the rest waited past 30 ms: shed");
+        assert!(d.stats.dropped_stale >= 200, "{:?}", d.stats);
+        // The bucket applies only after a hold, with a fresh measure.
+        let mut e = fec();
+        e.deepest_queue = 100;
+        e.path_measure = Some((1e6, now + DRAIN_FRESH / 2));
+        e.congested_until = now + Duration::from_millis(1);
+        assert_eq!(e.path_bucket(now), None, "in the hold");
+        assert_eq!(e.path_bucket(now + DRAIN_FRESH), None, "a stale measure");
+        e.deepest_queue = QUEUE_HIGH_MS;
+        assert_eq!(
+            e.path_bucket(now + Duration::from_millis(2)),
+            None,
+            "no queue seen"
+        );
+    }
+
+    #[test]
     fn a_growing_sender_inside_is_held_at_the_delivered_rate_a_steady_one_at_the_measure() {
         // A standing queue on a path the echoes measure at 5 MB/s, the
         // reports' most delivered 5.4 MB/s, the data at 0.6-0.8 of the
