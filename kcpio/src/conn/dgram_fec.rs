@@ -226,9 +226,6 @@ const DRAIN_MS_SWINGING: f64 = 250.0;
 const STEADY_SPREAD: f64 = 1.05;
 const STEADY_REPORTS: usize = 8;
 const MAX_DRAIN: f64 = 0.3;
-/// After a hold, the bottleneck's buffer is taken to hold this many times
-/// the deepest queue it was seen to hold (see [`DgramFec::path_bucket`]).
-const DEPTH_GAIN: f64 = 1.25;
 /// The smallest pacing budget, bytes per second.
 const MIN_BUDGET: f64 = 64_000.0;
 /// Wire bytes per datagram beyond its plaintext: IPv4 and UDP.
@@ -423,16 +420,6 @@ pub(crate) struct DgramFec {
     tokens: f64,
     refilled: Duration,
     congested_until: Duration,
-    /// The most queueing delay (ms) the receiver reported: the bottleneck's
-    /// buffer held at least this much without this side seeing it overflow.
-    deepest_queue: u16,
-    /// The bottleneck's free buffer (bytes) as this side runs it forward
-    /// from the end of the last hold: filled at the measured path rate,
-    /// spent by every packet sent (see [`Self::path_bucket`]).
-    path_tokens: f64,
-    /// The echoes' measure of the path's rate at the last report, and
-    /// until when it counts (its newest sample's time plus [`DRAIN_FRESH`]).
-    path_measure: Option<(f64, Duration)>,
     /// Consecutive reports with a queue over [`QUEUE_HIGH_MS`].
     queued_reports: u8,
     /// The path's rate as measured under the last standing queue.
@@ -591,9 +578,6 @@ impl DgramFec {
             tokens: 0.0,
             refilled: Duration::ZERO,
             congested_until: Duration::ZERO,
-            deepest_queue: 0,
-            path_tokens: 0.0,
-            path_measure: None,
             queued_reports: 0,
             path_rate: 0.0,
             last_queue: 0,
@@ -694,7 +678,6 @@ impl DgramFec {
         }
         if let Some(t) = front
             && !self.congested(self.refilled)
-            && self.path_tokens >= 0.0
         {
             at(t + self.overdue_after());
         }
@@ -713,7 +696,7 @@ impl DgramFec {
     /// (a datagram leaves after half the deadline whatever the bucket, so
     /// depth there only releases a larger burst at once).
     pub(crate) fn send_queue_bounds(&self, now: Duration) -> (usize, usize) {
-        if self.congested(now) || self.path_bucket(now).is_some() {
+        if self.congested(now) {
             (DATAGRAM_FEC_SEND_QUEUE_LEN, DATAGRAM_FEC_SEND_QUEUE_BYTES)
         } else {
             (DATAGRAM_FEC_OPEN_QUEUE_LEN, DATAGRAM_FEC_OPEN_QUEUE_BYTES)
@@ -731,56 +714,19 @@ impl DgramFec {
     }
 
     fn next_send_at(&self) -> Duration {
-        // Rounded up to the µs, so the refill then covers the debt.
-        let after = |debt: f64, rate: f64| {
-            let us = (debt / rate * 1e6).min(1e6).ceil() as u64;
-            self.refilled + Duration::from_micros(us + 1)
-        };
-        let paced = match self.budget.map(|b| b * self.pace_gain) {
-            Some(b) if self.tokens < -1.0 => after(-self.tokens, b),
+        match self.budget.map(|b| b * self.pace_gain) {
+            Some(b) if self.tokens < -1.0 => {
+                // Rounded up to the µs, so the refill then covers the debt.
+                let us = (-self.tokens / b * 1e6).min(1e6).ceil() as u64;
+                self.refilled + Duration::from_micros(us + 1)
+            }
             _ => self.refilled,
-        };
-        match self.path_bucket(self.refilled) {
-            Some((rate, _)) if self.path_tokens < 0.0 => paced.max(after(-self.path_tokens, rate)),
-            _ => paced,
         }
-    }
-
-    /// After a hold, while the echoes' measure of the path's rate is fresh:
-    /// that rate and the bytes the bottleneck's buffer is taken to hold
-    /// ([`DEPTH_GAIN`] times the deepest queue reported). Open pacing (1.6x
-    /// a budget over the delivered rate) and the half-deadline send let a
-    /// window a TCP inside released after its recovery (twice the path's
-    /// rate for 150 ms) into the bottleneck at once, which overflowed it:
-    /// data and parity lost alike, whole groups failed, their bytes spent
-    /// on the wire for nothing (the field's lossy9: 1-2% of packets dropped
-    /// there, 700-1,000 datagrams lost after FEC, in one call of two or
-    /// three). Held to the buffer, the excess waits up to the stale bound
-    /// and is then shed here, unsent: a loss the TCP sees either way, but
-    /// no wire bytes, and what is sent keeps its parity. The buffer's true
-    /// depth is unknown (a hold keeps the queue where it stood, so the
-    /// deepest seen is a floor): taken too shallow, a window that would
-    /// have fitted is shed in part.
-    fn path_bucket(&self, now: Duration) -> Option<(f64, f64)> {
-        let (rate, until) = self.path_measure?;
-        if self.congested(now) || now >= until || self.deepest_queue <= QUEUE_HIGH_MS {
-            return None;
-        }
-        Some((
-            rate,
-            rate * f64::from(self.deepest_queue) / 1000.0 * DEPTH_GAIN,
-        ))
     }
 
     fn refill(&mut self, now: Duration) {
-        let dt = now.saturating_sub(self.refilled).as_secs_f64();
-        // The buffer counts as empty when a hold ends (it ends with the
-        // queue gone): unbounded until then.
-        self.path_tokens = match self.path_bucket(now) {
-            Some((rate, cap)) => (self.path_tokens + dt * rate).min(cap),
-            None => f64::INFINITY,
-        };
         if let Some(b) = self.budget.map(|b| b * self.pace_gain) {
+            let dt = now.saturating_sub(self.refilled).as_secs_f64();
             let cap = b * 0.010 + 3000.0;
             // A debt from overdue sends is forgiven beyond one bucket: it
             // would only hold the next datagrams to the overdue wait.
@@ -839,12 +785,6 @@ impl DgramFec {
         }
         self.refill(now);
         let congested = self.congested(now);
-        if self.path_tokens < 0.0 {
-            // The bottleneck's buffer is full as far as this side knows:
-            // no overdue send; what waits past the stale bound is shed.
-            self.drop_stale(now, queue);
-            return None;
-        }
         let waited = queue.front_time().map(|t| now.saturating_sub(t));
         if self.budget.is_some() && self.tokens < -1.0 {
             let overdue = !congested && waited.is_some_and(|w| w >= self.overdue_after());
@@ -880,7 +820,6 @@ impl DgramFec {
         if self.budget.is_some() {
             self.tokens -= (n + self.wire_extra) as f64;
         }
-        self.path_tokens -= (n + self.wire_extra) as f64;
         Some(n)
     }
 
@@ -1549,12 +1488,6 @@ impl DgramFec {
                 .filter(|_| queue >= FULL_QUEUE_MIN_MS)
                 .and_then(|seq| self.queue_ahead(now, seq, queue, max / lossless));
             let raw_queue = queue;
-            self.deepest_queue = self.deepest_queue.max(raw_queue);
-            let newest = self.drain_rates.iter().map(|&(at, _)| at).max();
-            self.path_measure = self
-                .drain_rate(now)
-                .zip(newest)
-                .map(|(rate, at)| (rate, at + DRAIN_FRESH));
             let queue = ahead.unwrap_or(queue);
             self.queued_reports = if queue > QUEUE_HIGH_MS || (spike && at_top) {
                 self.queued_reports.saturating_add(1)
@@ -2431,69 +2364,6 @@ mod hostile {
         assert!(!q.push_at(&[2; 10], now), "2 datagrams, 2,000 bytes still");
         q.drop_front();
         assert!(q.push_at(&[2; 10], now));
-    }
-
-    #[test]
-    fn after_a_hold_a_window_is_held_to_the_deepest_queue_seen_at_the_measured_rate() {
-        // The hold is over; the echoes measured the path at 1 MB/s within
-        // the last 2 s and a report showed 100 ms of queue: the buffer is
-        // taken to hold 125 kB. A window of 400 datagrams of 1,000 bytes
-        // arrives at once: about 125 kB leave (open pacing at 32 MB/s
-        // and the half-deadline send would have let all of it go), no more
-        // while the bucket is empty, not even past half the deadline; the
-        // rest leaves at the measured rate and what waits past twice the
-        // deadline is shed unsent.
-        let now = Duration::from_secs(3);
-        let mut d = fec();
-        d.budget = Some(20e6);
-        d.pace_gain = PACE_GAIN;
-        d.congested_until = now;
-        d.deepest_queue = 100;
-        d.path_measure = Some((1e6, now + DRAIN_FRESH / 2));
-        let mut q = DatagramQueue::default();
-        let (len, bytes) = d.send_queue_bounds(now);
-        assert_eq!(
-            len, DATAGRAM_FEC_SEND_QUEUE_LEN,
-            "deep while the bucket holds"
-        );
-        q.set_bounds(len, bytes);
-        for _ in 0..400 {
-            assert!(q.push_at(&[3; 1000], now));
-        }
-        let mut buf = [0u8; PLAIN];
-        let mut wire = |d: &mut DgramFec, q: &mut DatagramQueue, at: Duration| {
-            let mut sent = 0;
-            while let Some(n) = d.poll_transmit(at, &mut buf, q, CONV) {
-                sent += n + d.wire_extra;
-            }
-            sent
-        };
-        let burst = wire(&mut d, &mut q, now);
-        assert!((125_000..128_000).contains(&burst), "{burst} bytes at once");
-        // Past half the deadline: no overdue send, and the wake-up is when
-        // the bucket has room again, not now.
-        let later = now + Duration::from_millis(10);
-        assert!(d.poll_timeout(q.front_time()).is_some_and(|t| t > now));
-        let more = wire(&mut d, &mut q, later);
-        assert!(more <= 10_000 + 1_100, "{more} bytes in 10 ms at 1 MB/s");
-        let late = now + Duration::from_millis(31);
-        let tail = wire(&mut d, &mut q, late);
-        assert!(tail <= 21_000 + 1_100, "{tail}");
-        assert_eq!(q.front_len(), None, "the rest waited past 30 ms: shed");
-        assert!(d.stats.dropped_stale >= 200, "{:?}", d.stats);
-        // The bucket applies only after a hold, with a fresh measure.
-        let mut e = fec();
-        e.deepest_queue = 100;
-        e.path_measure = Some((1e6, now + DRAIN_FRESH / 2));
-        e.congested_until = now + Duration::from_millis(1);
-        assert_eq!(e.path_bucket(now), None, "in the hold");
-        assert_eq!(e.path_bucket(now + DRAIN_FRESH), None, "a stale measure");
-        e.deepest_queue = QUEUE_HIGH_MS;
-        assert_eq!(
-            e.path_bucket(now + Duration::from_millis(2)),
-            None,
-            "no queue seen"
-        );
     }
 
     #[test]
