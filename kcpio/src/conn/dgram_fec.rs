@@ -1355,9 +1355,6 @@ impl DgramFec {
         lo > 0.0 && hi <= STEADY_SPREAD * lo
     }
 
-    /// The rate a standing queue is held at: the echoes' measure while the
-    /// data rate is steady or the data alone fills the path, else the
-    /// most `delivered` over the last reports.
     /// Whether the data rate, growing or swinging (not [`Self::data_steady`]),
     /// is at least [`DATA_FILLS`] of the rate the hold found: a TCP inside
     /// near the path's rate (and a report or two behind its own, the data
@@ -1373,6 +1370,9 @@ impl DgramFec {
         self.path_rate > 0.0 && !self.data_steady() && self.data_rate >= DATA_FILLS * self.path_rate
     }
 
+    /// The rate a standing queue is held at: the echoes' measure while the
+    /// data rate is steady or the data alone fills the path, else the
+    /// most `delivered` over the last reports.
     fn hold_rate(&self, now: Duration, delivered: f64) -> f64 {
         match self.drain_rate(now) {
             Some(measured) if self.data_steady() || self.data_rate >= DATA_FILLS * measured => {
