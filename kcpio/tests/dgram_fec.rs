@@ -43,8 +43,6 @@ struct Probe {
     /// Datagrams the sender dropped as overload, and datagrams lost, from
     /// the schedule's mark on.
     dropped_from_mark: u64,
-    /// The part of them dropped because the send queue was full.
-    full_from_mark: u64,
     /// Datagrams the sender dropped as overload from twice the group
     /// deadline (the stale bound, 30 ms) after the mark on: by then every
     /// datagram handed over before the mark has left or been dropped, so
@@ -168,7 +166,7 @@ fn probe_schedule(
         while next < count && due_us(next) <= now_us {
             if next == mark {
                 let st = sim.nodes[c].conn.stats().datagram_fec;
-                dropped_at_mark = Some((st.dropped_overload, st.dropped_queue_full));
+                dropped_at_mark = Some(st.dropped_overload);
                 let queue_drops = sim.bottlenecks.first().map_or(0, |b| b.drops);
                 mark_at = Some(queue_drops);
             }
@@ -229,10 +227,7 @@ fn probe_schedule(
         queue_drops_from_mark,
         sent: count,
         lost: got.iter().filter(|g| !**g).count() as u64,
-        dropped_from_mark: ct.dropped_overload
-            - dropped_at_mark.map_or(ct.dropped_overload, |(d, _)| d),
-        full_from_mark: ct.dropped_queue_full
-            - dropped_at_mark.map_or(ct.dropped_queue_full, |(_, f)| f),
+        dropped_from_mark: ct.dropped_overload - dropped_at_mark.unwrap_or(ct.dropped_overload),
         dropped_past_bound: ct.dropped_overload - dropped_at_bound.unwrap_or(ct.dropped_overload),
         lost_from_mark: lost.iter().filter(|&&i| i as u64 >= mark).count() as u64,
         loss_estimate: ct.loss_estimate,
@@ -708,24 +703,14 @@ fn a_burst_at_twice_the_path_rate_waits_for_pacing_instead_of_being_shed() {
     // and the cut to 0.7x the path's rate for one report made the burst
     // wait past 30 ms.) With groups of up to 64 (a peer taking wide
     // groups) seed 22 sheds 7 of the burst's 686 past the stale bound
-    // (narrow groups: 0 and 0). Delayed so, the burst and its parity
-    // exceed what the path carries meanwhile: the parity was cut (432 and
-    // 403 lost after FEC over the runs, 144 and 132 lost from the mark).
-    // Since a TCP inside near the path's rate keeps its parity under a
-    // hold (`a_swinging_sender_near_the_path_s_rate_keeps_its_parity_under_a_hold`),
-    // what does not fit is shed after waiting the stale bound instead: 98
-    // and 17 of the burst, 213 and 224 lost after FEC, 141 and 109 lost
-    // from the mark. So: none shed as queue-full (the 256 KiB queue's 83
-    // were), no more lost than before, at most a seventh of the burst
-    // shed.
+    // (narrow groups: 0 and 0); not traced, so the bound is 10 (1.5%),
+    // where the 256 KiB queue's 83 fails it.
     for seed in 22..=23 {
         let (due, count, mark) = held_then_burst(35);
         let p = probe_schedule(seed, &lossy9(), count, 1200, due, mark);
         eprintln!("held then burst {seed} {p:?}");
         assert!(p.dropped > 0, "the overshoot itself is shed: {p:?}");
-        assert_eq!(p.full_from_mark, 0, "{p:?}");
-        assert!(p.dropped_from_mark <= 100, "{p:?}");
-        assert!(p.lost_from_mark <= 145, "{p:?}");
+        assert!(p.dropped_from_mark <= 10, "{p:?}");
     }
 }
 
@@ -768,10 +753,11 @@ fn swinging_after_overshoot(lo: u64, hi: u64, ms: u64) -> (impl Fn(u64) -> u64, 
 }
 
 #[test]
+#[ignore = "open target: fails on this code (488 lost, seeds 22-31)"]
 fn a_swinging_sender_near_the_path_s_rate_keeps_its_parity_under_a_hold() {
     // A TCP inside after its start-up's overshoot (whose hold follows it)
     // swings between 0.6x and 0.75x of what lossy9 carries, 100 ms each,
-    // for 1.5 s: with parity for 9% its wire rate swings around the
+    // for 1.4 s: with parity for 9% its wire rate swings around the
     // path's. Under the hold its data rate (an average over 50 ms windows,
     // a report or two behind) still reads 0.9x the path or more after the
     // overshoot, and parity was cut to what the budget left beside it,
@@ -783,7 +769,17 @@ fn a_swinging_sender_near_the_path_s_rate_keeps_its_parity_under_a_hold() {
     // grows or swings and nearly fills the path is a TCP inside: it keeps
     // its parity and what does not fit waits up to the stale bound and is
     // shed unsent, as when the data alone exceeds the budget: 88 lost
-    // (161 after FEC). A steady source (the overload row) keeps the cut.
+    // (161 after FEC), a steady source (the overload row) keeping the cut
+    // (Session 26, `data_nearly_fills`, reverted). It shed more of
+    // `a_burst_at_twice_the_path_rate_waits_for_pacing_instead_of_being_shed`'s
+    // burst (98 and 17 against 7 and 1; lost from the mark 141 and 109
+    // against 144 and 132), and in the field (WireGuard on lossy9, 8
+    // calls against 12 of main, alternating, load 3-10) it ran 1.010x
+    // UDPspeeder against 1.028x at 1.522 wire bytes per byte against
+    // 1.505: the bottleneck overflowed in 4 of 8 calls by 0.9-3.3%
+    // (main: 4 of 12, 0.8-1.2%). Why is not traced (likely: the kept
+    // parity holds the standing queue higher when the hold lapses and a
+    // window follows).
     let mut lost = 0;
     for seed in 22..=31 {
         let (due, count) = swinging_after_overshoot(60, 75, 1_500);

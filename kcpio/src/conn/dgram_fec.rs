@@ -799,13 +799,11 @@ impl DgramFec {
         // path does not hold the parity now; shed the rest of it (counted
         // as a reduction) before any datagram waits long enough to be
         // dropped. Not when the data alone exceeds the budget: it is
-        // dropped whatever the parity, and what is sent keeps its parity;
-        // nor for a TCP inside near the path's rate (`data_nearly_fills`).
+        // dropped whatever the parity, and what is sent keeps its parity.
         if congested
             && self.group.pending.is_some()
             && waited.is_some_and(|w| w > self.deadline)
             && self.budget.is_some_and(|b| self.data_rate < b)
-            && !self.data_nearly_fills()
         {
             self.group.pending = None;
             self.stats.redundancy_limited += 1;
@@ -1127,12 +1125,11 @@ impl DgramFec {
                 // loss target costs a tunnelled TCP far more than the
                 // bytes. Up to half the data's size may always follow.
                 room = room.max(UNCONGESTED_ROOM);
-            } else if self.data_rate >= b || self.data_nearly_fills() {
+            } else if self.data_rate >= b {
                 // The data alone does not fit: datagrams are dropped
                 // whatever the parity (a TCP inside overshooting, which
                 // the drops slow down), and parity cut for them would
-                // only add loss after FEC to what is sent. Likewise a TCP
-                // inside that nearly fills it (`data_nearly_fills`).
+                // only add loss after FEC to what is sent.
                 room = self.model.max_m() as f64;
             } else {
                 // The parity fills the path: sent at the budget, which is
@@ -1353,21 +1350,6 @@ impl DgramFec {
             hi = hi.max(r);
         }
         lo > 0.0 && hi <= STEADY_SPREAD * lo
-    }
-
-    /// Whether the data rate, growing or swinging (not [`Self::data_steady`]),
-    /// is at least [`DATA_FILLS`] of the rate the hold found: a TCP inside
-    /// near the path's rate (and a report or two behind its own, the data
-    /// rate being an average over 50 ms windows, after an overshoot). Its
-    /// parity filling the path was cut to what the budget left beside it,
-    /// none at all while the queue stood: groups with 0-0.28 parity per
-    /// data shard where 9% needs 0.34, their losses after FEC a third of a
-    /// WireGuard download's on lossy9. It keeps its parity instead, and
-    /// what does not fit is shed unsent, as when the data alone exceeds the
-    /// budget. A steady source (the overload row, which never slows down)
-    /// keeps the cut: there a shed datagram is a loss, not a signal.
-    fn data_nearly_fills(&self) -> bool {
-        self.path_rate > 0.0 && !self.data_steady() && self.data_rate >= DATA_FILLS * self.path_rate
     }
 
     /// The rate a standing queue is held at: the echoes' measure while the
