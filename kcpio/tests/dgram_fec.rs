@@ -214,6 +214,10 @@ fn probe_schedule(
     eprintln!("client {ct:?}\nserver {st:?}");
     let lost: Vec<usize> = (0..got.len()).filter(|&i| !got[i]).collect();
     eprintln!("lost {:?}", &lost[..lost.len().min(40)]);
+    eprintln!(
+        "DBG bottleneck drops {:?}",
+        sim.bottlenecks.iter().map(|b| b.drops).collect::<Vec<_>>()
+    );
     let drops_at_mark = mark_at.unwrap_or(0);
     let queue_drops_from_mark = sim
         .bottlenecks
@@ -710,27 +714,129 @@ fn a_burst_at_twice_the_path_rate_waits_for_pacing_instead_of_being_shed() {
     }
 }
 
+/// Datagrams handed over at half the path's rate (5,000/s) for a second
+/// before [`OVER`]'s overshoot: a TCP's slow start, which in the field
+/// lets the loss model learn the path's 9% before the first hold.
+const WARM: u64 = 5_000;
+
+/// [`after_overshoot`] behind [`WARM`]'s second.
+fn after_warm_overshoot(i: u64) -> u64 {
+    if i < WARM {
+        i * 200
+    } else {
+        1_000_000 + after_overshoot(i - WARM)
+    }
+}
+
+/// A TCP inside after its start-up: [`WARM`] and [`OVER`]'s overshoot (the
+/// congested hold), then `ms` ms swinging every 100 ms between `lo` and
+/// `hi` percent of what the path carries ([`LOSSY9_CARRIES`]), from
+/// datagram `WARM + OVER` on; returns the schedule and the count.
+fn swinging_after_overshoot(lo: u64, hi: u64, ms: u64) -> (impl Fn(u64) -> u64, u64) {
+    let n_lo = LOSSY9_CARRIES * lo / 1000;
+    let n_hi = LOSSY9_CARRIES * hi / 1000;
+    let cycle = n_lo + n_hi;
+    let start = WARM + OVER;
+    let due = move |i: u64| {
+        if i < start {
+            return after_warm_overshoot(i);
+        }
+        let (c, r) = ((i - start) / cycle, (i - start) % cycle);
+        let within = if r < n_lo {
+            r * 100_000 / n_lo
+        } else {
+            100_000 + (r - n_lo) * 100_000 / n_hi
+        };
+        2_000_000 + c * 200_000 + within
+    };
+    (due, start + ms / 200 * cycle)
+}
+
 #[test]
-#[ignore = "open target: fails on this code (95 and 109 lost, seeds 22-23)"]
+#[ignore = "open target: fails on this code (488 lost, seeds 22-31)"]
+fn a_swinging_sender_near_the_path_s_rate_keeps_its_parity_under_a_hold() {
+    // A TCP inside after its start-up's overshoot (whose hold follows it)
+    // swings between 0.6x and 0.75x of what lossy9 carries, 100 ms each,
+    // for 1.4 s: with parity for 9% its wire rate swings around the
+    // path's. Under the hold its data rate (an average over 50 ms windows,
+    // a report or two behind) still reads 0.9x the path or more after the
+    // overshoot, and parity was cut to what the budget left beside it,
+    // none at all where the queue still stood: groups sent with 0-0.28
+    // parity per data shard where 9% needs 0.34 (the field's lossy9: a
+    // third of a WireGuard download's losses after FEC came in its later
+    // holds so). Seeds 22-31: 488 of the 92,610 datagrams lost from the
+    // swing on (1,756 lost after FEC over the runs). A data rate that
+    // grows or swings and nearly fills the path is a TCP inside: it keeps
+    // its parity and what does not fit waits up to the stale bound and is
+    // shed unsent, as when the data alone exceeds the budget: 88 lost
+    // (161 after FEC), a steady source (the overload row) keeping the cut
+    // (Session 26, `data_nearly_fills`, reverted). It shed more of
+    // `a_burst_at_twice_the_path_rate_waits_for_pacing_instead_of_being_shed`'s
+    // burst (98 and 17 against 7 and 1; lost from the mark 141 and 109
+    // against 144 and 132), and in the field (WireGuard on lossy9, 8
+    // calls against 12 of main, alternating, load 3-10) it ran 1.010x
+    // UDPspeeder against 1.028x at 1.522 wire bytes per byte against
+    // 1.505: the bottleneck overflowed in 4 of 8 calls by 0.9-3.3%
+    // (main: 4 of 12, 0.8-1.2%). Why is not traced (likely: the kept
+    // parity holds the standing queue higher when the hold lapses and a
+    // window follows).
+    let mut lost = 0;
+    for seed in 22..=31 {
+        let (due, count) = swinging_after_overshoot(60, 75, 1_500);
+        let p = probe_schedule(seed, &lossy9(), count, 1200, due, WARM + OVER);
+        eprintln!("swinging {seed} {p:?}");
+        assert_eq!(p.queue_drops_from_mark, 0, "{p:?}");
+        lost += p.lost_from_mark;
+    }
+    eprintln!("swinging: {lost} lost from the swing on");
+    assert!(lost <= 150, "{lost} lost from the swing on");
+}
+
+#[test]
+#[ignore = "open target: fails on this code (268 dropped at the bottleneck, seeds 22-23)"]
 fn a_window_released_into_a_drained_queue_does_not_overflow_the_bottleneck() {
     // As above, but the window released after the pause is larger than
     // the bottleneck takes: 3,000 datagrams in 150 ms (a TCP inside whose
     // recovery ended with one ACK for a whole window), over 4 MB on the
     // wire with parity against a 2.5 MB buffer draining 1.9 MB meanwhile.
+    // The field's lossy9 shows it (a traced call: 2,600 data shards in
+    // 140 ms half a second after the start-up's hold lapsed, the queue
+    // from 30 to 198 ms, 983 packets dropped at the bottleneck, 962
+    // datagrams lost after FEC, 1.54 wire bytes per byte).
+    // Behind the warm-up the model knows the path's 9%, as in the field.
+    // (Started cold, as this test was first written, the standing queue
+    // keeps the estimate near its 3% prior: reports under a queue add no
+    // more loss than the model expects. Too little parity then fails
+    // groups, 87 and 57 of the window lost, with nothing dropped at the
+    // bottleneck: the overflow this test is about no longer showed.)
     // Open pacing (1.6x a budget of 1.25x the delivered rate) and the
-    // half-deadline send let it overflow the drop-tail, which takes data
-    // and parity alike and fails whole groups: seeds 22-23 lose 95 and
-    // 109 of the window, 73 dropped at the bottleneck each. Paced at the
-    // bottleneck's echo-measured rate with a bucket of its buffer's true
-    // depth (190 ms, given by hand: an experiment, not committed), 0
-    // dropped anywhere, 32 and 51 lost. With the depth the reports showed
-    // instead (121 ms: the congested hold before held the queue there)
-    // the bucket sheds 556 of the window at the sender, 0.75 of it 806:
-    // the depth must come from an overflow, not from the most queue seen.
+    // half-deadline send let the window into the bottleneck at once: 268
+    // packets dropped there (data and parity alike, whole groups failed),
+    // 216 and 213 of the window lost.
+    // Tried (Session 26): after a hold, sending above the measured rate
+    // only by 1.25x the deepest queue any report showed (a floor of the
+    // buffer: a hold keeps the queue where it stood). Nothing dropped at
+    // the bottleneck, 2 and 1 lost after FEC, but 590 and 365 shed at the
+    // sender; in the field it shed about 1,100 of a window whose overflow
+    // would have dropped some 330 packets (the deepest queue seen was 115-
+    // 121 ms of the 200), and WireGuard's goodput fell (1.01x UDPspeeder
+    // against 1.07x, four calls each) while its wire bytes fell 1.509 to
+    // 1.494 per byte. 1.5x the deepest: 394 and 122 shed; 1.75x: 191 shed
+    // in seed 22, 202 dropped at the bottleneck in seed 23. Only the depth
+    // known within ~5% loses less (Session 24: 32 and 51 with 190 ms).
     const WINDOW: u64 = 3_000;
+    let count = WARM + OVER + WINDOW;
     for seed in 22..=23 {
-        let p = probe_schedule(seed, &lossy9(), OVER + WINDOW, 1200, after_overshoot, OVER);
+        let p = probe_schedule(
+            seed,
+            &lossy9(),
+            count,
+            1200,
+            after_warm_overshoot,
+            WARM + OVER,
+        );
         eprintln!("window after drain {seed} {p:?}");
+        assert_eq!(p.queue_drops_from_mark, 0, "{p:?}");
         // What is lost is FEC's residual: a failed group or two.
         assert!(p.lost_from_mark <= WINDOW / 50, "{p:?}");
     }
