@@ -17,7 +17,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use kcpio::mux::Mux;
-use kcpio::{KcpStream, RelaySocket};
+use kcpio::{DatagramFecStats, KcpStream, RelaySocket};
 use tokio::net::UdpSocket;
 
 use super::{
@@ -228,8 +228,8 @@ pub(crate) async fn run_udp_client(
             ended: ended.take(),
         };
         let Attached { kcp, mux } = connect(&local, target, &udp, &log, &mut up).await;
-        let max = kcp.max_datagram_payload();
-        report_mtu(&log, &kcp);
+        let mut max = kcp.max_datagram_payload();
+        let mut negotiated = report_mtu(&log, &kcp);
         // The server numbers each flow afresh on a new session.
         flows.restart(&udp);
         udp.sessions_opened.fetch_add(1, Ordering::Relaxed);
@@ -270,6 +270,11 @@ pub(crate) async fn run_udp_client(
                 }
                 _ = tick.tick() => {
                     flows.expire(idle_ticks, &udp, &log);
+                    // Answered late: FEC-protected datagrams, fragmented
+                    // beyond one packet.
+                    if negotiated_since(&log, &kcp, &mut negotiated) {
+                        max = kcp.max_datagram_payload();
+                    }
                     // The pool retired the session (expired, or its mux
                     // failed): the flows move to the slot's next one.
                     if mux.as_ref().is_some_and(|m| m.upgrade().is_none_or(|m| m.is_closed())) {
@@ -547,34 +552,70 @@ fn drop_all(got: io::Result<usize>, udp: &UdpStats) {
     }
 }
 
-/// The start line of a session: what it carries and the WireGuard MTU.
+/// The start line of a session: what it carries and the WireGuard MTU;
+/// `true` when the FEC datagram extension is negotiated.
 ///
 /// The MTU is what one packet carries unfragmented (the extension's
 /// `single_packet_payload`), less the 8-byte flow header and WireGuard's
 /// 32 bytes: larger datagrams cross too, cut into fragments, but a lost
-/// fragment then costs the whole datagram.
-pub(crate) fn report_mtu(log: &Log, kcp: &KcpStream) {
+/// fragment then costs the whole datagram. A session that offered the
+/// extension and has not heard the answer yet (its first probe or the
+/// answer was lost: about one connect in six on a 9%-loss path) carries
+/// kcp-go OOB datagrams until it does, which take a few bytes more; the
+/// MTU given is then the extension's, which fits one packet either way
+/// (the OOB one would be cut in two once the extension is on). The
+/// caller calls again when it is negotiated later.
+pub(crate) fn report_mtu(log: &Log, kcp: &KcpStream) -> bool {
     let fec = kcp.stats().datagram_fec;
-    let max = kcp.max_datagram_payload().saturating_sub(HEADER_LEN);
+    let (line, negotiated) = session_line(&fec, kcp.max_datagram_payload());
+    log.line(line);
+    negotiated
+}
+
+/// [`report_mtu`]'s line for a session whose datagram FEC stands at `fec`
+/// and which takes datagrams of up to `max_payload` bytes now.
+fn session_line(fec: &DatagramFecStats, max_payload: usize) -> (String, bool) {
+    let max = max_payload.saturating_sub(HEADER_LEN);
     if !fec.negotiated {
-        let wg = wireguard_mtu(kcp.max_datagram_payload());
-        log.line(format!(
-            "udp: the peer did not negotiate FEC datagrams: datagrams of up to {max} B \
-             cross this session unprotected (kcp-go OOB); for WireGuard through it set \
-             MTU = {wg}{}",
+        let oob = wireguard_mtu(max_payload);
+        if fec.single_packet_payload == 0 {
+            let line = format!(
+                "udp: the peer did not negotiate FEC datagrams: datagrams of up to {max} B \
+                 cross this session unprotected (kcp-go OOB); for WireGuard through it set \
+                 MTU = {oob}{}",
+                below_ipv6_minimum(oob)
+            );
+            return (line, false);
+        }
+        let wg = wireguard_mtu(fec.single_packet_payload).min(oob);
+        let line = format!(
+            "udp: FEC datagrams offered, no answer yet: until the peer answers, datagrams of \
+             up to {max} B cross this session unprotected (kcp-go OOB); for WireGuard through \
+             it set MTU = {wg} (one packet with or without the extension){}",
             below_ipv6_minimum(wg)
-        ));
-        return;
+        );
+        return (line, false);
     }
     let one = fec.single_packet_payload;
     let wg = wireguard_mtu(one);
-    log.line(format!(
+    let line = format!(
         "udp: FEC datagrams of up to {max} B cross this session, {} B in one packet; \
          for WireGuard through it set MTU = {wg} ({one} B of one packet less the \
          {HEADER_LEN}-byte flow header and WireGuard's {WIREGUARD_OVERHEAD} bytes){}",
         one.saturating_sub(HEADER_LEN),
         below_ipv6_minimum(wg)
-    ));
+    );
+    (line, true)
+}
+
+/// Once a second while the FEC datagram offer is unanswered: `true` (and
+/// the session's line again) when it was answered since.
+pub(crate) fn negotiated_since(log: &Log, kcp: &KcpStream, negotiated: &mut bool) -> bool {
+    if *negotiated || !kcp.stats().datagram_fec.negotiated {
+        return false;
+    }
+    *negotiated = report_mtu(log, kcp);
+    *negotiated
 }
 
 fn below_ipv6_minimum(wg: usize) -> &'static str {
@@ -582,5 +623,47 @@ fn below_ipv6_minimum(wg: usize) -> &'static str {
         " (below 1280, WireGuard's IPv6 minimum: raise --mtu)"
     } else {
         ""
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The MTU in a session's line, as `field.sh` and an operator read it.
+    fn mtu_of(line: &str) -> usize {
+        let at = line.find("set MTU = ").expect("an MTU") + "set MTU = ".len();
+        let digits: String = line[at..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        digits.parse().expect("a number")
+    }
+
+    #[test]
+    fn a_session_whose_offer_is_unanswered_gives_the_mtu_that_fits_either_way() {
+        // The default --mtu 1400 under a CFB cipher: 1,368 B of kcp-go OOB
+        // payload, 1,361 B in one extension packet.
+        let (oob, one) = (1_368, 1_361);
+        let mut fec = DatagramFecStats::default();
+        fec.single_packet_payload = one;
+        let (line, negotiated) = session_line(&fec, oob);
+        assert!(!negotiated);
+        // Not 1,328 (the OOB packet's): once the offer is answered, a
+        // WireGuard packet of that size would be cut in two, doubling the
+        // packets and losing the datagram with either fragment (seen in
+        // the field when the first probe was lost on a 9% path).
+        assert_eq!(mtu_of(&line), wireguard_mtu(one), "{line}");
+        assert!(line.contains("no answer yet"), "{line}");
+        // Answered: the same MTU.
+        fec.negotiated = true;
+        let (line, negotiated) = session_line(&fec, 21_768);
+        assert!(negotiated);
+        assert_eq!(mtu_of(&line), wireguard_mtu(one), "{line}");
+        // A peer that never will (no offer made: kcp-go shaped settings):
+        // the OOB packet's MTU.
+        let (line, negotiated) = session_line(&DatagramFecStats::default(), oob);
+        assert!(!negotiated);
+        assert_eq!(mtu_of(&line), wireguard_mtu(oob), "{line}");
     }
 }

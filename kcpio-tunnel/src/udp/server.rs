@@ -17,7 +17,7 @@ use std::time::Duration;
 use kcpio::{KcpListener, KcpStream, RelaySocket};
 use tokio::task::JoinHandle;
 
-use super::client::report_mtu;
+use super::client::{negotiated_since, report_mtu};
 use super::{
     DropReason, FlowCounters, HEADER_LEN, MAX_UDP, Seen, UdpStats, Window, parse_header,
     put_header, send_each,
@@ -152,7 +152,7 @@ pub(crate) async fn serve_session(kcp: Arc<KcpStream>, from: SocketAddr, shared:
         return;
     };
     log.line(format!("{from}: udp session opened, flows go to {target}"));
-    report_mtu(log, &kcp);
+    let mut negotiated = report_mtu(log, &kcp);
     if shared.own_sessions {
         shared.stats.watch_session(&kcp);
     }
@@ -190,6 +190,7 @@ pub(crate) async fn serve_session(kcp: Arc<KcpStream>, from: SocketAddr, shared:
                 forward(&flows, &batch, pass.get(..passed).unwrap_or_default(), target, udp);
             }
             _ = tick.tick() => {
+                negotiated_since(log, &kcp, &mut negotiated);
                 flows.retain(|id, f| {
                     if f.active.swap(false, Ordering::Relaxed) {
                         f.idle = 0;
