@@ -86,7 +86,9 @@ fn accepted(taken: Taken) -> Option<io::Result<(KcpStream, SocketAddr)>> {
 ///   3× the bytes it received, retransmissions, FEC parity and fillers
 ///   included (see [`Conn::require_proof`](crate::Conn::require_proof)).
 ///   kcp-go, C KCP and kcpio peers prove themselves within their first
-///   round trip, so they are not held back.
+///   round trip, so they are not held back; data held over the budget
+///   never holds back the ACKs and probes that let them (a server that
+///   writes first and lost its first flush still answers connect probes).
 /// - **Unproven sessions end**: a session whose peer has not proved it
 ///   receives within 10 s
 ///   ([`ConfigBuilder::proof_timeout`](crate::ConfigBuilder::proof_timeout))

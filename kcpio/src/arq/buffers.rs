@@ -687,6 +687,19 @@ impl OutQueue {
         self.items.front()
     }
 
+    pub(crate) fn get(&self, i: usize) -> Option<&OutItem> {
+        self.items.get(i)
+    }
+
+    /// Takes out the item at `i`, wherever it stands.
+    pub(crate) fn remove(&mut self, i: usize) {
+        if let Some(it) = self.items.remove(i)
+            && it.kind != OutKind::Push
+        {
+            self.control = self.control.saturating_sub(1);
+        }
+    }
+
     pub(crate) fn pop(&mut self) {
         if let Some(it) = self.items.pop_front()
             && it.kind != OutKind::Push

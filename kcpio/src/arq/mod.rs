@@ -66,9 +66,12 @@ pub(crate) fn control_cap(mtu: usize, rcv_wnd: u32) -> usize {
     4 * (mtu / HEADER_LEN) + 2 * rcv_wnd as usize + 64
 }
 
-/// The two flush kinds of kcp-go (`IKCP_FLUSH_ACKONLY`, `IKCP_FLUSH_FULL`).
+/// The two flush kinds of kcp-go (`IKCP_FLUSH_ACKONLY`, `IKCP_FLUSH_FULL`),
+/// and kcpio's `Control` ([`Kcp::poll_control`]): the ACKs and window
+/// probes alone, no segment admitted or (re)transmitted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Flush {
+    Control,
     AckOnly,
     Full,
 }
@@ -1068,6 +1071,14 @@ impl Kcp {
         }
         self.probe = 0;
 
+        if kind == Flush::Control {
+            if self.out.len() > out_before {
+                self.wnd_told = wnd;
+            }
+            self.out.push_end();
+            return self.p.interval;
+        }
+
         // Phase 4: admit queued segments into the window.
         let win = self.cc.window(self.p.snd_wnd.min(self.rmt_wnd));
         let mut admitted = 0u32;
@@ -1228,6 +1239,63 @@ impl Kcp {
         if n > 0 {
             self.stats.datagrams_out += 1;
             Some(n)
+        } else {
+            None
+        }
+    }
+
+    /// The ACKs and window probes and answers (WASK, WINS) due now, alone
+    /// in one packet of at most `buf.len()` bytes (and `mtu`), for a caller
+    /// that holds data back: a listener's session over its
+    /// anti-amplification budget, which must still answer the peer's probe
+    /// and send the probe whose answer proves the peer receives. The
+    /// control items pending are flushed at once (ACKs first, as a flush
+    /// orders them), then those queued are written in order, wherever they
+    /// stand behind data segments; the data segments stay queued, and no
+    /// segment is admitted or (re)transmitted. Items that do not fit stay
+    /// queued for the next call. `None` when there is nothing to write.
+    pub fn poll_control(&mut self, now: Timestamp, buf: &mut [u8]) -> Option<usize> {
+        if !self.acklist.is_empty() || self.probe != 0 {
+            self.flush(now, Flush::Control);
+        }
+        let limit = self.mtu.min(buf.len());
+        let mut used = 0usize;
+        let mut i = 0usize;
+        while let Some(&item) = self.out.get(i) {
+            let (cmd, counter) = match item.kind {
+                OutKind::Push | OutKind::End => {
+                    i += 1;
+                    continue;
+                }
+                OutKind::Ack => (Command::Ack, &mut self.stats.acks_out),
+                OutKind::Wask => (Command::Wask, &mut self.stats.wask_out),
+                OutKind::Wins => (Command::Wins, &mut self.stats.wins_out),
+            };
+            if used + HEADER_LEN > limit {
+                break;
+            }
+            let hdr = Header {
+                conv: self.conv,
+                cmd: cmd as u8,
+                frg: 0,
+                wnd: item.wnd,
+                ts: item.ts,
+                sn: item.sn,
+                una: item.una,
+                len: 0,
+            };
+            match hdr.encode_at(buf, used, &[]) {
+                Some(end) => used = end,
+                None => break,
+            }
+            *counter += 1;
+            self.stats.segments_out += 1;
+            self.out.remove(i);
+        }
+        self.leave();
+        if used > 0 {
+            self.stats.datagrams_out += 1;
+            Some(used)
         } else {
             None
         }

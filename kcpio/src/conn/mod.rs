@@ -338,6 +338,13 @@ struct Unproven {
     deadline: Duration,
     /// WINS received before our first WASK left (they answer nothing).
     wins_seen: u64,
+    /// The proof probe goes out again at this time while nothing comes
+    /// in, `probe_wait` after the last, doubling up to [`PROBE_MAX_WAIT`]:
+    /// a peer that has nothing to send (a client waiting for a server
+    /// that speaks first) may otherwise never be asked again after its
+    /// answer was lost.
+    probe_at: Duration,
+    probe_wait: Duration,
 }
 
 /// Datagram and packet counters of one session.
@@ -675,10 +682,15 @@ impl Conn {
     ///   and fillers, retransmissions all counted) stay within
     ///   [`AMPLIFICATION_FACTOR`] times the wire bytes received from it; a
     ///   datagram over that budget waits inside until more input arrives;
+    /// - while a datagram waits over the budget, the ACKs, window answers
+    ///   and the proof probe still go out alone within it, so the peer can
+    ///   always prove it receives;
     /// - the proof is an acknowledgement of a segment this side sent, or a
     ///   window answer (WINS) to the window probe (WASK) this side sends
-    ///   with its first flush and after every datagram while unproven
-    ///   (kcp-go and C KCP answer one at their next flush);
+    ///   with its first flush, after every datagram while unproven, and
+    ///   again [`PROBE_FIRST_WAIT`] after the last one (doubling up to
+    ///   [`PROBE_MAX_WAIT`]) while the peer is silent (kcp-go and C KCP
+    ///   answer one at their next flush);
     /// - without proof by `now +` the configured
     ///   [`proof_timeout`](crate::ConfigBuilder::proof_timeout) (default
     ///   [`PROOF_TIMEOUT`]), the session fails with
@@ -697,6 +709,8 @@ impl Conn {
                 sent: 0,
                 deadline: self.now.saturating_add(self.config.proof_timeout),
                 wins_seen: self.kcp.stats().wins_in,
+                probe_at: self.now.saturating_add(PROBE_FIRST_WAIT),
+                probe_wait: PROBE_FIRST_WAIT,
             });
             self.kcp.request_window_probe();
         }
@@ -855,6 +869,7 @@ impl Conn {
             self.unproven = None;
         } else {
             self.kcp.request_window_probe();
+            u.probe_at = self.now.saturating_add(u.probe_wait);
         }
     }
 
@@ -1118,6 +1133,14 @@ impl Conn {
             self.error = Some(SessionError::DeadLink);
             return;
         }
+        if let Some(u) = self.unproven.as_mut()
+            && self.now >= u.probe_at
+        {
+            // Within the budget like any output (alone when data is held).
+            u.probe_at = self.now.saturating_add(u.probe_wait);
+            u.probe_wait = u.probe_wait.saturating_mul(2).min(PROBE_MAX_WAIT);
+            self.kcp.probe_window();
+        }
         if self.held.is_some() {
             // Blocked by the budget: the timers wait for the peer's input.
             return;
@@ -1160,14 +1183,20 @@ impl Conn {
         let slot = slot.get_mut(..self.datagram)?;
         let (hc, hf) = (self.header, self.fec_header);
         if let Some((len, parity)) = self.held {
-            let out = slot.get_mut(hc..hc + len)?;
+            slot.get(hc..hc + len)?;
             if !self.charge(len) {
-                // Held by the budget: the idle and dead-link rules still
-                // run, so a silent unproven peer times out as any other.
-                self.check_liveness();
-                return None;
+                // Held by the budget: the ARQ's ACKs and probes still go
+                // out alone within it (the proof needs them), the data
+                // waits. The idle and dead-link rules still run, so a
+                // silent unproven peer times out as any other.
+                let control = self.poll_held_control(slot);
+                if control.is_none() {
+                    self.check_liveness();
+                }
+                return control;
             }
-            out.copy_from_slice(self.held_buf.get(..len)?);
+            slot.get_mut(hc..hc + len)?
+                .copy_from_slice(self.held_buf.get(..len)?);
             self.held = None;
             return Some(self.sent(len, parity));
         }
@@ -1212,23 +1241,51 @@ impl Conn {
             self.check_liveness();
             return None;
         };
-        if let Some(tag) = self.offer_tag()
-            && let Some(packet) = kcp_buf.get_mut(..n)
-        {
+        self.mark_probes(kcp_buf.get_mut(..n)?, wins_out);
+        let len = self.fec_frame(slot.get_mut(hc..)?, n);
+        self.emit(slot.get(hc..hc + len)?, false)
+    }
+
+    /// What a KCP packet's probes carry beyond kcp-go's: the offer's tag on
+    /// a client's WASKs, and the clock on its WINS answers
+    /// (`wins_out`: the ARQ's count before the packet was written).
+    fn mark_probes(&mut self, packet: &mut [u8], wins_out: u64) {
+        if let Some(tag) = self.offer_tag() {
             tag_probes(packet, tag);
         }
         // A client's answers are clocked for migration even when it offers
         // extensions: the listener hears the offer on the client's WASKs
         // (connect probe, keepalives), and the tunnel's clients offer
         // adaptive FEC by default.
-        if self.quiet.is_some()
-            && self.kcp.stats().wins_out != wins_out
-            && let Some(packet) = kcp_buf.get_mut(..n)
-        {
-            clock_answers(packet, now_ts.as_millis(), self.kcp.wask_sn_in());
+        if self.quiet.is_some() && self.kcp.stats().wins_out != wins_out {
+            clock_answers(packet, ts(self.now).as_millis(), self.kcp.wask_sn_in());
         }
-        let len = self.fec_frame(slot.get_mut(hc..)?, n);
-        self.emit(slot.get(hc..hc + len)?, false)
+    }
+
+    /// While a body waits over the anti-amplification budget: the ARQ's
+    /// ACKs, its answer to the peer's probe and its own proof probe
+    /// ([`Kcp::poll_control`]), alone in a KCP packet that fits what is
+    /// left of the budget, so a held body never keeps the peer from
+    /// proving it receives (a listener that speaks first and lost its
+    /// first flush would otherwise leave every connect probe unanswered).
+    /// Unframed even with FEC on (kcp-go and kcpio take a KCP packet
+    /// without the FEC header whatever their setting), so the FEC groups
+    /// and parity wait with the held body. Charged to the budget.
+    fn poll_held_control(&mut self, slot: &mut [u8]) -> Option<Transmit> {
+        let u = self.unproven?;
+        let left = u
+            .received
+            .saturating_mul(AMPLIFICATION_FACTOR)
+            .saturating_sub(u.sent)
+            .saturating_sub(self.overhead as u64);
+        let room = usize::try_from(left).map_or(self.kcp_mtu, |l| l.min(self.kcp_mtu));
+        let hc = self.header;
+        let wins_out = self.kcp.stats().wins_out;
+        let kcp_buf = slot.get_mut(hc..hc + room)?;
+        let n = self.kcp.poll_control(ts(self.now), kcp_buf)?;
+        self.mark_probes(kcp_buf.get_mut(..n)?, wins_out);
+        // Within the budget by construction: `room` is what it leaves.
+        self.charge(n).then(|| self.sent(n, false))
     }
 
     /// The oldest queued datagram framed as kcp-go's OOB packet at
@@ -1330,7 +1387,7 @@ impl Conn {
         {
             return Some(self.now);
         }
-        let proof = self.unproven.map(|u| u.deadline);
+        let proof = self.unproven.map(|u| u.deadline.min(u.probe_at));
         let idle = self.config.idle_timeout;
         let idle_at = idle.map(|i| self.last_input.saturating_add(i));
         if self.held.is_some() {

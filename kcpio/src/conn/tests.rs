@@ -884,6 +884,197 @@ fn proof_needs_an_answer_to_what_was_sent() {
     assert!(server.is_proven());
 }
 
+/// Everything `conn` sends at `now` (its timers run first), as plaintext.
+fn drain_plain(conn: &mut Conn, now: Duration) -> Vec<Vec<u8>> {
+    let mut slot = vec![0u8; conn.max_datagram()];
+    let h = conn.header_len();
+    conn.handle_timeout(now);
+    let mut out = Vec::new();
+    while let Some(t) = conn.poll_transmit(now, &mut slot) {
+        out.push(slot[h..h + t.len].to_vec());
+    }
+    out
+}
+
+/// The KCP commands a plaintext datagram carries (none for parity).
+fn commands(packet: &[u8]) -> Vec<u8> {
+    let kcp = match fec::classify(packet) {
+        PacketKind::Kcp => packet,
+        PacketKind::Data => fec::data_payload(packet).unwrap(),
+        _ => return Vec::new(),
+    };
+    crate::arq::segment::Segments::new(kcp)
+        .map(|s| s.unwrap().cmd())
+        .collect()
+}
+
+/// The client's next output (its answer to a probe, at its next flush)
+/// reaches the server; returns when it left.
+fn answer_probe(client: &mut Conn, server: &mut Conn, mut now: Duration) -> Duration {
+    for _ in 0..1_000 {
+        let sent = drain_plain(client, now);
+        if !sent.is_empty() {
+            for p in sent {
+                let _ = server.handle_packet(now, &p);
+            }
+            return now;
+        }
+        now += Duration::from_millis(1);
+    }
+    panic!("the client sent nothing");
+}
+
+/// A listener's session that writes as soon as it is accepted and whose
+/// first flush is lost: the data behind it waits over the budget, and the
+/// session still answers each of the client's probes (with its own proof
+/// probe) in a lone control packet within the budget, unframed even with
+/// FEC on; the client's answer proves it and the data leaves. Every preset,
+/// with and without kcptun's FEC. (Before, the held data blocked the
+/// answers and the client's connect timed out.)
+#[test]
+fn a_held_session_answers_probes_alone_within_the_budget() {
+    const WASK: u8 = 83;
+    const WINS: u8 = 84;
+    let mut alone = 0;
+    for (name, c) in presets() {
+        let mut client = Conn::new(9, &c).unwrap();
+        let mut server = Conn::new(9, &c).unwrap();
+        let over = server.overhead as u64;
+        let (mut wire_in, mut out) = (0u64, 0u64);
+        let mut now = Duration::ZERO;
+        client.connect(now);
+        server.require_proof(now);
+        for p in drain_plain(&mut client, now) {
+            wire_in += p.len() as u64 + over;
+            let _ = server.handle_packet(now, &p);
+        }
+        server.write(&[5u8; 6_000]).unwrap();
+        // The first flush, lost.
+        for p in drain_plain(&mut server, now) {
+            out += p.len() as u64 + over;
+        }
+        assert!(out <= AMPLIFICATION_FACTOR * wire_in, "{name}");
+        assert!(server.held.is_some(), "{name}: data waits over the budget");
+        // The client's probe again, 250 ms on.
+        now += PROBE_FIRST_WAIT;
+        for p in drain_plain(&mut client, now) {
+            wire_in += p.len() as u64 + over;
+            let _ = server.handle_packet(now, &p);
+        }
+        let Some((held, _)) = server.held else {
+            panic!("{name}: nothing held");
+        };
+        let answer = drain_plain(&mut server, now);
+        if out + (held as u64 + over) <= AMPLIFICATION_FACTOR * wire_in {
+            // LowLatency's client said enough for the held body to fit.
+            assert!(commands(&answer[0]).contains(&81), "{name}: the held body");
+            continue;
+        }
+        alone += 1;
+        assert_eq!(answer.len(), 1, "{name}: one lone answer");
+        out += answer[0].len() as u64 + over;
+        assert!(
+            out <= AMPLIFICATION_FACTOR * wire_in,
+            "{name}: {out} vs {wire_in}"
+        );
+        assert_eq!(fec::classify(&answer[0]), PacketKind::Kcp, "{name}");
+        let mut cmds = commands(&answer[0]);
+        cmds.sort_unstable();
+        assert_eq!(cmds, [WASK, WINS], "{name}: the answer and the proof probe");
+        assert!(server.held.is_some() && !server.is_proven(), "{name}");
+        // The client connects and answers the proof probe (at its next
+        // flush): the data leaves.
+        let _ = client.handle_packet(now, &answer[0]);
+        assert!(!client.is_connecting(), "{name}");
+        now = answer_probe(&mut client, &mut server, now);
+        assert!(server.is_proven(), "{name}");
+        // The held packet at once, then the rest (a lossless exchange
+        // without delay): the client reads all 6,000 bytes.
+        let first = drain_plain(&mut server, now);
+        assert!(commands(&first[0]).contains(&81), "{name}: the held data");
+        let mut read = 0;
+        let mut buf = [0u8; 8_192];
+        for p in first {
+            let _ = client.handle_packet(now, &p);
+        }
+        for _ in 0..2_000 {
+            now += Duration::from_millis(1);
+            for p in drain_plain(&mut client, now) {
+                let _ = server.handle_packet(now, &p);
+            }
+            for p in drain_plain(&mut server, now) {
+                let _ = client.handle_packet(now, &p);
+            }
+            while let Ok(n) = client.read(&mut buf) {
+                read += n;
+            }
+        }
+        assert_eq!(read, 6_000, "{name}");
+    }
+    assert!(alone >= 10, "{alone} of 12 held over the budget");
+}
+
+/// The proof probe is asked again while the peer is silent: a client that
+/// connected (it got the answer to its probe) and waits for a server that
+/// speaks first sends nothing more, so once its answer to the first proof
+/// probe is lost, the session gets proof only from a probe of its own. It
+/// goes out 250 ms after the last input, then 500 ms later, within the
+/// budget (so it stops when that is spent), and the session ends unproven
+/// at the proof deadline when nothing answers.
+#[test]
+fn an_unproven_session_asks_again_while_its_peer_is_silent() {
+    let c = config(Config::builder());
+    let mut client = Conn::new(9, &c).unwrap();
+    let mut server = Conn::new(9, &c).unwrap();
+    let over = server.overhead as u64;
+    let mut now = Duration::ZERO;
+    client.connect(now);
+    server.require_proof(now);
+    let mut wire_in = 0;
+    for p in drain_plain(&mut client, now) {
+        wire_in += p.len() as u64 + over;
+        let _ = server.handle_packet(now, &p);
+    }
+    server.write(&[5u8; 6_000]).unwrap();
+    let mut out = 0;
+    for p in drain_plain(&mut server, now) {
+        out += p.len() as u64 + over;
+        let _ = client.handle_packet(now, &p);
+    }
+    // The client connected; its answer to the proof probe is lost.
+    assert!(!client.is_connecting());
+    let _ = drain_plain(&mut client, now);
+    let mut probes = Vec::new();
+    while server.error().is_none() && now < Duration::from_secs(20) {
+        now = server.poll_timeout().expect("a deadline").max(now);
+        for p in drain_plain(&mut server, now) {
+            out += p.len() as u64 + over;
+            assert_eq!(commands(&p), [83], "a lone WASK");
+            probes.push(now.as_millis());
+        }
+        assert!(out <= AMPLIFICATION_FACTOR * wire_in, "{out} vs {wire_in}");
+    }
+    assert_eq!(probes, [250], "one fits the budget: {out} of {wire_in} x 3");
+    assert_eq!(server.error(), Some(SessionError::DeadLink));
+    assert_eq!(now, PROOF_TIMEOUT);
+    // Answered, it proves the session.
+    let mut server = Conn::new(9, &c).unwrap();
+    let mut client = Conn::new(9, &c).unwrap();
+    let mut now = Duration::ZERO;
+    client.connect(now);
+    server.require_proof(now);
+    for p in drain_plain(&mut client, now) {
+        let _ = server.handle_packet(now, &p);
+    }
+    let _ = drain_plain(&mut server, now);
+    now += PROBE_FIRST_WAIT;
+    let probe = drain_plain(&mut server, now);
+    assert_eq!(probe.len(), 1);
+    let _ = client.handle_packet(now, &probe[0]);
+    answer_probe(&mut client, &mut server, now);
+    assert!(server.is_proven());
+}
+
 /// A silent unproven peer whose session is held by the budget still meets
 /// the idle timeout when that comes before the proof deadline.
 #[test]

@@ -186,3 +186,44 @@ fn ack_clock_sends_queued_data_when_the_peer_window_opens() {
         }
     }
 }
+
+/// `poll_control`, for a caller holding data back (a listener's session
+/// over its anti-amplification budget): the ACKs and window probes and
+/// answers due now go out alone, as many as fit the buffer, the rest at
+/// the next call; the data segments already queued stay queued, in order,
+/// for `poll_transmit`.
+#[test]
+fn poll_control_sends_acks_and_probes_alone_and_leaves_data_queued() {
+    let mut a = Kcp::new(7, &ArqConfig::with_timing(Timing::FAST3)).unwrap();
+    a.send(&[1; 3_000]);
+    let mut buf = vec![0u8; 1_400];
+    // The first flush: sn 0 leaves, sn 1 and 2 wait behind it.
+    let n = a.poll_transmit(t(0), &mut buf).unwrap();
+    assert_eq!(cmd_sn(&[buf[..n].to_vec()]), [(PUSH, 0)]);
+    // The peer's data and its window probe; our own probe too.
+    a.handle_datagram(t(5), &push(0, 5, 0, b"x"), Origin::Regular)
+        .unwrap();
+    a.handle_datagram(t(5), &seg(WASK, 0, 32, 5, 0, 1, &[]), Origin::Regular)
+        .unwrap();
+    a.request_window_probe();
+    // Room for two segments: the ACK and the answer (fast3's input flush
+    // queued them behind the data), then our probe.
+    let n = a.poll_control(t(5), &mut buf[..48]).unwrap();
+    let cmds: Vec<u8> = headers(&buf[..n]).iter().map(|h| h.cmd).collect();
+    assert_eq!(cmds, [ACK, WINS]);
+    let n = a.poll_control(t(5), &mut buf).unwrap();
+    let cmds: Vec<u8> = headers(&buf[..n]).iter().map(|h| h.cmd).collect();
+    assert_eq!(cmds, [WASK]);
+    assert_eq!(a.poll_control(t(6), &mut buf), None);
+    let stats = a.stats();
+    assert_eq!((stats.acks_out, stats.wask_out, stats.wins_out), (1, 1, 1));
+    // The data waited: sn 1 and 2, as the first flush queued them.
+    let mut sent = Vec::new();
+    while let Some(n) = a.poll_transmit(t(6), &mut buf) {
+        sent.push(buf[..n].to_vec());
+        if sent.len() > 8 {
+            break;
+        }
+    }
+    assert_eq!(cmd_sn(&sent[..2]), [(PUSH, 1), (PUSH, 2)]);
+}
