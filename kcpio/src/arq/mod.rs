@@ -1262,34 +1262,14 @@ impl Kcp {
         let mut used = 0usize;
         let mut i = 0usize;
         while let Some(&item) = self.out.get(i) {
-            let (cmd, counter) = match item.kind {
-                OutKind::Push | OutKind::End => {
-                    i += 1;
-                    continue;
-                }
-                OutKind::Ack => (Command::Ack, &mut self.stats.acks_out),
-                OutKind::Wask => (Command::Wask, &mut self.stats.wask_out),
-                OutKind::Wins => (Command::Wins, &mut self.stats.wins_out),
-            };
-            if used + HEADER_LEN > limit {
-                break;
+            if matches!(item.kind, OutKind::Push | OutKind::End) {
+                i += 1;
+                continue;
             }
-            let hdr = Header {
-                conv: self.conv,
-                cmd: cmd as u8,
-                frg: 0,
-                wnd: item.wnd,
-                ts: item.ts,
-                sn: item.sn,
-                una: item.una,
-                len: 0,
-            };
-            match hdr.encode_at(buf, used, &[]) {
+            match self.write_control_item(item, buf, used, limit) {
                 Some(end) => used = end,
                 None => break,
             }
-            *counter += 1;
-            self.stats.segments_out += 1;
             self.out.remove(i);
         }
         self.leave();
@@ -1315,7 +1295,7 @@ impl Kcp {
                 una: item.una,
                 len: 0,
             };
-            let (cmd, counter) = match item.kind {
+            match item.kind {
                 OutKind::End => {
                     self.out.pop();
                     if used > 0 && !self.merge_flushes {
@@ -1357,26 +1337,50 @@ impl Kcp {
                     self.stats.push_out += 1;
                     continue;
                 }
-                OutKind::Ack => (Command::Ack, &mut self.stats.acks_out),
-                OutKind::Wask => (Command::Wask, &mut self.stats.wask_out),
-                OutKind::Wins => (Command::Wins, &mut self.stats.wins_out),
+                OutKind::Ack | OutKind::Wask | OutKind::Wins => {}
             };
-            if used + HEADER_LEN > limit {
-                break;
-            }
-            let hdr = Header {
-                cmd: cmd as u8,
-                ..hdr
-            };
-            match hdr.encode_at(buf, used, &[]) {
+            match self.write_control_item(item, buf, used, limit) {
                 Some(end) => used = end,
                 None => break,
             }
-            *counter += 1;
-            self.stats.segments_out += 1;
             self.out.pop();
         }
         used
+    }
+
+    /// Writes the control segment `item` (an ACK, WASK or WINS) at
+    /// `buf[used..]` and counts it: the end of what is written, or `None`
+    /// when it does not fit within `limit`.
+    fn write_control_item(
+        &mut self,
+        item: OutItem,
+        buf: &mut [u8],
+        used: usize,
+        limit: usize,
+    ) -> Option<usize> {
+        let (cmd, counter) = match item.kind {
+            OutKind::Ack => (Command::Ack, &mut self.stats.acks_out),
+            OutKind::Wask => (Command::Wask, &mut self.stats.wask_out),
+            OutKind::Wins => (Command::Wins, &mut self.stats.wins_out),
+            OutKind::Push | OutKind::End => return None,
+        };
+        if used + HEADER_LEN > limit {
+            return None;
+        }
+        let hdr = Header {
+            conv: self.conv,
+            cmd: cmd as u8,
+            frg: 0,
+            wnd: item.wnd,
+            ts: item.ts,
+            sn: item.sn,
+            una: item.una,
+            len: 0,
+        };
+        let end = hdr.encode_at(buf, used, &[])?;
+        *counter += 1;
+        self.stats.segments_out += 1;
+        Some(end)
     }
 
     /// Let [`poll_transmit`](Self::poll_transmit) pack the output of
