@@ -5,6 +5,8 @@ use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use kcpio::mux::frame::{Cmd, Header};
+use kcpio::mux::snappy::{MAX_BLOCK, MAX_ENCODED_BLOCK};
 use kcpio::mux::{Snappy, Version};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 
@@ -39,23 +41,26 @@ pub(crate) fn unframed_start(b: &[u8]) -> UnframedStart {
     let Some(&[t, b1, b2, b3]) = b.get(..4) else {
         return UnframedStart::Unclear;
     };
-    let len16 = u16::from_le_bytes([b2, b3]);
-    // smux: version 1 or 2; SYN, FIN and NOP carry nothing, PSH anything,
-    // UPD (v2 only) its 8 bytes.
-    let smux = match (t, b1) {
-        (1 | 2, 0 | 1 | 3) => len16 == 0,
-        (1 | 2, 2) => true,
-        (2, 4) => len16 == 8,
-        _ => false,
+    // smux: version 1 or 2, a header its own version's session takes (the
+    // stream id does not matter here); UPD only from a v2 peer.
+    let header = Header {
+        version: t,
+        cmd: b1,
+        len: u16::from_le_bytes([b2, b3]),
+        sid: 0,
     };
+    let smux = matches!(t, 1 | 2)
+        && header
+            .validate(t)
+            .is_ok_and(|cmd| cmd != Cmd::Upd || t == 2);
     // snappy framing: a compressed (0x00) or uncompressed (0x01) chunk holds
     // a 4-byte checksum and at most 64 KiB of data (compressed, at most
     // snappy's worst case for it); padding (0xfe) and the skippable types
     // (0x80..=0xfd) any length; 0x02..=0x7f are reserved.
     let chunk_len = u32::from_le_bytes([b1, b2, b3, 0]);
     let snappy = match t {
-        0x00 => (5..=4 + 76_490).contains(&chunk_len),
-        0x01 => (5..=4 + 65_536).contains(&chunk_len),
+        0x00 => (5..=4 + MAX_ENCODED_BLOCK as u32).contains(&chunk_len),
+        0x01 => (5..=4 + MAX_BLOCK as u32).contains(&chunk_len),
         0x80..=0xfe => true,
         _ => false,
     };

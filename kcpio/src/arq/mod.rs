@@ -1235,6 +1235,12 @@ impl Kcp {
     pub fn poll_transmit(&mut self, now: Timestamp, buf: &mut [u8]) -> Option<usize> {
         self.enter(now, true);
         let n = self.assemble(buf);
+        self.packet_out(n)
+    }
+
+    /// Ends an output call that wrote `n` bytes: counts the packet, `None`
+    /// when it wrote nothing.
+    fn packet_out(&mut self, n: usize) -> Option<usize> {
         self.leave();
         if n > 0 {
             self.stats.datagrams_out += 1;
@@ -1272,13 +1278,7 @@ impl Kcp {
             }
             self.out.remove(i);
         }
-        self.leave();
-        if used > 0 {
-            self.stats.datagrams_out += 1;
-            Some(used)
-        } else {
-            None
-        }
+        self.packet_out(used)
     }
 
     fn assemble(&mut self, buf: &mut [u8]) -> usize {

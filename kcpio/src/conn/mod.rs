@@ -262,13 +262,43 @@ pub const PROBE_FIRST_WAIT: Duration = Duration::from_millis(250);
 /// The longest wait between two connect probes.
 pub const PROBE_MAX_WAIT: Duration = Duration::from_secs(2);
 
-/// A client's connect probe while it waits for the peer's first datagram.
+/// When a repeated probe goes out: at `next`, then `wait` later, the wait
+/// doubling up to [`PROBE_MAX_WAIT`] (the connect probe, the offer's
+/// resends, the proof probe).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Probe {
-    /// When the next WASK goes out.
+struct Backoff {
+    /// When the next probe goes out.
     next: Duration,
     /// The wait after that one.
     wait: Duration,
+}
+
+impl Backoff {
+    /// The first probe at `next`, the second [`PROBE_FIRST_WAIT`] after it.
+    fn starting(next: Duration) -> Self {
+        Self {
+            next,
+            wait: PROBE_FIRST_WAIT,
+        }
+    }
+
+    /// Whether a probe is due at `now`; if so, the schedule moves on to
+    /// the next one.
+    fn step(&mut self, now: Duration) -> bool {
+        if now < self.next {
+            return false;
+        }
+        self.next = now.saturating_add(self.wait);
+        self.wait = self.wait.saturating_mul(2).min(PROBE_MAX_WAIT);
+        true
+    }
+}
+
+/// A client's connect probe while it waits for the peer's first datagram.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Probe {
+    /// When its WASKs go out.
+    at: Backoff,
     /// When the connect fails (`None`: never).
     deadline: Option<Duration>,
 }
@@ -291,10 +321,8 @@ pub const OFFER_RESENDS: u8 = 6;
 /// offers are answered in kind, or [`OFFER_RESENDS`] went out.
 #[derive(Clone, Copy, Debug)]
 struct Offering {
-    /// When the next one goes out.
-    next: Duration,
-    /// The wait after that one.
-    wait: Duration,
+    /// When they go out (the connect probe's schedule, continued).
+    at: Backoff,
     /// How many may still go out.
     left: u8,
 }
@@ -338,13 +366,11 @@ struct Unproven {
     deadline: Duration,
     /// WINS received before our first WASK left (they answer nothing).
     wins_seen: u64,
-    /// The proof probe goes out again at this time while nothing comes
-    /// in, `probe_wait` after the last, doubling up to [`PROBE_MAX_WAIT`]:
-    /// a peer that has nothing to send (a client waiting for a server
-    /// that speaks first) may otherwise never be asked again after its
-    /// answer was lost.
-    probe_at: Duration,
-    probe_wait: Duration,
+    /// When the proof probe goes out again while nothing comes in (each
+    /// input puts it off by its current wait): a peer that has nothing to
+    /// send (a client waiting for a server that speaks first) may
+    /// otherwise never be asked again after its answer was lost.
+    probe: Backoff,
 }
 
 /// Datagram and packet counters of one session.
@@ -709,8 +735,7 @@ impl Conn {
                 sent: 0,
                 deadline: self.now.saturating_add(self.config.proof_timeout),
                 wins_seen: self.kcp.stats().wins_in,
-                probe_at: self.now.saturating_add(PROBE_FIRST_WAIT),
-                probe_wait: PROBE_FIRST_WAIT,
+                probe: Backoff::starting(self.now.saturating_add(PROBE_FIRST_WAIT)),
             });
             self.kcp.request_window_probe();
         }
@@ -790,8 +815,7 @@ impl Conn {
     fn connected(&mut self, p: Probe) {
         if self.offer_pending() && !self.probe_answered() {
             self.offering = Some(Offering {
-                next: p.next,
-                wait: p.wait,
+                at: p.at,
                 left: OFFER_RESENDS,
             });
         }
@@ -869,7 +893,7 @@ impl Conn {
             self.unproven = None;
         } else {
             self.kcp.request_window_probe();
-            u.probe_at = self.now.saturating_add(u.probe_wait);
+            u.probe.next = self.now.saturating_add(u.probe.wait);
         }
     }
 
@@ -1134,11 +1158,9 @@ impl Conn {
             return;
         }
         if let Some(u) = self.unproven.as_mut()
-            && self.now >= u.probe_at
+            && u.probe.step(self.now)
         {
             // Within the budget like any output (alone when data is held).
-            u.probe_at = self.now.saturating_add(u.probe_wait);
-            u.probe_wait = u.probe_wait.saturating_mul(2).min(PROBE_MAX_WAIT);
             self.kcp.probe_window();
         }
         if self.held.is_some() {
@@ -1318,9 +1340,7 @@ impl Conn {
             self.kcp.probe_window();
         }
         if let Some(p) = self.connecting.as_mut() {
-            if self.now >= p.next {
-                p.next = self.now.saturating_add(p.wait);
-                p.wait = p.wait.saturating_mul(2).min(PROBE_MAX_WAIT);
+            if p.at.step(self.now) {
                 self.kcp.probe_window();
             }
         } else if let Some(k) = self.keepalive_at()
@@ -1387,7 +1407,7 @@ impl Conn {
         {
             return Some(self.now);
         }
-        let proof = self.unproven.map(|u| u.deadline.min(u.probe_at));
+        let proof = self.unproven.map(|u| u.deadline.min(u.probe.next));
         let idle = self.config.idle_timeout;
         let idle_at = idle.map(|i| self.last_input.saturating_add(i));
         if self.held.is_some() {
@@ -1410,7 +1430,7 @@ impl Conn {
             next = earliest(next, dx.poll_timeout(self.oob_out.front_time()));
         }
         if let Some(p) = self.connecting {
-            next = earliest(next, Some(p.next));
+            next = earliest(next, Some(p.at.next));
             next = earliest(next, p.deadline);
         } else {
             next = earliest(next, self.keepalive_at());
@@ -1419,7 +1439,7 @@ impl Conn {
         next = earliest(next, proof);
         next = earliest(next, self.unreachable.map(|u| u.next_probe));
         next = earliest(next, self.quiet.and_then(|q| q.at));
-        next = earliest(next, self.offering.map(|o| o.next));
+        next = earliest(next, self.offering.map(|o| o.at.next));
         if !self.kcp.is_flushed() {
             let shutdown = self.shutdown.until().filter(|&d| d > self.now);
             next = earliest(next, shutdown);
@@ -1444,8 +1464,7 @@ impl Conn {
             return;
         }
         self.connecting = Some(Probe {
-            next: self.now,
-            wait: PROBE_FIRST_WAIT,
+            at: Backoff::starting(self.now),
             deadline: self
                 .config
                 .connect_timeout
@@ -1564,9 +1583,10 @@ impl Conn {
     /// of a session without the offer. Changes nothing in the ARQ.
     fn poll_offer(&mut self, slot: &mut [u8]) -> Option<Transmit> {
         let now = self.now;
-        let o = self.offering.as_mut().filter(|o| now >= o.next)?;
-        o.next = now.saturating_add(o.wait);
-        o.wait = o.wait.saturating_mul(2).min(PROBE_MAX_WAIT);
+        let o = self.offering.as_mut()?;
+        if !o.at.step(now) {
+            return None;
+        }
         o.left = o.left.saturating_sub(1);
         if o.left == 0 {
             self.offering = None;

@@ -132,13 +132,18 @@ fn config(shards: usize) -> Result<Config, String> {
     {
         b = b.window(1024, w);
     }
-    if std::env::var("FANIN_CIPHER").as_deref() != Ok("none") {
+    if !plain() {
         b = b.crypto(Method::Aes128, Key::passphrase("fanin"));
     }
     b.reuse_port(shards)
         .socket_buffers(rcvbuf, 0)
         .build()
         .map_err(|e| format!("config: {e}"))
+}
+
+/// `FANIN_CIPHER=none`: the sessions run without a cipher.
+fn plain() -> bool {
+    std::env::var("FANIN_CIPHER").as_deref() == Ok("none")
 }
 
 fn retransmitted(h: &StatsHandle) -> u64 {
@@ -302,11 +307,7 @@ fn main() -> std::process::ExitCode {
     };
     println!(
         "{sessions} sessions x {mib} MiB into one listener, {}, loopback; shards {shard_counts:?}; {runs} runs",
-        if std::env::var("FANIN_CIPHER").as_deref() == Ok("none") {
-            "no cipher"
-        } else {
-            "aes-128"
-        }
+        if plain() { "no cipher" } else { "aes-128" }
     );
     println!(
         "run  shards  aggregate MB/s  retransmitted (RTO)  received twice  listener drops  client drops  segments lost  CPU-s/GB server client"
