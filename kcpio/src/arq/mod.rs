@@ -1285,16 +1285,7 @@ impl Kcp {
         let limit = self.mtu.min(buf.len());
         let mut used = 0usize;
         while let Some(&item) = self.out.front() {
-            let hdr = Header {
-                conv: self.conv,
-                cmd: 0,
-                frg: 0,
-                wnd: item.wnd,
-                ts: item.ts,
-                sn: item.sn,
-                una: item.una,
-                len: 0,
-            };
+            let hdr = Self::header_of(self.conv, item, Command::Push);
             match item.kind {
                 OutKind::End => {
                     self.out.pop();
@@ -1367,8 +1358,18 @@ impl Kcp {
         if used + HEADER_LEN > limit {
             return None;
         }
-        let hdr = Header {
-            conv: self.conv,
+        let end = Self::header_of(self.conv, item, cmd).encode_at(buf, used, &[])?;
+        *counter += 1;
+        self.stats.segments_out += 1;
+        Some(end)
+    }
+
+    /// The header `item` goes out under in conversation `conv`, as a `cmd`
+    /// segment with no data (a data segment's fields are filled from its
+    /// send slot).
+    fn header_of(conv: u32, item: OutItem, cmd: Command) -> Header {
+        Header {
+            conv,
             cmd: cmd as u8,
             frg: 0,
             wnd: item.wnd,
@@ -1376,11 +1377,7 @@ impl Kcp {
             sn: item.sn,
             una: item.una,
             len: 0,
-        };
-        let end = hdr.encode_at(buf, used, &[])?;
-        *counter += 1;
-        self.stats.segments_out += 1;
-        Some(end)
+        }
     }
 
     /// Let [`poll_transmit`](Self::poll_transmit) pack the output of
