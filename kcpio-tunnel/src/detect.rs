@@ -6,13 +6,12 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use kcpio::mux::frame::{Cmd, Header};
-use kcpio::mux::snappy::{MAX_BLOCK, MAX_ENCODED_BLOCK};
+use kcpio::mux::snappy::{MAX_BLOCK, MAX_ENCODED_BLOCK, STREAM_IDENTIFIER};
 use kcpio::mux::{Snappy, Version};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 
 /// The first bytes of a snappy framed stream (the stream identifier chunk).
-pub(crate) const SNAPPY_MAGIC: [u8; 10] =
-    [0xff, 0x06, 0x00, 0x00, 0x73, 0x4e, 0x61, 0x50, 0x70, 0x59];
+pub(crate) const SNAPPY_MAGIC: [u8; 10] = STREAM_IDENTIFIER;
 
 /// What a compressing client's first bytes from its server are when they do
 /// not start with the snappy stream identifier.
