@@ -1553,17 +1553,50 @@ struct Negotiated {
 /// extension flows until both negotiated); the client's link is `up`, the
 /// server's `down`.
 fn negotiated_while_writing(server: Server, up: Link, down: Link, within: u64) -> Negotiated {
+    let cfg = config(true);
+    negotiated_between(&Client::probing(&cfg), server, &cfg, up, down, within)
+}
+
+/// How [`negotiated_between`]'s client runs.
+struct Client<'a> {
+    config: &'a Config,
+    /// It connects with the connect probe (else its first write is its
+    /// first datagram, as the tokio client with `connect_probe(false)`).
+    probe: bool,
+    /// Its quiet probe is on (the tokio client's, with migration on).
+    quiet: bool,
+}
+
+impl<'a> Client<'a> {
+    fn probing(config: &'a Config) -> Self {
+        Self {
+            config,
+            probe: true,
+            quiet: false,
+        }
+    }
+}
+
+/// As [`negotiated_while_writing`], for `client` and a server of `scfg`.
+fn negotiated_between(
+    client: &Client<'_>,
+    server: Server,
+    scfg: &Config,
+    up: Link,
+    down: Link,
+    within: u64,
+) -> Negotiated {
     let host: std::net::SocketAddr = "10.0.0.1:4000".parse().unwrap();
     let mut sim = Sim::new(1, 0);
-    let c = sim.add(9, &config(true), up);
+    let c = sim.add(9, client.config, up);
     let mut sessions = Vec::new();
     match server {
         Server::Listener => {
-            sim.listen(host, &config(true), down);
+            sim.listen(host, scfg, down);
             sim.place(c, "10.0.1.2:40000".parse().unwrap(), host);
         }
         Server::Bare => {
-            let s = sim.add(9, &config(true), down);
+            let s = sim.add(9, scfg, down);
             sim.connect(c, s);
             sim.conn(s).answer_datagram_fec_only();
             sessions.push(s);
@@ -1571,7 +1604,12 @@ fn negotiated_while_writing(server: Server, up: Link, down: Link, within: u64) -
     }
     sim.capture_plain(c);
     let now = sim.now();
-    sim.conn(c).connect(now);
+    sim.conn(c).probe_when_quiet(client.quiet);
+    if client.probe {
+        sim.conn(c).connect(now);
+    } else {
+        sim.conn(c).write(&[7u8; 500]).expect("room");
+    }
     let mut out = Negotiated {
         client: None,
         server: None,
@@ -1673,5 +1711,71 @@ fn a_writing_client_whose_offer_and_its_answer_were_lost_still_negotiates() {
         );
         assert!(client <= 900 && at <= 400, "{server:?}: {n:?}");
         assert_eq!(n.probes, 3, "{server:?}: {n:?}");
+    }
+}
+
+/// kcp-go's defaults (no connect probe, no keepalive) with the extension.
+fn kcp_go_defaults(ext: bool) -> Config {
+    Config::builder()
+        .kcp_go_defaults()
+        .crypto(Method::Aes128Gcm, Key::passphrase("datagrams"))
+        .datagram_fec(ext)
+        .build()
+        .expect("valid")
+}
+
+#[test]
+fn a_client_without_the_connect_probe_negotiates_within_a_round_trip_of_its_first_write() {
+    // kcp-go's defaults: no connect probe, no keepalive. The client's
+    // first write is its first datagram; before, it sent no WASK at all,
+    // and offered only on its WINS answering a listener's proof probe
+    // (clean path: the listener had the extension at 150 ms, the client
+    // never in 5 s); with migration on (the tokio client's default under
+    // aes-128-gcm) its WINSs carry the clock, not the tag, and a bare
+    // server asks nothing: neither end ever negotiated. Now its offer
+    // leaves alone right after the first datagram and on at the connect
+    // probe's pace until a WINS answers: one round trip (100 ms) on a
+    // clean path, and the resend 250 ms later when the first try or its
+    // answer is lost. A listener of kcp-go's defaults answers alike.
+    let kd = kcp_go_defaults(true);
+    let fast = config(true);
+    for quiet in [false, true] {
+        let client = Client {
+            config: &kd,
+            probe: false,
+            quiet,
+        };
+        for (name, server, scfg) in [
+            ("listener", Server::Listener, &fast),
+            ("listener of kcp-go's defaults", Server::Listener, &kd),
+            ("bare", Server::Bare, &fast),
+        ] {
+            let run = |up: Link, down: Link| {
+                let n = negotiated_between(&client, server, scfg, up, down, 3_000);
+                eprintln!("quiet {quiet}, {name}: {n:?}");
+                let (c, s) = (
+                    n.client.expect("the client negotiated"),
+                    n.server.expect("the server negotiated"),
+                );
+                (c, s, n.probes)
+            };
+            let (c, s, probes) = run(Link::clean(50), Link::clean(50));
+            assert!(
+                c <= 100 && s <= 50 && probes == 1,
+                "{name}: {c} {s} {probes}"
+            );
+            // The first write and the offer behind it lost.
+            let (c, s, probes) = run(Link::clean(50).blackout(0, 5), Link::clean(50));
+            assert!(
+                c <= 400 && s <= 300 && probes == 2,
+                "{name}: {c} {s} {probes}"
+            );
+            // The server's first flush lost, its answer to the offer with it.
+            let (c, s, probes) = run(Link::clean(50), Link::clean(50).blackout(50, 55));
+            assert!(
+                c <= 400 && s <= 50 && probes == 2,
+                "{name}: {c} {s} {probes}"
+            );
+        }
     }
 }

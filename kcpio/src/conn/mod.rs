@@ -821,6 +821,24 @@ impl Conn {
         }
     }
 
+    /// This side's first datagram is leaving: with nothing received yet
+    /// and no connect probe, it is a client without one
+    /// ([`connect_probe(false)`](crate::ConfigBuilder::connect_probe),
+    /// [`kcp_go_defaults`](crate::ConfigBuilder::kcp_go_defaults)), which
+    /// sends no WASK of its own (the peer's are answered by WINSs, which
+    /// a migrating client clocks instead of tagging), so nothing would
+    /// carry its offer to a peer that never asks: the offer goes out at
+    /// once, alone, right after this datagram, and on as the connect
+    /// probe's resends do (see [`Offering`]).
+    fn spoke_first(&mut self) {
+        if self.connecting.is_none() && self.wire.datagrams_in == 0 && self.offer_pending() {
+            self.offering = Some(Offering {
+                at: Backoff::starting(self.now),
+                left: OFFER_RESENDS,
+            });
+        }
+    }
+
     /// The peer speaks the FEC datagram extension (it offered it, or sent
     /// an extension packet) and this side has it on: datagrams are
     /// FEC-protected from now on.
@@ -1324,6 +1342,9 @@ impl Conn {
     }
 
     fn sent(&mut self, len: usize, parity: bool) -> Transmit {
+        if self.wire.datagrams_out == 0 {
+            self.spoke_first();
+        }
         self.last_output = self.now;
         self.wire.datagrams_out += 1;
         self.wire.bytes_out += len as u64;
