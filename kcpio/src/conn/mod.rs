@@ -65,7 +65,8 @@
 //! on at both ends (FEC for the stream is then not needed), the same calls
 //! carry datagrams under a kcpio extension of the OOB packet, negotiated
 //! on the KCP window probe (the client offers on its connect probe, and
-//! when nothing answered that, on up to [`OFFER_RESENDS`] lone window
+//! when nothing answered that, or without a connect probe from right
+//! after its first datagram, on up to [`OFFER_RESENDS`] lone window
 //! probes outside the FEC stream; a
 //! listener's session answers only in kind, see
 //! [`answer_datagram_fec_only`](Conn::answer_datagram_fec_only)), so a
@@ -304,7 +305,8 @@ struct Probe {
 }
 
 /// Tagged window probes a client sends at most after its connect probe
-/// ended with no WINS answering any of its probes: each alone in a KCP
+/// ended with no WINS answering any of its probes, or from its first
+/// datagram on when it has no connect probe: each alone in a KCP
 /// datagram without the FEC header, at the connect probe's pace, until a
 /// WINS comes back or its offers are answered in kind (`docs/DESIGN.md`,
 /// "Negotiation").
@@ -318,7 +320,9 @@ pub const OFFER_RESENDS: u8 = 6;
 /// in an unframed KCP datagram (outside the FEC stream: no seqid, group
 /// or other packet of the stream changes), until any WINS comes back
 /// (kcp-go's is untagged: it heard the offer and does not speak it), the
-/// offers are answered in kind, or [`OFFER_RESENDS`] went out.
+/// offers are answered in kind, or [`OFFER_RESENDS`] went out. A client
+/// without the connect probe starts it with its first datagram, the
+/// first WASK right after that datagram (`Conn::spoke_first`).
 #[derive(Clone, Copy, Debug)]
 struct Offering {
     /// When they go out (the connect probe's schedule, continued).
