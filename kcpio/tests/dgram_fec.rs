@@ -1219,6 +1219,60 @@ fn kcpio_ends_negotiate_and_carry_large_datagrams_over_sockets() {
     });
 }
 
+/// The tokio client of kcp-go's defaults (no connect probe; under
+/// aes-128-gcm migration is on, so its WINSs carry the clock, not the
+/// tag): its first write is its first datagram, its offer follows alone,
+/// and both ends have the extension a round trip later. Before, neither
+/// ever had it, and the client's datagrams were refused (FEC off).
+#[test]
+fn a_tokio_client_without_the_connect_probe_negotiates_after_its_first_write() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let cfg = config(true);
+        let listener = kcpio::KcpListener::bind("127.0.0.1:0", &cfg).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut hello = [0u8; 5];
+            s.read_exact(&mut hello).await.unwrap();
+            let mut buf = vec![0u8; 65536];
+            let n = s.recv_datagram(&mut buf).await.unwrap();
+            s.send_datagram(&buf[..n]).await.unwrap();
+            s.stats().datagram_fec
+        });
+        let kd = kcp_go_defaults(true);
+        assert!(kd.migration());
+        let mut c = kcpio::KcpStream::connect(addr, &kd).await.unwrap();
+        assert_eq!(c.stats().datagrams_out, 0, "nothing before the first write");
+        c.write_all(b"hello").await.unwrap();
+        c.flush().await.unwrap();
+        let start = std::time::Instant::now();
+        while !c.stats().datagram_fec.negotiated {
+            assert!(
+                start.elapsed() < Duration::from_secs(2),
+                "not negotiated: {:?}",
+                c.stats()
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        eprintln!("negotiated {:?} after the first write", start.elapsed());
+        let msg = vec![9u8; 3000];
+        c.send_datagram(&msg).await.unwrap();
+        let mut buf = vec![0u8; 65536];
+        let n = tokio::time::timeout(Duration::from_secs(10), c.recv_datagram(&mut buf))
+            .await
+            .expect("an echo within 10 s on loopback")
+            .unwrap();
+        assert_eq!(&buf[..n], &msg[..]);
+        let s = server.await.unwrap();
+        assert!(s.negotiated && s.datagrams_in == 1, "{s:?}");
+    });
+}
+
 // ------------------------------------------------------- many small flows
 
 /// What [`echoed_flows`] counted: datagrams sent each way, lost each way
