@@ -575,6 +575,47 @@ fn a_kcp_go_shaped_server_sees_one_lone_offer_from_a_client_without_the_connect_
     assert_eq!(differs_only_in_the_offer(&on, &off).len(), 6);
 }
 
+/// `frg` of every WASK segment of an opened packet (bare or a data shard).
+fn wask_frgs(plain: &[u8]) -> Vec<u8> {
+    let at = if plain.len() >= 8 && plain[4..6] == [0xF1, 0] {
+        8
+    } else {
+        0
+    };
+    let mut out = Vec::new();
+    let mut at = at;
+    while plain.len() >= at + 24 {
+        if plain[at + 4] == 83 {
+            out.push(plain[at + 5]);
+        }
+        at += 24 + u32::from_le_bytes(plain[at + 20..at + 24].try_into().unwrap()) as usize;
+    }
+    out
+}
+
+#[test]
+fn a_listener_that_hears_the_offer_on_a_wins_asks_back_in_kind() {
+    // A client with the datagram extension and without the connect probe
+    // whose lone offers are all lost (or a kcpio before them): its tag
+    // reaches the listener only on its WINS answering the listener's proof
+    // probe, which negotiates the listener; the listener, proven by that
+    // WINS, asked nothing more, and the client never heard a tag (no
+    // datagram flows: nothing of the extension told it either). Now the
+    // listener sends one tagged WASK, and the client has it.
+    let cfg = builder().datagram_fec(true).build().expect("valid");
+    let lone = |_: u64, p: &[u8]| is_lone_probe(p);
+    let ([_, down], client, server) = transcript_of(&cfg, false, &cfg, 1_500, lone);
+    assert!(server.datagram_fec_negotiated());
+    let tagged: usize = (down.iter())
+        .map(|p| wask_frgs(p).iter().filter(|&&f| f == 0xD1).count())
+        .sum();
+    assert!(
+        client.datagram_fec_negotiated(),
+        "the client never heard the tag"
+    );
+    assert_eq!(tagged, 1, "the listener's tagged WASKs");
+}
+
 #[test]
 fn a_listener_answers_a_kcp_go_client_byte_for_byte() {
     let client = kcp_go_shaped();

@@ -1001,6 +1001,8 @@ impl Conn {
         let kind = fec::classify(packet);
         let awaiting = (self.dx.is_some() && !self.dx_on)
             || (self.sx.is_none() && self.config.adaptive_fec && self.enc.is_some());
+        // This side did not offer and now speaks what the peer offered.
+        let mut ask_back = false;
         let kcp_bytes = match kind {
             PacketKind::Kcp | PacketKind::Data if awaiting => {
                 let bytes = if kind == PacketKind::Kcp {
@@ -1009,12 +1011,14 @@ impl Conn {
                     fec::data_payload(packet)
                 };
                 let offers = bytes.map_or(0, |b| probe_offers(b, self.kcp.conv()));
+                let silent = self.offer_tag().is_none();
                 if offers & dgram_fec::OFFER_BIT != 0 {
                     self.dx_heard();
                 }
                 if offers & stream_fec::OFFER_BIT != 0 {
                     self.sx_heard();
                 }
+                ask_back = silent && self.offer_tag().is_some();
                 bytes
             }
             PacketKind::Kcp => Some(packet),
@@ -1033,6 +1037,14 @@ impl Conn {
                 Some(Ok(())) => out.accepted = true,
                 _ => out.bad_kcp += 1,
             }
+        }
+        // A listener's session heard the offer on the peer's WINS (its
+        // answer to our proof probe), not on a WASK whose answer would
+        // carry our tag: the peer does not know we speak it. One tagged
+        // WASK of ours tells it (the peer is a kcpio client: a kcp-go
+        // client never tags).
+        if ask_back && !self.kcp.answers_probe() {
+            self.kcp.request_window_probe();
         }
         if kind == PacketKind::Parity && stream_fec::is_stream_parity(packet) {
             // The peer's adaptive parity: only once this side speaks it.
