@@ -1219,6 +1219,60 @@ fn kcpio_ends_negotiate_and_carry_large_datagrams_over_sockets() {
     });
 }
 
+/// The tokio client of kcp-go's defaults (no connect probe; under
+/// aes-128-gcm migration is on, so its WINSs carry the clock, not the
+/// tag): its first write is its first datagram, its offer follows alone,
+/// and both ends have the extension a round trip later. Before, neither
+/// ever had it, and the client's datagrams were refused (FEC off).
+#[test]
+fn a_tokio_client_without_the_connect_probe_negotiates_after_its_first_write() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let cfg = config(true);
+        let listener = kcpio::KcpListener::bind("127.0.0.1:0", &cfg).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut hello = [0u8; 5];
+            s.read_exact(&mut hello).await.unwrap();
+            let mut buf = vec![0u8; 65536];
+            let n = s.recv_datagram(&mut buf).await.unwrap();
+            s.send_datagram(&buf[..n]).await.unwrap();
+            s.stats().datagram_fec
+        });
+        let kd = kcp_go_defaults(true);
+        assert!(kd.migration());
+        let mut c = kcpio::KcpStream::connect(addr, &kd).await.unwrap();
+        assert_eq!(c.stats().datagrams_out, 0, "nothing before the first write");
+        c.write_all(b"hello").await.unwrap();
+        c.flush().await.unwrap();
+        let start = std::time::Instant::now();
+        while !c.stats().datagram_fec.negotiated {
+            assert!(
+                start.elapsed() < Duration::from_secs(2),
+                "not negotiated: {:?}",
+                c.stats()
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        eprintln!("negotiated {:?} after the first write", start.elapsed());
+        let msg = vec![9u8; 3000];
+        c.send_datagram(&msg).await.unwrap();
+        let mut buf = vec![0u8; 65536];
+        let n = tokio::time::timeout(Duration::from_secs(10), c.recv_datagram(&mut buf))
+            .await
+            .expect("an echo within 10 s on loopback")
+            .unwrap();
+        assert_eq!(&buf[..n], &msg[..]);
+        let s = server.await.unwrap();
+        assert!(s.negotiated && s.datagrams_in == 1, "{s:?}");
+    });
+}
+
 // ------------------------------------------------------- many small flows
 
 /// What [`echoed_flows`] counted: datagrams sent each way, lost each way
@@ -1553,17 +1607,50 @@ struct Negotiated {
 /// extension flows until both negotiated); the client's link is `up`, the
 /// server's `down`.
 fn negotiated_while_writing(server: Server, up: Link, down: Link, within: u64) -> Negotiated {
+    let cfg = config(true);
+    negotiated_between(&Client::probing(&cfg), server, &cfg, up, down, within)
+}
+
+/// How [`negotiated_between`]'s client runs.
+struct Client<'a> {
+    config: &'a Config,
+    /// It connects with the connect probe (else its first write is its
+    /// first datagram, as the tokio client with `connect_probe(false)`).
+    probe: bool,
+    /// Its quiet probe is on (the tokio client's, with migration on).
+    quiet: bool,
+}
+
+impl<'a> Client<'a> {
+    fn probing(config: &'a Config) -> Self {
+        Self {
+            config,
+            probe: true,
+            quiet: false,
+        }
+    }
+}
+
+/// As [`negotiated_while_writing`], for `client` and a server of `scfg`.
+fn negotiated_between(
+    client: &Client<'_>,
+    server: Server,
+    scfg: &Config,
+    up: Link,
+    down: Link,
+    within: u64,
+) -> Negotiated {
     let host: std::net::SocketAddr = "10.0.0.1:4000".parse().unwrap();
     let mut sim = Sim::new(1, 0);
-    let c = sim.add(9, &config(true), up);
+    let c = sim.add(9, client.config, up);
     let mut sessions = Vec::new();
     match server {
         Server::Listener => {
-            sim.listen(host, &config(true), down);
+            sim.listen(host, scfg, down);
             sim.place(c, "10.0.1.2:40000".parse().unwrap(), host);
         }
         Server::Bare => {
-            let s = sim.add(9, &config(true), down);
+            let s = sim.add(9, scfg, down);
             sim.connect(c, s);
             sim.conn(s).answer_datagram_fec_only();
             sessions.push(s);
@@ -1571,7 +1658,12 @@ fn negotiated_while_writing(server: Server, up: Link, down: Link, within: u64) -
     }
     sim.capture_plain(c);
     let now = sim.now();
-    sim.conn(c).connect(now);
+    sim.conn(c).probe_when_quiet(client.quiet);
+    if client.probe {
+        sim.conn(c).connect(now);
+    } else {
+        sim.conn(c).write(&[7u8; 500]).expect("room");
+    }
     let mut out = Negotiated {
         client: None,
         server: None,
@@ -1615,7 +1707,9 @@ fn a_writing_client_whose_offer_was_lost_still_negotiates() {
     // the client's WINS to its proof WASK, at 200 ms): the client never
     // had the extension in 3 s, and sent its datagrams as kcp-go OOB (or,
     // FEC off, none at all). Now the offer goes on at the connect probe's
-    // pace until a WINS answers: resent at 250 ms, answered at 300.
+    // pace until a WINS answers: resent at 250 ms, answered at 300. A
+    // listener that heard the tag on the WINS asks back with a tagged WASK
+    // (Session 27), which the client hears first: no resend.
     for server in [Server::Listener, Server::Bare] {
         let n = negotiated_while_writing(
             server,
@@ -1629,8 +1723,24 @@ fn a_writing_client_whose_offer_was_lost_still_negotiates() {
             n.server.expect("the server negotiated"),
         );
         assert!(client <= 400 && at <= 400, "{server:?}: {n:?}");
-        assert_eq!(n.probes, 2, "{server:?}: {n:?}");
+        let (probes, by) = match server {
+            Server::Listener => (1, 250),
+            Server::Bare => (2, 400),
+        };
+        assert!(n.probes == probes && client <= by, "{server:?}: {n:?}");
     }
+    // A migrating client's WINS carries the clock, not the tag: with a
+    // listener too, the resend at 250 ms carries the offer.
+    let cfg = config(true);
+    let quiet = Client {
+        quiet: true,
+        ..Client::probing(&cfg)
+    };
+    let up = Link::clean(50).blackout(0, 5);
+    let n = negotiated_between(&quiet, Server::Listener, &cfg, up, Link::clean(50), 3_000);
+    eprintln!("Listener, migrating client, first probe lost: {n:?}");
+    let (client, at) = (n.client.expect("negotiated"), n.server.expect("negotiated"));
+    assert!(client <= 400 && at <= 300 && n.probes == 2, "{n:?}");
 }
 
 #[test]
@@ -1659,7 +1769,9 @@ fn a_writing_client_whose_offer_and_its_answer_were_lost_still_negotiates() {
         // Both ways: the connect probe lost (the client's data opens the
         // session at 100 ms) and the answer to the first resend too (the
         // server's link dark from 250 to 400 ms): the second resend, at
-        // 750 ms, is answered at 800.
+        // 750 ms, is answered at 800. A listener hears the tag on the
+        // client's WINS at 200 ms and asks back: the client has it at
+        // 250 ms, before its first resend.
         let n = negotiated_while_writing(
             server,
             Link::clean(50).blackout(0, 5),
@@ -1672,6 +1784,76 @@ fn a_writing_client_whose_offer_and_its_answer_were_lost_still_negotiates() {
             n.server.expect("the server negotiated"),
         );
         assert!(client <= 900 && at <= 400, "{server:?}: {n:?}");
-        assert_eq!(n.probes, 3, "{server:?}: {n:?}");
+        let (probes, by) = match server {
+            Server::Listener => (1, 250),
+            Server::Bare => (3, 900),
+        };
+        assert!(n.probes == probes && client <= by, "{server:?}: {n:?}");
+    }
+}
+
+/// kcp-go's defaults (no connect probe, no keepalive) with the extension.
+fn kcp_go_defaults(ext: bool) -> Config {
+    Config::builder()
+        .kcp_go_defaults()
+        .crypto(Method::Aes128Gcm, Key::passphrase("datagrams"))
+        .datagram_fec(ext)
+        .build()
+        .expect("valid")
+}
+
+#[test]
+fn a_client_without_the_connect_probe_negotiates_within_a_round_trip_of_its_first_write() {
+    // kcp-go's defaults: no connect probe, no keepalive. The client's
+    // first write is its first datagram; before, it sent no WASK at all,
+    // and offered only on its WINS answering a listener's proof probe
+    // (clean path: the listener had the extension at 150 ms, the client
+    // never in 5 s); with migration on (the tokio client's default under
+    // aes-128-gcm) its WINSs carry the clock, not the tag, and a bare
+    // server asks nothing: neither end ever negotiated. Now its offer
+    // leaves alone right after the first datagram and on at the connect
+    // probe's pace until a WINS answers: one round trip (100 ms) on a
+    // clean path, and the resend 250 ms later when the first try or its
+    // answer is lost. A listener of kcp-go's defaults answers alike.
+    let kd = kcp_go_defaults(true);
+    let fast = config(true);
+    for quiet in [false, true] {
+        let client = Client {
+            config: &kd,
+            probe: false,
+            quiet,
+        };
+        for (name, server, scfg) in [
+            ("listener", Server::Listener, &fast),
+            ("listener of kcp-go's defaults", Server::Listener, &kd),
+            ("bare", Server::Bare, &fast),
+        ] {
+            let run = |up: Link, down: Link| {
+                let n = negotiated_between(&client, server, scfg, up, down, 3_000);
+                eprintln!("quiet {quiet}, {name}: {n:?}");
+                let (c, s) = (
+                    n.client.expect("the client negotiated"),
+                    n.server.expect("the server negotiated"),
+                );
+                (c, s, n.probes)
+            };
+            let (c, s, probes) = run(Link::clean(50), Link::clean(50));
+            assert!(
+                c <= 100 && s <= 50 && probes == 1,
+                "{name}: {c} {s} {probes}"
+            );
+            // The first write and the offer behind it lost.
+            let (c, s, probes) = run(Link::clean(50).blackout(0, 5), Link::clean(50));
+            assert!(
+                c <= 400 && s <= 300 && probes == 2,
+                "{name}: {c} {s} {probes}"
+            );
+            // The server's first flush lost, its answer to the offer with it.
+            let (c, s, probes) = run(Link::clean(50), Link::clean(50).blackout(50, 55));
+            assert!(
+                c <= 400 && s <= 50 && probes == 2,
+                "{name}: {c} {s} {probes}"
+            );
+        }
     }
 }

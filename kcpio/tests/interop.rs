@@ -491,7 +491,7 @@ async fn go_pingpong_sessions_on_one_rust_listener() {
 #[derive(Debug)]
 struct Resent {
     stats: kcpio::SessionStats,
-    /// The offer's resends (tagged WASKs alone, without the FEC header).
+    /// Its lone probes sent (tagged WASKs alone, without the FEC header).
     resends: u64,
     /// Stream bytes echoed back.
     echoed: usize,
@@ -503,6 +503,13 @@ struct Resent {
 /// rebuilt); it writes 1,000 bytes every 50 ms from 20 ms on, 20 times,
 /// and reads the echo for 1.5 s.
 fn offer_resent_to(addr: SocketAddr) -> Resent {
+    offer_sent_to(addr, true, 0)
+}
+
+/// As [`offer_resent_to`]; `probe` off: no connect probe (its first write
+/// is the client's first datagram, as with `connect_probe(false)`), and
+/// nothing lost but its first `lose_lone` lone probes.
+fn offer_sent_to(addr: SocketAddr, probe: bool, lose_lone: u64) -> Resent {
     use std::time::Instant;
     let config = rust_builder("aes-128", (10, 3), true)
         .adaptive_fec(true)
@@ -515,7 +522,9 @@ fn offer_resent_to(addr: SocketAddr) -> Resent {
         .unwrap();
     let mut conn = kcpio::Conn::new(0x0ffe_12ed, &config).unwrap();
     let start = Instant::now();
-    conn.connect(start.elapsed());
+    if probe {
+        conn.connect(start.elapsed());
+    }
     let (mut slot, mut rx, mut buf) = (vec![0u8; 1500], vec![0u8; 2048], vec![0u8; 4096]);
     let (mut sent, mut parity_lost, mut nonce) = (0u64, 0, 0u64);
     let (mut resends, mut echoed, mut wrote) = (0, 0, 0u64);
@@ -530,13 +539,18 @@ fn offer_resent_to(addr: SocketAddr) -> Resent {
             sent += 1;
             let h = conn.header_len();
             let plain = &slot[h..h + tx.len];
-            if sent == 1 || (tx.parity && parity_lost < 3) {
+            let lone = plain.len() == 24 && plain[4] == 83;
+            if probe && (sent == 1 || (tx.parity && parity_lost < 3)) {
                 parity_lost += u64::from(tx.parity);
                 continue;
             }
-            if plain.len() == 24 && plain[4] == 83 {
+            if lone {
                 assert_eq!(plain[5], 0xD4, "an untagged lone probe");
+                assert!(probe || sent > 1, "the offer before the first datagram");
                 resends += 1;
+                if resends <= lose_lone {
+                    continue;
+                }
             }
             nonce += 1;
             let mut iv = [0u8; 16];
@@ -591,4 +605,40 @@ async fn kcpgo_answers_the_offer_resent_outside_its_fec_stream() {
     assert_eq!(r.stats.arq.wask_out, 1, "{r:?}");
     assert_eq!(r.echoed, 20_000, "{r:?}\nserver: {:?}", server.log());
     assert_eq!(r.stats.input_errors, 0, "{r:?}");
+}
+
+/// A client without the connect probe sends its offer alone, right after
+/// its first datagram, outside kcp-go's FEC stream: the real kcp-go takes
+/// it as any KCP packet and answers with one WINS (untagged), which ends
+/// it; when that first one is lost, the resend 250 ms later is answered.
+/// The stream is echoed whole either way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kcpgo_answers_the_offer_of_a_client_without_the_connect_probe() {
+    let Some(bin) = gopeer::binary() else {
+        return;
+    };
+    for lose_lone in [0, 1] {
+        let mut flags = go_flags("aes-128", (10, 3));
+        flags.extend(args(&["--max-sessions", "1", "--idle", "4s"]));
+        let server = GoServer::spawn(&bin, "echo-server", &flags).await;
+        let addr = server.addr();
+        let r = tokio::task::spawn_blocking(move || offer_sent_to(addr, false, lose_lone))
+            .await
+            .unwrap();
+        println!(
+            "first lost {lose_lone}: lone probes {}, WINS in {}, echoed {}",
+            r.resends, r.stats.arq.wins_in, r.echoed
+        );
+        assert_eq!(
+            r.resends,
+            1 + lose_lone,
+            "{r:?}\nserver: {:?}",
+            server.log()
+        );
+        assert_eq!(r.stats.arq.wins_in, 1, "{r:?}");
+        // The lone probes touch no ARQ state: no WASK of the ARQ's own.
+        assert_eq!(r.stats.arq.wask_out, 0, "{r:?}");
+        assert_eq!(r.echoed, 20_000, "{r:?}\nserver: {:?}", server.log());
+        assert_eq!(r.stats.input_errors, 0, "{r:?}");
+    }
 }

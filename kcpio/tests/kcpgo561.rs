@@ -244,11 +244,19 @@ fn guarded_groups_recover_lost_packets() {
 
 /// Records what a kcpio `Conn` with FEC `shape` sends for `payload` to a
 /// kcpio receiver with FEC off (which answers with ACKs, no FEC), on a
-/// lossless link and a virtual clock.
-fn record_conn_stream(shape: (usize, usize), conv: u32, payload: &[u8]) -> Vec<Vec<u8>> {
+/// lossless link and a virtual clock; `offer`: the sender offers the adaptive stream FEC (it has no connect
+/// probe, so its offer leaves alone right after its first datagram, and
+/// the receiver, FEC off, answers untagged).
+fn record_conn_stream(
+    shape: (usize, usize),
+    offer: bool,
+    conv: u32,
+    payload: &[u8],
+) -> Vec<Vec<u8>> {
     let tx_cfg = Config::builder()
         .preset(Preset::Fast)
         .fec(shape.0, shape.1)
+        .adaptive_fec(offer)
         .mtu(1350)
         .window(128, 1024)
         .stream(true)
@@ -319,9 +327,24 @@ fn kcpio_fec_into_an_inferring_kcpgo_561_is_intact() {
     };
     let mut payload = vec![0u8; 400_000];
     support::pattern::fill(&mut payload, 7);
-    for shape in [(20, 5), (10, 3), (5, 2)] {
+    // The last: a client without the connect probe offering the adaptive
+    // stream FEC, its offer a WASK (`frg` 0xD4) alone, without the FEC
+    // header, right after its first datagram: v5.6.1 (kcptun's) hands it
+    // to KCP, which takes it as any WASK.
+    let mut base = None;
+    for (shape, offer) in [
+        ((20, 5), false),
+        ((10, 3), false),
+        ((5, 2), false),
+        ((10, 3), true),
+    ] {
         let conv = 0x1234_5678;
-        let sent = record_conn_stream(shape, conv, &payload);
+        let sent = record_conn_stream(shape, offer, conv, &payload);
+        let lone: Vec<_> = (sent.iter().enumerate())
+            .filter(|(_, d)| d.len() == 24 && d[4] == 83)
+            .map(|(i, d)| (i, d[5]))
+            .collect();
+        assert_eq!(lone, if offer { vec![(1, 0xD4)] } else { vec![] });
         let doc = serde_json::json!({
             "conv": conv,
             "datagrams_hex": sent.iter().map(hex::encode).collect::<Vec<_>>(),
@@ -347,6 +370,12 @@ fn kcpio_fec_into_an_inferring_kcpgo_561_is_intact() {
             String::from_utf8_lossy(&out.stderr)
         );
         let r: serde_json::Value = serde_json::from_str(report.trim()).unwrap();
+        eprintln!("{shape:?}, offer {offer}: {r}");
         assert_eq!(r["intact"], true, "{shape:?}: kcp-go v5.6.1 delivered {r}");
+        // The lone WASK is no KCP input error: as many as without it.
+        if shape == (10, 3) {
+            let errors = r["kcp_in_errors"].as_u64();
+            assert_eq!(*base.get_or_insert(errors), errors, "{r}");
+        }
     }
 }

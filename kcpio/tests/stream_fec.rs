@@ -382,8 +382,22 @@ fn transcript_losing(
     ms: u64,
     lost: impl Fn(u64, &[u8]) -> bool,
 ) -> ([Vec<Vec<u8>>; 2], Conn, Conn) {
+    transcript_of(cc, true, sc, ms, lost)
+}
+
+/// As [`transcript_losing`]; `probe`: the client connects with the
+/// connect probe (else its first write is its first datagram).
+fn transcript_of(
+    cc: &Config,
+    probe: bool,
+    sc: &Config,
+    ms: u64,
+    lost: impl Fn(u64, &[u8]) -> bool,
+) -> ([Vec<Vec<u8>>; 2], Conn, Conn) {
     let mut client = Conn::new(21, cc).unwrap();
-    client.connect(Duration::ZERO);
+    if probe {
+        client.connect(Duration::ZERO);
+    }
     let mut server = Conn::new(21, sc).unwrap();
     server.require_proof(Duration::ZERO);
     server.answer_datagram_fec_only();
@@ -529,6 +543,77 @@ fn a_peer_that_never_answers_the_offer_gets_a_bounded_number_of_resends() {
     assert!(!client.adaptive_fec_negotiated());
     assert_eq!(differs_only_in_the_offer(&on, &off).len(), 6);
     assert_eq!(kcpio::conn::OFFER_RESENDS, 6);
+}
+
+#[test]
+fn a_kcp_go_shaped_server_sees_one_lone_offer_from_a_client_without_the_connect_probe() {
+    // No connect probe (kcp-go's defaults): the client's first write is
+    // its first datagram, and it has no WASK of its own to tag. Its offer
+    // goes alone, unframed, right after that datagram; kcp-go answers
+    // with a WINS (untagged), which ends it. Nothing else the server sees
+    // changes: one WASK in and one WINS out more.
+    let server = kcp_go_shaped();
+    let none = |_: u64, _: &[u8]| false;
+    let ([on, _], client, srv_on) = transcript_of(&config(true), false, &server, 1_500, none);
+    let ([off, _], _, srv_off) = transcript_of(&config(false), false, &server, 1_500, none);
+    assert!(!client.adaptive_fec_negotiated());
+    assert!(
+        !is_lone_probe(&on[0]) && is_lone_probe(&on[1]),
+        "not right after the first"
+    );
+    assert_eq!(differs_only_in_the_offer(&on, &off).len(), 1);
+    let (s_on, s_off) = (srv_on.stats().arq, srv_off.stats().arq);
+    assert_eq!((s_on.wask_in, s_off.wask_in), (1, 0));
+    assert_eq!(s_on.wins_out, s_off.wins_out + 1);
+    assert_eq!(srv_on.stats().input_errors, 0);
+    // A peer that never answers it (every lone probe lost): 6 in all, at
+    // once and 250 ms, 750 ms, 1.75 s, 3.75 s and 5.75 s after the first
+    // datagram, then never again.
+    let lone = |_: u64, p: &[u8]| is_lone_probe(p);
+    let ([on, _], _, _) = transcript_of(&config(true), false, &server, 12_000, lone);
+    let ([off, _], _, _) = transcript_of(&config(false), false, &server, 12_000, lone);
+    assert_eq!(differs_only_in_the_offer(&on, &off).len(), 6);
+}
+
+/// `frg` of every WASK segment of an opened packet (bare or a data shard).
+fn wask_frgs(plain: &[u8]) -> Vec<u8> {
+    let at = if plain.len() >= 8 && plain[4..6] == [0xF1, 0] {
+        8
+    } else {
+        0
+    };
+    let mut out = Vec::new();
+    let mut at = at;
+    while plain.len() >= at + 24 {
+        if plain[at + 4] == 83 {
+            out.push(plain[at + 5]);
+        }
+        at += 24 + u32::from_le_bytes(plain[at + 20..at + 24].try_into().unwrap()) as usize;
+    }
+    out
+}
+
+#[test]
+fn a_listener_that_hears_the_offer_on_a_wins_asks_back_in_kind() {
+    // A client with the datagram extension and without the connect probe
+    // whose lone offers are all lost (or a kcpio before them): its tag
+    // reaches the listener only on its WINS answering the listener's proof
+    // probe, which negotiates the listener; the listener, proven by that
+    // WINS, asked nothing more, and the client never heard a tag (no
+    // datagram flows: nothing of the extension told it either). Now the
+    // listener sends one tagged WASK, and the client has it.
+    let cfg = builder().datagram_fec(true).build().expect("valid");
+    let lone = |_: u64, p: &[u8]| is_lone_probe(p);
+    let ([_, down], client, server) = transcript_of(&cfg, false, &cfg, 1_500, lone);
+    assert!(server.datagram_fec_negotiated());
+    let tagged: usize = (down.iter())
+        .map(|p| wask_frgs(p).iter().filter(|&&f| f == 0xD1).count())
+        .sum();
+    assert!(
+        client.datagram_fec_negotiated(),
+        "the client never heard the tag"
+    );
+    assert_eq!(tagged, 1, "the listener's tagged WASKs");
 }
 
 #[test]

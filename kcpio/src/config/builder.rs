@@ -251,7 +251,8 @@ impl ConfigBuilder {
     /// **kcpio-only**: FEC-protected unreliable datagrams between kcpio
     /// ends (see [`Conn`](crate::Conn)'s "Unreliable datagrams"). Off by
     /// default. On, a client offers the extension on its window probes
-    /// (the connect probe), and a listener's session answers in kind only
+    /// (the connect probe; without one, a window probe alone right after
+    /// its first datagram), and a listener's session answers in kind only
     /// after hearing the offer; until both sides spoke, and always with a
     /// kcp-go or kcptun peer, datagrams leave as kcp-go OOB packets and the
     /// wire is exactly kcp-go's. On also allows datagrams without stream
@@ -665,7 +666,9 @@ impl ConfigBuilder {
     /// after 250 ms, 500 ms, 1 s, then every 2 s, and returns once any valid
     /// datagram of the conversation arrived. Off: `connect` returns at once
     /// and sends nothing until the first write (for a peer that must see
-    /// data first). Default: on.
+    /// data first); with [`datagram_fec`](Self::datagram_fec) or
+    /// [`adaptive_fec`](Self::adaptive_fec) on, the offer follows that
+    /// first datagram in a window probe of its own. Default: on.
     #[must_use]
     pub fn connect_probe(mut self, on: bool) -> Self {
         self.connect_probe = on;

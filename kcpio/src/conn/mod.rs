@@ -65,7 +65,8 @@
 //! on at both ends (FEC for the stream is then not needed), the same calls
 //! carry datagrams under a kcpio extension of the OOB packet, negotiated
 //! on the KCP window probe (the client offers on its connect probe, and
-//! when nothing answered that, on up to [`OFFER_RESENDS`] lone window
+//! when nothing answered that, or without a connect probe from right
+//! after its first datagram, on up to [`OFFER_RESENDS`] lone window
 //! probes outside the FEC stream; a
 //! listener's session answers only in kind, see
 //! [`answer_datagram_fec_only`](Conn::answer_datagram_fec_only)), so a
@@ -304,7 +305,8 @@ struct Probe {
 }
 
 /// Tagged window probes a client sends at most after its connect probe
-/// ended with no WINS answering any of its probes: each alone in a KCP
+/// ended with no WINS answering any of its probes, or from its first
+/// datagram on when it has no connect probe: each alone in a KCP
 /// datagram without the FEC header, at the connect probe's pace, until a
 /// WINS comes back or its offers are answered in kind (`docs/DESIGN.md`,
 /// "Negotiation").
@@ -318,7 +320,9 @@ pub const OFFER_RESENDS: u8 = 6;
 /// in an unframed KCP datagram (outside the FEC stream: no seqid, group
 /// or other packet of the stream changes), until any WINS comes back
 /// (kcp-go's is untagged: it heard the offer and does not speak it), the
-/// offers are answered in kind, or [`OFFER_RESENDS`] went out.
+/// offers are answered in kind, or [`OFFER_RESENDS`] went out. A client
+/// without the connect probe starts it with its first datagram, the
+/// first WASK right after that datagram (`Conn::spoke_first`).
 #[derive(Clone, Copy, Debug)]
 struct Offering {
     /// When they go out (the connect probe's schedule, continued).
@@ -821,6 +825,24 @@ impl Conn {
         }
     }
 
+    /// This side's first datagram is leaving: with nothing received yet
+    /// and no connect probe, it is a client without one
+    /// ([`connect_probe(false)`](crate::ConfigBuilder::connect_probe),
+    /// [`kcp_go_defaults`](crate::ConfigBuilder::kcp_go_defaults)), which
+    /// sends no WASK of its own (the peer's are answered by WINSs, which
+    /// a migrating client clocks instead of tagging), so nothing would
+    /// carry its offer to a peer that never asks: the offer goes out at
+    /// once, alone, right after this datagram, and on as the connect
+    /// probe's resends do (see [`Offering`]).
+    fn spoke_first(&mut self) {
+        if self.connecting.is_none() && self.wire.datagrams_in == 0 && self.offer_pending() {
+            self.offering = Some(Offering {
+                at: Backoff::starting(self.now),
+                left: OFFER_RESENDS,
+            });
+        }
+    }
+
     /// The peer speaks the FEC datagram extension (it offered it, or sent
     /// an extension packet) and this side has it on: datagrams are
     /// FEC-protected from now on.
@@ -979,6 +1001,8 @@ impl Conn {
         let kind = fec::classify(packet);
         let awaiting = (self.dx.is_some() && !self.dx_on)
             || (self.sx.is_none() && self.config.adaptive_fec && self.enc.is_some());
+        // This side did not offer and now speaks what the peer offered.
+        let mut ask_back = false;
         let kcp_bytes = match kind {
             PacketKind::Kcp | PacketKind::Data if awaiting => {
                 let bytes = if kind == PacketKind::Kcp {
@@ -987,12 +1011,14 @@ impl Conn {
                     fec::data_payload(packet)
                 };
                 let offers = bytes.map_or(0, |b| probe_offers(b, self.kcp.conv()));
+                let silent = self.offer_tag().is_none();
                 if offers & dgram_fec::OFFER_BIT != 0 {
                     self.dx_heard();
                 }
                 if offers & stream_fec::OFFER_BIT != 0 {
                     self.sx_heard();
                 }
+                ask_back = silent && self.offer_tag().is_some();
                 bytes
             }
             PacketKind::Kcp => Some(packet),
@@ -1011,6 +1037,14 @@ impl Conn {
                 Some(Ok(())) => out.accepted = true,
                 _ => out.bad_kcp += 1,
             }
+        }
+        // A listener's session heard the offer on the peer's WINS (its
+        // answer to our proof probe), not on a WASK whose answer would
+        // carry our tag: the peer does not know we speak it. One tagged
+        // WASK of ours tells it (the peer is a kcpio client: a kcp-go
+        // client never tags).
+        if ask_back && !self.kcp.answers_probe() {
+            self.kcp.request_window_probe();
         }
         if kind == PacketKind::Parity && stream_fec::is_stream_parity(packet) {
             // The peer's adaptive parity: only once this side speaks it.
@@ -1324,6 +1358,9 @@ impl Conn {
     }
 
     fn sent(&mut self, len: usize, parity: bool) -> Transmit {
+        if self.wire.datagrams_out == 0 {
+            self.spoke_first();
+        }
         self.last_output = self.now;
         self.wire.datagrams_out += 1;
         self.wire.bytes_out += len as u64;
