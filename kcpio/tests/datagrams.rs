@@ -553,3 +553,167 @@ async fn try_recv_datagram_drains_what_arrived_then_says_would_block() {
         "{awaited} awaited, {drained} drained"
     );
 }
+
+/// Connects to `addr` and proves the stream with a round trip (the server
+/// learns of a session from stream data).
+async fn connected(addr: SocketAddr, config: &Config) -> KcpStream {
+    let mut stream = KcpStream::connect(addr, config).await.unwrap();
+    stream.write_all(b"hello").await.unwrap();
+    let mut hello = [0u8; 5];
+    tokio::time::timeout(TIMEOUT, stream.read_exact(&mut hello))
+        .await
+        .expect("the stream's echo")
+        .unwrap();
+    stream
+}
+
+/// What a test sink saw: each call's datagrams, and the thread it ran on.
+#[derive(Default)]
+struct Sunk {
+    calls: Vec<Vec<Vec<u8>>>,
+    threads: Vec<std::thread::ThreadId>,
+}
+
+impl Sunk {
+    fn datagrams(&self) -> Vec<Vec<u8>> {
+        self.calls.iter().flatten().cloned().collect()
+    }
+}
+
+/// Installs a sink on `stream` that records into the returned table.
+fn record_sink(stream: &KcpStream) -> std::sync::Arc<std::sync::Mutex<Sunk>> {
+    let sunk = std::sync::Arc::new(std::sync::Mutex::new(Sunk::default()));
+    let into = sunk.clone();
+    stream.set_datagram_sink(move |batch| {
+        assert!(!batch.is_empty(), "the sink is called with datagrams only");
+        assert!(batch.len() <= DATAGRAM_QUEUE_LEN);
+        let mut s = into.lock().unwrap();
+        s.calls.push(batch.iter().map(|d| d.to_vec()).collect());
+        s.threads.push(std::thread::current().id());
+    });
+    sunk
+}
+
+/// Waits up to [`TIMEOUT`] for `sunk` to hold `n` datagrams.
+async fn sunk_at_least(sunk: &std::sync::Mutex<Sunk>, n: usize) -> Vec<Vec<u8>> {
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        let got = sunk.lock().unwrap().datagrams();
+        if got.len() >= n || tokio::time::Instant::now() >= deadline {
+            return got;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// A datagram sink gets every echoed datagram, in order, called from the
+/// driver's task (on a current-thread runtime: the one thread), while
+/// `recv_datagram` gets none; cleared, the datagrams go to `recv_datagram`
+/// again. Both wire forms: kcp-go OOB packets and FEC datagrams.
+#[tokio::test]
+async fn a_datagram_sink_takes_every_datagram_in_order_instead_of_recv() {
+    for config in [config("aes-128", Some((10, 3))), config_ext("aes-128-gcm")] {
+        let (addr, _server) = echo_server(&config).await;
+        let stream = connected(addr, &config).await;
+        let sunk = record_sink(&stream);
+        const N: u64 = 300;
+        for seq in 0..N {
+            stream.send_datagram(&datagram(seq)).await.unwrap();
+            if seq % 16 == 0 {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
+        let got = sunk_at_least(&sunk, N as usize).await;
+        let seqs: Vec<u64> = got.iter().map(|d| check(d).expect("intact")).collect();
+        assert_eq!(seqs, (0..N).collect::<Vec<_>>(), "all of them, in order");
+        let me = std::thread::current().id();
+        assert!(sunk.lock().unwrap().threads.iter().all(|&t| t == me));
+        // Nothing reached recv_datagram meanwhile.
+        let mut buf = vec![0u8; 1500];
+        let e = stream.try_recv_datagram(&mut buf).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::WouldBlock);
+
+        stream.clear_datagram_sink();
+        stream.send_datagram(&datagram(N)).await.unwrap();
+        let n = tokio::time::timeout(TIMEOUT, stream.recv_datagram(&mut buf))
+            .await
+            .expect("recv_datagram again once the sink is gone")
+            .unwrap();
+        assert_eq!(check(&buf[..n]), Some(N));
+        assert_eq!(sunk.lock().unwrap().datagrams().len(), N as usize);
+    }
+}
+
+/// Datagrams that were queued for `recv_datagram` before the sink was
+/// installed go to the sink, in order, at the driver's next look at the
+/// session (no new input needed).
+#[tokio::test]
+async fn a_datagram_sink_takes_what_was_queued_before_it() {
+    let config = config_ext("aes-128-gcm");
+    let (addr, _server) = echo_server(&config).await;
+    let stream = connected(addr, &config).await;
+    for seq in 0..8 {
+        stream.send_datagram(&datagram(seq)).await.unwrap();
+    }
+    // The first echo is awaited; the other seven queue meanwhile.
+    let mut buf = vec![0u8; 1500];
+    let n = tokio::time::timeout(TIMEOUT, stream.recv_datagram(&mut buf))
+        .await
+        .expect("the first echo")
+        .unwrap();
+    assert_eq!(check(&buf[..n]), Some(0));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Nothing arrives after this: the seven queued echoes reach the sink
+    // only through the driver's look at the session that installing it
+    // asks for.
+    let sunk = record_sink(&stream);
+    let got = sunk_at_least(&sunk, 7).await;
+    let seqs: Vec<u64> = got.iter().map(|d| check(d).expect("intact")).collect();
+    assert_eq!(seqs, (1..8).collect::<Vec<_>>());
+}
+
+/// A sink may call its own session: a server whose sink echoes each
+/// datagram with `try_send_datagram` (the relay's shape, with a weak
+/// handle) answers every datagram, and its task is woken for none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_datagram_sink_may_send_on_its_own_session() {
+    let config = config_ext("aes-128-gcm");
+    let listener = KcpListener::bind("127.0.0.1:0", &config).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.unwrap();
+        let stream = std::sync::Arc::new({
+            let mut hello = [0u8; 5];
+            stream.read_exact(&mut hello).await.unwrap();
+            stream.write_all(&hello).await.unwrap();
+            stream
+        });
+        let me = std::sync::Arc::downgrade(&stream);
+        stream.set_datagram_sink(move |batch| {
+            let Some(me) = me.upgrade() else { return };
+            for d in batch {
+                // A full queue drops, as a relay's full socket does.
+                let _ = me.try_send_datagram(d);
+            }
+        });
+        // The task waits only for the end: recv_datagram gets nothing.
+        let mut buf = [0u8; 64];
+        let r = tokio::time::timeout(Duration::from_secs(3), stream.recv_datagram(&mut buf)).await;
+        assert!(
+            r.is_err(),
+            "recv_datagram got {r:?} while the sink was installed"
+        );
+        stream.clear_datagram_sink();
+    });
+    let stream = connected(addr, &config).await;
+    let sunk = record_sink(&stream);
+    const N: u64 = 50;
+    for seq in 0..N {
+        stream.send_datagram(&datagram(seq)).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let got = sunk_at_least(&sunk, N as usize).await;
+    let seqs: Vec<u64> = got.iter().map(|d| check(d).expect("intact")).collect();
+    assert_eq!(seqs, (0..N).collect::<Vec<_>>());
+    server.await.unwrap();
+}

@@ -1,7 +1,10 @@
-//! The UDP mode's client: one task owns the local socket, the flow table
-//! and the session, so a datagram crosses it with no lock and no
-//! allocation. A lost session is replaced (retried every second) and the
-//! flows carry on over the new one.
+//! The UDP mode's client: one task reads the local socket into the
+//! session; the session's driver hands what comes back to the local socket
+//! itself ([`KcpStream::set_datagram_sink`]), so no task is woken for a
+//! datagram from the server. The flow table is shared by the two (locked
+//! once per batch each way); nothing is allocated per datagram. A lost
+//! session is replaced (retried every second) and the flows carry on over
+//! the new one.
 //!
 //! With `--udp` the session is the task's own; with `--udplisten` it is
 //! the TCP client's first pooled session ([`Sessions::Beside`]), whose
@@ -13,7 +16,7 @@ use std::collections::hash_map::Entry;
 use std::io::{self, IoSliceMut};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use kcpio::mux::Mux;
@@ -211,9 +214,9 @@ pub(crate) async fn run_udp_client(
 ) -> io::Result<()> {
     let remote = HostPorts::parse(&settings.peer)
         .map_err(|e| io::Error::other(format!("--remoteaddr {}: {e}", settings.peer)))?;
-    let local = RelaySocket::from_std(local.into_std()?)?;
+    let local = Arc::new(RelaySocket::from_std(local.into_std()?)?);
     let udp = Arc::clone(stats.udp());
-    let mut flows = Flows::new(settings.udp.flows);
+    let flows = Arc::new(Mutex::new(Flows::new(settings.udp.flows)));
     let idle_ticks = settings.udp.idle.as_secs().max(1);
     // The buffers live as long as the client: no allocation per datagram.
     let mut up = Batch::new();
@@ -231,7 +234,18 @@ pub(crate) async fn run_udp_client(
         let mut max = kcp.max_datagram_payload();
         let mut negotiated = report_mtu(&log, &kcp);
         // The server numbers each flow afresh on a new session.
-        flows.restart(&udp);
+        lock(&flows).restart(&udp);
+        {
+            let (flows, local, udp) = (Arc::clone(&flows), Arc::clone(&local), Arc::clone(&udp));
+            kcp.set_datagram_sink(move |batch| {
+                udp.tunnel_in
+                    .fetch_add(batch.len() as u64, Ordering::Relaxed);
+                let mut flows = lock(&flows);
+                for chunk in batch.chunks(RECV_BATCH) {
+                    deliver(&local, chunk, &mut flows, &udp);
+                }
+            });
+        }
         udp.sessions_opened.fetch_add(1, Ordering::Relaxed);
         // A pooled session is counted by its mux already.
         let own = mux.is_none();
@@ -245,6 +259,7 @@ pub(crate) async fn run_udp_client(
                 r = up.recv(&local) => {
                     let Ok(got) = r else { continue };
                     udp.local_in.fetch_add(got as u64, Ordering::Relaxed);
+                    let mut flows = lock(&flows);
                     for i in 0..got {
                         let Some((buf, n, from)) = up.get(i) else { break };
                         if lost.is_some() {
@@ -266,10 +281,12 @@ pub(crate) async fn run_udp_client(
                     // system call (a failure shows at the next wait).
                     let got = down.drain(n, &kcp);
                     udp.tunnel_in.fetch_add(got as u64, Ordering::Relaxed);
-                    deliver(&local, &down, got, &mut flows, &udp);
+                    let batch: [&[u8]; RECV_BATCH] = std::array::from_fn(|i| down.get(i));
+                    let batch = batch.get(..got).unwrap_or_default();
+                    deliver(&local, batch, &mut lock(&flows), &udp);
                 }
                 _ = tick.tick() => {
-                    flows.expire(idle_ticks, &udp, &log);
+                    lock(&flows).expire(idle_ticks, &udp, &log);
                     // Answered late: FEC-protected datagrams, fragmented
                     // beyond one packet.
                     if negotiated_since(&log, &kcp, &mut negotiated) {
@@ -284,6 +301,7 @@ pub(crate) async fn run_udp_client(
                 }
             }
         }
+        kcp.clear_datagram_sink();
         if let Some(e) = lost {
             log.line(format!("udp session lost: {e}; reconnecting"));
         }
@@ -398,15 +416,21 @@ impl Down {
     }
 }
 
-/// Hands the first `got` datagrams of `down`, from the server, to their
-/// flows' sources, in one system call (`sendmmsg`) for the batch.
-fn deliver(local: &RelaySocket, down: &Down, got: usize, flows: &mut Flows, udp: &UdpStats) {
+/// Locks the flow table, ignoring poisoning (every critical section leaves
+/// it consistent).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Hands `batch` (at most [`RECV_BATCH`] datagrams from the server) to
+/// their flows' sources, in one system call (`sendmmsg`) for the batch; a
+/// full socket drops and counts (`send_failed`).
+fn deliver(local: &RelaySocket, batch: &[&[u8]], flows: &mut Flows, udp: &UdpStats) {
     let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
     let mut out: [(&[u8], SocketAddr); RECV_BATCH] = [(&[], unspecified); RECV_BATCH];
     let mut ids = [0u32; RECV_BATCH];
     let mut n = 0;
-    for i in 0..got.min(RECV_BATCH) {
-        let d = down.get(i);
+    for &d in batch.iter().take(RECV_BATCH) {
         let Some((id, seq)) = parse_header(d) else {
             udp.count_drop(DropReason::BadHeader);
             continue;

@@ -10,8 +10,8 @@
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use kcpio::{KcpListener, KcpStream, RelaySocket};
@@ -132,6 +132,12 @@ pub(crate) fn beside(
 }
 
 /// Carries one session's flows until the session fails.
+///
+/// The session's datagrams reach the flows' sockets from its driver's task
+/// ([`KcpStream::set_datagram_sink`]): no task of this session is woken per
+/// datagram. This task waits for the session's failure and ages the flows
+/// once a second; the flow table is locked by the sink once per batch of
+/// datagrams and by the task once per tick.
 pub(crate) async fn serve_session(kcp: Arc<KcpStream>, from: SocketAddr, shared: Arc<Shared>) {
     let log = &shared.log;
     let udp = &shared.udp;
@@ -158,40 +164,61 @@ pub(crate) async fn serve_session(kcp: Arc<KcpStream>, from: SocketAddr, shared:
     }
     udp.watch_session(&kcp);
     udp.sessions_opened.fetch_add(1, Ordering::Relaxed);
-    let mut flows: HashMap<u32, Flow> = HashMap::new();
-    // The session's datagrams of one wake-up, packed into one buffer for
-    // its life.
-    let mut batch = Packed::new();
-    let idle_ticks = shared.settings.udp.idle.as_secs().max(1);
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
-    let why = loop {
-        tokio::select! {
-            r = kcp.recv_datagram(batch.first()) => {
-                let n = match r {
-                    Ok(n) => n,
-                    Err(e) => break e,
-                };
-                // What else the session holds now: its flows' sockets get
-                // each flow's share in one system call.
-                let got = batch.drain(n, &kcp);
-                udp.tunnel_in.fetch_add(got as u64, Ordering::Relaxed);
-                let mut pass = [(0u32, 0usize); SESSION_BATCH];
+    let flows: Arc<Mutex<HashMap<u32, Flow>>> = Arc::default();
+    {
+        let flows = Arc::clone(&flows);
+        let shared = Arc::clone(&shared);
+        // Weak: the sink lives in the session, and a strong handle there
+        // would keep the session alive after this task ends.
+        let session = Arc::downgrade(&kcp);
+        kcp.set_datagram_sink(move |batch| {
+            let mut flows = lock(&flows);
+            shared
+                .udp
+                .tunnel_in
+                .fetch_add(batch.len() as u64, Ordering::Relaxed);
+            for chunk in batch.chunks(SESSION_BATCH) {
+                let mut pass = [(0u32, &[][..]); SESSION_BATCH];
                 let mut passed = 0;
-                for i in 0..got {
-                    let d = batch.get(i);
-                    let Some(id) = admit(d, &kcp, (target, &from), &mut flows, &shared) else {
+                for &d in chunk {
+                    let Some(id) = admit(d, &session, (target, &from), &mut flows, &shared) else {
                         continue;
                     };
                     if let Some(p) = pass.get_mut(passed) {
-                        *p = (id, i);
+                        *p = (id, d);
                         passed += 1;
                     }
                 }
-                forward(&flows, &batch, pass.get(..passed).unwrap_or_default(), target, udp);
+                let pass = pass.get(..passed).unwrap_or_default();
+                forward(&flows, pass, target, &shared.udp);
+            }
+        });
+    }
+    let idle_ticks = shared.settings.udp.idle.as_secs().max(1);
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    // With the sink installed no datagram is queued for this buffer: the
+    // wait ends on the session's failure (or a datagram that came between
+    // the sink's removal and now, passed on below).
+    let mut buf = vec![0u8; HEADER_LEN + MAX_UDP];
+    let why = loop {
+        tokio::select! {
+            r = kcp.recv_datagram(&mut buf) => {
+                match r {
+                    Ok(n) => {
+                        let d = buf.get(..n).unwrap_or_default();
+                        udp.tunnel_in.fetch_add(1, Ordering::Relaxed);
+                        let mut flows = lock(&flows);
+                        let session = Arc::downgrade(&kcp);
+                        if let Some(id) = admit(d, &session, (target, &from), &mut flows, &shared) {
+                            forward(&flows, &[(id, d)], target, udp);
+                        }
+                    }
+                    Err(e) => break e,
+                }
             }
             _ = tick.tick() => {
                 negotiated_since(log, &kcp, &mut negotiated);
-                flows.retain(|id, f| {
+                lock(&flows).retain(|id, f| {
                     if f.active.swap(false, Ordering::Relaxed) {
                         f.idle = 0;
                     } else {
@@ -207,8 +234,9 @@ pub(crate) async fn serve_session(kcp: Arc<KcpStream>, from: SocketAddr, shared:
             }
         }
     };
+    kcp.clear_datagram_sink();
     log.line(format!("{from}: udp session ended: {why}"));
-    for (id, f) in &flows {
+    for (id, f) in lock(&flows).iter() {
         close_flow(*id, f, &from, "closed with its session", &shared);
     }
     if shared.own_sessions {
@@ -217,72 +245,21 @@ pub(crate) async fn serve_session(kcp: Arc<KcpStream>, from: SocketAddr, shared:
     udp.unwatch_session(&kcp);
 }
 
-/// Datagrams the server takes from a session per wake-up at most.
+/// Locks the flow table, ignoring poisoning (every critical section leaves
+/// it consistent).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Datagrams the server sends to the target per system call at most.
 const SESSION_BATCH: usize = 32;
-
-/// A session's datagrams taken at one wake-up, packed back to back into
-/// one buffer of [`HEADER_LEN`] + [`MAX_UDP`] bytes (any datagram fits the
-/// first place): datagram `i` is `buf[ends[i - 1]..ends[i]]`. One that
-/// does not fit what is left stays queued in the session for the next
-/// wake-up.
-struct Packed {
-    buf: Vec<u8>,
-    ends: [usize; SESSION_BATCH],
-}
-
-impl Packed {
-    fn new() -> Self {
-        Self {
-            buf: vec![0; HEADER_LEN + MAX_UDP],
-            ends: [0; SESSION_BATCH],
-        }
-    }
-
-    /// The buffer the next awaited datagram goes into: all of it.
-    fn first(&mut self) -> &mut [u8] {
-        &mut self.buf
-    }
-
-    /// After a datagram of `n` bytes arrived in [`first`](Self::first):
-    /// takes what else `kcp` holds now, while it fits, up to the batch.
-    /// Returns how many datagrams the batch holds.
-    fn drain(&mut self, n: usize, kcp: &KcpStream) -> usize {
-        self.ends[0] = n.min(self.buf.len());
-        let mut got = 1;
-        while got < SESSION_BATCH {
-            let at = self.ends[got - 1];
-            let Some(rest) = self.buf.get_mut(at..).filter(|r| !r.is_empty()) else {
-                break;
-            };
-            // `WouldBlock`: nothing more; `InvalidInput`: the next one does
-            // not fit (it stays queued); a failed session shows at the next
-            // wait.
-            match kcp.try_recv_datagram(rest) {
-                Ok(k) => self.ends[got] = at + k,
-                Err(_) => break,
-            }
-            got += 1;
-        }
-        got
-    }
-
-    /// Datagram `i` of the batch.
-    fn get(&self, i: usize) -> &[u8] {
-        let start = match i.checked_sub(1) {
-            Some(p) => self.ends.get(p).copied().unwrap_or(0),
-            None => 0,
-        };
-        let end = self.ends.get(i).copied().unwrap_or(0);
-        self.buf.get(start..end).unwrap_or_default()
-    }
-}
 
 /// Takes datagram `d` from the session into its flow (opening the flow on
 /// its first datagram): its flow id when it is to be sent to the target;
 /// `None` when it was dropped (and counted).
 fn admit(
     d: &[u8],
-    kcp: &Arc<KcpStream>,
+    kcp: &Weak<KcpStream>,
     (target, from): (SocketAddr, &SocketAddr),
     flows: &mut HashMap<u32, Flow>,
     shared: &Arc<Shared>,
@@ -293,7 +270,10 @@ fn admit(
         return None;
     };
     if !flows.contains_key(&id) {
-        let Some(f) = open_flow(kcp, id, target, shared, flows.len()) else {
+        let opened = kcp
+            .upgrade()
+            .and_then(|kcp| open_flow(&kcp, id, target, shared, flows.len()));
+        let Some(f) = opened else {
             udp.count_drop(DropReason::TableFull);
             return None;
         };
@@ -311,15 +291,10 @@ fn admit(
     None
 }
 
-/// Sends the admitted datagrams `pass` (flow id, index in `batch`) to the
-/// target: each flow's in their order, in one system call per flow.
-fn forward(
-    flows: &HashMap<u32, Flow>,
-    batch: &Packed,
-    pass: &[(u32, usize)],
-    target: SocketAddr,
-    udp: &UdpStats,
-) {
+/// Sends the admitted datagrams `pass` (flow id, datagram with its flow
+/// header) to the target: each flow's in their order, in one system call
+/// per flow. A full socket drops and counts (`send_failed`).
+fn forward(flows: &HashMap<u32, Flow>, pass: &[(u32, &[u8])], target: SocketAddr, udp: &UdpStats) {
     let mut done = [false; SESSION_BATCH];
     for (at, &(id, _)) in pass.iter().enumerate() {
         if done.get(at).copied().unwrap_or(true) {
@@ -327,13 +302,13 @@ fn forward(
         }
         let mut msgs: [(&[u8], SocketAddr); SESSION_BATCH] = [(&[], target); SESSION_BATCH];
         let mut n = 0;
-        for (j, &(other, i)) in pass.iter().enumerate().skip(at) {
+        for (j, &(other, d)) in pass.iter().enumerate().skip(at) {
             if other == id
-                && let Some(d) = done.get_mut(j)
+                && let Some(done) = done.get_mut(j)
                 && let Some(m) = msgs.get_mut(n)
             {
-                *d = true;
-                *m = (batch.get(i).get(HEADER_LEN..).unwrap_or_default(), target);
+                *done = true;
+                *m = (d.get(HEADER_LEN..).unwrap_or_default(), target);
                 n += 1;
             }
         }

@@ -34,6 +34,7 @@ mod group;
 pub(crate) mod io;
 pub(crate) mod migrate;
 pub(crate) mod shared;
+pub(crate) mod sink;
 mod slot;
 pub(crate) mod stats;
 pub(crate) mod table;
@@ -57,6 +58,7 @@ use self::shared::{
     Accept, Adopted, DriverShared, Forwarded, Inbox, SessionShared, SessionState, lock, register,
     wake,
 };
+use self::sink::SinkBatch;
 use self::stats::{add, bump};
 use self::table::{Inbound, Refusal, Route, SessionId, Table};
 use crate::config::ConfigInner;
@@ -149,6 +151,8 @@ pub(crate) struct Driver {
     /// Datagrams and sessions from the listener's other drivers (reused).
     forwarded: Vec<Forwarded>,
     adopted: Vec<Adopted>,
+    /// Datagrams taken from a session for its sink (reused).
+    sink_batch: SinkBatch,
 }
 
 impl Driver {
@@ -219,6 +223,7 @@ impl Driver {
             group,
             forwarded: Vec::new(),
             adopted: Vec::new(),
+            sink_batch: SinkBatch::new(),
         })
     }
 
@@ -255,6 +260,7 @@ impl Driver {
                 state: Mutex::new(st),
                 waiting: std::sync::atomic::AtomicUsize::new(0),
                 driver,
+                sink: Mutex::new(None),
             })
         });
         if let Some((g, me)) = &self.group {
@@ -634,7 +640,7 @@ impl Driver {
             return;
         };
         let counters = &self.shared.counters;
-        let (read_waker, write_waker, dgram_waker, proven);
+        let (read_waker, write_waker, dgram_waker, proven, sunk);
         {
             let mut guard = lock(&session.state);
             let st = &mut *guard;
@@ -657,6 +663,8 @@ impl Driver {
                 }
                 Plain::Forwarded(p, arrived) => feed(p, arrived),
             }
+            // With a sink, what arrived goes to it, not to a reader.
+            sunk = st.has_sink && self.sink_batch.take(&mut st.conn);
             // A waiting `connect` listens on the read waker.
             let answered = connecting && !st.conn.is_connecting();
             read_waker = if st.conn.readable() || answered {
@@ -688,6 +696,9 @@ impl Driver {
                     self.ready.push_back(id);
                 }
             }
+        }
+        if sunk {
+            session.hand_to_sink(&self.sink_batch);
         }
         if proven {
             self.table.set_proven(id);
@@ -830,7 +841,7 @@ impl Driver {
         let Some(session) = self.table.get(id).cloned() else {
             return Serviced::Done;
         };
-        let finished;
+        let (finished, sunk);
         let dest = self.table.peer(id).unwrap_or(session.peer);
         {
             let mut guard = lock(&session.state);
@@ -852,6 +863,8 @@ impl Driver {
                 }
             }
             finished = st.conn.is_finished();
+            // Datagrams queued before a sink was installed.
+            sunk = st.has_sink && self.sink_batch.take(&mut st.conn);
             if let Some(e) = st.conn.error() {
                 st.wake_all();
                 if e != SessionError::Aborted {
@@ -871,6 +884,9 @@ impl Driver {
                 }
             }
             st.queued = false;
+        }
+        if sunk {
+            session.hand_to_sink(&self.sink_batch);
         }
         if finished {
             // Released sessions that are done, and failed ones.

@@ -28,6 +28,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
+use super::sink::{Sink, SinkBatch};
 use super::stats::Counters;
 use super::table::SessionId;
 use crate::config::ConfigInner;
@@ -97,6 +98,10 @@ pub(crate) struct SessionState {
     pub(crate) armed: Option<Duration>,
     /// Removed from the driver's table.
     pub(crate) removed: bool,
+    /// [`SessionShared::sink`] holds a sink: the driver takes received
+    /// datagrams out of the `Conn` for it instead of waking
+    /// [`dgram_read_waker`](Self::dgram_read_waker).
+    pub(crate) has_sink: bool,
     /// The address the peer moved to (a validated migration); `None`:
     /// still [`SessionShared::peer`].
     pub(crate) moved_to: Option<SocketAddr>,
@@ -123,6 +128,7 @@ impl SessionState {
             deferred: false,
             armed: None,
             removed: false,
+            has_sink: false,
             moved_to: None,
             rebound_to: None,
             id,
@@ -169,6 +175,10 @@ pub(crate) struct SessionShared {
     /// every socket of a listener); the one that runs it is
     /// [`SessionState::driver`].
     pub(crate) driver: Arc<DriverShared>,
+    /// The application's consumer of received datagrams, called by the
+    /// driver that runs the session with the session unlocked
+    /// ([`super::sink`]); only that driver and `set_sink` lock it.
+    pub(crate) sink: Mutex<Option<Sink>>,
 }
 
 impl fmt::Debug for SessionShared {
@@ -267,7 +277,13 @@ impl SessionShared {
         if st.needs_driver() {
             self.notify_driver(&mut st);
         }
-        verdict.map_err(io::Error::from)
+        drop(st);
+        verdict.map_err(|e| match e {
+            // The relay's drain ends on this after every wake-up: a bare
+            // kind allocates nothing (a `ConnError` payload would).
+            ConnError::WouldBlock => io::ErrorKind::WouldBlock.into(),
+            e => e.into(),
+        })
     }
 
     /// Locks the session for a handle's call: when the lock is held, the
@@ -309,6 +325,30 @@ impl SessionShared {
         st.driver.push_inbox(st.id);
     }
 
+    /// Installs (or with `None` removes) the session's datagram sink. One
+    /// already installed is dropped here, outside both locks. When
+    /// datagrams wait in the session, the driver is asked to hand them over.
+    pub(crate) fn set_sink(&self, sink: Option<Sink>) {
+        let on = sink.is_some();
+        let old = std::mem::replace(&mut *lock(&self.sink), sink);
+        {
+            let mut st = lock(&self.state);
+            st.has_sink = on;
+            if on && st.conn.datagram_readable() {
+                self.notify_driver(&mut st);
+            }
+        }
+        drop(old);
+    }
+
+    /// Hands `batch` (taken from this session's `Conn` by its driver) to the
+    /// sink; dropped when the sink was removed since.
+    pub(crate) fn hand_to_sink(&self, batch: &SinkBatch) {
+        if let Some(sink) = lock(&self.sink).as_mut() {
+            batch.hand(sink);
+        }
+    }
+
     /// All user handles are gone: the session flushes for up to `linger`,
     /// then the driver frees it.
     pub(crate) fn release(&self) {
@@ -318,7 +358,12 @@ impl SessionShared {
         st.write_waker = None;
         st.dgram_read_waker = None;
         st.dgram_write_waker = None;
+        st.has_sink = false;
         self.notify_driver(&mut st);
+        drop(st);
+        // The sink may hold a handle of its own session (a relay's): the
+        // cycle ends here at the latest.
+        drop(lock(&self.sink).take());
     }
 }
 

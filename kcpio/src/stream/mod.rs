@@ -417,6 +417,42 @@ impl KcpStream {
         self.session().try_call(|c| c.recv_datagram(buf))
     }
 
+    /// Hands every datagram the session receives to `sink`, called by the
+    /// session's driver task right after the packets that delivered them
+    /// (kcp-go's `SetOOBHandler`): a relay passes them on from there, with
+    /// no task of its own woken per datagram. Each call gets the datagrams
+    /// delivered since the last one (at most
+    /// [`DATAGRAM_QUEUE_LEN`](crate::conn::DATAGRAM_QUEUE_LEN)), in the
+    /// order [`recv_datagram`](Self::recv_datagram) would return them;
+    /// datagrams already queued go to the sink at the driver's next look at
+    /// the session. While a sink is installed `recv_datagram` gets no
+    /// datagrams, only the session's failure (so a task can still wait for
+    /// the end there). Replaces any sink installed before.
+    ///
+    /// The sink runs on the driver's task, which serves every session of
+    /// the socket: it must not wait (no blocking call; a socket send that
+    /// would block drops and counts instead, as [`RelaySocket`] does), must
+    /// not panic, and must not install or clear this session's sink. It may
+    /// call the session's other methods (the session is not locked while
+    /// it runs). A sink that holds a handle of its own session keeps the
+    /// session alive until it is cleared
+    /// ([`clear_datagram_sink`](Self::clear_datagram_sink)); dropping every
+    /// handle of the session drops the sink too.
+    ///
+    /// [`RelaySocket`]: crate::RelaySocket
+    pub fn set_datagram_sink(&self, sink: impl FnMut(&[&[u8]]) + Send + 'static) {
+        self.session().set_sink(Some(Box::new(sink)));
+    }
+
+    /// Removes the sink [`set_datagram_sink`](Self::set_datagram_sink)
+    /// installed (waiting for a call in progress to return), and drops it:
+    /// datagrams go to [`recv_datagram`](Self::recv_datagram) again (a
+    /// batch the driver, on another thread, took for the sink just before
+    /// is dropped). It must not be called from the sink itself.
+    pub fn clear_datagram_sink(&self) {
+        self.session().set_sink(None);
+    }
+
     /// Polls for the next unreliable datagram, as
     /// `tokio::net::UdpSocket::poll_recv`: on `Ready(Ok(()))` it was put
     /// into `buf`'s unfilled part; `Pending` keeps `cx`'s waker (only the
