@@ -1011,3 +1011,134 @@ async fn a_udp_server_listens_on_one_socket() {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     assert_eq!(listeners[0].stats_per_socket().len(), cores.clamp(1, 256));
 }
+
+/// A `--udp` server as a process of its own, so that it can be killed and
+/// started again on the same port.
+fn server_process(listen: SocketAddr, target: SocketAddr) -> std::process::Child {
+    std::process::Command::new(env!("CARGO_BIN_EXE_kcpio-tunnel"))
+        .args(words(&format!(
+            "server --udp -l {listen} -t {target} --snmpperiod 0"
+        )))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// How a server restart meets the flow: the server is down for `down`;
+/// the flow keeps sending one datagram every 50 ms meanwhile, or is idle
+/// (sending nothing while down and for `idle` after the restart, as
+/// WireGuard without a persistent keepalive).
+#[derive(Clone, Copy, Debug)]
+struct Restart {
+    down: Duration,
+    sending: bool,
+    idle: Duration,
+}
+
+/// How long after a `--udp` server was killed and started again on its
+/// port a flow's echoes came back, sending one datagram every 50 ms;
+/// `client_flags` are added to the client's command line. Before the kill
+/// the flow carried 3,000 datagrams each way.
+async fn echoes_after_a_server_restart(r: Restart, client_flags: &str) -> Duration {
+    let (target, _echoed, _) = echo_server().await;
+    let listen = {
+        let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        s.local_addr().unwrap()
+    };
+    let mut server = server_process(listen, target);
+    let (entry, c_udp) = start(&format!(
+        "t client --udp -l 127.0.0.1:0 -r {listen} {client_flags}"
+    ))
+    .await;
+    let app = roomy_socket();
+    app.connect(entry).await.unwrap();
+    // Enough datagrams that a server numbering them afresh stays below
+    // what the client's session and flow last saw for minutes at 20/s.
+    for i in 0..3000 {
+        app.send(b"numbering").await.unwrap();
+        if i % 20 == 19 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    assert!(
+        until(Duration::from_secs(20), || get(&c_udp.local_out) >= 2900).await,
+        "{c_udp:?}"
+    );
+    let mut b = [0u8; 64];
+    let echo_within = |msg: &'static [u8], within: Duration| {
+        let app = &app;
+        async move {
+            let start = tokio::time::Instant::now();
+            let mut b = [0u8; 64];
+            while start.elapsed() < within {
+                app.send(msg).await.unwrap();
+                let r = tokio::time::timeout(Duration::from_millis(50), app.recv(&mut b)).await;
+                if matches!(r, Ok(Ok(n)) if &b[..n] == msg) {
+                    return Some(start.elapsed());
+                }
+            }
+            None
+        }
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    while app.try_recv(&mut b).is_ok() {}
+    assert!(
+        echo_within(b"before", Duration::from_secs(5))
+            .await
+            .is_some()
+    );
+    server.kill().unwrap();
+    server.wait().unwrap();
+    if r.sending {
+        let _ = echo_within(b"down", r.down).await;
+    } else {
+        tokio::time::sleep(r.down).await;
+    }
+    let mut server = server_process(listen, target);
+    tokio::time::sleep(r.idle).await;
+    let back = echo_within(b"after", Duration::from_secs(40)).await;
+    server.kill().unwrap();
+    server.wait().unwrap();
+    let back = back.unwrap_or_else(|| panic!("the flow never came back: {c_udp:?}"));
+    eprintln!("{r:?} ({client_flags}): echoes back {back:?} after the restart: {c_udp:?}");
+    assert_eq!(get(&c_udp.flows_opened), 1, "the same flow carries on");
+    back
+}
+
+/// A server killed and started again on its port: the client finds it
+/// and the flow carries on, within [`tunnel::UDP_SILENT_TICKS`] seconds of
+/// silence and a dial, on the same local port and flow.
+///
+/// Before pings: a server restarted while the flow was idle got the
+/// client's next keepalive probe (sn 0, una 0: an opener, as every probe
+/// of a `--udp` session, whose stream carries nothing) and re-created the
+/// old conversation, and the client's session then took the new server's
+/// datagrams for replays until their count passed the old one's (3,000
+/// here: never, within the 40 s); one restarted while the flow sent, with
+/// no ICMP reaching the client (`--noicmpreset` stands for a firewall),
+/// cost the session's 30 s idle timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_server_is_found_and_the_flow_carries_on() {
+    tokio::time::timeout(Duration::from_secs(200), async {
+        // The session's keepalive probe every second (the --udp meaning of
+        // kcptun's --keepalive), so it re-creates the conversation soon.
+        let idle = Restart {
+            down: Duration::from_millis(300),
+            sending: false,
+            idle: Duration::from_secs(3),
+        };
+        let idle = echoes_after_a_server_restart(idle, "--keepalive 1").await;
+        assert!(idle < Duration::from_secs(8), "{idle:?}");
+        let sending = Restart {
+            down: Duration::from_secs(2),
+            sending: true,
+            idle: Duration::ZERO,
+        };
+        let no_icmp = echoes_after_a_server_restart(sending, "--noicmpreset").await;
+        assert!(no_icmp < Duration::from_secs(8), "{no_icmp:?}");
+    })
+    .await
+    .expect("test timed out");
+}
