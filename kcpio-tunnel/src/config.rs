@@ -456,10 +456,12 @@ pub(crate) fn resolve(cli: Cli) -> Result<Settings, String> {
         .datagram_fec_deadline(Duration::from_millis(c.udpdeadline))
         .build()
         .map_err(|e| format!("{}: {e}", kcp_flag(&e.to_string())))?;
+    // --udp has no smux: its --keepalive 0 (no probe) is no mux error.
+    let mux_keepalive = if udp { c.keepalive.max(1) } else { c.keepalive };
     let mux_config = |version| {
         MuxConfig::builder()
             .version(version)
-            .keepalive_interval(Duration::from_secs(c.keepalive))
+            .keepalive_interval(Duration::from_secs(mux_keepalive))
             .max_frame_size(c.framesize)
             .receive_buffer(c.smuxbuf)
             .stream_window(c.streambuf)
