@@ -1142,3 +1142,115 @@ async fn a_restarted_server_is_found_and_the_flow_carries_on() {
     .await
     .expect("test timed out");
 }
+
+/// Sends `msg` through `app` every 50 ms until it comes back: how long that
+/// took, or `None` after `within`.
+async fn echo_back_within(app: &UdpSocket, msg: &[u8], within: Duration) -> Option<Duration> {
+    let start = tokio::time::Instant::now();
+    let mut b = [0u8; 64];
+    while start.elapsed() < within {
+        app.send(msg).await.unwrap();
+        let r = tokio::time::timeout(Duration::from_millis(50), app.recv(&mut b)).await;
+        if matches!(r, Ok(Ok(n)) if &b[..n] == msg) {
+            return Some(start.elapsed());
+        }
+    }
+    None
+}
+
+/// All packets dropped both ways for 12 s while the flow keeps sending
+/// (shorter than the sessions' 30 s idle timeout, longer than the
+/// client's silence before it dials a replacement): once the path is back
+/// the flow carries on within a few seconds, on the old session or its
+/// replacement, by itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flow_carries_on_after_a_path_outage_shorter_than_the_idle_timeout() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let (target, _echoed, _) = echo_server().await;
+        let (server, _s_udp) = start(&format!("t server --udp -l 127.0.0.1:0 -t {target}")).await;
+        let relay = Relay::start(server, RelayConfig::symmetric(5, LinkConfig::clean()))
+            .await
+            .unwrap();
+        let (entry, c_udp) = start(&format!(
+            "t client --udp -l 127.0.0.1:0 -r {}",
+            relay.local_addr()
+        ))
+        .await;
+        let app = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        app.connect(entry).await.unwrap();
+        assert!(
+            echo_back_within(&app, b"before", Duration::from_secs(5))
+                .await
+                .is_some()
+        );
+        relay.set_blackhole(true);
+        assert!(
+            echo_back_within(&app, b"cut", Duration::from_secs(12))
+                .await
+                .is_none()
+        );
+        relay.set_blackhole(false);
+        let back = echo_back_within(&app, b"after", Duration::from_secs(20)).await;
+        eprintln!("after a 12 s outage, echoes back in {back:?}: {c_udp:?}");
+        let back = back.unwrap_or_else(|| panic!("the flow never came back: {c_udp:?}"));
+        assert!(back < Duration::from_secs(8), "{back:?}");
+        assert_eq!(get(&c_udp.flows_opened), 1, "the same flow");
+        assert!(get(&c_udp.sessions_opened) <= 2, "{c_udp:?}");
+    })
+    .await
+    .expect("test timed out");
+}
+
+/// A client process killed and started again on its port: the server's
+/// old session lingers, the new client's flow works at once, and the old
+/// session and its flow are gone after the server's idle timeout (30 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_client_is_served_at_once_and_its_old_session_expires() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let (target, _echoed, _) = echo_server().await;
+        let (server, s_udp) = start(&format!("t server --udp -l 127.0.0.1:0 -t {target}")).await;
+        let entry = {
+            let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+            s.local_addr().unwrap()
+        };
+        let client = || {
+            std::process::Command::new(env!("CARGO_BIN_EXE_kcpio-tunnel"))
+                .args(words(&format!(
+                    "client --udp -l {entry} -r {server} --snmpperiod 0"
+                )))
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap()
+        };
+        let app = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        app.connect(entry).await.unwrap();
+        let mut first = client();
+        assert!(
+            echo_back_within(&app, b"first", Duration::from_secs(10))
+                .await
+                .is_some()
+        );
+        first.kill().unwrap();
+        first.wait().unwrap();
+        let mut second = client();
+        let back = echo_back_within(&app, b"second", Duration::from_secs(10)).await;
+        let sessions_then = s_udp.sessions().len();
+        let old_gone = until(Duration::from_secs(45), || {
+            s_udp.sessions().len() == 1 && s_udp.flows_open.load(Ordering::Relaxed) == 1
+        })
+        .await;
+        second.kill().unwrap();
+        second.wait().unwrap();
+        eprintln!("restarted client: echo back in {back:?}: {s_udp:?}");
+        let back = back.expect("the new client's flow works");
+        // The new process's start (a second) and its session's connect.
+        assert!(back < Duration::from_secs(5), "{back:?}");
+        assert_eq!(sessions_then, 2, "the old session lingers");
+        assert!(old_gone, "the old session and its flow expire: {s_udp:?}");
+        assert_eq!(get(&s_udp.flows_opened), 2);
+    })
+    .await
+    .expect("test timed out");
+}

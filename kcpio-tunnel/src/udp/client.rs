@@ -164,6 +164,9 @@ impl Flows {
 
 /// Pings sent once a session is used, to learn whether its server answers.
 const START_PINGS: u32 = 3;
+/// Ticks of silence while sending between pings to a server that has not
+/// answered one yet (an older kcpio counts each as a `bad header`).
+const UNANSWERED_EVERY: u32 = 10;
 
 /// Whether the session's server still answers, judged once a second (a
 /// tick) from its pongs and the flows' datagrams.
@@ -197,7 +200,11 @@ impl Liveness {
         if self.answers {
             self.silent > 0
         } else {
-            self.used && self.pings < START_PINGS
+            // Unanswered so far: three pings, then one every
+            // UNANSWERED_EVERY ticks of silence while sending (the first
+            // three may have met a path that dropped everything).
+            (self.used && self.pings < START_PINGS)
+                || (self.silent > 0 && self.silent.is_multiple_of(UNANSWERED_EVERY))
         }
     }
 
@@ -782,13 +789,25 @@ mod tests {
             assert!(!tick(&mut live));
         }
         assert!(!live.silent());
-        // Used, toward a server that never answers (an older kcpio): three
-        // pings, then none, and never taken for silent.
+        // Used once, toward a server that never answers (an older kcpio):
+        // three pings, then one per 10 ticks of silence, and never taken
+        // for silent.
         live.sent = true;
         let pinged = (0..100).filter(|_| tick(&mut live)).count();
-        assert_eq!(pinged, START_PINGS as usize);
+        assert_eq!(
+            pinged,
+            START_PINGS as usize + 100 / UNANSWERED_EVERY as usize
+        );
+        assert!(!live.silent());
+        // An answer at last: from then on, silence is noticed.
+        live.pong();
+        assert!(!tick(&mut live));
+        // An idle session that stays idle after its first pings: none.
+        let mut live = Liveness::default();
         live.sent = true;
-        assert!(!tick(&mut live) && !live.silent());
+        live.heard = true;
+        let pinged = (0..100).filter(|_| tick(&mut live)).count();
+        assert_eq!(pinged, START_PINGS as usize);
         // A server that answers: no pings while datagrams come back.
         let mut live = Liveness::default();
         live.sent = true;
