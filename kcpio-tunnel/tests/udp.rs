@@ -1254,3 +1254,145 @@ async fn a_restarted_client_is_served_at_once_and_its_old_session_expires() {
     .await
     .expect("test timed out");
 }
+
+/// Nothing listening on the server's `-t` port: the kernel's ICMP "port
+/// unreachable" reaches the flow's connected socket as `ECONNREFUSED` on
+/// its next call. That costs the datagrams sent meanwhile (counted, `send
+/// failed`), never the session, another flow or the server; the flow
+/// carries on once the target listens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusing_target_costs_its_datagrams_not_the_session_and_the_flow_recovers() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let target = {
+            let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+            s.local_addr().unwrap()
+        };
+        let (server, s_udp) = start(&format!("t server --udp -l 127.0.0.1:0 -t {target}")).await;
+        let (entry, c_udp) = start(&format!("t client --udp -l 127.0.0.1:0 -r {server}")).await;
+        let apps: Vec<UdpSocket> = {
+            let mut v = Vec::new();
+            for _ in 0..3 {
+                let s = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+                s.connect(entry).await.unwrap();
+                v.push(s);
+            }
+            v
+        };
+        // Two seconds of every flow sending into the refusing port.
+        for _ in 0..40 {
+            for a in &apps {
+                a.send(b"anyone?").await.unwrap();
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(
+            until(Duration::from_secs(5), || s_udp
+                .dropped(UdpDropReason::SendFailed)
+                > 0)
+            .await,
+            "refusals counted: {s_udp:?}"
+        );
+        assert_eq!(get(&s_udp.flows_opened), 3, "{s_udp:?}");
+        assert_eq!(s_udp.flows_open.load(Ordering::Relaxed), 3);
+        assert_eq!(get(&c_udp.sessions_opened), 1, "the session lives on");
+        // The target comes up on that port: every flow carries on.
+        let sock = UdpSocket::bind(target).await.unwrap();
+        tokio::spawn(async move {
+            let mut b = [0u8; 2048];
+            while let Ok((n, from)) = sock.recv_from(&mut b).await {
+                let _ = sock.send_to(&b[..n], from).await;
+            }
+        });
+        for a in &apps {
+            let mut back = false;
+            let mut b = [0u8; 64];
+            for _ in 0..40 {
+                a.send(b"now").await.unwrap();
+                if let Ok(Ok(n)) =
+                    tokio::time::timeout(Duration::from_millis(100), a.recv(&mut b)).await
+                    && &b[..n] == b"now"
+                {
+                    back = true;
+                    break;
+                }
+            }
+            assert!(back, "{s_udp:?}");
+        }
+        assert_eq!(get(&s_udp.flows_opened), 3, "the same flows: {s_udp:?}");
+        assert_eq!(get(&c_udp.sessions_opened), 1);
+        assert_eq!(get(&s_udp.sessions_opened), 1);
+        assert_balanced("server", &s_udp);
+    })
+    .await
+    .expect("test timed out");
+}
+
+/// The client's flow table at `--udpflows`: a new source is refused and
+/// counted while the old flows carry on, and gets a slot once one of them
+/// expired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_client_flow_table_refuses_a_new_source_until_a_flow_expires() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let (target, _echoed, _) = echo_server().await;
+        let (server, _s_udp) = start(&format!("t server --udp -l 127.0.0.1:0 -t {target}")).await;
+        let (entry, c_udp) = start(&format!(
+            "t client --udp -l 127.0.0.1:0 -r {server} --udpflows 2 --udpidle 2"
+        ))
+        .await;
+        let mut apps = Vec::new();
+        for _ in 0..3 {
+            let s = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+            s.connect(entry).await.unwrap();
+            apps.push(s);
+        }
+        let (busy, idle, late) = (&apps[0], &apps[1], &apps[2]);
+        assert!(
+            echo_back_within(busy, b"busy", Duration::from_secs(5))
+                .await
+                .is_some()
+        );
+        assert!(
+            echo_back_within(idle, b"idle", Duration::from_secs(5))
+                .await
+                .is_some()
+        );
+        // Full: the third source's datagrams are dropped and counted.
+        assert!(
+            echo_back_within(late, b"late", Duration::from_millis(500))
+                .await
+                .is_none()
+        );
+        assert!(c_udp.dropped(UdpDropReason::TableFull) > 0, "{c_udp:?}");
+        assert_eq!(c_udp.flows_open.load(Ordering::Relaxed), 2);
+        // The busy flow keeps talking; the idle one expires (2 s), and the
+        // late source gets its slot.
+        let got_in = tokio::time::Instant::now();
+        let mut b = [0u8; 64];
+        let mut late_back = None;
+        while got_in.elapsed() < Duration::from_secs(10) && late_back.is_none() {
+            assert!(
+                echo_back_within(busy, b"busy", Duration::from_secs(2))
+                    .await
+                    .is_some()
+            );
+            late.send(b"late").await.unwrap();
+            if let Ok(Ok(n)) =
+                tokio::time::timeout(Duration::from_millis(200), late.recv(&mut b)).await
+                && &b[..n] == b"late"
+            {
+                late_back = Some(got_in.elapsed());
+            }
+        }
+        assert!(late_back.is_some(), "{c_udp:?}");
+        assert_eq!(
+            get(&c_udp.flows_expired),
+            1,
+            "only the idle flow: {c_udp:?}"
+        );
+        assert_eq!(get(&c_udp.flows_opened), 3);
+        assert_eq!(c_udp.flows_open.load(Ordering::Relaxed), 2);
+        assert_balanced("client", &c_udp);
+    })
+    .await
+    .expect("test timed out");
+}
