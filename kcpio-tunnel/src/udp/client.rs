@@ -803,14 +803,18 @@ mod tests {
         live.pong();
         assert!(!tick(&mut live));
         // An idle session that stays idle after its first pings: none.
-        let mut live = Liveness::default();
-        live.sent = true;
-        live.heard = true;
+        let mut live = Liveness {
+            sent: true,
+            heard: true,
+            ..Liveness::default()
+        };
         let pinged = (0..100).filter(|_| tick(&mut live)).count();
         assert_eq!(pinged, START_PINGS as usize);
         // A server that answers: no pings while datagrams come back.
-        let mut live = Liveness::default();
-        live.sent = true;
+        let mut live = Liveness {
+            sent: true,
+            ..Liveness::default()
+        };
         assert!(tick(&mut live), "the first ping of a used session");
         live.pong();
         for _ in 0..10 {
