@@ -185,7 +185,7 @@ pub(crate) struct Common {
     /// smux max frame size
     #[arg(long, default_value_t = 32_768)]
     pub(crate) framesize: usize,
-    /// seconds between heartbeats
+    /// seconds between heartbeats (smux's; with --udp, which has no smux, the session's keepalive probe, 0 for none, and the session ends after max(30, 3 x this) seconds of silence)
     #[arg(long, default_value_t = 10)]
     pub(crate) keepalive: u64,
     /// seconds the second direction of a connection may outlive the first, 0 until it ends [client 0, server 30]

@@ -324,11 +324,34 @@ pub(crate) fn resolve(cli: Cli) -> Result<Settings, String> {
                 return Err(format!("--target {peer}: --udp sends to one port"));
             }
         }
-        if role == Role::Client && (conn != 1 || autoexpire != 0) {
+        if role == Role::Client && (conn != 1 || autoexpire != 0 || scavengettl != 600) {
             warnings.push(
-                "--conn and --autoexpire are not used with --udp: one session carries every flow"
+                "--conn, --autoexpire and --scavengettl are not used with --udp: one session \
+                 carries every flow (a session that fails or stops answering is replaced)"
                     .to_owned(),
             );
+        }
+        // The smux and compression flags: the session's stream carries no
+        // smux and datagrams are not compressed. Said when one is given
+        // other than its default, so a kcptun operator's config is not
+        // silently half-applied.
+        let unused: Vec<&str> = [
+            ("--nocomp", c.nocomp.is_some() || nocomp),
+            ("--smuxver", c.smuxver != 1),
+            ("--smuxbuf", c.smuxbuf != 4_194_304),
+            ("--streambuf", c.streambuf != 2_097_152),
+            ("--framesize", c.framesize != 32_768),
+            ("--closewait", c.closewait.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(f, given)| given.then_some(f))
+        .collect();
+        if !unused.is_empty() {
+            warnings.push(format!(
+                "{} not used with --udp: no smux, and datagrams are not compressed (both ends \
+                 may differ in them)",
+                unused.join(", ")
+            ));
         }
     }
     if let Some(a) = &udp_beside {
@@ -401,6 +424,15 @@ pub(crate) fn resolve(cli: Cli) -> Result<Settings, String> {
         // not know the session.
         b = b.reuse_port(1);
     }
+    if udp {
+        // No smux: kcptun's --keepalive (smux's heartbeat, which finds a
+        // dead session) becomes the session's own keepalive probe, and the
+        // idle timeout stays at least three of them.
+        let every = Duration::from_secs(c.keepalive);
+        b = b
+            .idle_timeout(kcpio::DEFAULT_IDLE_TIMEOUT.max(every.saturating_mul(3)))
+            .keepalive((c.keepalive > 0).then_some(every));
+    }
     let kcp = b
         .icmp_reset(!noicmpreset)
         .crypto(method, Key::passphrase(c.key.as_str()))
@@ -424,10 +456,12 @@ pub(crate) fn resolve(cli: Cli) -> Result<Settings, String> {
         .datagram_fec_deadline(Duration::from_millis(c.udpdeadline))
         .build()
         .map_err(|e| format!("{}: {e}", kcp_flag(&e.to_string())))?;
+    // --udp has no smux: its --keepalive 0 (no probe) is no mux error.
+    let mux_keepalive = if udp { c.keepalive.max(1) } else { c.keepalive };
     let mux_config = |version| {
         MuxConfig::builder()
             .version(version)
-            .keepalive_interval(Duration::from_secs(c.keepalive))
+            .keepalive_interval(Duration::from_secs(mux_keepalive))
             .max_frame_size(c.framesize)
             .receive_buffer(c.smuxbuf)
             .stream_window(c.streambuf)
@@ -569,6 +603,8 @@ fn go_addr(addr: &str) -> String {
 fn kcp_flag(e: &str) -> &'static str {
     let e = e.to_ascii_lowercase();
     [
+        ("keepalive", "--keepalive"),
+        ("idle_timeout", "--keepalive"),
         ("mtu", "--mtu"),
         ("datagram_fec_deadline", "--udpdeadline"),
         ("fec", "--datashard/--parityshard"),

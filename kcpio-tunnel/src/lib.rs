@@ -91,8 +91,8 @@ pub use limits::Limits;
 pub use log::Log;
 use stats::{Stats, report_stats};
 pub use udp::{
-    DropReason as UdpDropReason, HEADER_LEN as UDP_HEADER_LEN, UdpStats, WINDOW as UDP_WINDOW,
-    WIREGUARD_OVERHEAD, wireguard_mtu,
+    DropReason as UdpDropReason, HEADER_LEN as UDP_HEADER_LEN, SILENT_TICKS as UDP_SILENT_TICKS,
+    UdpStats, WINDOW as UDP_WINDOW, WIREGUARD_OVERHEAD, wireguard_mtu,
 };
 
 /// A bound tunnel end, ready to [`run`](Bound::run).

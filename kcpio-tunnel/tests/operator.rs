@@ -711,6 +711,85 @@ async fn sigusr1_dumps_stats_into_the_appended_log() {
 /// UDP beside TCP: `--udplisten` (client) and `--udptarget` (server), their
 /// `-c` keys over the flags, and the combinations refused by name.
 #[test]
+fn udp_mode_takes_kcptuns_flags_or_names_the_unused() {
+    let p = |s: &str| tunnel::parse(words(s)).unwrap();
+    let udp = "kcpio-tunnel client --udp -l 127.0.0.1:1 -r 127.0.0.1:2";
+    // kcptun's defaults: nothing to say.
+    assert!(p(udp).warnings.is_empty(), "{:?}", p(udp).warnings);
+    assert!(
+        p("kcpio-tunnel server --udp -t 127.0.0.1:1")
+            .warnings
+            .is_empty()
+    );
+    // --keepalive has no smux to go to: it is the session's probe, and
+    // the idle timeout stays three of them or 30 s.
+    for (flag, keepalive, idle) in [
+        ("", "Some(10s)", "Some(30s)"),
+        ("--keepalive 5", "Some(5s)", "Some(30s)"),
+        ("--keepalive 20", "Some(20s)", "Some(60s)"),
+        ("--keepalive 0", "None", "Some(30s)"),
+    ] {
+        let kcp = format!("{:?}", p(&format!("{udp} {flag}")).kcp);
+        assert!(
+            kcp.contains(&format!("keepalive: {keepalive}")),
+            "{flag}: {kcp}"
+        );
+        assert!(
+            kcp.contains(&format!("idle_timeout: {idle}")),
+            "{flag}: {kcp}"
+        );
+    }
+    // Out of range: refused, naming the flag.
+    let e = tunnel::parse(words(&format!("{udp} --keepalive 100000"))).unwrap_err();
+    assert!(e.starts_with("--keepalive"), "{e}");
+    // The flags that do nothing here are named, never silently dropped.
+    for (flag, named) in [
+        ("--scavengettl 30", "--scavengettl"),
+        ("--conn 4", "--conn"),
+        ("--autoexpire 60", "--autoexpire"),
+        ("--nocomp", "--nocomp"),
+        ("--smuxver 2", "--smuxver"),
+        ("--smuxbuf 8388608", "--smuxbuf"),
+        ("--streambuf 1048576", "--streambuf"),
+        ("--framesize 16384", "--framesize"),
+        ("--closewait 5", "--closewait"),
+    ] {
+        let w = p(&format!("{udp} {flag}")).warnings.join("; ");
+        assert!(
+            w.contains(named) && w.contains("not used with --udp"),
+            "{flag}: {w}"
+        );
+    }
+    // What applies, applies: the cipher, the key, the MTU, FEC framing.
+    let s = p(&format!(
+        "{udp} --crypt none --key k --mtu 1400 --datashard 0 --parityshard 0"
+    ));
+    assert!(s.warnings.is_empty(), "{:?}", s.warnings);
+    assert_eq!(s.kcp.method(), kcpio::Method::None);
+    assert!(s.summary.contains("mtu: 1400"), "{}", s.summary);
+    assert!(!s.udp.stream_fec);
+    // The same from a -c file.
+    let file = scratch("udp-flags.json");
+    std::fs::write(
+        &file,
+        r#"{"udp": true, "keepalive": 5, "nocomp": true, "crypt": "none"}"#,
+    )
+    .unwrap();
+    let s = p(&format!(
+        "kcpio-tunnel client -l 127.0.0.1:1 -r 127.0.0.1:2 -c {}",
+        file.display()
+    ));
+    std::fs::remove_file(&file).unwrap();
+    assert!(s.udp.enabled);
+    assert!(format!("{:?}", s.kcp).contains("keepalive: Some(5s)"));
+    assert!(
+        s.warnings.join("; ").contains("--nocomp"),
+        "{:?}",
+        s.warnings
+    );
+}
+
+#[test]
 fn udp_beside_tcp_flags_and_keys() {
     let p = |s: &str| tunnel::parse(words(s));
     let c = p("kcpio-tunnel client -l 127.0.0.1:1 --udplisten :51821 -r 127.0.0.1:2").unwrap();

@@ -1011,3 +1011,388 @@ async fn a_udp_server_listens_on_one_socket() {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     assert_eq!(listeners[0].stats_per_socket().len(), cores.clamp(1, 256));
 }
+
+/// A `--udp` server as a process of its own, so that it can be killed and
+/// started again on the same port.
+fn server_process(listen: SocketAddr, target: SocketAddr) -> std::process::Child {
+    std::process::Command::new(env!("CARGO_BIN_EXE_kcpio-tunnel"))
+        .args(words(&format!(
+            "server --udp -l {listen} -t {target} --snmpperiod 0"
+        )))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// How a server restart meets the flow: the server is down for `down`;
+/// the flow keeps sending one datagram every 50 ms meanwhile, or is idle
+/// (sending nothing while down and for `idle` after the restart, as
+/// WireGuard without a persistent keepalive).
+#[derive(Clone, Copy, Debug)]
+struct Restart {
+    down: Duration,
+    sending: bool,
+    idle: Duration,
+}
+
+/// How long after a `--udp` server was killed and started again on its
+/// port a flow's echoes came back, sending one datagram every 50 ms;
+/// `client_flags` are added to the client's command line. Before the kill
+/// the flow carried 3,000 datagrams each way.
+async fn echoes_after_a_server_restart(r: Restart, client_flags: &str) -> Duration {
+    let (target, _echoed, _) = echo_server().await;
+    let listen = {
+        let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        s.local_addr().unwrap()
+    };
+    let mut server = server_process(listen, target);
+    let (entry, c_udp) = start(&format!(
+        "t client --udp -l 127.0.0.1:0 -r {listen} {client_flags}"
+    ))
+    .await;
+    let app = roomy_socket();
+    app.connect(entry).await.unwrap();
+    // Enough datagrams that a server numbering them afresh stays below
+    // what the client's session and flow last saw for minutes at 20/s.
+    for i in 0..3000 {
+        app.send(b"numbering").await.unwrap();
+        if i % 20 == 19 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    assert!(
+        until(Duration::from_secs(20), || get(&c_udp.local_out) >= 2900).await,
+        "{c_udp:?}"
+    );
+    let mut b = [0u8; 64];
+    let echo_within = |msg: &'static [u8], within: Duration| {
+        let app = &app;
+        async move {
+            let start = tokio::time::Instant::now();
+            let mut b = [0u8; 64];
+            while start.elapsed() < within {
+                app.send(msg).await.unwrap();
+                let r = tokio::time::timeout(Duration::from_millis(50), app.recv(&mut b)).await;
+                if matches!(r, Ok(Ok(n)) if &b[..n] == msg) {
+                    return Some(start.elapsed());
+                }
+            }
+            None
+        }
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    while app.try_recv(&mut b).is_ok() {}
+    assert!(
+        echo_within(b"before", Duration::from_secs(5))
+            .await
+            .is_some()
+    );
+    server.kill().unwrap();
+    server.wait().unwrap();
+    if r.sending {
+        let _ = echo_within(b"down", r.down).await;
+    } else {
+        tokio::time::sleep(r.down).await;
+    }
+    let mut server = server_process(listen, target);
+    tokio::time::sleep(r.idle).await;
+    let back = echo_within(b"after", Duration::from_secs(40)).await;
+    server.kill().unwrap();
+    server.wait().unwrap();
+    let back = back.unwrap_or_else(|| panic!("the flow never came back: {c_udp:?}"));
+    eprintln!("{r:?} ({client_flags}): echoes back {back:?} after the restart: {c_udp:?}");
+    assert_eq!(get(&c_udp.flows_opened), 1, "the same flow carries on");
+    back
+}
+
+/// A server killed and started again on its port: the client finds it
+/// and the flow carries on, within [`tunnel::UDP_SILENT_TICKS`] seconds of
+/// silence and a dial, on the same local port and flow.
+///
+/// Before pings: a server restarted while the flow was idle got the
+/// client's next keepalive probe (sn 0, una 0: an opener, as every probe
+/// of a `--udp` session, whose stream carries nothing) and re-created the
+/// old conversation, and the client's session then took the new server's
+/// datagrams for replays until their count passed the old one's (3,000
+/// here: never, within the 40 s); one restarted while the flow sent, with
+/// no ICMP reaching the client (`--noicmpreset` stands for a firewall),
+/// cost the session's 30 s idle timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_server_is_found_and_the_flow_carries_on() {
+    tokio::time::timeout(Duration::from_secs(200), async {
+        // The session's keepalive probe every second (the --udp meaning of
+        // kcptun's --keepalive), so it re-creates the conversation soon.
+        let idle = Restart {
+            down: Duration::from_millis(300),
+            sending: false,
+            idle: Duration::from_secs(3),
+        };
+        let idle = echoes_after_a_server_restart(idle, "--keepalive 1").await;
+        assert!(idle < Duration::from_secs(8), "{idle:?}");
+        let sending = Restart {
+            down: Duration::from_secs(2),
+            sending: true,
+            idle: Duration::ZERO,
+        };
+        let no_icmp = echoes_after_a_server_restart(sending, "--noicmpreset").await;
+        assert!(no_icmp < Duration::from_secs(8), "{no_icmp:?}");
+    })
+    .await
+    .expect("test timed out");
+}
+
+/// Sends `msg` through `app` every 50 ms until it comes back: how long that
+/// took, or `None` after `within`.
+async fn echo_back_within(app: &UdpSocket, msg: &[u8], within: Duration) -> Option<Duration> {
+    let start = tokio::time::Instant::now();
+    let mut b = [0u8; 64];
+    while start.elapsed() < within {
+        app.send(msg).await.unwrap();
+        let r = tokio::time::timeout(Duration::from_millis(50), app.recv(&mut b)).await;
+        if matches!(r, Ok(Ok(n)) if &b[..n] == msg) {
+            return Some(start.elapsed());
+        }
+    }
+    None
+}
+
+/// All packets dropped both ways for 12 s while the flow keeps sending
+/// (shorter than the sessions' 30 s idle timeout, longer than the
+/// client's silence before it dials a replacement): once the path is back
+/// the flow carries on within a few seconds, on the old session or its
+/// replacement, by itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flow_carries_on_after_a_path_outage_shorter_than_the_idle_timeout() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let (target, _echoed, _) = echo_server().await;
+        let (server, _s_udp) = start(&format!("t server --udp -l 127.0.0.1:0 -t {target}")).await;
+        let relay = Relay::start(server, RelayConfig::symmetric(5, LinkConfig::clean()))
+            .await
+            .unwrap();
+        let (entry, c_udp) = start(&format!(
+            "t client --udp -l 127.0.0.1:0 -r {}",
+            relay.local_addr()
+        ))
+        .await;
+        let app = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        app.connect(entry).await.unwrap();
+        assert!(
+            echo_back_within(&app, b"before", Duration::from_secs(5))
+                .await
+                .is_some()
+        );
+        relay.set_blackhole(true);
+        assert!(
+            echo_back_within(&app, b"cut", Duration::from_secs(12))
+                .await
+                .is_none()
+        );
+        relay.set_blackhole(false);
+        let back = echo_back_within(&app, b"after", Duration::from_secs(20)).await;
+        eprintln!("after a 12 s outage, echoes back in {back:?}: {c_udp:?}");
+        let back = back.unwrap_or_else(|| panic!("the flow never came back: {c_udp:?}"));
+        assert!(back < Duration::from_secs(8), "{back:?}");
+        assert_eq!(get(&c_udp.flows_opened), 1, "the same flow");
+        assert!(get(&c_udp.sessions_opened) <= 2, "{c_udp:?}");
+    })
+    .await
+    .expect("test timed out");
+}
+
+/// A client process killed and started again on its port: the server's
+/// old session lingers, the new client's flow works at once, and the old
+/// session and its flow are gone after the server's idle timeout (30 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_client_is_served_at_once_and_its_old_session_expires() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let (target, _echoed, _) = echo_server().await;
+        let (server, s_udp) = start(&format!("t server --udp -l 127.0.0.1:0 -t {target}")).await;
+        let entry = {
+            let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+            s.local_addr().unwrap()
+        };
+        let client = || {
+            std::process::Command::new(env!("CARGO_BIN_EXE_kcpio-tunnel"))
+                .args(words(&format!(
+                    "client --udp -l {entry} -r {server} --snmpperiod 0"
+                )))
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap()
+        };
+        let app = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        app.connect(entry).await.unwrap();
+        let mut first = client();
+        assert!(
+            echo_back_within(&app, b"first", Duration::from_secs(10))
+                .await
+                .is_some()
+        );
+        first.kill().unwrap();
+        first.wait().unwrap();
+        let mut second = client();
+        let back = echo_back_within(&app, b"second", Duration::from_secs(10)).await;
+        let sessions_then = s_udp.sessions().len();
+        let old_gone = until(Duration::from_secs(45), || {
+            s_udp.sessions().len() == 1 && s_udp.flows_open.load(Ordering::Relaxed) == 1
+        })
+        .await;
+        second.kill().unwrap();
+        second.wait().unwrap();
+        eprintln!("restarted client: echo back in {back:?}: {s_udp:?}");
+        let back = back.expect("the new client's flow works");
+        // The new process's start (a second) and its session's connect.
+        assert!(back < Duration::from_secs(5), "{back:?}");
+        assert_eq!(sessions_then, 2, "the old session lingers");
+        assert!(old_gone, "the old session and its flow expire: {s_udp:?}");
+        assert_eq!(get(&s_udp.flows_opened), 2);
+    })
+    .await
+    .expect("test timed out");
+}
+
+/// Nothing listening on the server's `-t` port: the kernel's ICMP "port
+/// unreachable" reaches the flow's connected socket as `ECONNREFUSED` on
+/// its next call. That costs the datagrams sent meanwhile (counted, `send
+/// failed`), never the session, another flow or the server; the flow
+/// carries on once the target listens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusing_target_costs_its_datagrams_not_the_session_and_the_flow_recovers() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let target = {
+            let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+            s.local_addr().unwrap()
+        };
+        let (server, s_udp) = start(&format!("t server --udp -l 127.0.0.1:0 -t {target}")).await;
+        let (entry, c_udp) = start(&format!("t client --udp -l 127.0.0.1:0 -r {server}")).await;
+        let apps: Vec<UdpSocket> = {
+            let mut v = Vec::new();
+            for _ in 0..3 {
+                let s = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+                s.connect(entry).await.unwrap();
+                v.push(s);
+            }
+            v
+        };
+        // Two seconds of every flow sending into the refusing port.
+        for _ in 0..40 {
+            for a in &apps {
+                a.send(b"anyone?").await.unwrap();
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(
+            until(Duration::from_secs(5), || s_udp
+                .dropped(UdpDropReason::SendFailed)
+                > 0)
+            .await,
+            "refusals counted: {s_udp:?}"
+        );
+        assert_eq!(get(&s_udp.flows_opened), 3, "{s_udp:?}");
+        assert_eq!(s_udp.flows_open.load(Ordering::Relaxed), 3);
+        assert_eq!(get(&c_udp.sessions_opened), 1, "the session lives on");
+        // The target comes up on that port: every flow carries on.
+        let sock = UdpSocket::bind(target).await.unwrap();
+        tokio::spawn(async move {
+            let mut b = [0u8; 2048];
+            while let Ok((n, from)) = sock.recv_from(&mut b).await {
+                let _ = sock.send_to(&b[..n], from).await;
+            }
+        });
+        for a in &apps {
+            let mut back = false;
+            let mut b = [0u8; 64];
+            for _ in 0..40 {
+                a.send(b"now").await.unwrap();
+                if let Ok(Ok(n)) =
+                    tokio::time::timeout(Duration::from_millis(100), a.recv(&mut b)).await
+                    && &b[..n] == b"now"
+                {
+                    back = true;
+                    break;
+                }
+            }
+            assert!(back, "{s_udp:?}");
+        }
+        assert_eq!(get(&s_udp.flows_opened), 3, "the same flows: {s_udp:?}");
+        assert_eq!(get(&c_udp.sessions_opened), 1);
+        assert_eq!(get(&s_udp.sessions_opened), 1);
+        assert_balanced("server", &s_udp);
+    })
+    .await
+    .expect("test timed out");
+}
+
+/// The client's flow table at `--udpflows`: a new source is refused and
+/// counted while the old flows carry on, and gets a slot once one of them
+/// expired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_client_flow_table_refuses_a_new_source_until_a_flow_expires() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let (target, _echoed, _) = echo_server().await;
+        let (server, _s_udp) = start(&format!("t server --udp -l 127.0.0.1:0 -t {target}")).await;
+        let (entry, c_udp) = start(&format!(
+            "t client --udp -l 127.0.0.1:0 -r {server} --udpflows 2 --udpidle 2"
+        ))
+        .await;
+        let mut apps = Vec::new();
+        for _ in 0..3 {
+            let s = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+            s.connect(entry).await.unwrap();
+            apps.push(s);
+        }
+        let (busy, idle, late) = (&apps[0], &apps[1], &apps[2]);
+        assert!(
+            echo_back_within(busy, b"busy", Duration::from_secs(5))
+                .await
+                .is_some()
+        );
+        assert!(
+            echo_back_within(idle, b"idle", Duration::from_secs(5))
+                .await
+                .is_some()
+        );
+        // Full: the third source's datagrams are dropped and counted.
+        assert!(
+            echo_back_within(late, b"late", Duration::from_millis(500))
+                .await
+                .is_none()
+        );
+        assert!(c_udp.dropped(UdpDropReason::TableFull) > 0, "{c_udp:?}");
+        assert_eq!(c_udp.flows_open.load(Ordering::Relaxed), 2);
+        // The busy flow keeps talking; the idle one expires (2 s), and the
+        // late source gets its slot.
+        let got_in = tokio::time::Instant::now();
+        let mut b = [0u8; 64];
+        let mut late_back = None;
+        while got_in.elapsed() < Duration::from_secs(10) && late_back.is_none() {
+            assert!(
+                echo_back_within(busy, b"busy", Duration::from_secs(2))
+                    .await
+                    .is_some()
+            );
+            late.send(b"late").await.unwrap();
+            if let Ok(Ok(n)) =
+                tokio::time::timeout(Duration::from_millis(200), late.recv(&mut b)).await
+                && &b[..n] == b"late"
+            {
+                late_back = Some(got_in.elapsed());
+            }
+        }
+        assert!(late_back.is_some(), "{c_udp:?}");
+        assert_eq!(
+            get(&c_udp.flows_expired),
+            1,
+            "only the idle flow: {c_udp:?}"
+        );
+        assert_eq!(get(&c_udp.flows_opened), 3);
+        assert_eq!(c_udp.flows_open.load(Ordering::Relaxed), 2);
+        assert_balanced("client", &c_udp);
+    })
+    .await
+    .expect("test timed out");
+}

@@ -3,8 +3,10 @@
 //! itself ([`KcpStream::set_datagram_sink`]), so no task is woken for a
 //! datagram from the server. The flow table is shared by the two (locked
 //! once per batch each way); nothing is allocated per datagram. A lost
-//! session is replaced (retried every second) and the flows carry on over
-//! the new one.
+//! session is replaced (retried after 0.25 s, 0.5 s, then every second)
+//! and the flows carry on over the new one; so is a session whose server
+//! stopped answering pings while the flows send (see [`Liveness`] and the
+//! module `udp`'s "Ping and pong").
 //!
 //! With `--udp` the session is the task's own; with `--udplisten` it is
 //! the TCP client's first pooled session ([`Sessions::Beside`]), whose
@@ -15,7 +17,7 @@ use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 use std::io::{self, IoSliceMut};
 use std::net::SocketAddr;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
@@ -24,8 +26,9 @@ use kcpio::{DatagramFecStats, KcpStream, RelaySocket};
 use tokio::net::UdpSocket;
 
 use super::{
-    DropReason, FlowCounters, HEADER_LEN, MAX_FLOW_ID, MAX_UDP, RECV_BATCH, Seen, UdpStats,
-    WIREGUARD_OVERHEAD, Window, parse_header, put_header, send_each, wireguard_mtu,
+    Control, DropReason, FlowCounters, HEADER_LEN, MAX_FLOW_ID, MAX_UDP, RECV_BATCH, SILENT_TICKS,
+    Seen, UdpStats, WIREGUARD_OVERHEAD, Window, control, parse_control, parse_header, put_header,
+    send_each, wireguard_mtu,
 };
 use crate::client::Pool;
 use crate::config::{HostPorts, Settings};
@@ -162,6 +165,84 @@ impl Flows {
     }
 }
 
+/// Pings sent once a session is used, to learn whether its server answers.
+const START_PINGS: u32 = 3;
+/// Ticks of silence while sending between pings to a server that has not
+/// answered one yet (an older kcpio counts each as a `bad header`).
+const UNANSWERED_EVERY: u32 = 10;
+
+/// Whether the session's server still answers, judged once a second (a
+/// tick) from its pongs and the flows' datagrams.
+#[derive(Debug, Default)]
+struct Liveness {
+    /// The server answered a ping on this session.
+    answers: bool,
+    /// A pong or a flow's datagram came since the last tick.
+    heard: bool,
+    /// A flow's datagram was handed to the session since the last tick.
+    sent: bool,
+    /// One was since the session started.
+    used: bool,
+    /// Ticks without hearing anything, counted from the first one after
+    /// sending (an idle client counts none).
+    silent: u32,
+    /// Pings sent on this session.
+    pings: u32,
+}
+
+impl Liveness {
+    /// One tick: whether to ping now.
+    fn tick(&mut self) -> bool {
+        self.used |= self.sent;
+        if std::mem::take(&mut self.heard) {
+            self.silent = 0;
+        } else if self.sent || self.silent > 0 {
+            self.silent += 1;
+        }
+        self.sent = false;
+        if self.answers {
+            self.silent > 0
+        } else {
+            // Unanswered so far: three pings, then one every
+            // UNANSWERED_EVERY ticks of silence while sending (the first
+            // three may have met a path that dropped everything).
+            (self.used && self.pings < START_PINGS)
+                || (self.silent > 0 && self.silent.is_multiple_of(UNANSWERED_EVERY))
+        }
+    }
+
+    /// A server that answers pings said nothing for [`SILENT_TICKS`] ticks
+    /// while the flows sent: time to dial a replacement.
+    fn silent(&self) -> bool {
+        self.answers && self.silent >= SILENT_TICKS
+    }
+
+    fn pong(&mut self) {
+        self.answers = true;
+        self.heard = true;
+    }
+
+    /// Takes what the session's sink saw since the last look.
+    fn absorb(&mut self, heard: &Heard) {
+        if heard.pong.swap(false, Ordering::Relaxed) {
+            self.pong();
+        }
+        if heard.any.swap(false, Ordering::Relaxed) {
+            self.heard = true;
+        }
+    }
+}
+
+/// What the session's datagram sink (on the driver's task) tells the
+/// client's task about the way back, read at its ticks.
+#[derive(Debug, Default)]
+struct Heard {
+    /// A pong came.
+    pong: AtomicBool,
+    /// A pong or a flow's datagram came.
+    any: AtomicBool,
+}
+
 /// The client's local datagrams, read in batches: buffer `i` holds a
 /// flow header's room, then the payload of datagram `i`.
 struct Batch {
@@ -223,6 +304,11 @@ pub(crate) async fn run_udp_client(
     let mut down = Down::new();
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     let mut ended: Option<Arc<KcpStream>> = None;
+    // A session dialled beside a silent one, which the flows move to.
+    let mut next: Option<Attached> = None;
+    // Pings only on a session of our own: a pooled one is the TCP
+    // client's, whose mux watches it.
+    let pinging = matches!(sessions, Sessions::Own);
     loop {
         let target = Target {
             sessions: &sessions,
@@ -230,19 +316,28 @@ pub(crate) async fn run_udp_client(
             settings: &settings,
             ended: ended.take(),
         };
-        let Attached { kcp, mux } = connect(&local, target, &udp, &log, &mut up).await;
+        let Attached { kcp, mux } = match next.take() {
+            Some(a) => a,
+            None => connect(&local, target, &udp, &log, &mut up).await,
+        };
         let mut max = kcp.max_datagram_payload();
         let mut negotiated = report_mtu(&log, &kcp);
         // The server numbers each flow afresh on a new session.
         lock(&flows).restart(&udp);
+        let heard = Arc::new(Heard::default());
         {
-            let (flows, local, udp) = (Arc::clone(&flows), Arc::clone(&local), Arc::clone(&udp));
+            let (flows, local, udp, heard) = (
+                Arc::clone(&flows),
+                Arc::clone(&local),
+                Arc::clone(&udp),
+                Arc::clone(&heard),
+            );
             kcp.set_datagram_sink(move |batch| {
                 udp.tunnel_in
                     .fetch_add(batch.len() as u64, Ordering::Relaxed);
                 let mut flows = lock(&flows);
                 for chunk in batch.chunks(RECV_BATCH) {
-                    deliver(&local, chunk, &mut flows, &udp);
+                    deliver(&local, chunk, (&mut flows, &heard), &udp);
                 }
             });
         }
@@ -253,6 +348,8 @@ pub(crate) async fn run_udp_client(
             stats.watch_session(&kcp);
         }
         udp.watch_session(&kcp);
+        let mut live = Liveness::default();
+        let mut dialling: Option<Dial<'_>> = None;
         let mut lost: Option<io::Error> = None;
         while lost.is_none() {
             tokio::select! {
@@ -267,6 +364,7 @@ pub(crate) async fn run_udp_client(
                             continue;
                         }
                         lost = send_up(&kcp, max, (buf, n, from), &mut flows, (&udp, &log)).err();
+                        live.sent = true;
                     }
                 }
                 r = kcp.recv_datagram(down.first()) => {
@@ -283,9 +381,52 @@ pub(crate) async fn run_udp_client(
                     udp.tunnel_in.fetch_add(got as u64, Ordering::Relaxed);
                     let batch: [&[u8]; RECV_BATCH] = std::array::from_fn(|i| down.get(i));
                     let batch = batch.get(..got).unwrap_or_default();
-                    deliver(&local, batch, &mut lock(&flows), &udp);
+                    deliver(&local, batch, (&mut lock(&flows), &heard), &udp);
+                }
+                r = async {
+                    match dialling.as_mut() {
+                        Some(d) => d.as_mut().await,
+                        None => std::future::pending().await,
+                    }
+                }, if dialling.is_some() => {
+                    dialling = None;
+                    live.absorb(&heard);
+                    if live.heard {
+                        // The old session answered meanwhile: keep it.
+                        log.line("udp: the server answered again; dropping the replacement session");
+                        continue;
+                    }
+                    match r {
+                        Ok(a) if carries(&a, &settings) => {
+                            udp.replacements_taken.fetch_add(1, Ordering::Relaxed);
+                            log.line(format!(
+                                "udp: the server answered nothing for {} s while the flows sent; \
+                                 a new session answered: moving the flows to it",
+                                live.silent
+                            ));
+                            next = Some(a);
+                            break;
+                        }
+                        Ok(_) => log.line("udp: the replacement session carries no datagrams; keeping the old one"),
+                        Err(e) => log.line(format!("udp: a replacement session failed: {e}")),
+                    }
                 }
                 _ = tick.tick() => {
+                    live.absorb(&heard);
+                    if live.heard {
+                        // The old session answers: no replacement.
+                        dialling = None;
+                    }
+                    if pinging && live.tick() {
+                        live.pings += 1;
+                        if kcp.try_send_datagram(&control(false, live.pings)).is_ok() {
+                            udp.control_out.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    if pinging && live.silent() && dialling.is_none() {
+                        udp.replacements_dialled.fetch_add(1, Ordering::Relaxed);
+                        dialling = Some(Box::pin(dial(&remote, &settings, &log)));
+                    }
                     lock(&flows).expire(idle_ticks, &udp, &log);
                     // Answered late: FEC-protected datagrams, fragmented
                     // beyond one packet.
@@ -424,15 +565,27 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// Hands `batch` (at most [`RECV_BATCH`] datagrams from the server) to
 /// their flows' sources, in one system call (`sendmmsg`) for the batch; a
-/// full socket drops and counts (`send_failed`).
-fn deliver(local: &RelaySocket, batch: &[&[u8]], flows: &mut Flows, udp: &UdpStats) {
+/// full socket drops and counts (`send_failed`). Pongs and delivered
+/// datagrams are noted in `heard` for the client's [`Liveness`].
+fn deliver(
+    local: &RelaySocket,
+    batch: &[&[u8]],
+    (flows, heard): (&mut Flows, &Heard),
+    udp: &UdpStats,
+) {
     let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
     let mut out: [(&[u8], SocketAddr); RECV_BATCH] = [(&[], unspecified); RECV_BATCH];
     let mut ids = [0u32; RECV_BATCH];
     let mut n = 0;
     for &d in batch.iter().take(RECV_BATCH) {
         let Some((id, seq)) = parse_header(d) else {
-            udp.count_drop(DropReason::BadHeader);
+            if let Some(Control::Pong(_)) = parse_control(d) {
+                udp.count_control_in();
+                heard.pong.store(true, Ordering::Relaxed);
+                heard.any.store(true, Ordering::Relaxed);
+            } else {
+                udp.count_drop(DropReason::BadHeader);
+            }
             continue;
         };
         let Some(flow) = flows.by_id.get_mut(&id) else {
@@ -451,6 +604,7 @@ fn deliver(local: &RelaySocket, batch: &[&[u8]], flows: &mut Flows, udp: &UdpSta
                 continue;
             }
         }
+        heard.any.store(true, Ordering::Relaxed);
         out[n] = (d.get(HEADER_LEN..).unwrap_or_default(), flow.addr);
         ids[n] = id;
         n += 1;
@@ -487,6 +641,7 @@ async fn connect(
     } = target;
     // The pooled session last said not to negotiate (said once).
     let mut told = None;
+    let mut wait = Duration::from_millis(250);
     loop {
         let attempt = async {
             if let Sessions::Beside(pool) = sessions {
@@ -496,22 +651,7 @@ async fn connect(
                     mux: Some(Arc::downgrade(&mux)),
                 });
             }
-            let name = remote.pick();
-            let addr = tokio::net::lookup_host(&name)
-                .await
-                .map_err(|e| io::Error::new(e.kind(), format!("--remoteaddr {name}: {e}")))?
-                .next()
-                .ok_or_else(|| io::Error::other(format!("--remoteaddr {name}: no address")))?;
-            let kcp = KcpStream::connect(addr, &settings.kcp).await?;
-            log.line(format!(
-                "udp session: {} -> {addr}",
-                kcp.local_addr()
-                    .map_or_else(|e| e.to_string(), |a| a.to_string())
-            ));
-            io::Result::Ok(Attached {
-                kcp: Arc::new(kcp),
-                mux: None,
-            })
+            dial(remote, settings, log).await
         };
         tokio::pin!(attempt);
         let r = loop {
@@ -538,23 +678,17 @@ async fn connect(
                     );
                 }
             }
-            // Negotiated: the extension's own parity. Not (a server without
-            // --udp, or not kcpio): kcp-go's plain OOB, which only a
-            // session with stream FEC carries.
-            Ok(a)
-                if a.kcp.stats().datagram_fec.negotiated
-                    || (settings.udp.stream_fec && a.kcp.max_datagram_payload() > HEADER_LEN) =>
-            {
-                return a;
-            }
+            Ok(a) if carries(&a, settings) => return a,
             Ok(_) => log.line(
                 "udp: the server did not negotiate FEC datagrams (not a kcpio server with \
                  --udp?) and --datashard is 0: this session carries no datagrams; retrying",
             ),
             Err(e) => log.line(format!("re-connecting: {e}")),
         }
-        // Keep draining while waiting.
-        let pause = tokio::time::sleep(Duration::from_secs(1));
+        // Keep draining while waiting: 0.25 s, 0.5 s, then every second, so
+        // a restarted server is found soon after it is back.
+        let pause = tokio::time::sleep(wait);
+        wait = (wait * 2).min(Duration::from_secs(1));
         tokio::pin!(pause);
         loop {
             tokio::select! {
@@ -563,6 +697,38 @@ async fn connect(
             }
         }
     }
+}
+
+/// A session being dialled beside one that went silent.
+type Dial<'a> = std::pin::Pin<Box<dyn Future<Output = io::Result<Attached>> + Send + 'a>>;
+
+/// A session of our own to `remote` (`--udp`).
+async fn dial(remote: &HostPorts, settings: &Settings, log: &Log) -> io::Result<Attached> {
+    let name = remote.pick();
+    let addr = tokio::net::lookup_host(&name)
+        .await
+        .map_err(|e| io::Error::new(e.kind(), format!("--remoteaddr {name}: {e}")))?
+        .next()
+        .ok_or_else(|| io::Error::other(format!("--remoteaddr {name}: no address")))?;
+    let kcp = KcpStream::connect(addr, &settings.kcp).await?;
+    log.line(format!(
+        "udp session: {} -> {addr}",
+        kcp.local_addr()
+            .map_or_else(|e| e.to_string(), |a| a.to_string())
+    ));
+    Ok(Attached {
+        kcp: Arc::new(kcp),
+        mux: None,
+    })
+}
+
+/// Whether a session of our own carries datagrams: FEC datagrams
+/// negotiated (the extension's own parity), or else kcp-go's plain OOB,
+/// which only a session with stream FEC carries (a server without `--udp`,
+/// or not kcpio).
+fn carries(a: &Attached, settings: &Settings) -> bool {
+    a.kcp.stats().datagram_fec.negotiated
+        || (settings.udp.stream_fec && a.kcp.max_datagram_payload() > HEADER_LEN)
 }
 
 /// Counts the local datagrams read while no session carries them: in,
@@ -662,6 +828,77 @@ mod tests {
             .take_while(char::is_ascii_digit)
             .collect();
         digits.parse().expect("a number")
+    }
+
+    /// Ticks `live` once, pinging when it says so; whether it pinged.
+    fn tick(live: &mut Liveness) -> bool {
+        let ping = live.tick();
+        if ping {
+            live.pings += 1;
+        }
+        ping
+    }
+
+    #[test]
+    fn pings_go_only_where_an_answer_is_wanted_and_silence_while_sending_is_noticed() {
+        // An idle session: no pings, never silent.
+        let mut live = Liveness::default();
+        for _ in 0..100 {
+            assert!(!tick(&mut live));
+        }
+        assert!(!live.silent());
+        // Used once, toward a server that never answers (an older kcpio):
+        // three pings, then one per 10 ticks of silence, and never taken
+        // for silent.
+        live.sent = true;
+        let pinged = (0..100).filter(|_| tick(&mut live)).count();
+        assert_eq!(
+            pinged,
+            START_PINGS as usize + 100 / UNANSWERED_EVERY as usize
+        );
+        assert!(!live.silent());
+        // An answer at last: from then on, silence is noticed.
+        live.pong();
+        assert!(!tick(&mut live));
+        // An idle session that stays idle after its first pings: none.
+        let mut live = Liveness {
+            sent: true,
+            heard: true,
+            ..Liveness::default()
+        };
+        let pinged = (0..100).filter(|_| tick(&mut live)).count();
+        assert_eq!(pinged, START_PINGS as usize);
+        // A server that answers: no pings while datagrams come back.
+        let mut live = Liveness {
+            sent: true,
+            ..Liveness::default()
+        };
+        assert!(tick(&mut live), "the first ping of a used session");
+        live.pong();
+        for _ in 0..10 {
+            live.sent = true;
+            live.heard = true;
+            assert!(!tick(&mut live));
+        }
+        // Sending and hearing nothing: a ping every tick, silent after
+        // SILENT_TICKS of them, even once the sending stopped.
+        live.sent = true;
+        for t in 1..=SILENT_TICKS {
+            assert!(!live.silent(), "tick {t}");
+            assert!(tick(&mut live), "tick {t}");
+        }
+        assert!(live.silent());
+        assert!(tick(&mut live));
+        assert!(live.silent());
+        // Anything heard ends it.
+        live.heard = true;
+        assert!(!tick(&mut live));
+        assert!(!live.silent());
+        // Silence while idle is no silence.
+        for _ in 0..10 {
+            assert!(!tick(&mut live));
+        }
+        assert!(!live.silent());
     }
 
     #[test]

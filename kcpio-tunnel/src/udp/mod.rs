@@ -17,8 +17,8 @@
 //! +------+--------------+------------------------------+---------
 //! ```
 //!
-//! - byte 0: version in the high nibble (1), kind in the low one (0: data;
-//!   no other kind is defined). Anything else is dropped and counted
+//! - byte 0: version in the high nibble (1), kind in the low one: 0 data,
+//!   1 ping, 2 pong (below). Anything else is dropped and counted
 //!   (`bad header`), so a later version can be told apart.
 //! - flow id: chosen by the client for a local source address, never reused
 //!   by one client process (it wraps after 2^24 flows, skipping live ones);
@@ -28,6 +28,27 @@
 //!   replayed or twice-delivered datagram) or one older than the window is
 //!   dropped and counted; gaps that never fill are the flow's loss after
 //!   the session's recovery ("lost").
+//!
+//! # Ping and pong: noticing a server that stopped answering
+//!
+//! The client asks whether the server still answers with a ping (byte 0
+//! `0x11`, flow id 0, the ping's number as the sequence, no payload); the
+//! server answers each with a pong (`0x12`, the same number). Both cross
+//! the session as datagrams (with FEC parity where negotiated). The client
+//! pings three times at a session's start (to learn whether the server
+//! answers: an older kcpio server counts a ping as `bad header` and never
+//! answers, and is then never pinged again on that session), and, with a
+//! server that answers, once a second while it hears nothing back
+//! (neither a pong nor a flow's datagram) after sending. After
+//! [`SILENT_TICKS`] such seconds it dials a new session beside the old one
+//! and moves the flows to it once it connects; anything heard from the old
+//! one first cancels the dial. This is how the client finds a restarted
+//! server, which knows nothing of the old session (kcp-go's wire has no
+//! reset: the new process drops the old session's packets, or re-creates
+//! it from a keepalive probe and numbers its datagrams afresh, which the
+//! client's session then takes as replays), where no ICMP "port
+//! unreachable" tells it sooner. An idle client sends no pings; the
+//! session's keepalive probes keep it open.
 //!
 //! # Bounds
 //!
@@ -81,6 +102,13 @@ use std::time::Duration;
 pub const HEADER_LEN: usize = 8;
 /// Byte 0 of a version 1 data datagram.
 const V1_DATA: u8 = 0x10;
+/// Byte 0 of a ping (version 1, kind 1).
+const V1_PING: u8 = 0x11;
+/// Byte 0 of a pong (version 1, kind 2).
+const V1_PONG: u8 = 0x12;
+/// Seconds of silence after sending (each with a ping unanswered) after
+/// which the client dials a replacement session.
+pub const SILENT_TICKS: u32 = 3;
 /// The largest flow id (24 bits).
 pub(crate) const MAX_FLOW_ID: u32 = 0x00ff_ffff;
 /// Sequence numbers a receiver remembers, for duplicates and late arrivals.
@@ -110,6 +138,45 @@ pub(crate) fn put_header(buf: &mut [u8], flow: u32, seq: u32) {
     buf[0] = V1_DATA;
     buf[1..4].copy_from_slice(&id[1..4]);
     buf[4..8].copy_from_slice(&seq.to_be_bytes());
+}
+
+/// A ping (`pong` false) or a pong numbered `seq`: a header alone.
+pub(crate) fn control(pong: bool, seq: u32) -> [u8; HEADER_LEN] {
+    let mut b = [0; HEADER_LEN];
+    put_header(&mut b, 0, seq);
+    b[0] = if pong { V1_PONG } else { V1_PING };
+    b
+}
+
+/// What a control datagram is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Control {
+    /// A ping numbered so: answer it.
+    Ping(u32),
+    /// A pong answering that ping.
+    Pong(u32),
+}
+
+/// Reads a ping or a pong; `None` for anything else (data among it). The
+/// caller counts one it takes in `control_in` and out of `tunnel_in`.
+pub(crate) fn parse_control(buf: &[u8]) -> Option<Control> {
+    let h: &[u8; HEADER_LEN] = buf.get(..HEADER_LEN)?.try_into().ok()?;
+    let seq = u32::from_be_bytes([h[4], h[5], h[6], h[7]]);
+    match h[0] {
+        V1_PING => Some(Control::Ping(seq)),
+        V1_PONG => Some(Control::Pong(seq)),
+        _ => None,
+    }
+}
+
+impl UdpStats {
+    /// A ping or pong taken from the session: counted as such, not as one
+    /// of the flows' datagrams (the caller counted every datagram it took
+    /// in `tunnel_in` first).
+    pub(crate) fn count_control_in(&self) {
+        self.tunnel_in.fetch_sub(1, Ordering::Relaxed);
+        self.control_in.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// Reads a header: `(flow id, sequence)`, or `None` when `buf` is shorter
@@ -313,6 +380,16 @@ pub struct UdpStats {
     pub tunnel_in: AtomicU64,
     /// Datagrams written to the local side.
     pub local_out: AtomicU64,
+    /// Pings and pongs sent (client: pings; server: pongs).
+    pub control_out: AtomicU64,
+    /// Pings and pongs taken from the session (client: pongs; server:
+    /// pings); not in `tunnel_in`, which counts the flows' datagrams.
+    pub control_in: AtomicU64,
+    /// Client: sessions dialled beside one that stopped answering pings
+    /// while flows sent, and of those, the ones the flows moved to.
+    pub replacements_dialled: AtomicU64,
+    /// See [`replacements_dialled`](Self::replacements_dialled).
+    pub replacements_taken: AtomicU64,
     /// Sequence numbers missing at flows that ended, or (client) whose
     /// session was replaced: their "lost".
     pub lost: AtomicU64,
@@ -379,7 +456,8 @@ impl UdpStats {
     pub(crate) fn line(&self) -> String {
         let mut s = format!(
             "udp sessions {}, flows {} open / {} total / {} expired, datagrams local in {} tunnel out {}, \
-             tunnel in {} local out {}, lost (ended flows) {}, dropped {}",
+             tunnel in {} local out {}, pings/pongs out {} in {}, silent sessions replaced {} of {} \
+             dialled, lost (ended flows) {}, dropped {}",
             self.sessions_opened.load(Ordering::Relaxed),
             self.flows_open.load(Ordering::Relaxed),
             self.flows_opened.load(Ordering::Relaxed),
@@ -388,6 +466,10 @@ impl UdpStats {
             self.tunnel_out.load(Ordering::Relaxed),
             self.tunnel_in.load(Ordering::Relaxed),
             self.local_out.load(Ordering::Relaxed),
+            self.control_out.load(Ordering::Relaxed),
+            self.control_in.load(Ordering::Relaxed),
+            self.replacements_taken.load(Ordering::Relaxed),
+            self.replacements_dialled.load(Ordering::Relaxed),
             self.lost.load(Ordering::Relaxed),
             self.dropped_total(),
         );
@@ -534,8 +616,16 @@ mod tests {
         assert_eq!(parse_header(&b[..7]), None, "short");
         b[0] = 0x20;
         assert_eq!(parse_header(&b), None, "version 2");
-        b[0] = 0x11;
+        b[0] = 0x13;
         assert_eq!(parse_header(&b), None, "unknown kind");
+        assert_eq!(parse_control(&b), None, "unknown kind");
+        // Pings and pongs are not data, and data is neither.
+        assert_eq!(parse_control(&control(false, 7)), Some(Control::Ping(7)));
+        assert_eq!(parse_control(&control(true, 7)), Some(Control::Pong(7)));
+        assert_eq!(parse_header(&control(false, 7)), None);
+        put_header(&mut b, 0, 7);
+        assert_eq!(parse_control(&b), None, "data");
+        assert_eq!(parse_control(&control(true, 7)[..7]), None, "short");
     }
 
     #[test]

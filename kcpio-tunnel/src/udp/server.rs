@@ -19,8 +19,8 @@ use tokio::task::JoinHandle;
 
 use super::client::{negotiated_since, report_mtu};
 use super::{
-    DropReason, FlowCounters, HEADER_LEN, MAX_UDP, Seen, UdpStats, Window, parse_header,
-    put_header, send_each,
+    Control, DropReason, FlowCounters, HEADER_LEN, MAX_UDP, Seen, UdpStats, Window, control,
+    parse_control, parse_header, put_header, send_each,
 };
 use crate::config::Settings;
 use crate::log::Log;
@@ -266,7 +266,20 @@ fn admit(
 ) -> Option<u32> {
     let udp = &shared.udp;
     let Some((id, seq)) = parse_header(d) else {
-        udp.count_drop(DropReason::BadHeader);
+        match parse_control(d) {
+            // The client asks whether this session still answers.
+            Some(Control::Ping(n)) => {
+                udp.count_control_in();
+                let sent = kcp
+                    .upgrade()
+                    .is_some_and(|kcp| kcp.try_send_datagram(&control(true, n)).is_ok());
+                if sent {
+                    udp.control_out.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            // A pong is the client's to take: counted as a bad header here.
+            Some(Control::Pong(_)) | None => udp.count_drop(DropReason::BadHeader),
+        }
         return None;
     };
     if !flows.contains_key(&id) {
