@@ -350,6 +350,10 @@ struct TxGroup {
     opened: Duration,
     target: usize,
     len: usize,
+    /// Each data body's length in the arena: zero-padded to `len` when
+    /// the group closes, not to the stride as it is written (most of a
+    /// group's bodies are as long as its longest).
+    lens: [u16; MAX_K],
     /// `first, k, m, next index, len` of parity waiting to leave.
     pending: Option<(u32, usize, usize, usize, usize)>,
     /// Copies each of its data shards leaves with at once (a sparse
@@ -550,6 +554,7 @@ impl DgramFec {
                 opened: Duration::ZERO,
                 target: 1,
                 len: 0,
+                lens: [0; MAX_K],
                 pending: None,
                 copies: 0,
                 rest: 0,
@@ -933,7 +938,8 @@ impl DgramFec {
         if let Some(piece) = piece {
             body[BODY_HDR..].copy_from_slice(piece);
         }
-        // Into the group's arena, zero-padded to the stride.
+        // Into the group's arena (zero-padded to the group's longest body
+        // when it closes).
         grow_arena(
             &mut self.tx_arena,
             (MAX_K + MAX_M) * STRIDE,
@@ -942,8 +948,10 @@ impl DgramFec {
         let slot = self
             .tx_arena
             .get_mut(self.group.count * STRIDE..(self.group.count + 1) * STRIDE)?;
-        slot[..body_len].copy_from_slice(&out[HDR..]);
-        slot[body_len..].fill(0);
+        slot.get_mut(..body_len)?.copy_from_slice(&out[HDR..]);
+        if let Some(l) = self.group.lens.get_mut(self.group.count) {
+            *l = body_len as u16;
+        }
         if self.group.copies > 0 {
             self.copy_due = Some((seq, self.group.count, 0, self.group.copies, body_len));
         }
@@ -1201,6 +1209,13 @@ impl DgramFec {
         let Some(codec) = self.codecs.encoder(k, m) else {
             return;
         };
+        // The code reads every body zero-padded to the longest.
+        for (i, &l) in self.group.lens.iter().enumerate().take(k) {
+            let at = i * STRIDE;
+            if let Some(tail) = self.tx_arena.get_mut(at + usize::from(l)..at + len) {
+                tail.fill(0);
+            }
+        }
         let (data, parity) = self.tx_arena.split_at_mut(MAX_K * STRIDE);
         if codec.encode(data, STRIDE, len, parity).is_ok() {
             self.group.pending = Some((self.group.first, k, m, 0, len));
@@ -1748,7 +1763,7 @@ impl DgramFec {
         if rebuilt {
             return true;
         }
-        self.rx.store(seq, body, true);
+        self.rx.store(seq, body);
         self.deliver(seq, body, sink, false);
         self.try_groups_with(seq, sink);
         true
@@ -2007,7 +2022,7 @@ impl DgramFec {
             return true;
         }
         let body = p.get(PARITY_HDR..).unwrap_or_default();
-        match self.rx.take_parity((first, k, m, idx), body, true) {
+        match self.rx.take_parity((first, k, m, idx), body) {
             Parity::Conflict => false,
             Parity::Duplicate => true,
             Parity::Stored => {
@@ -2039,7 +2054,7 @@ impl DgramFec {
         }
         let body = &body[..BODY_HDR + dlen];
         self.stats.recovered += 1;
-        self.rx.store(seq, body, true);
+        self.rx.store(seq, body);
         self.deliver(seq, body, sink, true);
         self.try_groups_with(seq, sink);
         true
@@ -2062,7 +2077,7 @@ impl DgramFec {
             Gathered::Clear => return self.rx.clear(first),
             Gathered::Ready(g) => g,
         };
-        // Every stored shard is zero-padded to the stride.
+        // Every stored shard is read zero-padded to the group's length.
         let len = g.data_len.max(g.parity_len);
         // A group rebuilds at most as many shards as it has parity.
         let scratch = (&mut self.scratch, MAX_M);
@@ -2091,7 +2106,7 @@ impl DgramFec {
                 continue;
             }
             self.stats.recovered += 1;
-            self.rx.store(s, body, true);
+            self.rx.store(s, body);
             self.deliver(s, body, sink, true);
         }
         self.scratch = scratch;

@@ -98,34 +98,26 @@ impl RxShards {
     }
 
     /// Keeps data body `seq` in its ring slot (`body.len() <= STRIDE`),
-    /// with the rest of the slot zeroed when `zero_tail`.
-    pub(super) fn store(&mut self, seq: u32, body: &[u8], zero_tail: bool) {
+    /// unpadded: [`rebuild`](Self::rebuild) zero-pads what it reads.
+    pub(super) fn store(&mut self, seq: u32, body: &[u8]) {
         if body.len() > STRIDE {
             return;
         }
         grow_arena(&mut self.arena, ARENA, ARENA);
         let i = seq as usize % RING;
-        let end = if zero_tail {
-            (i + 1) * STRIDE
-        } else {
-            i * STRIDE + body.len()
-        };
-        if let Some(slot) = self.arena.get_mut(i * STRIDE..end) {
-            slot[..body.len()].copy_from_slice(body);
-            slot[body.len()..].fill(0);
+        if let Some(slot) = self.arena.get_mut(i * STRIDE..i * STRIDE + body.len()) {
+            slot.copy_from_slice(body);
             self.ring_seq[i] = Some(seq);
             self.ring_len[i] = body.len() as u16;
         }
     }
 
-    /// Keeps parity row `idx` (`body`, at most `STRIDE` bytes, with the
-    /// rest of its slot zeroed when `zero_tail`) of group `first` shaped
-    /// `(k, m)`.
+    /// Keeps parity row `idx` (`body`, at most `STRIDE` bytes, unpadded)
+    /// of group `first` shaped `(k, m)`.
     pub(super) fn take_parity(
         &mut self,
         (first, k, m, idx): (u32, u8, u8, u8),
         body: &[u8],
-        zero_tail: bool,
     ) -> Parity {
         if body.len() > STRIDE {
             // Callers refuse these first; refused here too, never sliced.
@@ -149,14 +141,8 @@ impl RxShards {
         };
         grow_arena(&mut self.arena, ARENA, ARENA);
         let at = (RING + slot) * STRIDE;
-        let end = if zero_tail {
-            at + STRIDE
-        } else {
-            at + body.len()
-        };
-        if let Some(dst) = self.arena.get_mut(at..end) {
-            dst[..body.len()].copy_from_slice(body);
-            dst[body.len()..].fill(0);
+        if let Some(dst) = self.arena.get_mut(at..at + body.len()) {
+            dst.copy_from_slice(body);
         }
         self.slots[slot] = Some((first, k, m, idx, body.len() as u16));
         Parity::Stored
@@ -241,7 +227,18 @@ impl RxShards {
         let Some(codec) = codecs.decoder(g.k, g.m) else {
             return false;
         };
+        // Stored unpadded: every shard read is zero-padded to `len` here,
+        // once per rebuild rather than per shard stored.
         let n = g.k + g.m;
+        for i in 0..n {
+            let (at, l) = (g.at[i], g.lens[i]);
+            if g.present[i]
+                && l < len
+                && let Some(t) = self.arena.get_mut(at + l..at + len)
+            {
+                t.fill(0);
+            }
+        }
         let ok = codec
             .reconstruct_data(
                 &self.arena,
