@@ -77,7 +77,7 @@ use super::datagram::{
     DATAGRAM_FEC_OPEN_QUEUE_BYTES, DATAGRAM_FEC_OPEN_QUEUE_LEN, DATAGRAM_FEC_SEND_QUEUE_BYTES,
     DATAGRAM_FEC_SEND_QUEUE_LEN, DATAGRAM_QUEUE_BYTES, DatagramQueue,
 };
-use super::fec_rx::{Gathered, PSLOTS, Parity, RING, RxShards, STRIDE};
+use super::fec_rx::{Gathered, Parity, RING, RxShards, STRIDE};
 #[cfg(test)]
 use super::loss_model::PRIOR_LOSS;
 use super::loss_model::{Codecs, LossModel, MAX_K, MAX_M, OwdBase, WindowedMax};
@@ -2062,7 +2062,9 @@ impl DgramFec {
 
     /// After a data shard: the stored parity groups that hold it.
     fn try_groups_with(&mut self, seq: u32, sink: &mut Sink<'_>) {
-        for i in 0..PSLOTS {
+        // Only the slots holding a row (a snapshot: a group rebuilt
+        // meanwhile empties its slots, which then hold no group).
+        for i in self.rx.occupied() {
             if let Some(first) = self.rx.group_holding(i, seq) {
                 self.try_group(first, sink);
             }

@@ -83,7 +83,31 @@ pub(super) struct RxShards {
     pub(super) ring_seq: [Option<u32>; RING],
     pub(super) ring_len: [u16; RING],
     slots: [ParitySlot; PSLOTS],
+    /// Bit `i` set while `slots[i]` holds a row: each data shard asks
+    /// which stored groups hold it, and mostly none is stored.
+    occupied: u32,
     victim: usize,
+}
+
+const _: () = assert!(
+    PSLOTS <= 32,
+    "`RxShards::occupied` has a bit per parity slot"
+);
+
+/// The parity slots a mask names, lowest first.
+pub(super) struct Slots(u32);
+
+impl Iterator for Slots {
+    type Item = usize;
+
+    fn next(&mut self) -> Option<usize> {
+        if self.0 == 0 {
+            return None;
+        }
+        let i = self.0.trailing_zeros() as usize;
+        self.0 &= self.0 - 1;
+        Some(i)
+    }
 }
 
 impl RxShards {
@@ -93,6 +117,7 @@ impl RxShards {
             ring_seq: [None; RING],
             ring_len: [0; RING],
             slots: [None; PSLOTS],
+            occupied: 0,
             victim: 0,
         }
     }
@@ -145,7 +170,14 @@ impl RxShards {
             dst.copy_from_slice(body);
         }
         self.slots[slot] = Some((first, k, m, idx, body.len() as u16));
+        self.occupied |= 1 << slot;
         Parity::Stored
+    }
+
+    /// The parity slots holding a row now, lowest first (a snapshot: a
+    /// slot emptied meanwhile says so to [`group_holding`](Self::group_holding)).
+    pub(super) fn occupied(&self) -> Slots {
+        Slots(self.occupied)
     }
 
     /// The first shard of the group parity slot `i` waits for, when that
@@ -258,9 +290,45 @@ impl RxShards {
 
     /// Drops group `first`'s parity.
     pub(super) fn clear(&mut self, first: u32) {
-        for s in &mut self.slots {
-            if s.is_some_and(|s| s.0 == first) {
-                *s = None;
+        for i in self.occupied() {
+            if self.slots[i].is_some_and(|s| s.0 == first) {
+                self.slots[i] = None;
+                self.occupied &= !(1 << i);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_occupied_mask_names_exactly_the_stored_rows() {
+        let mut rx = RxShards::new();
+        let mut rng = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..20_000 {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let first = (rng % 48) as u32 * 8;
+            if rng >> 40 & 3 == 0 {
+                rx.clear(first);
+            } else {
+                let idx = (rng >> 20) as u8 % 4;
+                let _ = rx.take_parity((first, 8, 4, idx), &[1, 2, 3]);
+            }
+            let stored: Vec<usize> = (0..PSLOTS).filter(|&i| rx.slots[i].is_some()).collect();
+            assert_eq!(rx.occupied().collect::<Vec<_>>(), stored);
+            for seq in [first, first + 7, first + 8] {
+                let holding: Vec<_> = (0..PSLOTS)
+                    .filter_map(|i| rx.group_holding(i, seq))
+                    .collect();
+                let masked: Vec<_> = rx
+                    .occupied()
+                    .filter_map(|i| rx.group_holding(i, seq))
+                    .collect();
+                assert_eq!(holding, masked);
             }
         }
     }

@@ -44,7 +44,7 @@
 
 use std::time::Duration;
 
-use super::fec_rx::{Gathered, PSLOTS, Parity, RING, RxShards, STRIDE};
+use super::fec_rx::{Gathered, Parity, RING, RxShards, STRIDE};
 use super::loss_model::{Codecs, LossModel, NARROW_K, NARROW_M, OwdBase, WindowedMax};
 use crate::fec::codec::ErasureCodec;
 use crate::fec::{DATA_HEADER, FLAG_DATA, FLAG_OOB, FLAG_PARITY, grow_arena, read_u16, read_u32};
@@ -561,7 +561,9 @@ impl StreamFec {
             self.report_due = Some(now + REPORT_EVERY);
         }
         self.rx.store(seq, body);
-        for i in 0..PSLOTS {
+        // Only the slots holding a row (a snapshot: a group rebuilt
+        // meanwhile empties its slots, which then hold no group).
+        for i in self.rx.occupied() {
             if let Some(first) = self.rx.group_holding(i, seq) {
                 self.try_group(first);
             }
