@@ -77,7 +77,7 @@ use super::datagram::{
     DATAGRAM_FEC_OPEN_QUEUE_BYTES, DATAGRAM_FEC_OPEN_QUEUE_LEN, DATAGRAM_FEC_SEND_QUEUE_BYTES,
     DATAGRAM_FEC_SEND_QUEUE_LEN, DATAGRAM_QUEUE_BYTES, DatagramQueue,
 };
-use super::fec_rx::{Gathered, PSLOTS, Parity, RING, RxShards, STRIDE};
+use super::fec_rx::{Gathered, Parity, RING, RxShards, STRIDE};
 #[cfg(test)]
 use super::loss_model::PRIOR_LOSS;
 use super::loss_model::{Codecs, LossModel, MAX_K, MAX_M, OwdBase, WindowedMax};
@@ -350,6 +350,10 @@ struct TxGroup {
     opened: Duration,
     target: usize,
     len: usize,
+    /// Each data body's length in the arena: zero-padded to `len` when
+    /// the group closes, not to the stride as it is written (most of a
+    /// group's bodies are as long as its longest).
+    lens: [u16; MAX_K],
     /// `first, k, m, next index, len` of parity waiting to leave.
     pending: Option<(u32, usize, usize, usize, usize)>,
     /// Copies each of its data shards leaves with at once (a sparse
@@ -550,6 +554,7 @@ impl DgramFec {
                 opened: Duration::ZERO,
                 target: 1,
                 len: 0,
+                lens: [0; MAX_K],
                 pending: None,
                 copies: 0,
                 rest: 0,
@@ -933,7 +938,8 @@ impl DgramFec {
         if let Some(piece) = piece {
             body[BODY_HDR..].copy_from_slice(piece);
         }
-        // Into the group's arena, zero-padded to the stride.
+        // Into the group's arena (zero-padded to the group's longest body
+        // when it closes).
         grow_arena(
             &mut self.tx_arena,
             (MAX_K + MAX_M) * STRIDE,
@@ -942,8 +948,10 @@ impl DgramFec {
         let slot = self
             .tx_arena
             .get_mut(self.group.count * STRIDE..(self.group.count + 1) * STRIDE)?;
-        slot[..body_len].copy_from_slice(&out[HDR..]);
-        slot[body_len..].fill(0);
+        slot.get_mut(..body_len)?.copy_from_slice(&out[HDR..]);
+        if let Some(l) = self.group.lens.get_mut(self.group.count) {
+            *l = body_len as u16;
+        }
         if self.group.copies > 0 {
             self.copy_due = Some((seq, self.group.count, 0, self.group.copies, body_len));
         }
@@ -1201,6 +1209,13 @@ impl DgramFec {
         let Some(codec) = self.codecs.encoder(k, m) else {
             return;
         };
+        // The code reads every body zero-padded to the longest.
+        for (i, &l) in self.group.lens.iter().enumerate().take(k) {
+            let at = i * STRIDE;
+            if let Some(tail) = self.tx_arena.get_mut(at + usize::from(l)..at + len) {
+                tail.fill(0);
+            }
+        }
         let (data, parity) = self.tx_arena.split_at_mut(MAX_K * STRIDE);
         if codec.encode(data, STRIDE, len, parity).is_ok() {
             self.group.pending = Some((self.group.first, k, m, 0, len));
@@ -1748,7 +1763,7 @@ impl DgramFec {
         if rebuilt {
             return true;
         }
-        self.rx.store(seq, body, true);
+        self.rx.store(seq, body);
         self.deliver(seq, body, sink, false);
         self.try_groups_with(seq, sink);
         true
@@ -2007,7 +2022,7 @@ impl DgramFec {
             return true;
         }
         let body = p.get(PARITY_HDR..).unwrap_or_default();
-        match self.rx.take_parity((first, k, m, idx), body, true) {
+        match self.rx.take_parity((first, k, m, idx), body) {
             Parity::Conflict => false,
             Parity::Duplicate => true,
             Parity::Stored => {
@@ -2039,7 +2054,7 @@ impl DgramFec {
         }
         let body = &body[..BODY_HDR + dlen];
         self.stats.recovered += 1;
-        self.rx.store(seq, body, true);
+        self.rx.store(seq, body);
         self.deliver(seq, body, sink, true);
         self.try_groups_with(seq, sink);
         true
@@ -2047,7 +2062,9 @@ impl DgramFec {
 
     /// After a data shard: the stored parity groups that hold it.
     fn try_groups_with(&mut self, seq: u32, sink: &mut Sink<'_>) {
-        for i in 0..PSLOTS {
+        // Only the slots holding a row (a snapshot: a group rebuilt
+        // meanwhile empties its slots, which then hold no group).
+        for i in self.rx.occupied() {
             if let Some(first) = self.rx.group_holding(i, seq) {
                 self.try_group(first, sink);
             }
@@ -2062,7 +2079,7 @@ impl DgramFec {
             Gathered::Clear => return self.rx.clear(first),
             Gathered::Ready(g) => g,
         };
-        // Every stored shard is zero-padded to the stride.
+        // Every stored shard is read zero-padded to the group's length.
         let len = g.data_len.max(g.parity_len);
         // A group rebuilds at most as many shards as it has parity.
         let scratch = (&mut self.scratch, MAX_M);
@@ -2091,7 +2108,7 @@ impl DgramFec {
                 continue;
             }
             self.stats.recovered += 1;
-            self.rx.store(s, body, true);
+            self.rx.store(s, body);
             self.deliver(s, body, sink, true);
         }
         self.scratch = scratch;
@@ -2668,6 +2685,64 @@ mod hostile {
             }
         }
         out
+    }
+
+    #[test]
+    fn bodies_of_mixed_lengths_are_rebuilt_over_arenas_long_bodies_dirtied() {
+        // Bodies are stored unpadded and zero-padded to the group's
+        // longest only where the code reads them: after 400 long bodies
+        // filled both arenas (the sender's slots, the receiver's ring) with
+        // non-zero bytes, groups of mixed lengths lose a data shard each
+        // and are rebuilt byte for byte.
+        let mut d = fec();
+        d.model.update(100_000, 9_000, 8_190, 1e-4);
+        let mut q = DatagramQueue::default();
+        let mut buf = [0u8; PLAIN];
+        let mut sent = Vec::new();
+        let payload = |i: u64| {
+            let len = if i < 400 {
+                1200
+            } else {
+                9 + (i as usize * 37) % 1100
+            };
+            let mut p = vec![(i as u8).wrapping_mul(7) | 1; len];
+            p[..8].copy_from_slice(&i.to_le_bytes());
+            p
+        };
+        for i in 0..1_200u64 {
+            let now = Duration::from_micros(200 * i);
+            d.handle_timeout(now);
+            assert!(q.push_at(&payload(i), now));
+            while let Some(n) = d.poll_transmit(now, &mut buf, &mut q, CONV) {
+                sent.push(buf[..n].to_vec());
+            }
+        }
+        // The last group closes at its deadline.
+        let end = Duration::from_millis(300);
+        d.handle_timeout(end);
+        while let Some(n) = d.poll_transmit(end, &mut buf, &mut q, CONV) {
+            sent.push(buf[..n].to_vec());
+        }
+        let mut rx = fec();
+        let mut got = DatagramQueue::default();
+        let (mut lost, mut seen) = (0, 0u64);
+        let mut out = vec![0u8; 2048];
+        for p in &sent {
+            let seq = read_u32(p, 0).unwrap();
+            if ext_type(p) == Some((VERSION, TYPE_DATA)) && seq >= 400 && seq % 16 == 5 {
+                lost += 1;
+                continue;
+            }
+            feed(&mut rx, &mut got, end, p);
+            while let Some(n) = got.pop_into(&mut out) {
+                let i = u64::from_le_bytes(out[..8].try_into().unwrap());
+                assert_eq!(&out[..n], &payload(i)[..], "datagram {i}");
+                seen += 1;
+            }
+        }
+        assert_eq!(rx.stats.malformed, 0, "{:?}", rx.stats);
+        assert_eq!(rx.stats.recovered, lost, "{:?}", rx.stats);
+        assert_eq!(seen, 1_200);
     }
 
     /// The `(k, m)` of every parity packet.

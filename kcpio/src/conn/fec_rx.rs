@@ -83,7 +83,31 @@ pub(super) struct RxShards {
     pub(super) ring_seq: [Option<u32>; RING],
     pub(super) ring_len: [u16; RING],
     slots: [ParitySlot; PSLOTS],
+    /// Bit `i` set while `slots[i]` holds a row: each data shard asks
+    /// which stored groups hold it, and mostly none is stored.
+    occupied: u32,
     victim: usize,
+}
+
+const _: () = assert!(
+    PSLOTS <= 32,
+    "`RxShards::occupied` has a bit per parity slot"
+);
+
+/// The parity slots a mask names, lowest first.
+pub(super) struct Slots(u32);
+
+impl Iterator for Slots {
+    type Item = usize;
+
+    fn next(&mut self) -> Option<usize> {
+        if self.0 == 0 {
+            return None;
+        }
+        let i = self.0.trailing_zeros() as usize;
+        self.0 &= self.0 - 1;
+        Some(i)
+    }
 }
 
 impl RxShards {
@@ -93,39 +117,32 @@ impl RxShards {
             ring_seq: [None; RING],
             ring_len: [0; RING],
             slots: [None; PSLOTS],
+            occupied: 0,
             victim: 0,
         }
     }
 
     /// Keeps data body `seq` in its ring slot (`body.len() <= STRIDE`),
-    /// with the rest of the slot zeroed when `zero_tail`.
-    pub(super) fn store(&mut self, seq: u32, body: &[u8], zero_tail: bool) {
+    /// unpadded: [`rebuild`](Self::rebuild) zero-pads what it reads.
+    pub(super) fn store(&mut self, seq: u32, body: &[u8]) {
         if body.len() > STRIDE {
             return;
         }
         grow_arena(&mut self.arena, ARENA, ARENA);
         let i = seq as usize % RING;
-        let end = if zero_tail {
-            (i + 1) * STRIDE
-        } else {
-            i * STRIDE + body.len()
-        };
-        if let Some(slot) = self.arena.get_mut(i * STRIDE..end) {
-            slot[..body.len()].copy_from_slice(body);
-            slot[body.len()..].fill(0);
+        if let Some(slot) = self.arena.get_mut(i * STRIDE..i * STRIDE + body.len()) {
+            slot.copy_from_slice(body);
             self.ring_seq[i] = Some(seq);
             self.ring_len[i] = body.len() as u16;
         }
     }
 
-    /// Keeps parity row `idx` (`body`, at most `STRIDE` bytes, with the
-    /// rest of its slot zeroed when `zero_tail`) of group `first` shaped
-    /// `(k, m)`.
+    /// Keeps parity row `idx` (`body`, at most `STRIDE` bytes, unpadded)
+    /// of group `first` shaped `(k, m)`.
     pub(super) fn take_parity(
         &mut self,
         (first, k, m, idx): (u32, u8, u8, u8),
         body: &[u8],
-        zero_tail: bool,
     ) -> Parity {
         if body.len() > STRIDE {
             // Callers refuse these first; refused here too, never sliced.
@@ -149,17 +166,18 @@ impl RxShards {
         };
         grow_arena(&mut self.arena, ARENA, ARENA);
         let at = (RING + slot) * STRIDE;
-        let end = if zero_tail {
-            at + STRIDE
-        } else {
-            at + body.len()
-        };
-        if let Some(dst) = self.arena.get_mut(at..end) {
-            dst[..body.len()].copy_from_slice(body);
-            dst[body.len()..].fill(0);
+        if let Some(dst) = self.arena.get_mut(at..at + body.len()) {
+            dst.copy_from_slice(body);
         }
         self.slots[slot] = Some((first, k, m, idx, body.len() as u16));
+        self.occupied |= 1 << slot;
         Parity::Stored
+    }
+
+    /// The parity slots holding a row now, lowest first (a snapshot: a
+    /// slot emptied meanwhile says so to [`group_holding`](Self::group_holding)).
+    pub(super) fn occupied(&self) -> Slots {
+        Slots(self.occupied)
     }
 
     /// The first shard of the group parity slot `i` waits for, when that
@@ -241,7 +259,18 @@ impl RxShards {
         let Some(codec) = codecs.decoder(g.k, g.m) else {
             return false;
         };
+        // Stored unpadded: every shard read is zero-padded to `len` here,
+        // once per rebuild rather than per shard stored.
         let n = g.k + g.m;
+        for i in 0..n {
+            let (at, l) = (g.at[i], g.lens[i]);
+            if g.present[i]
+                && l < len
+                && let Some(t) = self.arena.get_mut(at + l..at + len)
+            {
+                t.fill(0);
+            }
+        }
         let ok = codec
             .reconstruct_data(
                 &self.arena,
@@ -261,9 +290,45 @@ impl RxShards {
 
     /// Drops group `first`'s parity.
     pub(super) fn clear(&mut self, first: u32) {
-        for s in &mut self.slots {
-            if s.is_some_and(|s| s.0 == first) {
-                *s = None;
+        for i in self.occupied() {
+            if self.slots[i].is_some_and(|s| s.0 == first) {
+                self.slots[i] = None;
+                self.occupied &= !(1 << i);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_occupied_mask_names_exactly_the_stored_rows() {
+        let mut rx = RxShards::new();
+        let mut rng = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..20_000 {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let first = (rng % 48) as u32 * 8;
+            if rng >> 40 & 3 == 0 {
+                rx.clear(first);
+            } else {
+                let idx = (rng >> 20) as u8 % 4;
+                let _ = rx.take_parity((first, 8, 4, idx), &[1, 2, 3]);
+            }
+            let stored: Vec<usize> = (0..PSLOTS).filter(|&i| rx.slots[i].is_some()).collect();
+            assert_eq!(rx.occupied().collect::<Vec<_>>(), stored);
+            for seq in [first, first + 7, first + 8] {
+                let holding: Vec<_> = (0..PSLOTS)
+                    .filter_map(|i| rx.group_holding(i, seq))
+                    .collect();
+                let masked: Vec<_> = rx
+                    .occupied()
+                    .filter_map(|i| rx.group_holding(i, seq))
+                    .collect();
+                assert_eq!(holding, masked);
             }
         }
     }

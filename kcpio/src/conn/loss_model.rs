@@ -526,72 +526,119 @@ pub(crate) fn residual(k: usize, m: usize, p: f64, r: f64, q: f64) -> f64 {
         return 0.0;
     }
     let m = m.min(MAX_M);
-    let n = k + m;
     let cap = m + 1;
-    let (mut prob, mut mass) = chain_start(p, cap);
-    // The next position's into `np`, `nm` (only `..=cap` is ever written,
-    // so only that is cleared: the cost follows `m`, not [`MAX_M`]).
-    let mut np = [[0.0f64; 2]; MAX_M + 2];
-    let mut nm = [[0.0f64; 2]; MAX_M + 2];
-    for pos in 1..n {
-        chain_step(&mut prob, &mut mass, &mut np, &mut nm, cap, r, q, pos < k);
-    }
-    (mass[cap][0] + mass[cap][1]) / k as f64
+    let mut cur = chain_start(p, cap);
+    // The other half of the ping-pong (only `..=cap` is ever read or
+    // written, so the cost follows `m`, not [`MAX_M`]).
+    let mut other = [[0.0f64; MAX_M + 2]; 4];
+    // Shards 2 to `k` are data, the `m` after them parity (all `k + m - 1`
+    // after the first are parity for `k` = 0).
+    let data = k.saturating_sub(1);
+    chain_steps(&mut cur, &mut other, data, cap, r, q, true);
+    let parity = (k + m).saturating_sub(1) - data;
+    chain_steps(&mut cur, &mut other, parity, cap, r, q, false);
+    (cur[M0][cap] + cur[M1][cap]) / k as f64
 }
 
-/// [`residual`]'s chain: per count of losses (`cap` for `cap` or more)
-/// and whether the last shard was lost, its probability and the expected
-/// lost-data mass.
-type Chain = [[f64; 2]; MAX_M + 2];
+/// [`residual`]'s chain: per count of losses (`cap` for `cap` or more),
+/// the probability and the expected lost-data mass with the last shard
+/// delivered ([`P0`], [`M0`]) and lost ([`P1`], [`M1`]), each an array
+/// over the count, so one shard's step runs over contiguous counts (and
+/// vectorises) with every entry computed as one entry at a time was.
+type State = [[f64; MAX_M + 2]; 4];
+const P0: usize = 0;
+const P1: usize = 1;
+const M0: usize = 2;
+const M1: usize = 3;
 
 /// The chain after a group's first shard (a data shard).
-fn chain_start(p: f64, cap: usize) -> (Chain, Chain) {
-    let mut prob = [[0.0f64; 2]; MAX_M + 2];
-    let mut mass = [[0.0f64; 2]; MAX_M + 2];
-    prob[0][0] = 1.0 - p;
-    prob[1.min(cap)][1] = p;
-    mass[1.min(cap)][1] = p;
-    (prob, mass)
+fn chain_start(p: f64, cap: usize) -> State {
+    let mut s = [[0.0f64; MAX_M + 2]; 4];
+    s[P0][0] = 1.0 - p;
+    s[P1][1.min(cap)] = p;
+    s[M1][1.min(cap)] = p;
+    s
 }
 
-/// One more shard (a data shard when `data`) through the chain, gathered
-/// per target state without branches; `np`, `nm` are scratch (all of them
-/// up to `cap` is written).
-#[allow(clippy::too_many_arguments)]
+/// One more shard (a data shard when `DATA`) from `from` into `to`
+/// (`..=cap` of it written, only `..=cap` of `from` read).
 #[inline(always)]
-fn chain_step(
-    prob: &mut Chain,
-    mass: &mut Chain,
-    np: &mut Chain,
-    nm: &mut Chain,
+fn chain_step<const DATA: bool>(from: &State, to: &mut State, cap: usize, r: f64, q: f64) {
+    let n = cap + 1;
+    let (r1, q1) = (1.0 - r, 1.0 - q);
+    let [p0, p1, m0, m1] = from;
+    let (p0, p1, m0, m1) = (&p0[..n], &p1[..n], &m0[..n], &m1[..n]);
+    let [np0, np1, nm0, nm1] = to;
+    let (np0, np1, nm0, nm1) = (&mut np0[..n], &mut np1[..n], &mut nm0[..n], &mut nm1[..n]);
+    // What a shard lost after `(mass, prob)` adds to the lost-data mass.
+    let add = |mass: f64, prob: f64, pl: f64| mass * pl + if DATA { prob * pl } else { 0.0 };
+    // Delivered: the count stays.
+    for (o, (a, b)) in np0.iter_mut().zip(p0.iter().zip(p1)) {
+        *o = a * q1 + b * r1;
+    }
+    for (o, (a, b)) in nm0.iter_mut().zip(m0.iter().zip(m1)) {
+        *o = a * q1 + b * r1;
+    }
+    // Lost: the count grows by one.
+    np1[0] = 0.0;
+    nm1[0] = 0.0;
+    for (o, (a, b)) in np1[1..].iter_mut().zip(p0.iter().zip(p1)) {
+        *o = a * q + b * r;
+    }
+    let lost = m0.iter().zip(m1).zip(p0.iter().zip(p1));
+    for (o, ((ma, mb), (pa, pb))) in nm1[1..].iter_mut().zip(lost) {
+        *o = add(*ma, *pa, q) + add(*mb, *pb, r);
+    }
+    // `cap` stands for `cap` or more: a loss there stays.
+    np1[cap] += p0[cap] * q;
+    np1[cap] += p1[cap] * r;
+    nm1[cap] += add(m0[cap], p0[cap], q);
+    nm1[cap] += add(m1[cap], p1[cap], r);
+}
+
+/// `steps` shards (data shards when `data`) through the chain in `cur`,
+/// back and forth with `other` rather than swapping whole arrays per
+/// shard (which moved 2 KiB per step whatever `cap`); the result is in
+/// `cur` (`..=cap`). The same arithmetic in the same order as one step
+/// at a time: the same result to the bit.
+#[inline(always)]
+fn chain_steps(
+    cur: &mut State,
+    other: &mut State,
+    steps: usize,
     cap: usize,
     r: f64,
     q: f64,
     data: bool,
 ) {
-    let (r1, q1) = (1.0 - r, 1.0 - q);
-    // What a shard lost after state (l, s) adds to the lost-data mass.
-    let add =
-        |l: usize, s: usize, pl: f64| mass[l][s] * pl + if data { prob[l][s] * pl } else { 0.0 };
-    np[0] = [prob[0][0] * q1 + prob[0][1] * r1, 0.0];
-    nm[0] = [mass[0][0] * q1 + mass[0][1] * r1, 0.0];
-    for l in 1..=cap {
-        np[l] = [
-            prob[l][0] * q1 + prob[l][1] * r1,
-            prob[l - 1][0] * q + prob[l - 1][1] * r,
-        ];
-        nm[l] = [
-            mass[l][0] * q1 + mass[l][1] * r1,
-            add(l - 1, 0, q) + add(l - 1, 1, r),
-        ];
+    if data {
+        chain_steps_of::<true>(cur, other, steps, cap, r, q);
+    } else {
+        chain_steps_of::<false>(cur, other, steps, cap, r, q);
     }
-    // `cap` stands for `cap` or more: a loss there stays.
-    np[cap][1] += prob[cap][0] * q;
-    np[cap][1] += prob[cap][1] * r;
-    nm[cap][1] += add(cap, 0, q);
-    nm[cap][1] += add(cap, 1, r);
-    std::mem::swap(prob, np);
-    std::mem::swap(mass, nm);
+}
+
+#[inline(always)]
+fn chain_steps_of<const DATA: bool>(
+    cur: &mut State,
+    other: &mut State,
+    steps: usize,
+    cap: usize,
+    r: f64,
+    q: f64,
+) {
+    let mut i = 0;
+    while i + 1 < steps {
+        chain_step::<DATA>(cur, other, cap, r, q);
+        chain_step::<DATA>(other, cur, cap, r, q);
+        i += 2;
+    }
+    if i < steps {
+        chain_step::<DATA>(cur, other, cap, r, q);
+        for (c, o) in cur.iter_mut().zip(other.iter()) {
+            c[..=cap].copy_from_slice(&o[..=cap]);
+        }
+    }
 }
 
 /// [`residual`] for a table's rebuild, which asks it for growing groups
@@ -608,18 +655,23 @@ struct ResidualRun {
     m: usize,
     /// Data shards in the chain (0: none yet).
     k: usize,
-    prob: Chain,
-    mass: Chain,
+    chain: State,
+    /// The parity tail's copy of the chain, and the other half of the
+    /// ping-pong (kept, so no call zeroes 2 KiB of stack).
+    tail: State,
+    other: State,
 }
 
 impl ResidualRun {
     fn new() -> Self {
+        let zero = [[0.0; MAX_M + 2]; 4];
         Self {
             key: [0; 3],
             m: 0,
             k: 0,
-            prob: [[0.0; 2]; MAX_M + 2],
-            mass: [[0.0; 2]; MAX_M + 2],
+            chain: zero,
+            tail: zero,
+            other: zero,
         }
     }
 
@@ -631,22 +683,20 @@ impl ResidualRun {
         let m = m.min(MAX_M);
         let cap = m + 1;
         let key = [p.to_bits(), r.to_bits(), q.to_bits()];
-        let mut np = [[0.0f64; 2]; MAX_M + 2];
-        let mut nm = [[0.0f64; 2]; MAX_M + 2];
         if self.k == 0 || self.k > k || self.m != m || self.key != key {
-            (self.prob, self.mass) = chain_start(p, cap);
+            self.chain = chain_start(p, cap);
             (self.key, self.m, self.k) = (key, m, 1);
         }
-        while self.k < k {
-            let (prob, mass) = (&mut self.prob, &mut self.mass);
-            chain_step(prob, mass, &mut np, &mut nm, cap, r, q, true);
-            self.k += 1;
+        let Self {
+            chain, tail, other, ..
+        } = self;
+        chain_steps(chain, other, k - self.k, cap, r, q, true);
+        self.k = k;
+        for (t, c) in tail.iter_mut().zip(chain.iter()) {
+            t[..=cap].copy_from_slice(&c[..=cap]);
         }
-        let (mut prob, mut mass) = (self.prob, self.mass);
-        for _ in 0..m {
-            chain_step(&mut prob, &mut mass, &mut np, &mut nm, cap, r, q, false);
-        }
-        (mass[cap][0] + mass[cap][1]) / k as f64
+        chain_steps(tail, other, m, cap, r, q, false);
+        (tail[M0][cap] + tail[M1][cap]) / k as f64
     }
 }
 
@@ -960,6 +1010,68 @@ mod tests {
         m.update(100_000, 500, 498, 1e-4);
         assert_eq!(m.table[1], 1, "{:?}", m.table);
         assert_eq!(m.copied_plan(2, 1e-4), None);
+    }
+
+    /// [`residual`] as it was before the chain's ping-pong: every step
+    /// into fresh arrays, swapped in whole.
+    fn residual_swapping(k: usize, m: usize, p: f64, r: f64, q: f64) -> f64 {
+        if p <= 0.0 {
+            return 0.0;
+        }
+        let m = m.min(MAX_M);
+        let (n, cap) = (k + m, m + 1);
+        let mut prob = [[0.0f64; 2]; MAX_M + 2];
+        let mut mass = [[0.0f64; 2]; MAX_M + 2];
+        prob[0][0] = 1.0 - p;
+        prob[1.min(cap)][1] = p;
+        mass[1.min(cap)][1] = p;
+        for pos in 1..n {
+            let (mut np, mut nm) = ([[0.0f64; 2]; MAX_M + 2], [[0.0f64; 2]; MAX_M + 2]);
+            let (r1, q1) = (1.0 - r, 1.0 - q);
+            let data = pos < k;
+            let add = |l: usize, s: usize, pl: f64| {
+                mass[l][s] * pl + if data { prob[l][s] * pl } else { 0.0 }
+            };
+            np[0] = [prob[0][0] * q1 + prob[0][1] * r1, 0.0];
+            nm[0] = [mass[0][0] * q1 + mass[0][1] * r1, 0.0];
+            for l in 1..=cap {
+                np[l] = [
+                    prob[l][0] * q1 + prob[l][1] * r1,
+                    prob[l - 1][0] * q + prob[l - 1][1] * r,
+                ];
+                nm[l] = [
+                    mass[l][0] * q1 + mass[l][1] * r1,
+                    add(l - 1, 0, q) + add(l - 1, 1, r),
+                ];
+            }
+            np[cap][1] += prob[cap][0] * q;
+            np[cap][1] += prob[cap][1] * r;
+            nm[cap][1] += add(cap, 0, q);
+            nm[cap][1] += add(cap, 1, r);
+            prob = np;
+            mass = nm;
+        }
+        (mass[cap][0] + mass[cap][1]) / k as f64
+    }
+
+    #[test]
+    fn the_ping_pong_chain_computes_what_the_swapping_one_did_to_the_bit() {
+        for (p, burst) in [
+            (0.005, 1.0),
+            (0.046, 1.05),
+            (0.09, 1.1),
+            (0.05, 3.0),
+            (0.3, 6.0),
+        ] {
+            let r = (1.0 - 1.0f64 / burst).max(p);
+            let q = p * (1.0 - r) / (1.0 - p);
+            for k in 0..=MAX_K {
+                for m in 0..=MAX_M + 2 {
+                    let (a, b) = (residual(k, m, p, r, q), residual_swapping(k, m, p, r, q));
+                    assert_eq!(a.to_bits(), b.to_bits(), "{p} {burst} {k} {m}: {a} {b}");
+                }
+            }
+        }
     }
 
     #[test]

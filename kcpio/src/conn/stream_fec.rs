@@ -44,7 +44,7 @@
 
 use std::time::Duration;
 
-use super::fec_rx::{Gathered, PSLOTS, Parity, RING, RxShards, STRIDE};
+use super::fec_rx::{Gathered, Parity, RING, RxShards, STRIDE};
 use super::loss_model::{Codecs, LossModel, NARROW_K, NARROW_M, OwdBase, WindowedMax};
 use crate::fec::codec::ErasureCodec;
 use crate::fec::{DATA_HEADER, FLAG_DATA, FLAG_OOB, FLAG_PARITY, grow_arena, read_u16, read_u32};
@@ -560,8 +560,10 @@ impl StreamFec {
         if self.report_due.is_none() {
             self.report_due = Some(now + REPORT_EVERY);
         }
-        self.rx.store(seq, body, false);
-        for i in 0..PSLOTS {
+        self.rx.store(seq, body);
+        // Only the slots holding a row (a snapshot: a group rebuilt
+        // meanwhile empties its slots, which then hold no group).
+        for i in self.rx.occupied() {
             if let Some(first) = self.rx.group_holding(i, seq) {
                 self.try_group(first);
             }
@@ -639,7 +641,7 @@ impl StreamFec {
             return true;
         }
         let body = p.get(BODY_AT..).unwrap_or_default();
-        match self.rx.take_parity((first, k, m, idx), body, false) {
+        match self.rx.take_parity((first, k, m, idx), body) {
             Parity::Conflict => false,
             Parity::Duplicate => true,
             Parity::Stored => {
@@ -753,22 +755,13 @@ impl StreamFec {
             Gathered::Clear => return self.rx.clear(first),
             Gathered::Ready(g) => g,
         };
-        let (k, m, len) = (g.k, g.m, g.parity_len);
+        let len = g.parity_len;
         // A data shard longer than the group's parity is not this group's
         // (or the parity is forged).
         if g.data_len > len {
             self.rx.clear(first);
             self.stats.malformed += 1;
             return;
-        }
-        // Every shard is read zero-padded to the group's length.
-        for i in 0..k + m {
-            if g.present[i]
-                && g.lens[i] < len
-                && let Some(t) = self.rx.arena.get_mut(g.at[i] + g.lens[i]..g.at[i] + len)
-            {
-                t.fill(0);
-            }
         }
         let scratch = (&mut self.scratch, MAX_M);
         if !self.rx.rebuild(
@@ -801,7 +794,7 @@ impl StreamFec {
             self.ready[self.ready_len] = (row as u8, (size - 2) as u16);
             self.ready_len += 1;
             if let Some(src) = self.scratch.get(row * STRIDE..row * STRIDE + size) {
-                self.rx.store(s, src, false);
+                self.rx.store(s, src);
             }
         }
     }
