@@ -16,7 +16,7 @@ use std::pin::Pin;
 use std::task::Poll;
 use std::time::Duration;
 
-use kcpio::conn::DATAGRAM_QUEUE_LEN;
+use kcpio::conn::{DATAGRAM_FEC_RECV_QUEUE_LEN, DATAGRAM_QUEUE_LEN};
 use kcpio::{
     Config, ConnError, KcpListener, KcpStream, Key, Method, OwnedReadHalf, OwnedWriteHalf, Preset,
 };
@@ -586,7 +586,7 @@ fn record_sink(stream: &KcpStream) -> std::sync::Arc<std::sync::Mutex<Sunk>> {
     let into = sunk.clone();
     stream.set_datagram_sink(move |batch| {
         assert!(!batch.is_empty(), "the sink is called with datagrams only");
-        assert!(batch.len() <= DATAGRAM_QUEUE_LEN);
+        assert!(batch.len() <= DATAGRAM_FEC_RECV_QUEUE_LEN.max(DATAGRAM_QUEUE_LEN));
         let mut s = into.lock().unwrap();
         s.calls.push(batch.iter().map(|d| d.to_vec()).collect());
         s.threads.push(std::thread::current().id());
@@ -670,6 +670,29 @@ async fn a_datagram_sink_takes_what_was_queued_before_it() {
     let got = sunk_at_least(&sunk, 7).await;
     let seqs: Vec<u64> = got.iter().map(|d| check(d).expect("intact")).collect();
     assert_eq!(seqs, (1..8).collect::<Vec<_>>());
+}
+
+/// More datagrams than a kcp-go OOB queue holds (the FEC datagram
+/// extension queues up to `DATAGRAM_FEC_RECV_QUEUE_LEN`) go to a sink
+/// installed after they queued in one call: one take empties the queue,
+/// so none waits for input that may never come.
+#[tokio::test]
+async fn a_datagram_sink_takes_a_queue_longer_than_kcp_go_s_in_one_call() {
+    let config = config_ext("aes-128-gcm");
+    let (addr, _server) = echo_server(&config).await;
+    let stream = connected(addr, &config).await;
+    const N: u64 = 3 * DATAGRAM_QUEUE_LEN as u64 / 2;
+    const _: () = assert!(N as usize <= DATAGRAM_FEC_RECV_QUEUE_LEN);
+    for seq in 0..N {
+        stream.send_datagram(&datagram(seq)).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let sunk = record_sink(&stream);
+    let got = sunk_at_least(&sunk, N as usize).await;
+    let seqs: Vec<u64> = got.iter().map(|d| check(d).expect("intact")).collect();
+    assert_eq!(seqs, (0..N).collect::<Vec<_>>());
+    let calls: Vec<usize> = sunk.lock().unwrap().calls.iter().map(Vec::len).collect();
+    assert_eq!(calls, [N as usize], "one call with the whole queue");
 }
 
 /// A sink may call its own session: a server whose sink echoes each

@@ -5,11 +5,25 @@
 //! Under the session's lock (the one the driver already holds to feed it)
 //! the driver moves every queued datagram into its one [`SinkBatch`]; with
 //! the session unlocked it calls the sink once with the batch. The batch
-//! holds the whole receive queue ([`DATAGRAM_QUEUE_LEN`] datagrams,
-//! [`DATAGRAM_QUEUE_BYTES`] bytes), so one take empties it; its buffer is
-//! allocated once per driver, at the first session with a sink.
+//! holds the largest receive queue a session keeps (with the FEC datagram
+//! extension, [`DATAGRAM_FEC_RECV_QUEUE_LEN`] datagrams and
+//! [`DATAGRAM_FEC_RECV_QUEUE_BYTES`] bytes; kcp-go OOB datagrams queue
+//! fewer), so one take empties it whatever one packet rebuilt; its buffer
+//! is allocated once per driver, at the first session with a sink.
 
-use crate::conn::{Conn, DATAGRAM_QUEUE_BYTES, DATAGRAM_QUEUE_LEN};
+use crate::conn::{
+    Conn, DATAGRAM_FEC_RECV_QUEUE_BYTES, DATAGRAM_FEC_RECV_QUEUE_LEN, DATAGRAM_QUEUE_BYTES,
+    DATAGRAM_QUEUE_LEN,
+};
+
+/// Datagrams one take holds at most: every receive queue's bound.
+const BATCH_LEN: usize = max(DATAGRAM_FEC_RECV_QUEUE_LEN, DATAGRAM_QUEUE_LEN);
+/// Payload bytes one take holds at most.
+const BATCH_BYTES: usize = max(DATAGRAM_FEC_RECV_QUEUE_BYTES, DATAGRAM_QUEUE_BYTES);
+
+const fn max(a: usize, b: usize) -> usize {
+    if a > b { a } else { b }
+}
 
 /// What the application installs: called with the datagrams of one take,
 /// in the order the session delivered them.
@@ -19,7 +33,7 @@ pub(crate) type Sink = Box<dyn FnMut(&[&[u8]]) + Send>;
 /// `buf[ends[i - 1]..ends[i]]`.
 pub(crate) struct SinkBatch {
     buf: Vec<u8>,
-    ends: [usize; DATAGRAM_QUEUE_LEN],
+    ends: [usize; BATCH_LEN],
     len: usize,
 }
 
@@ -27,7 +41,7 @@ impl SinkBatch {
     pub(crate) fn new() -> Self {
         Self {
             buf: Vec::new(),
-            ends: [0; DATAGRAM_QUEUE_LEN],
+            ends: [0; BATCH_LEN],
             len: 0,
         }
     }
@@ -37,7 +51,7 @@ impl SinkBatch {
     /// queued (the queue's bounds make that never happen).
     pub(crate) fn take(&mut self, conn: &mut Conn) -> bool {
         if self.buf.is_empty() {
-            self.buf = vec![0; DATAGRAM_QUEUE_BYTES];
+            self.buf = vec![0; BATCH_BYTES];
         }
         self.len = 0;
         let mut at = 0;
@@ -59,7 +73,7 @@ impl SinkBatch {
 
     /// Calls `sink` with the batch's datagrams.
     pub(crate) fn hand(&self, sink: &mut Sink) {
-        let mut views: [&[u8]; DATAGRAM_QUEUE_LEN] = [&[]; DATAGRAM_QUEUE_LEN];
+        let mut views: [&[u8]; BATCH_LEN] = [&[]; BATCH_LEN];
         let mut start = 0;
         for (v, &end) in views.iter_mut().zip(&self.ends).take(self.len) {
             *v = self.buf.get(start..end).unwrap_or_default();

@@ -421,7 +421,9 @@ impl KcpStream {
     /// session's driver task right after the packets that delivered them
     /// (kcp-go's `SetOOBHandler`): a relay passes them on from there, with
     /// no task of its own woken per datagram. Each call gets the datagrams
-    /// delivered since the last one (at most
+    /// delivered since the last one (all the session holds: at most
+    /// [`DATAGRAM_FEC_RECV_QUEUE_LEN`](crate::conn::DATAGRAM_FEC_RECV_QUEUE_LEN)
+    /// with the FEC datagram extension, else
     /// [`DATAGRAM_QUEUE_LEN`](crate::conn::DATAGRAM_QUEUE_LEN)), in the
     /// order [`recv_datagram`](Self::recv_datagram) would return them;
     /// datagrams already queued go to the sink at the driver's next look at
