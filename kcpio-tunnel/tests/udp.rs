@@ -615,21 +615,46 @@ async fn idle_flows_expire_on_both_ends_and_a_source_that_speaks_again_gets_a_ne
     .expect("test timed out");
 }
 
+/// A `--udp` server toward `target`, a clean relay (seeded `seed`) in
+/// front of it, a `--udp` client through the relay, and an application's
+/// socket connected to the client.
+struct Relayed {
+    relay: Relay,
+    c_udp: Arc<UdpStats>,
+    s_udp: Arc<UdpStats>,
+    app: UdpSocket,
+}
+
+async fn through_relay(target: SocketAddr, seed: u64) -> Relayed {
+    let (server, s_udp) = start(&format!("t server --udp -l 127.0.0.1:0 -t {target}")).await;
+    let relay = Relay::start(server, RelayConfig::symmetric(seed, LinkConfig::clean()))
+        .await
+        .unwrap();
+    let (entry, c_udp) = start(&format!(
+        "t client --udp -l 127.0.0.1:0 -r {}",
+        relay.local_addr()
+    ))
+    .await;
+    let app = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    app.connect(entry).await.unwrap();
+    Relayed {
+        relay,
+        c_udp,
+        s_udp,
+        app,
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn flows_carry_on_over_a_new_session_after_the_path_was_cut() {
     tokio::time::timeout(TEST_TIMEOUT, async {
         let (target, _echoed, _) = echo_server().await;
-        let (server, s_udp) = start(&format!("t server --udp -l 127.0.0.1:0 -t {target}")).await;
-        let relay = Relay::start(server, RelayConfig::symmetric(3, LinkConfig::clean()))
-            .await
-            .unwrap();
-        let (entry, c_udp) = start(&format!(
-            "t client --udp -l 127.0.0.1:0 -r {}",
-            relay.local_addr()
-        ))
-        .await;
-        let app = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-        app.connect(entry).await.unwrap();
+        let Relayed {
+            relay,
+            c_udp,
+            s_udp,
+            app,
+        } = through_relay(target, 3).await;
         let echo = |msg: &'static [u8]| {
             let app = &app;
             async move {
@@ -1167,17 +1192,9 @@ async fn echo_back_within(app: &UdpSocket, msg: &[u8], within: Duration) -> Opti
 async fn a_flow_carries_on_after_a_path_outage_shorter_than_the_idle_timeout() {
     tokio::time::timeout(TEST_TIMEOUT, async {
         let (target, _echoed, _) = echo_server().await;
-        let (server, _s_udp) = start(&format!("t server --udp -l 127.0.0.1:0 -t {target}")).await;
-        let relay = Relay::start(server, RelayConfig::symmetric(5, LinkConfig::clean()))
-            .await
-            .unwrap();
-        let (entry, c_udp) = start(&format!(
-            "t client --udp -l 127.0.0.1:0 -r {}",
-            relay.local_addr()
-        ))
-        .await;
-        let app = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-        app.connect(entry).await.unwrap();
+        let Relayed {
+            relay, c_udp, app, ..
+        } = through_relay(target, 5).await;
         assert!(
             echo_back_within(&app, b"before", Duration::from_secs(5))
                 .await
