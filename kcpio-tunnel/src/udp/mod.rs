@@ -539,7 +539,7 @@ impl FlowCounters {
 pub(crate) fn session_datagram_line(sessions: impl Iterator<Item = kcpio::SessionStats>) -> String {
     let (mut sent, mut received, mut dropped) = (0, 0, 0);
     let (mut fec_sessions, mut recovered, mut lost, mut overload) = (0u64, 0, 0, 0);
-    let (mut stale, mut queue_full, mut parity_cut) = (0, 0, 0);
+    let (mut stale, mut queue_full, mut parity_cut, mut replays) = (0, 0, 0, 0);
     let (mut redundancy, mut delay_sum, mut delay_max) = (0f64, Duration::ZERO, Duration::ZERO);
     for s in sessions {
         let f = &s.datagram_fec;
@@ -553,6 +553,7 @@ pub(crate) fn session_datagram_line(sessions: impl Iterator<Item = kcpio::Sessio
             stale += f.dropped_stale;
             queue_full += f.dropped_queue_full;
             parity_cut += f.redundancy_limited;
+            replays += f.replays;
             redundancy = redundancy.max(f.redundancy);
             delay_sum += f.added_delay_sum;
             delay_max = delay_max.max(f.added_delay_max);
@@ -571,8 +572,9 @@ pub(crate) fn session_datagram_line(sessions: impl Iterator<Item = kcpio::Sessio
             .map_or(Duration::ZERO, |n| delay_sum / n);
         let _ = write!(
             line,
-            ", fec: recovered {recovered}, lost after fec {lost}, dropped for the rate {overload} \
-             (stale {stale}, queue full {queue_full}), groups with parity cut {parity_cut}, \
+            ", fec: recovered {recovered}, lost after fec {lost}, refused as replays {replays}, \
+             dropped for the rate {overload} (stale {stale}, queue full {queue_full}), groups \
+             with parity cut {parity_cut}, \
              redundancy {redundancy:.2}, added delay mean {:.1} ms max {:.1} ms",
             mean.as_secs_f64() * 1e3,
             delay_max.as_secs_f64() * 1e3,
@@ -584,6 +586,18 @@ pub(crate) fn session_datagram_line(sessions: impl Iterator<Item = kcpio::Sessio
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The session line names the datagrams the FEC receiver refused as
+    /// replays: a restarted server's datagrams under the old conversation
+    /// end there (`a_restarted_server_is_found_and_the_flow_carries_on`).
+    #[test]
+    fn the_session_line_counts_refused_replays() {
+        let mut s = kcpio::SessionStats::default();
+        s.datagram_fec.negotiated = true;
+        s.datagram_fec.replays = 2_423;
+        let line = session_datagram_line(std::iter::once(s));
+        assert!(line.contains("refused as replays 2423,"), "{line}");
+    }
 
     /// The UDP mode's sockets get the buffer `--sockbuf` asks for, as far
     /// as the kernel allows (it reports twice what it grants).
