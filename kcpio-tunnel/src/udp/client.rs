@@ -18,7 +18,7 @@ use std::collections::hash_map::Entry;
 use std::io::{self, IoSliceMut};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use kcpio::mux::Mux;
@@ -27,8 +27,8 @@ use tokio::net::UdpSocket;
 
 use super::{
     Control, DropReason, FlowCounters, HEADER_LEN, MAX_FLOW_ID, MAX_UDP, RECV_BATCH, SILENT_TICKS,
-    Seen, UdpStats, WIREGUARD_OVERHEAD, Window, control, parse_control, parse_header, put_header,
-    send_each, wireguard_mtu,
+    Seen, UdpStats, WIREGUARD_OVERHEAD, Window, control, lock, parse_control, parse_header,
+    put_header, send_each, wireguard_mtu,
 };
 use crate::client::Pool;
 use crate::config::{HostPorts, Settings};
@@ -555,12 +555,6 @@ impl Down {
             .and_then(|b| b.get(..len))
             .unwrap_or_default()
     }
-}
-
-/// Locks the flow table, ignoring poisoning (every critical section leaves
-/// it consistent).
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Hands `batch` (at most [`RECV_BATCH`] datagrams from the server) to

@@ -95,7 +95,7 @@ pub(crate) mod server;
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 /// Bytes of the flow header.
@@ -131,6 +131,12 @@ pub(crate) const RECV_BATCH: usize = 8;
 pub(crate) fn size_buffers(s: socket2::SockRef<'_>, bytes: usize) {
     let _ = s.set_recv_buffer_size(bytes);
     let _ = s.set_send_buffer_size(bytes);
+}
+
+/// Locks a table the UDP mode's tasks and sinks share (flows, sessions),
+/// ignoring poisoning: every critical section leaves it consistent.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 pub(crate) fn put_header(buf: &mut [u8], flow: u32, seq: u32) {
@@ -420,8 +426,8 @@ impl UdpStats {
         self.lock_sessions().retain(|h| h.conv() != conv);
     }
 
-    fn lock_sessions(&self) -> std::sync::MutexGuard<'_, Vec<kcpio::StatsHandle>> {
-        self.sessions.lock().unwrap_or_else(PoisonError::into_inner)
+    fn lock_sessions(&self) -> MutexGuard<'_, Vec<kcpio::StatsHandle>> {
+        lock(&self.sessions)
     }
 
     /// Counts one datagram dropped for `why`.

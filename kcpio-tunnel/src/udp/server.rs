@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use kcpio::{KcpListener, KcpStream, RelaySocket};
@@ -19,7 +19,7 @@ use tokio::task::JoinHandle;
 
 use super::client::{negotiated_since, report_mtu};
 use super::{
-    Control, DropReason, FlowCounters, HEADER_LEN, MAX_UDP, Seen, UdpStats, Window, control,
+    Control, DropReason, FlowCounters, HEADER_LEN, MAX_UDP, Seen, UdpStats, Window, control, lock,
     parse_control, parse_header, put_header, send_each,
 };
 use crate::config::Settings;
@@ -172,26 +172,7 @@ pub(crate) async fn serve_session(kcp: Arc<KcpStream>, from: SocketAddr, shared:
         // would keep the session alive after this task ends.
         let session = Arc::downgrade(&kcp);
         kcp.set_datagram_sink(move |batch| {
-            let mut flows = lock(&flows);
-            shared
-                .udp
-                .tunnel_in
-                .fetch_add(batch.len() as u64, Ordering::Relaxed);
-            for chunk in batch.chunks(SESSION_BATCH) {
-                let mut pass = [(0u32, &[][..]); SESSION_BATCH];
-                let mut passed = 0;
-                for &d in chunk {
-                    let Some(id) = admit(d, &session, (target, &from), &mut flows, &shared) else {
-                        continue;
-                    };
-                    if let Some(p) = pass.get_mut(passed) {
-                        *p = (id, d);
-                        passed += 1;
-                    }
-                }
-                let pass = pass.get(..passed).unwrap_or_default();
-                forward(&flows, pass, target, &shared.udp);
-            }
+            pass_on(batch, &mut lock(&flows), &session, (target, &from), &shared);
         });
     }
     let idle_ticks = shared.settings.udp.idle.as_secs().max(1);
@@ -206,12 +187,8 @@ pub(crate) async fn serve_session(kcp: Arc<KcpStream>, from: SocketAddr, shared:
                 match r {
                     Ok(n) => {
                         let d = buf.get(..n).unwrap_or_default();
-                        udp.tunnel_in.fetch_add(1, Ordering::Relaxed);
-                        let mut flows = lock(&flows);
                         let session = Arc::downgrade(&kcp);
-                        if let Some(id) = admit(d, &session, (target, &from), &mut flows, &shared) {
-                            forward(&flows, &[(id, d)], target, udp);
-                        }
+                        pass_on(&[d], &mut lock(&flows), &session, (target, &from), &shared);
                     }
                     Err(e) => break e,
                 }
@@ -245,14 +222,42 @@ pub(crate) async fn serve_session(kcp: Arc<KcpStream>, from: SocketAddr, shared:
     udp.unwatch_session(&kcp);
 }
 
-/// Locks the flow table, ignoring poisoning (every critical section leaves
-/// it consistent).
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 /// Datagrams the server sends to the target per system call at most.
 const SESSION_BATCH: usize = 32;
+
+/// Takes `batch`, a session's datagrams, into their flows and sends what
+/// is admitted to the target ([`admit`], [`forward`]).
+fn pass_on(
+    batch: &[&[u8]],
+    flows: &mut HashMap<u32, Flow>,
+    session: &Weak<KcpStream>,
+    (target, from): (SocketAddr, &SocketAddr),
+    shared: &Arc<Shared>,
+) {
+    shared
+        .udp
+        .tunnel_in
+        .fetch_add(batch.len() as u64, Ordering::Relaxed);
+    for chunk in batch.chunks(SESSION_BATCH) {
+        let mut pass = [(0u32, &[][..]); SESSION_BATCH];
+        let mut passed = 0;
+        for &d in chunk {
+            let Some(id) = admit(d, session, (target, from), flows, shared) else {
+                continue;
+            };
+            if let Some(p) = pass.get_mut(passed) {
+                *p = (id, d);
+                passed += 1;
+            }
+        }
+        forward(
+            flows,
+            pass.get(..passed).unwrap_or_default(),
+            target,
+            &shared.udp,
+        );
+    }
+}
 
 /// Takes datagram `d` from the session into its flow (opening the flow on
 /// its first datagram): its flow id when it is to be sent to the target;
