@@ -78,7 +78,10 @@
 //!   session cap and a client over the server's per-source rate look alike
 //!   from the client, and the error names them all; the server's
 //!   [`ListenerStats`] counts each and logs the first of each peer. A kcpio or kcp-go listener creates the
-//!   session when the probe arrives, so `accept` returns at connect time and
+//!   session when the probe arrives (kcp-go's `accept` returns it then;
+//!   kcpio's once the client's driver has answered the window probe of the
+//!   session's first reply, about half a round trip after `connect`
+//!   returns, so a forged source never reaches `accept`), and
 //!   protocols where the server speaks first work. `connect_probe(false)`
 //!   (**on** by default, [`ConfigBuilder::connect_probe`](ConfigBuilder::connect_probe)) gives KCP's bare
 //!   behaviour for a peer that must see data first: `connect` returns at once

@@ -44,8 +44,14 @@ fn accepted(taken: Taken) -> Option<io::Result<(KcpStream, SocketAddr)>> {
 /// (decrypts and verifies), parses as KCP all through, FEC-framed or not,
 /// and **begins a conversation**: its first segment is a PUSH with sn 0 and
 /// una 0 (the first datagram of every kcp-go, C KCP and kcpio sender) or a
-/// window probe (WASK) with una 0 (kcpio's connect probe). The session waits
-/// in a bounded backlog until [`accept`](Self::accept) takes it. A new
+/// window probe (WASK) with una 0 (kcpio's connect probe). The session
+/// answers, and asks the peer to prove it receives (the window probe it
+/// sends with its first reply, which kcp-go, C KCP and kcpio peers answer
+/// at their next flush); once the peer has, the session waits in a bounded
+/// backlog until [`accept`](Self::accept) takes it. So `accept` returns a
+/// session about one round trip (plus the peer's flush interval) after its
+/// first datagram, and never one whose peer never answered (a forged
+/// source address). A new
 /// conversation's opener from an address that has a session replaces it, as
 /// kcp-go does for a restarted client; it is checked completely first, so a
 /// datagram that could not open a session never disturbs one.
@@ -71,10 +77,14 @@ fn accepted(taken: Taken) -> Option<io::Result<(KcpStream, SocketAddr)>> {
 ///   nothing again, from any address (`replayed`).
 /// - **Session cap and backlog**: at most
 ///   [`max_sessions`](crate::ConfigBuilder::max_sessions) sessions (4,096,
-///   over all the listener's sockets),
-///   of which at most
-///   [`accept_backlog`](crate::ConfigBuilder::accept_backlog) (128) wait
-///   for `accept` (`refused_cap`, `refused_backlog`).
+///   over all the listener's sockets; `refused_cap`). A new peer is refused
+///   while [`accept_backlog`](crate::ConfigBuilder::accept_backlog) (128)
+///   sessions whose peers proved they receive wait for `accept`
+///   (`refused_backlog`); sessions admitted before that, whose peers prove
+///   afterwards, still join them (they are real), so more may wait, within
+///   the session cap. Unproven sessions wait in the table, not in the
+///   backlog: forged openers never fill it, however slowly the
+///   application accepts.
 /// - **Per-source limit**: one source IP address creates at most 1,024
 ///   sessions in a burst and 256 per second after that (a token bucket per
 ///   address, 65,536 addresses remembered, about 7 MiB; `refused_rate`);
@@ -94,7 +104,8 @@ fn accepted(taken: Taken) -> Option<io::Result<(KcpStream, SocketAddr)>> {
 ///   ([`ConfigBuilder::proof_timeout`](crate::ConfigBuilder::proof_timeout))
 ///   fails with [`SessionError::DeadLink`](crate::SessionError::DeadLink); at the
 ///   session cap, the oldest such session is evicted for a newcomer
-///   (`evicted_unproven`), so forged openers cannot lock real clients out,
+///   (`evicted_unproven`; it never reached `accept`), so forged openers
+///   cannot lock real clients out,
 ///   but only once 3 × `max_sessions` openers per 4 MiB of its socket's
 ///   receive buffer have come after it (its proof may be queued behind
 ///   that many: 4 MiB holds about 10,000 small datagrams); until then

@@ -538,41 +538,69 @@ async fn encrypted_listener_survives_a_flood_and_still_serves() {
 #[tokio::test]
 async fn plain_listener_flood_is_bounded_by_backlog_and_cap() {
     let config = fast().accept_backlog(8).max_sessions(16).build().unwrap();
-    // A listener nobody accepts from: whatever the flood creates stays in
-    // the backlog, which must stay bounded.
     let (listener, addr) = bind_loopback(&config).await;
     timeout(Duration::from_secs(30), flood(addr, 20_000, 15, 24))
         .await
         .unwrap();
-    // Crafted valid KCP packets from many sources: sessions up to the backlog.
+    // Crafted valid openers from many sources that never answer: sessions
+    // up to the cap, none of them in the backlog or handed to `accept`.
     let mut socks = Vec::new();
-    let mut ours = std::collections::HashSet::new();
     for i in 0..32u32 {
         let s = UdpSocket::bind("127.0.0.1:0").await.unwrap();
         s.send_to(&push_segment(1000 + i, 0, b"hi"), addr)
             .await
             .unwrap();
-        ours.insert(s.local_addr().unwrap());
         socks.push(s);
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     let stats = listener.stats();
-    assert!(stats.backlog <= 8, "{stats:?}");
+    assert_eq!(stats.backlog, 0, "{stats:?}");
     assert!(stats.sessions_live <= 16, "{stats:?}");
-    assert!(stats.refused_backlog > 0, "{stats:?}");
-    // It still serves: accept (skipping any session the random flood
-    // happened to create) and read what a crafted peer sent.
-    let (mut s, peer) = loop {
-        let (s, peer) = accept_within(&listener, 5).await;
-        if ours.contains(&peer) {
-            break (s, peer);
-        }
-    };
+    assert!(stats.refused_cap > 0, "{stats:?}");
+    assert!(
+        timeout(Duration::from_millis(300), listener.accept())
+            .await
+            .is_err(),
+        "accept returned a session whose peer never answered"
+    );
+    // It still serves a peer that answers: admitted at the cap (its
+    // retransmitted opener evicts an unproven session), accepted once it
+    // proves; nobody accepts the next ones, so proven sessions fill the
+    // backlog and a newcomer is then refused there.
+    let real = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    timeout(
+        Duration::from_secs(10),
+        open_and_prove(&real, addr, 2000, b"hi"),
+    )
+    .await
+    .unwrap();
+    let (mut s, peer) = accept_within(&listener, 5).await;
+    assert_eq!(peer, real.local_addr().unwrap());
     let mut b = [0u8; 2];
     timeout(Duration::from_secs(5), s.read_exact(&mut b))
         .await
         .unwrap()
         .unwrap_or_else(|e| panic!("session from {peer}: {e}"));
+    for conv in 2001..2009 {
+        let s = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        timeout(
+            Duration::from_secs(10),
+            open_and_prove(&s, addr, conv, b"hi"),
+        )
+        .await
+        .unwrap();
+        socks.push(s);
+    }
+    wait_while(10, || listener.stats().backlog < 8).await;
+    let late = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let before = listener.stats().refused_backlog;
+    for _ in 0..2 {
+        send_push(&late, addr, 2100, 0, b"hi").await;
+    }
+    wait_while(10, || listener.stats().refused_backlog == before).await;
+    let stats = listener.stats();
+    assert_eq!(stats.backlog, 8, "{stats:?}");
+    assert!(stats.sessions_live <= 16, "{stats:?}");
 }
 
 /// Admission refusals count peers, once per refusal episode (until the
@@ -595,13 +623,19 @@ async fn refusals_count_peers_once_per_episode() {
             wait_while(2, move || l.stats().datagrams_in < n),
         )
     };
-    // Six peers send their opener five times each: two fill the backlog.
+    // Two peers open and prove they receive (an opener and the answer to
+    // the session's probe each): they fill the backlog. The four others
+    // send their opener five times each.
+    for (i, s) in socks.iter().enumerate().take(2) {
+        open_and_prove(s, addr, conv(i), b"hi").await;
+    }
+    wait_while(2, || listener.stats().backlog < 2).await;
     for _ in 0..5 {
-        for (i, s) in socks.iter().enumerate() {
+        for (i, s) in socks.iter().enumerate().skip(2) {
             send_push(s, addr, conv(i), 0, b"hi").await;
         }
     }
-    received(30).await.unwrap();
+    received(24).await.unwrap();
     let st = listener.stats();
     assert_eq!(st.sessions_opened, 2, "{st:?}");
     assert_eq!(st.refused_backlog, 4, "peers, not datagrams: {st:?}");
@@ -610,13 +644,14 @@ async fn refusals_count_peers_once_per_episode() {
     // One accepted: the next peer gets in, which ends the episode; the
     // three still refused count again.
     let _first = accept_within(&listener, 5).await;
-    send_push(&socks[2], addr, conv(2), 0, b"hi").await;
-    received(31).await.unwrap();
+    open_and_prove(&socks[2], addr, conv(2), b"hi").await;
+    wait_while(2, || listener.stats().backlog < 2).await;
+    received(26).await.unwrap();
     for (i, s) in socks.iter().enumerate().skip(3) {
         send_push(s, addr, conv(i), 0, b"hi").await;
         send_push(s, addr, conv(i), 0, b"hi").await;
     }
-    received(37).await.unwrap();
+    received(32).await.unwrap();
     let st = listener.stats();
     assert_eq!(st.sessions_opened, 3, "{st:?}");
     assert_eq!(st.refused_backlog, 7, "{st:?}");
@@ -645,13 +680,38 @@ async fn send_push(raw: &UdpSocket, addr: SocketAddr, conv: u32, sn: u32, data: 
         .unwrap();
 }
 
+/// Opens conversation `conv` from `raw` with a PUSH at sn 0 of `data` and
+/// answers the session's window probe (WASK) as every KCP peer does, so
+/// the session proves its peer receives and reaches `accept`. The opener
+/// is sent again every 300 ms without an answer (at most 5 times: a peer
+/// refused at the session cap retransmits).
+async fn open_and_prove(raw: &UdpSocket, addr: SocketAddr, conv: u32, data: &[u8]) {
+    use kcpio::arq::segment::{Command, Segments};
+    let mut buf = [0u8; 2048];
+    for _ in 0..5 {
+        send_push(raw, addr, conv, 0, data).await;
+        let until = tokio::time::Instant::now() + Duration::from_millis(300);
+        while let Ok(Ok(n)) = tokio::time::timeout_at(until, raw.recv(&mut buf)).await {
+            let probed = Segments::new(&buf[..n])
+                .flatten()
+                .any(|s| s.conv() == conv && s.command() == Some(Command::Wask));
+            if probed {
+                let wins = kcpio_testkit::spoof::raw_wins(conv);
+                raw.send_to(&wins, addr).await.unwrap();
+                return;
+            }
+        }
+    }
+    panic!("conv {conv}: no window probe came back");
+}
+
 #[tokio::test]
 async fn late_packets_of_a_closed_session_never_create_a_new_one() {
     let config = fast().linger(Duration::from_millis(100)).build().unwrap();
     let (listener, addr) = bind_loopback(&config).await;
     let raw = UdpSocket::bind("127.0.0.1:0").await.unwrap();
     timeout(Duration::from_secs(10), async {
-        send_push(&raw, addr, 7, 0, b"abc").await;
+        open_and_prove(&raw, addr, 7, b"abc").await;
         let (mut s, _) = listener.accept().await.unwrap();
         let mut b = [0u8; 3];
         s.read_exact(&mut b).await.unwrap();
@@ -671,7 +731,7 @@ async fn late_packets_of_a_closed_session_never_create_a_new_one() {
         let st = listener.stats();
         assert!(st.tombstoned + st.replayed + st.not_opener >= 2, "{st:?}");
         // A new conversation from the same address is a new session.
-        send_push(&raw, addr, 8, 0, b"new").await;
+        open_and_prove(&raw, addr, 8, b"new").await;
         let (s2, _) = listener.accept().await.unwrap();
         assert_eq!(s2.conv(), 8);
     })
@@ -685,14 +745,14 @@ async fn new_conversation_at_sn_zero_takes_over_the_address() {
     let (listener, addr) = bind_loopback(&config).await;
     let raw = UdpSocket::bind("127.0.0.1:0").await.unwrap();
     timeout(Duration::from_secs(10), async {
-        send_push(&raw, addr, 1, 0, b"one").await;
+        open_and_prove(&raw, addr, 1, b"one").await;
         let (mut old, _) = listener.accept().await.unwrap();
         let mut b = [0u8; 3];
         old.read_exact(&mut b).await.unwrap();
         // Another conv, not at sn 0: dropped.
         send_push(&raw, addr, 2, 5, b"two").await;
         // Another conv at sn 0: the client restarted.
-        send_push(&raw, addr, 3, 0, b"three").await;
+        open_and_prove(&raw, addr, 3, b"three").await;
         let (new, _) = listener.accept().await.unwrap();
         assert_eq!(new.conv(), 3);
         let e = old.read(&mut b).await.unwrap_err();
@@ -867,6 +927,32 @@ async fn accepted_streams_outlive_the_listener() {
     .unwrap();
 }
 
+/// Dropping the listener frees the sessions still waiting for their
+/// peer's proof along with the backlog they would have joined: its socket
+/// closes at once, not at their proof timeout (10 s).
+#[tokio::test]
+async fn dropping_the_listener_frees_sessions_waiting_for_proof() {
+    let config = fast().build().unwrap();
+    let (listener, addr) = bind_loopback(&config).await;
+    let raw = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    send_push(&raw, addr, 9, 0, b"hi").await;
+    timeout(
+        Duration::from_secs(5),
+        wait_while(10, || listener.stats().sessions_live < 1),
+    )
+    .await
+    .unwrap();
+    assert_eq!(listener.stats().backlog, 0, "unproven: not in the backlog");
+    drop(listener);
+    let closed = timeout(Duration::from_secs(3), async {
+        while std::net::UdpSocket::bind(addr).is_err() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(closed.is_ok(), "the unproven session kept the socket open");
+}
+
 #[tokio::test]
 async fn rate_limit_paces_the_sender() {
     // 300 kB at 200 kB/s: the 96 kB burst plus at most one batch (32 x 1400 B)
@@ -898,11 +984,11 @@ async fn accept_skips_sessions_that_failed_in_the_backlog() {
     let (listener, addr) = bind_loopback(&config).await;
     let raw = UdpSocket::bind("127.0.0.1:0").await.unwrap();
     timeout(Duration::from_secs(10), async {
-        send_push(&raw, addr, 1, 0, b"one").await;
+        open_and_prove(&raw, addr, 1, b"one").await;
         wait_while(10, || listener.stats().backlog < 1).await;
         // The peer restarts before anyone accepted its first session.
-        send_push(&raw, addr, 2, 0, b"two").await;
-        wait_while(10, || listener.stats().sessions_opened < 2).await;
+        open_and_prove(&raw, addr, 2, b"two").await;
+        wait_while(10, || listener.stats().backlog < 2).await;
         let (s, _) = listener.accept().await.unwrap();
         assert_eq!(s.conv(), 2);
     })

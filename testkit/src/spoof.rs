@@ -37,6 +37,21 @@ pub fn flood_from_many(
     }
 }
 
+/// The 24-byte KCP window answer (WINS) of `conv` that every KCP peer
+/// sends for a window probe (WASK): a listener's session proves its peer
+/// receives this way, and only then reaches `accept`.
+pub fn raw_wins(conv: u32) -> [u8; 24] {
+    let wins = Header {
+        conv,
+        cmd: Command::Wins as u8,
+        wnd: 128,
+        ..Header::default()
+    };
+    let mut out = [0u8; 24];
+    wins.encode(&mut out);
+    out
+}
+
 /// The 24-byte KCP ACK a raw client sends for a received PUSH (`ts` and
 /// `sn` echoed, `una` its next expected sn): with `una` included, since
 /// kcp-go frees a segment only when una passes it.

@@ -532,9 +532,13 @@ impl ConfigBuilder {
         self
     }
 
-    /// Sessions a listener holds that were not yet accepted; a new peer
-    /// beyond this is refused (counted, its datagram dropped). Default: 128
-    /// (kcp-go's `acceptBacklog`).
+    /// Sessions whose peers proved they receive that a listener holds for
+    /// [`accept`](crate::KcpListener::accept); while this many wait, a new
+    /// peer is refused (counted, its datagram dropped). A session admitted
+    /// before, whose peer proves later, still joins them (within
+    /// [`max_sessions`](Self::max_sessions)); sessions not yet proven wait
+    /// apart, under `max_sessions` alone. Default: 128 (kcp-go's
+    /// `acceptBacklog`).
     ///
     /// Range: 1..=65536.
     ///

@@ -10,8 +10,19 @@
 //! | the same (peer, conv) closed less than [`TOMBSTONE_TTL`] ago | `Tombstoned` | tombstones ([`MAX_TOMBSTONES`], oldest forgotten first) |
 //! | the same datagram opened a session within [`REPLAY_HORIZON`], from any address | `Replay` | keyed 64-bit fingerprints ([`MAX_REPLAY`], oldest first) |
 //! | the session cap, unless the oldest session that never proved its return path can be evicted (once it has had time to prove itself, or for the retransmitted opener of a peer refused so) | `SessionCap` | the unproven queue (at most 2 × sessions + 64 ids), refused openers ([`MAX_REFUSED`], oldest first) |
-//! | the accept backlog | `Backlog` | (the backlog's own bound) |
+//! | the accept backlog is full: `accept_backlog` proven sessions wait for `accept` | `Backlog` | (the backlog's own bound) |
 //! | the source IP's token bucket (burst, then per second) | `RateLimited` | buckets ([`MAX_RATE_SOURCES`], oldest first) |
+//!
+//! A session joins the accept backlog only once its peer proved it
+//! receives ([`Table::set_proven`](super::table::Table::set_proven)); until
+//! then it waits in the table, under the session cap and its eviction rule.
+//! So forged openers, which never prove, never fill the backlog (nor reach
+//! `accept`), however slowly the application accepts: a flood of them
+//! competes with a real client only at the cap, where a real client's
+//! retransmitted opener evicts. A session admitted while the backlog had
+//! room that proves once it is full still joins it (its peer is real, and
+//! was admitted), so the backlog may exceed `accept_backlog` by the
+//! sessions that were unproven when it filled, within the session cap.
 //!
 //! Each memory is a [`BoundedMap`] keyed by what the peer sends, hashed
 //! under random keys. Time is a `Duration` since the driver's epoch (one
@@ -259,7 +270,9 @@ impl Admission {
     ///    own (its proof could not have been read before), else the
     ///    newcomer is refused and remembered: its retransmitted opener
     ///    (same peer and conv) evicts the oldest unproven session at once;
-    /// 4. the accept backlog (`backlog()`, asked only here);
+    /// 4. the accept backlog (`backlog()`, asked only here): the proven
+    ///    sessions waiting for `accept` (an unproven session waits in the
+    ///    table and joins the backlog when it proves, full or not);
     /// 5. the source address's creation rate (a burst, then a rate per
     ///    second), charged last so refused openers cost nothing.
     ///

@@ -303,11 +303,10 @@ pub mod sim_support {
             Some((Session(id), conn))
         }
 
-        /// After input: the session's peer proved it receives.
-        pub fn set_proven(&mut self, s: Session, conn: &Conn) {
-            if conn.is_proven() {
-                self.table.set_proven(s.0);
-            }
+        /// After input: the session's peer proved it receives. True when
+        /// it just did: the driver hands it to `accept` now.
+        pub fn set_proven(&mut self, s: Session, conn: &Conn) -> bool {
+            conn.is_proven() && self.table.set_proven(s.0)
         }
 
         /// [`from_elsewhere`](super::from_elsewhere) on this table.

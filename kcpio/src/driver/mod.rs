@@ -312,8 +312,16 @@ impl Driver {
             self.take_from_shards(now);
         }
         if listener_closed && self.table.accepting() {
-            self.table.stop_accepting();
-            for id in self.shared.accept.close(&self.shared) {
+            // The sessions waiting for `accept`, and those still waiting in
+            // the table for their peer's proof, which would have joined them.
+            let unproven = self.table.stop_accepting();
+            for id in self
+                .shared
+                .accept
+                .close(&self.shared)
+                .into_iter()
+                .chain(unproven)
+            {
                 self.remove_session(id, SessionError::Aborted, now);
             }
         }
@@ -400,10 +408,11 @@ impl Driver {
                     bump(&self.shared.counters.evicted_unproven);
                     self.remove_session(unproven, SessionError::DeadLink, now);
                 }
-                let Some((id, session)) = self.insert_session(d.peer, conv, now) else {
+                // It waits in the table, not in the accept backlog, until
+                // its peer proves it receives (`deliver_run`).
+                let Some((id, _)) = self.insert_session(d.peer, conv, now) else {
                     return;
                 };
-                self.shared.accept.push(session, d.peer);
                 id
             }
         };
@@ -700,8 +709,13 @@ impl Driver {
         if sunk {
             session.hand_to_sink(&self.sink_batch);
         }
-        if proven {
-            self.table.set_proven(id);
+        // A listener's session joins the accept backlog once its peer has
+        // proved it receives: forged openers never reach `accept`.
+        if proven
+            && self.table.set_proven(id)
+            && let Some(session) = self.table.get(id)
+        {
+            self.shared.accept.push(session.clone(), session.peer);
         }
         // Woken outside the lock, so the reader does not block on it.
         if let Some(w) = read_waker {

@@ -29,7 +29,8 @@ macro_rules! socket_counters {
         #[non_exhaustive]
         pub struct ListenerStats {
             $( $(#[$doc])* pub $name: u64, )*
-            /// Sessions waiting to be accepted now.
+            /// Sessions waiting to be accepted now (their peers proved
+            /// they receive; the rest wait in `sessions_live`).
             pub backlog: usize,
             /// Receive system calls made (`recvmmsg` or one-datagram calls).
             pub recv_syscalls: u64,
@@ -170,7 +171,8 @@ socket_counters! {
     sessions_opened,
     /// Sessions freed.
     sessions_closed,
-    /// Sessions alive now (accepted, waiting in the backlog, or lingering;
+    /// Sessions alive now (accepted, waiting in the backlog, waiting for
+    /// their peer's proof, or lingering;
     /// a session handed to another socket of the group counts there).
     sessions_live,
     /// Session deadlines that fired (ARQ ticks, idle timeouts, lingers): a

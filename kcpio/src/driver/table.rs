@@ -354,8 +354,19 @@ impl<S> Table<S> {
     }
 
     /// Refuse new conversations from now on (the listener is gone).
-    pub(crate) fn stop_accepting(&mut self) {
+    /// Returns the sessions whose peers have not proved they receive: they
+    /// never reached the accept backlog and never will, so the driver
+    /// removes them.
+    pub(crate) fn stop_accepting(&mut self) -> Vec<SessionId> {
         self.accepting = false;
+        let slots = self.slots.iter().zip(0u32..);
+        slots
+            .filter(|(s, _)| s.entry.as_ref().is_some_and(|e| !e.proven))
+            .map(|(s, idx)| SessionId {
+                idx,
+                generation: s.generation,
+            })
+            .collect()
     }
 
     fn entry(&self, id: SessionId) -> Option<&Entry<S>> {
@@ -388,13 +399,20 @@ impl<S> Table<S> {
     }
 
     /// Records that `id`'s peer proved it receives (idempotent, O(1)).
-    pub(crate) fn set_proven(&mut self, id: SessionId) {
+    /// True when it just did on an accepting table: a listener's session
+    /// joins the accept backlog now, and only now (see
+    /// [`Admission::admit`]'s backlog rule), whether or not the backlog is
+    /// full, as its peer is real.
+    pub(crate) fn set_proven(&mut self, id: SessionId) -> bool {
+        let accepting = self.accepting;
         if let Some(e) = self.entry_mut(id)
             && !e.proven
         {
             e.proven = true;
             self.unproven_live -= 1;
+            return accepting;
         }
+        false
     }
 
     /// Registers a session for `peer`/`conv`; `make` builds it knowing its
@@ -984,12 +1002,13 @@ pub(crate) fn fuzz(data: &[u8]) {
                         evicts,
                     } => {
                         assert!(Inbound::parse(&packet).is_ok_and(|i| i.is_opener()));
+                        assert!(backlog < backlog_cap, "admitted at a full backlog");
                         for old in [replaces, evicts].into_iter().flatten() {
                             assert!(t.remove(old, now).is_some(), "a removable session");
                         }
+                        // Unproven: it joins the backlog when it proves.
                         let id = t.insert(peer, conv, false, |_| conv);
                         ids.push(id);
-                        backlog += 1;
                     }
                     Route::Deliver(id) => assert!(t.get(id).is_some()),
                     Route::Migrate(id) => {
@@ -1023,11 +1042,16 @@ pub(crate) fn fuzz(data: &[u8]) {
             }
             3 => now += Duration::from_millis(u64::from(arg) * 37),
             4 => now += Duration::from_secs(u64::from(arg) * 60),
+            5 if arg & 128 == 128 => backlog = backlog.saturating_sub(1), // accept
             5 => {
                 if let Some(id) = pick(&ids) {
-                    t.set_proven(id);
+                    let was_unproven = unproven_in(&t.slots, id);
+                    let joins = t.set_proven(id);
+                    // Once per session, when it proves: the backlog's
+                    // only way in, full or not.
+                    assert_eq!(joins, was_unproven, "joins the backlog when it proves");
+                    backlog += usize::from(joins);
                 }
-                backlog = backlog.saturating_sub(1);
             }
             6 => {
                 if let Some(id) = pick(&ids) {
@@ -1667,6 +1691,89 @@ mod tests {
                 evicts: Some(first),
             }
         );
+    }
+
+    /// The accept backlog holds only sessions whose peers proved they
+    /// receive. An application that accepts nothing under a flood of forged
+    /// openers (which never prove): the backlog stays empty, so each real
+    /// client gets in at the cap (its opener, or its retransmission, evicts
+    /// the oldest unproven session) and joins the backlog once it proves.
+    /// Proven sessions do fill it: a newcomer is then refused, while one
+    /// admitted before it filled still joins when it proves (it is real).
+    /// (When every admitted session joined the backlog at once, the flood
+    /// filled it with its first two and locked every real client out.)
+    #[test]
+    fn only_proven_sessions_reach_the_accept_backlog() {
+        let mut t: Table<u32> = Table::new(true, 8, 2);
+        // Sessions handed to `accept` and never taken.
+        let mut backlog = 0usize;
+        let at = Duration::ZERO;
+        // The driver's part for one opener of `conv` from `ip(conv)`.
+        let open = |t: &mut Table<u32>, backlog: usize, conv: u32, tag: u8| {
+            let p = seg(81, conv, 0, 0, false, tag);
+            let i = Inbound::parse(&p).unwrap();
+            let r = t.route(ip(conv), &i, at, || backlog, || print(&p), |_| false);
+            let Route::Accept {
+                conv,
+                replaces,
+                evicts,
+            } = r
+            else {
+                return Err(r);
+            };
+            for old in [replaces, evicts].into_iter().flatten() {
+                t.remove(old, at);
+            }
+            Ok(t.insert(ip(conv), conv, false, |_| conv))
+        };
+        let flood = |t: &mut Table<u32>, backlog: usize, from: u32| {
+            let admitted = (from..from + 500)
+                .filter(|&k| open(t, backlog, k, 0).is_ok())
+                .count();
+            assert!(admitted > 8, "the flood cycles the table: {admitted}");
+            assert_eq!(t.live(), 8);
+        };
+        // A real client: admitted by its first opener or the retransmission
+        // of a refused one (remembered), then it proves.
+        let connect = |t: &mut Table<u32>, backlog: usize, client: u32| {
+            for tag in 1..=2 {
+                match open(t, backlog, client, tag) {
+                    Ok(id) => return Ok(id),
+                    Err(Route::Drop(Refusal::SessionCap)) if tag == 1 => {}
+                    Err(r) => return Err(r),
+                }
+            }
+            unreachable!()
+        };
+        flood(&mut t, backlog, 1000);
+        assert_eq!(t.unproven(), 8);
+        assert_eq!(backlog, 0, "no forged session joined the backlog");
+        let first = connect(&mut t, backlog, 1).expect("a real client gets in");
+        // Joins the backlog once it proves, and once only.
+        assert!(t.set_proven(first));
+        assert!(!t.set_proven(first));
+        backlog += 1;
+        flood(&mut t, backlog, 2000);
+        // Two more clients admitted while one place is free: both prove
+        // and both join, the second past the backlog's bound.
+        let second = connect(&mut t, backlog, 2).expect("admitted");
+        let third = connect(&mut t, backlog, 3).expect("admitted");
+        for id in [second, third] {
+            assert!(t.set_proven(id), "a proven session joins, full or not");
+            backlog += 1;
+        }
+        assert_eq!(backlog, 3);
+        // A full backlog of proven sessions refuses newcomers.
+        assert_eq!(
+            connect(&mut t, backlog, 4),
+            Err(Route::Drop(Refusal::Backlog))
+        );
+        // The listener closes: the unproven sessions, never handed to
+        // `accept`, are the driver's to remove; new ones open nothing.
+        let unproven = t.stop_accepting();
+        assert_eq!(unproven.len(), t.unproven());
+        assert!(!unproven.contains(&first) && !unproven.contains(&second));
+        assert_eq!(t.unproven(), 8 - 3);
     }
 
     #[test]
