@@ -44,6 +44,9 @@ use crate::stream::KcpStream;
 pub struct KcpSocket {
     socket: socket2::Socket,
     config: Config,
+    /// Bound to port 0 by [`bind`](Self::bind): the port is the kernel's
+    /// pick, which a fake-TCP connect does not carry over to TCP.
+    any_port: bool,
 }
 
 impl fmt::Debug for KcpSocket {
@@ -66,6 +69,7 @@ impl KcpSocket {
         Ok(Self {
             socket: dio::bind_socket(addr, &config.inner, false, DEFAULT_RECV_BUFFER)?,
             config: config.clone(),
+            any_port: addr.port() == 0,
         })
     }
 
@@ -84,6 +88,7 @@ impl KcpSocket {
         Ok(Self {
             socket,
             config: config.clone(),
+            any_port: false,
         })
     }
 
@@ -123,6 +128,6 @@ impl KcpSocket {
     /// Not cancel safe in the sense that the socket is consumed: a
     /// cancelled call closes it (the session it started is released).
     pub async fn connect(self, peer: SocketAddr) -> io::Result<KcpStream> {
-        KcpStream::connect_socket(self.socket, peer, &self.config).await
+        KcpStream::connect_socket(self.socket, peer, &self.config, self.any_port).await
     }
 }

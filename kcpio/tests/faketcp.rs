@@ -286,6 +286,69 @@ fn shards_split(name: &str, v6: bool) {
     }
 }
 
+/// A client socket bound to port 0 whose UDP port is held in TCP by
+/// another socket (as another fake-TCP flow's can be: its UDP socket was
+/// dropped, its TCP port lives on) still connects: TCP picks its own port.
+/// And a port the caller chose is the flow's port, as the server sees it.
+#[test]
+fn a_client_s_kernel_picked_port_is_not_forced_on_tcp_and_a_chosen_one_is_kept() {
+    let name = "a_client_s_kernel_picked_port_is_not_forced_on_tcp_and_a_chosen_one_is_kept";
+    if std::env::var(IN_NETNS).as_deref() == Ok(name) {
+        runtime().block_on(async {
+            let config = config(1);
+            let listener = Arc::new(KcpListener::bind("127.0.0.1:0", &config).await.unwrap());
+            let server = listener.local_addr().unwrap();
+            let srv = serve(listener.clone(), 2, 4096);
+            // The kernel's pick for UDP, then held in TCP.
+            let sock = kcpio::KcpSocket::bind("127.0.0.1:0".parse().unwrap(), &config).unwrap();
+            let udp_port = sock.local_addr().unwrap().port();
+            let holder = std::net::TcpListener::bind(("127.0.0.1", udp_port)).unwrap();
+            let mut c = timeout(Duration::from_secs(20), sock.connect(server))
+                .await
+                .expect("connected within 20 s")
+                .expect("connects although its UDP port is taken in TCP");
+            c.write_all(&[1]).await.unwrap();
+            let mut got = vec![0u8; 4096];
+            timeout(Duration::from_secs(20), c.read_exact(&mut got))
+                .await
+                .unwrap()
+                .unwrap();
+            let mut want = vec![0u8; 4096];
+            pattern(0, &mut want);
+            assert!(got == want);
+            assert_ne!(c.local_addr().unwrap().port(), udp_port);
+            drop(holder);
+            // A port chosen by the caller (free in TCP and UDP) is kept.
+            let chosen = {
+                let t = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+                t.local_addr().unwrap().port()
+            };
+            let at: SocketAddr = ([127, 0, 0, 1], chosen).into();
+            let sock = kcpio::KcpSocket::bind(at, &config).unwrap();
+            let mut c = timeout(Duration::from_secs(20), sock.connect(server))
+                .await
+                .expect("connected within 20 s")
+                .unwrap();
+            assert_eq!(c.local_addr().unwrap(), at);
+            c.write_all(&[1]).await.unwrap();
+            timeout(Duration::from_secs(20), c.read_exact(&mut got))
+                .await
+                .unwrap()
+                .unwrap();
+            assert!(got == want);
+            println!("figure: kernel-picked UDP port {udp_port} held in TCP: connected; chosen port {chosen} kept");
+            let _ = srv.await;
+        });
+        return;
+    }
+    if std::env::var_os(IN_NETNS).is_some() {
+        return;
+    }
+    if let Some(text) = in_netns(name, &[]) {
+        assert!(text.contains("chosen port"), "{text}");
+    }
+}
+
 /// A directory holding `iptables` and `ip` but no `nft`: with it as `PATH`
 /// the firewall falls back to iptables.
 fn path_without_nft(tag: &str) -> std::path::PathBuf {

@@ -155,7 +155,7 @@ impl KcpStream {
                 (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
             };
             let attempt = match dio::bind_socket(bind, &config.inner, false, DEFAULT_RECV_BUFFER) {
-                Ok(socket) => Self::connect_socket(socket, peer, config).await,
+                Ok(socket) => Self::connect_socket(socket, peer, config, true).await,
                 Err(e) => Err(e),
             };
             match attempt {
@@ -176,18 +176,28 @@ impl KcpStream {
     /// once the peer answered the connect probe (at once without one). The
     /// one connect path: [`connect`](Self::connect) and
     /// [`KcpSocket::connect`](crate::KcpSocket::connect) both end here.
+    /// `any_port`: the socket's port was the kernel's pick (bound to port
+    /// 0), not the caller's.
     pub(crate) async fn connect_socket(
         socket: socket2::Socket,
         peer: SocketAddr,
         config: &Config,
+        any_port: bool,
     ) -> io::Result<KcpStream> {
         let session = if config.inner.carrier == crate::Carrier::FakeTcp {
-            // The kernel's TCP socket takes the UDP socket's address (TCP
-            // and UDP ports are apart); the UDP socket is not used.
-            let bind = socket
+            // The kernel's TCP socket takes the UDP socket's address; the
+            // UDP socket is not used. A port the caller chose is kept; a
+            // port the kernel picked for UDP is not asked of TCP (the two
+            // port spaces are apart: a UDP port free now may be a TCP port
+            // in use, by another fake-TCP flow whose UDP socket was
+            // dropped as this one is), so TCP picks its own.
+            let mut bind = socket
                 .local_addr()?
                 .as_socket()
                 .ok_or(io::ErrorKind::AddrNotAvailable)?;
+            if any_port {
+                bind.set_port(0);
+            }
             drop(socket);
             driver::spawn_fake_tcp_client(bind, peer, config.inner.clone()).await?
         } else {

@@ -28,8 +28,10 @@ use super::{FakeTcpCounters, FakeTcpStats};
 use crate::sys::linux::set_int;
 use crate::sys::{BATCH_SIZE, RecvMeta, Transmit, UdpState, bump};
 
-/// Kernel connects tried when an ephemeral port collides (`EADDRINUSE`).
-const CONNECT_TRIES: u32 = 3;
+/// Kernel connects tried when an ephemeral port collides (`EADDRINUSE`),
+/// each from a new port (the sockets that collided stay bound until the
+/// last try, so the kernel cannot hand their ports out again).
+const CONNECT_TRIES: usize = 8;
 
 /// IPv4 header we write (no options).
 const IP_HEADER: usize = 20;
@@ -168,6 +170,12 @@ fn family_of(addr: SocketAddr) -> Family {
     } else {
         Family::V6
     }
+}
+
+/// `e` naming the step of a fake-TCP set-up that returned it (its kind
+/// kept, so callers still match on it).
+fn context(e: io::Error, step: &str) -> io::Error {
+    io::Error::new(e.kind(), format!("{step}: {e}"))
 }
 
 /// `bind` in the family of `peer` (both normalized): an unspecified
@@ -624,21 +632,29 @@ impl FakeTcp {
         let family = family_of(peer);
         // An ephemeral port can collide at connect with another flow's
         // (EADDRINUSE when many clients start at once): a fresh socket, a
-        // new port, at most CONNECT_TRIES times.
-        let mut tries = 0;
+        // new port, at most CONNECT_TRIES times. The collided sockets stay
+        // bound until the loop ends: closed, their port could come back.
+        // Each error names its step (which one failed is otherwise a guess).
+        let step = |what: &'static str| move |e: io::Error| context(e, what);
+        let mut collided: Vec<std::net::TcpStream> = Vec::new();
         let (stream, firewall, raw) = loop {
-            tries += 1;
-            let sock = Socket::new(Domain::for_address(peer), Type::STREAM, Some(Protocol::TCP))?;
-            sock.bind(&SockAddr::from(bind))?;
+            let sock = Socket::new(Domain::for_address(peer), Type::STREAM, Some(Protocol::TCP))
+                .map_err(step("fake TCP: kernel socket"))?;
+            sock.bind(&SockAddr::from(bind))
+                .map_err(step("fake TCP: bind of the kernel socket"))?;
             let port = sock
                 .local_addr()?
                 .as_socket()
                 .ok_or(io::ErrorKind::InvalidInput)?
                 .port();
-            let firewall = Arc::new(Firewall::install(family, port)?);
-            let raw = raw_socket(bind, port, (0, 1), dscp << 2)?;
+            let firewall = Arc::new(
+                Firewall::install(family, port).map_err(step("fake TCP: firewall rules"))?,
+            );
+            let raw =
+                raw_socket(bind, port, (0, 1), dscp << 2).map_err(step("fake TCP: raw socket"))?;
             sock.set_nonblocking(true)?;
             let std_stream: std::net::TcpStream = sock.into();
+            let held = std_stream.try_clone()?;
             match tokio::net::TcpSocket::from_std_stream(std_stream)
                 .connect(peer)
                 .await
@@ -647,10 +663,18 @@ impl FakeTcp {
                 Err(e)
                     if e.kind() == io::ErrorKind::AddrInUse
                         && bind.port() == 0
-                        && tries < CONNECT_TRIES => {}
-                Err(e) => return Err(e),
+                        && collided.len() + 1 < CONNECT_TRIES =>
+                {
+                    collided.push(held);
+                }
+                Err(e) => {
+                    let tries = collided.len() + 1;
+                    let what = format!("fake TCP: kernel connect (try {tries} of {CONNECT_TRIES})");
+                    return Err(context(e, &what));
+                }
             }
         };
+        drop(collided);
         let sock = Socket::from(stream.into_std()?);
         silence(&sock, family)?;
         let local = normalize(
