@@ -853,3 +853,54 @@ fn udp_beside_tcp_flags_and_keys() {
         assert!(e.contains(says), "{bad}: {e}");
     }
 }
+
+/// Forged openers (sealed with the key, from an address that never answers)
+/// open sessions that die at the 10 s proof timeout: the server's log does
+/// not say a line for each (a flood would write thousands a minute), while
+/// the stats line counts them.
+#[test]
+fn sessions_of_forged_openers_die_without_a_log_line_each() {
+    let port = free_udp_range(1);
+    let listen = format!("127.0.0.1:{port}");
+    let mut server = Command::new(BIN)
+        .args([
+            "server",
+            "-l",
+            &listen,
+            "-t",
+            "127.0.0.1:9",
+            "--snmpperiod",
+            "1",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let kcp = tunnel::parse(words(&format!("t server -l {listen} -t 127.0.0.1:9")))
+        .unwrap()
+        .kcp;
+    std::thread::sleep(Duration::from_millis(500));
+    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    const FORGED: u32 = 20;
+    for conv in 0..FORGED {
+        let mut c = kcpio::Conn::new(0x5100_0000 + conv, &kcp).unwrap();
+        c.write(b"forged").unwrap();
+        c.handle_timeout(Duration::ZERO);
+        let mut slot = vec![0u8; c.max_datagram()];
+        let t = c.poll_transmit(Duration::ZERO, &mut slot).unwrap();
+        let crypto = kcp.packet_crypto();
+        let nonce = [conv as u8; 16];
+        let n = crypto
+            .seal(&mut slot, t.len, &nonce[..crypto.nonce_len()])
+            .unwrap();
+        sock.send_to(&slot[..n], &listen).unwrap();
+    }
+    // The proof timeout (10 s) and a stats period after it.
+    std::thread::sleep(Duration::from_secs(12));
+    let _ = server.kill();
+    let out = server.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    let failed = err.matches("kcp session failed").count();
+    assert_eq!(failed, 0, "a line per forged session: {err}");
+}

@@ -881,8 +881,16 @@ impl Driver {
             sunk = st.has_sink && self.sink_batch.take(&mut st.conn);
             if let Some(e) = st.conn.error() {
                 st.wake_all();
+                // A session whose peer never proved it receives (a forged
+                // source, at the proof timeout: a flood would say a line
+                // each, thousands a minute) and a failed connect (its caller
+                // has the error) are debug; the stats count both.
                 if e != SessionError::Aborted {
-                    tracing::info!(peer = %session.peer, conv = session.conv, "kcp session failed: {e}");
+                    if st.conn.is_proven() && e != SessionError::ConnectTimeout {
+                        tracing::info!(peer = %session.peer, conv = session.conv, "kcp session failed: {e}");
+                    } else {
+                        tracing::debug!(peer = %session.peer, conv = session.conv, "kcp session failed: {e}");
+                    }
                 }
             } else if !finished {
                 if st.conn.writable() {
