@@ -8,6 +8,7 @@
 //! ([`serve_session`]), beside its smux streams.
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -287,18 +288,23 @@ fn admit(
         }
         return None;
     };
-    if !flows.contains_key(&id) {
-        let opened = kcp
-            .upgrade()
-            .and_then(|kcp| open_flow(&kcp, id, target, shared, flows.len()));
-        let Some(f) = opened else {
-            udp.count_drop(DropReason::TableFull);
-            return None;
-        };
-        shared.log.stream(format!("{from}: udp flow {id} opened"));
-        flows.insert(id, f);
-    }
-    let flow = flows.get_mut(&id)?;
+    // One lookup for a known flow (the map hashes with SipHash: the ids
+    // are the client's to choose).
+    let in_session = flows.len();
+    let flow = match flows.entry(id) {
+        Entry::Occupied(e) => e.into_mut(),
+        Entry::Vacant(e) => {
+            let opened = kcp
+                .upgrade()
+                .and_then(|kcp| open_flow(&kcp, id, target, shared, in_session));
+            let Some(f) = opened else {
+                udp.count_drop(DropReason::TableFull);
+                return None;
+            };
+            shared.log.stream(format!("{from}: udp flow {id} opened"));
+            e.insert(f)
+        }
+    };
     flow.active.store(true, Ordering::Relaxed);
     let why = match flow.window.accept(seq) {
         Seen::New => return Some(id),

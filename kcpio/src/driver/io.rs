@@ -363,6 +363,12 @@ impl Io {
         poll
     }
 
+    /// The last [`poll_recv`](Self::poll_recv) found the socket drained
+    /// (and cleared its readiness): the next one registers the waker.
+    pub(crate) fn recv_drained(&self) -> bool {
+        self.rx_drained.is_some()
+    }
+
     /// [`poll_recv`](Self::poll_recv) without the clock: the system call;
     /// notes in `rx_drained` when it found the socket drained.
     fn poll_recv_raw(

@@ -968,9 +968,22 @@ impl Future for Driver {
                 Role::Client => 1,
                 Role::Listener => 2,
             };
-            for _ in 0..batches {
+            // A batch that emptied the socket (its readiness cleared) is
+            // followed by one more poll, which only registers the readiness
+            // waker (no system call), rather than by a whole round: at one
+            // datagram per wake-up that round was a clock read, a flush and
+            // a timer poll per datagram for nothing.
+            let mut polls = 0;
+            while polls <= batches {
+                polls += 1;
                 match this.poll_recv_batch(cx, now) {
-                    Poll::Ready(()) => more = true,
+                    Poll::Ready(()) if polls > batches || !this.io.recv_drained() => {
+                        if polls >= batches {
+                            more = true;
+                            break;
+                        }
+                    }
+                    Poll::Ready(()) => {}
                     Poll::Pending => {
                         drained = true;
                         break;
