@@ -14,7 +14,7 @@ use crate::config::{HostPorts, Settings};
 use crate::detect::{Io, SNAPPY_MAGIC, Tap, UnframedStart, unframed_start};
 use crate::forward::{Conn, forward};
 use crate::limits::{Charge, ChargeGuard, Gate, SessionGate};
-use crate::log::{Log, log_close};
+use crate::log::{Log, Repeats, log_close};
 use crate::pool::{MuxPool, Pooled};
 use crate::stats::{Metered, Stats};
 
@@ -32,6 +32,8 @@ pub(crate) struct Pool {
     gate: Arc<Gate>,
     stats: Arc<Stats>,
     log: Log,
+    /// Failed connects since the last that worked, over all callers.
+    failed: std::sync::Mutex<Repeats>,
 }
 
 /// One pooled session with its share of the client's limits: at most
@@ -45,6 +47,13 @@ pub(crate) struct Session {
     kcp: Arc<KcpStream>,
     share: Arc<SessionGate>,
     account: ChargeGuard,
+}
+
+impl Session {
+    /// The KCP stream under the mux.
+    pub(crate) fn kcp(&self) -> &Arc<KcpStream> {
+        &self.kcp
+    }
 }
 
 impl Pooled for Session {
@@ -76,17 +85,19 @@ impl Pool {
             gate,
             stats,
             log,
+            failed: std::sync::Mutex::default(),
         })
     }
 
     /// The next slot's session. Retries every second until a session is
-    /// up, as kcptun does.
+    /// up, as kcptun does (its line said 3 times, then once a minute
+    /// however many connections wait: [`Repeats`]).
     async fn session(&self) -> Arc<Session> {
         loop {
             match self.pool.get(|| self.connect()).await {
                 Ok(mux) => return mux,
                 Err(e) => {
-                    self.log.line(format!("re-connecting: {e}"));
+                    crate::udp::lock(&self.failed).line(&self.log, format!("re-connecting: {e}"));
                     tokio::time::sleep(Duration::from_secs(1)).await;
                 }
             }
@@ -109,6 +120,44 @@ impl Pool {
         Ok((Arc::clone(&s.mux), Arc::clone(&s.kcp)))
     }
 
+    /// A session dialled beside the first slot's, for the UDP flows to
+    /// try when the slot's has gone silent ([`replace_first`](Self::replace_first)
+    /// puts it in the pool).
+    ///
+    /// # Errors
+    ///
+    /// The connect failed.
+    pub(crate) async fn dial_beside(&self) -> io::Result<Session> {
+        self.connect().await
+    }
+
+    /// Puts `fresh` into the first slot in place of the session whose KCP
+    /// stream is `old` (retired: its streams go on until it ends or
+    /// `--scavengettl` passes), so that new TCP connections take it too;
+    /// the slot's session and its KCP stream after that (not `fresh` when
+    /// the slot had moved on already).
+    pub(crate) async fn replace_first(
+        &self,
+        old: &Arc<KcpStream>,
+        fresh: Session,
+    ) -> (Arc<Mux>, Arc<KcpStream>) {
+        let s = self
+            .pool
+            .replace_first(|s| Arc::ptr_eq(&s.kcp, old), fresh)
+            .await;
+        (Arc::clone(&s.mux), Arc::clone(&s.kcp))
+    }
+
+    /// The sessions of the slots after the first, with their KCP streams
+    /// (those of slots busy connecting are left out).
+    pub(crate) fn others(&self) -> Vec<(Arc<Mux>, Arc<KcpStream>)> {
+        self.pool
+            .others()
+            .iter()
+            .map(|s| (Arc::clone(&s.mux), Arc::clone(&s.kcp)))
+            .collect()
+    }
+
     /// A new KCP session and its mux, with the mismatch watchers. The
     /// remote name is resolved on every connect (a changed DNS record is
     /// followed; a failure is retried by [`session`](Self::session)), and
@@ -121,6 +170,7 @@ impl Pool {
             .next()
             .ok_or_else(|| io::Error::other(format!("--remoteaddr {name}: no address")))?;
         let kcp = Arc::new(KcpStream::connect(remote, &self.settings.kcp).await?);
+        crate::udp::lock(&self.failed).clear();
         let local = kcp.local_addr()?;
         let kcp_stats = kcp.stats_handle();
         self.log.line(format!(

@@ -82,3 +82,88 @@ pub(crate) fn log_close(
         Err(e) => log.stream(format!("stream closed in: {from} out: {to}({sid}): {e}")),
     }
 }
+
+/// A line that repeats while a fault lasts (a reconnect that keeps
+/// failing): said the first [`FIRST`](Self::FIRST) times, then once per
+/// [`EVERY`](Self::EVERY) with how many were held back since, so a long
+/// outage costs an operator about a line a minute, not one per attempt.
+#[derive(Debug, Default)]
+pub(crate) struct Repeats {
+    /// Lines said since the fault began.
+    said: u32,
+    /// Lines held back since the last one said.
+    held: u32,
+    /// When the last one was said.
+    last: Option<std::time::Instant>,
+}
+
+impl Repeats {
+    /// Lines said at once when a fault begins.
+    pub(crate) const FIRST: u32 = 3;
+    /// Then at most one per this.
+    pub(crate) const EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
+    /// Says `msg` (with the count held back since the last), or holds it
+    /// back.
+    pub(crate) fn line(&mut self, log: &Log, msg: impl Display) {
+        self.line_at(std::time::Instant::now(), log, msg);
+    }
+
+    fn line_at(&mut self, now: std::time::Instant, log: &Log, msg: impl Display) {
+        let due = self
+            .last
+            .is_none_or(|t| now.saturating_duration_since(t) >= Self::EVERY);
+        if self.said >= Self::FIRST && !due {
+            self.held = self.held.saturating_add(1);
+            return;
+        }
+        match std::mem::take(&mut self.held) {
+            0 => log.line(msg),
+            held => log.line(format!("{msg} ({held} more like it since the last said)")),
+        }
+        self.said = self.said.saturating_add(1);
+        self.last = Some(now);
+    }
+
+    /// The fault is over: the next one is said from its first line.
+    pub(crate) fn clear(&mut self) {
+        *self = Self::default();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn a_repeating_line_is_said_three_times_then_once_a_minute() {
+        let dir = std::env::temp_dir().join(format!("kcpio-repeats-{}", std::process::id()));
+        let log = Log::open(dir.to_str().unwrap(), false).unwrap();
+        let mut r = Repeats::default();
+        let t0 = Instant::now();
+        // An attempt a second for ten minutes.
+        for s in 0..600 {
+            r.line_at(t0 + Duration::from_secs(s), &log, "re-connecting: refused");
+        }
+        r.clear();
+        r.line_at(t0 + Duration::from_secs(601), &log, "re-connecting: again");
+        let text = std::fs::read_to_string(&dir).unwrap();
+        let _ = std::fs::remove_file(&dir);
+        let lines: Vec<&str> = text.lines().collect();
+        // 3 at once (0-2 s), then at 62, 122, ... 542 s, each with the 59
+        // held back before it: 9 more; then a new fault, said at once.
+        assert_eq!(lines.len(), 3 + 9 + 1, "{text}");
+        assert!(
+            lines[3].ends_with("(59 more like it since the last said)"),
+            "{}",
+            lines[3]
+        );
+        assert!(
+            lines[4].ends_with("(59 more like it since the last said)"),
+            "{}",
+            lines[4]
+        );
+        assert!(lines[12].ends_with("re-connecting: again"), "{}", lines[12]);
+    }
+}

@@ -110,6 +110,52 @@ impl<S: Pooled> MuxPool<S> {
         self.get_slot(0, connect).await
     }
 
+    /// Puts `fresh`, a session made beside the pool, into the first slot
+    /// in place of the session `is_old` picks (one its user found dead
+    /// before the pool did), and returns the slot's session. The old
+    /// session is retired as an expired one is (its streams go on until
+    /// [`scavenge`](Self::scavenge), or until it ends). When the slot has
+    /// moved on already (the old session ended and a caller of
+    /// [`get`](Self::get) replaced it), `fresh` is dropped and the slot's
+    /// session returned.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: cancelled, `fresh` is dropped and the slot is as it
+    /// was.
+    pub(crate) async fn replace_first(&self, is_old: impl Fn(&S) -> bool, fresh: S) -> Arc<S> {
+        let mut slot = self.slots[0].lock().await;
+        let now = Instant::now();
+        match slot.take() {
+            Some(s) if !is_old(&s.mux) && !s.mux.is_closed() => {
+                let mux = Arc::clone(&s.mux);
+                *slot = Some(s);
+                return mux;
+            }
+            Some(s) if !s.mux.is_closed() => {
+                self.lock_retired().push((now + self.grace, s.mux));
+            }
+            _ => {}
+        }
+        let mux = Arc::new(fresh);
+        *slot = Some(Slot {
+            mux: Arc::clone(&mux),
+            expires: self.expiry.map(|e| now + e),
+        });
+        mux
+    }
+
+    /// The sessions of the slots after the first that are not being made
+    /// or replaced right now (a slot busy with a connect is skipped, not
+    /// waited for).
+    pub(crate) fn others(&self) -> Vec<Arc<S>> {
+        self.slots
+            .iter()
+            .skip(1)
+            .filter_map(|s| s.try_lock().ok()?.as_ref().map(|s| Arc::clone(&s.mux)))
+            .collect()
+    }
+
     async fn get_slot<F, Fut>(&self, idx: usize, connect: F) -> io::Result<Arc<S>>
     where
         F: FnOnce() -> Fut,
@@ -138,11 +184,16 @@ impl<S: Pooled> MuxPool<S> {
     }
 
     /// Closes the retired sessions whose grace period has passed (their
-    /// streams fail); returns how many. Call it about once a second.
+    /// streams fail); returns how many. Those that ended meanwhile are let
+    /// go uncounted. Call it about once a second.
     pub(crate) fn scavenge(&self) -> usize {
         let now = Instant::now();
         let mut closed = 0;
         self.lock_retired().retain(|(at, mux)| {
+            // One that ended already (its user closed it) is let go.
+            if mux.is_closed() {
+                return false;
+            }
             if *at <= now {
                 mux.close();
                 closed += 1;
@@ -215,6 +266,39 @@ mod tests {
         let next = pool.get_first(connector(&calls, &peers)).await.unwrap();
         assert!(!Arc::ptr_eq(&next, &first));
         assert_eq!(calls.load(Ordering::Relaxed), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn replace_first_retires_the_old_session_or_defers_to_a_newer_one() {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let peers = Arc::new(Mutex::new(Vec::new()));
+        let pool = MuxPool::new(2, None, Duration::from_secs(5));
+        let old = pool.get_first(connector(&calls, &peers)).await.unwrap();
+        // Found dead by its user: the fresh session takes the slot, and
+        // the old one is retired, open, until its grace has passed.
+        let fresh = connector(&calls, &peers)().await.unwrap();
+        let new = pool
+            .replace_first(|m| std::ptr::eq(m, Arc::as_ptr(&old)), fresh)
+            .await;
+        assert!(!Arc::ptr_eq(&new, &old));
+        let got = pool.get_first(connector(&calls, &peers)).await.unwrap();
+        assert!(Arc::ptr_eq(&got, &new), "the slot holds the fresh one");
+        assert_eq!(pool.retired(), 1);
+        assert!(!old.is_closed(), "its streams go on");
+        tokio::time::advance(Duration::from_secs(5)).await;
+        assert_eq!(pool.scavenge(), 1);
+        assert!(old.is_closed());
+        // The slot moved on before the user's replacement came: the
+        // slot's session stays, the late one is dropped.
+        new.close();
+        let newer = pool.get_first(connector(&calls, &peers)).await.unwrap();
+        let late = connector(&calls, &peers)().await.unwrap();
+        let got = pool
+            .replace_first(|m| std::ptr::eq(m, Arc::as_ptr(&new)), late)
+            .await;
+        assert!(Arc::ptr_eq(&got, &newer));
+        assert_eq!(pool.retired(), 0, "an ended session is not retired");
+        assert_eq!(calls.load(Ordering::Relaxed), 4);
     }
 
     #[tokio::test(start_paused = true)]

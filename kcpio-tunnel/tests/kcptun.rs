@@ -592,6 +592,7 @@ kcptun_test!(udp_beside_tcp_changes_nothing_for_kcptun, async {
         "every datagram dropped as `no session`: {udp:?}"
     );
     assert_eq!(get(&udp.tunnel_out), 0, "nothing sent to kcptun");
+    assert_eq!(get(&udp.control_out), 0, "no ping to kcptun");
     assert_eq!(get(&udp.sessions_opened), 0, "no session carried flows");
 
     one_way(

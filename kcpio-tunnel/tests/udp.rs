@@ -1040,15 +1040,27 @@ async fn a_udp_server_listens_on_one_socket() {
 /// A `--udp` server as a process of its own, so that it can be killed and
 /// started again on the same port.
 fn server_process(listen: SocketAddr, target: SocketAddr) -> std::process::Child {
+    tunnel_process(&format!(
+        "server --udp -l {listen} -t {target} --snmpperiod 0"
+    ))
+}
+
+/// The tunnel binary run with `args`, its output discarded.
+fn tunnel_process(args: &str) -> std::process::Child {
     std::process::Command::new(env!("CARGO_BIN_EXE_kcpio-tunnel"))
-        .args(words(&format!(
-            "server --udp -l {listen} -t {target} --snmpperiod 0"
-        )))
+        .args(words(args))
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap()
+}
+
+/// A loopback UDP address nothing is bound to now (the kernel's pick,
+/// released).
+fn unused_udp_addr() -> SocketAddr {
+    let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    s.local_addr().unwrap()
 }
 
 /// How a server restart meets the flow: the server is down for `down`;
@@ -1062,25 +1074,25 @@ struct Restart {
     idle: Duration,
 }
 
-/// How long after a `--udp` server was killed and started again on its
-/// port a flow's echoes came back, sending one datagram every 50 ms;
-/// `client_flags` are added to the client's command line. Before the kill
-/// the flow carried 3,000 datagrams each way.
-async fn echoes_after_a_server_restart(r: Restart, client_flags: &str) -> Duration {
-    let (target, _echoed, _) = echo_server().await;
-    let listen = {
-        let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        s.local_addr().unwrap()
+impl Restart {
+    /// Down 0.3 s while the flow idles, idle 3 s more after the restart.
+    const IDLE: Restart = Restart {
+        down: Duration::from_millis(300),
+        sending: false,
+        idle: Duration::from_secs(3),
     };
-    let mut server = server_process(listen, target);
-    let (entry, c_udp) = start(&format!(
-        "t client --udp -l 127.0.0.1:0 -r {listen} {client_flags}"
-    ))
-    .await;
-    let app = roomy_socket();
-    app.connect(entry).await.unwrap();
-    // Enough datagrams that a server numbering them afresh stays below
-    // what the client's session and flow last saw for minutes at 20/s.
+    /// Down 2 s while the flow sends, and sending on.
+    const SENDING: Restart = Restart {
+        down: Duration::from_secs(2),
+        sending: true,
+        idle: Duration::ZERO,
+    };
+}
+
+/// 3,000 datagrams each way on the flow `app` sends on (enough that a
+/// server numbering them afresh stays below what the client's session and
+/// flow last saw for minutes at 20/s), then one echo.
+async fn number_the_flow(app: &UdpSocket, c_udp: &UdpStats) {
     for i in 0..3000 {
         app.send(b"numbering").await.unwrap();
         if i % 20 == 19 {
@@ -1091,39 +1103,47 @@ async fn echoes_after_a_server_restart(r: Restart, client_flags: &str) -> Durati
         until(Duration::from_secs(20), || get(&c_udp.local_out) >= 2900).await,
         "{c_udp:?}"
     );
-    let mut b = [0u8; 64];
-    let echo_within = |msg: &'static [u8], within: Duration| {
-        let app = &app;
-        async move {
-            let start = tokio::time::Instant::now();
-            let mut b = [0u8; 64];
-            while start.elapsed() < within {
-                app.send(msg).await.unwrap();
-                let r = tokio::time::timeout(Duration::from_millis(50), app.recv(&mut b)).await;
-                if matches!(r, Ok(Ok(n)) if &b[..n] == msg) {
-                    return Some(start.elapsed());
-                }
-            }
-            None
-        }
-    };
     tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut b = [0u8; 64];
     while app.try_recv(&mut b).is_ok() {}
     assert!(
-        echo_within(b"before", Duration::from_secs(5))
+        echo_back_within(app, b"before", Duration::from_secs(5))
             .await
             .is_some()
     );
-    server.kill().unwrap();
-    server.wait().unwrap();
+}
+
+/// While the server is down for `r.down`: the flow sends every 50 ms, or
+/// idles.
+async fn while_down(app: &UdpSocket, r: Restart) {
     if r.sending {
-        let _ = echo_within(b"down", r.down).await;
+        let _ = echo_back_within(app, b"down", r.down).await;
     } else {
         tokio::time::sleep(r.down).await;
     }
+}
+
+/// How long after a `--udp` server was killed and started again on its
+/// port a flow's echoes came back, sending one datagram every 50 ms;
+/// `client_flags` are added to the client's command line. Before the kill
+/// the flow carried 3,000 datagrams each way.
+async fn echoes_after_a_server_restart(r: Restart, client_flags: &str) -> Duration {
+    let (target, _echoed, _) = echo_server().await;
+    let listen = unused_udp_addr();
+    let mut server = server_process(listen, target);
+    let (entry, c_udp) = start(&format!(
+        "t client --udp -l 127.0.0.1:0 -r {listen} {client_flags}"
+    ))
+    .await;
+    let app = roomy_socket();
+    app.connect(entry).await.unwrap();
+    number_the_flow(&app, &c_udp).await;
+    server.kill().unwrap();
+    server.wait().unwrap();
+    while_down(&app, r).await;
     let mut server = server_process(listen, target);
     tokio::time::sleep(r.idle).await;
-    let back = echo_within(b"after", Duration::from_secs(40)).await;
+    let back = echo_back_within(&app, b"after", Duration::from_secs(40)).await;
     server.kill().unwrap();
     server.wait().unwrap();
     let back = back.unwrap_or_else(|| panic!("the flow never came back: {c_udp:?}"));
@@ -1149,19 +1169,9 @@ async fn a_restarted_server_is_found_and_the_flow_carries_on() {
     tokio::time::timeout(Duration::from_secs(200), async {
         // The session's keepalive probe every second (the --udp meaning of
         // kcptun's --keepalive), so it re-creates the conversation soon.
-        let idle = Restart {
-            down: Duration::from_millis(300),
-            sending: false,
-            idle: Duration::from_secs(3),
-        };
-        let idle = echoes_after_a_server_restart(idle, "--keepalive 1").await;
+        let idle = echoes_after_a_server_restart(Restart::IDLE, "--keepalive 1").await;
         assert!(idle < Duration::from_secs(8), "{idle:?}");
-        let sending = Restart {
-            down: Duration::from_secs(2),
-            sending: true,
-            idle: Duration::ZERO,
-        };
-        let no_icmp = echoes_after_a_server_restart(sending, "--noicmpreset").await;
+        let no_icmp = echoes_after_a_server_restart(Restart::SENDING, "--noicmpreset").await;
         assert!(no_icmp < Duration::from_secs(8), "{no_icmp:?}");
     })
     .await
@@ -1200,6 +1210,16 @@ async fn a_flow_carries_on_after_a_path_outage_shorter_than_the_idle_timeout() {
                 .await
                 .is_some()
         );
+        // Past the session's first round trips: cut within them (a few
+        // ms after the start), the client's answer to the server's window
+        // probe, its proof of receiving, was lost, and the server dropped
+        // the session at its 10 s proof timeout (1 run in 3, on base
+        // too), leaving the client to its 30 s idle timeout. A pong
+        // means the server heard the client since.
+        assert!(
+            until(Duration::from_secs(5), || get(&c_udp.control_in) > 0).await,
+            "{c_udp:?}"
+        );
         relay.set_blackhole(true);
         assert!(
             echo_back_within(&app, b"cut", Duration::from_secs(12))
@@ -1226,20 +1246,11 @@ async fn a_restarted_client_is_served_at_once_and_its_old_session_expires() {
     tokio::time::timeout(TEST_TIMEOUT, async {
         let (target, _echoed, _) = echo_server().await;
         let (server, s_udp) = start(&format!("t server --udp -l 127.0.0.1:0 -t {target}")).await;
-        let entry = {
-            let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-            s.local_addr().unwrap()
-        };
+        let entry = unused_udp_addr();
         let client = || {
-            std::process::Command::new(env!("CARGO_BIN_EXE_kcpio-tunnel"))
-                .args(words(&format!(
-                    "client --udp -l {entry} -r {server} --snmpperiod 0"
-                )))
-                .stdin(std::process::Stdio::null())
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null())
-                .spawn()
-                .unwrap()
+            tunnel_process(&format!(
+                "client --udp -l {entry} -r {server} --snmpperiod 0"
+            ))
         };
         let app = UdpSocket::bind("127.0.0.1:0").await.unwrap();
         app.connect(entry).await.unwrap();
@@ -1280,10 +1291,7 @@ async fn a_restarted_client_is_served_at_once_and_its_old_session_expires() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refusing_target_costs_its_datagrams_not_the_session_and_the_flow_recovers() {
     tokio::time::timeout(TEST_TIMEOUT, async {
-        let target = {
-            let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-            s.local_addr().unwrap()
-        };
+        let target = unused_udp_addr();
         let (server, s_udp) = start(&format!("t server --udp -l 127.0.0.1:0 -t {target}")).await;
         let (entry, c_udp) = start(&format!("t client --udp -l 127.0.0.1:0 -r {server}")).await;
         let apps: Vec<UdpSocket> = {
@@ -1409,6 +1417,230 @@ async fn a_full_client_flow_table_refuses_a_new_source_until_a_flow_expires() {
         assert_eq!(get(&c_udp.flows_opened), 3);
         assert_eq!(c_udp.flows_open.load(Ordering::Relaxed), 2);
         assert_balanced("client", &c_udp);
+    })
+    .await
+    .expect("test timed out");
+}
+
+/// A TCP server with `--udptarget` as a process of its own (`-t` for the
+/// streams, `--udptarget` for the flows), killed and started again on
+/// its port.
+fn beside_server_process(
+    listen: SocketAddr,
+    tcp_target: SocketAddr,
+    udp_target: SocketAddr,
+) -> std::process::Child {
+    tunnel_process(&format!(
+        "server -l {listen} -t {tcp_target} --udptarget {udp_target} --snmpperiod 0"
+    ))
+}
+
+/// What a `--udplisten` client met after its server came back (or its
+/// path did), each timed from that moment.
+#[derive(Debug)]
+struct Beside {
+    /// The flow's first echo.
+    udp: Option<Duration>,
+    /// A new TCP connection's first echo.
+    tcp_new: Option<Duration>,
+    /// The two TCP connections opened before (on the first two pooled
+    /// sessions with `--conn 2`): how each ended, and when.
+    tcp_old: [(Duration, &'static str); 2],
+}
+
+/// A new TCP connection through `entry` every 2 s until one echoes:
+/// how long that took, or `None` after `within`.
+async fn tcp_echo_within(entry: SocketAddr, within: Duration) -> Option<Duration> {
+    let start = tokio::time::Instant::now();
+    while start.elapsed() < within {
+        let attempt = async {
+            let mut c = TcpStream::connect(entry).await.ok()?;
+            c.write_all(b"new").await.ok()?;
+            let mut b = [0u8; 3];
+            c.read_exact(&mut b).await.ok()?;
+            (&b == b"new").then_some(())
+        };
+        if let Ok(Some(())) = tokio::time::timeout(Duration::from_secs(2), attempt).await {
+            return Some(start.elapsed());
+        }
+    }
+    None
+}
+
+/// The TCP connection `old` (which echoed before) asked to echo once
+/// more: `echoed` when it did, `ended` when it got an end or an error,
+/// `hung` when nothing came within `within`; and when.
+async fn tcp_old_fate(old: &mut TcpStream, within: Duration) -> (Duration, &'static str) {
+    let start = tokio::time::Instant::now();
+    let fate = async {
+        if old.write_all(b"old").await.is_err() {
+            return "ended";
+        }
+        let mut b = [0u8; 3];
+        match old.read_exact(&mut b).await {
+            Ok(_) if &b == b"old" => "echoed",
+            _ => "ended",
+        }
+    };
+    let fate = tokio::time::timeout(within, fate).await.unwrap_or("hung");
+    (start.elapsed(), fate)
+}
+
+/// A `--udplisten` client (`client_flags` added) beside TCP, its server a
+/// process with `-t` and `--udptarget`: one flow carries 3,000 datagrams
+/// each way and two TCP connections echo; the server is killed and
+/// started again on its port as `r` says; then the flow, a new TCP
+/// connection and the old ones are timed from the restart.
+async fn beside_after_a_server_restart(r: Restart, client_flags: &str) -> Beside {
+    let tcp_target = kcpio_testkit::tcp::echo_server().await;
+    let (udp_target, _echoed, _) = echo_server().await;
+    let listen = unused_udp_addr();
+    let mut server = beside_server_process(listen, tcp_target, udp_target);
+    let (tcp_entry, udp_entry, c_udp) = start_beside(&format!(
+        "t client -l 127.0.0.1:0 --udplisten 127.0.0.1:0 -r {listen} {client_flags}"
+    ))
+    .await;
+    let app = roomy_socket();
+    app.connect(udp_entry.unwrap()).await.unwrap();
+    number_the_flow(&app, &c_udp).await;
+    let mut olds = Vec::new();
+    for _ in 0..2 {
+        let mut old = TcpStream::connect(tcp_entry).await.unwrap();
+        let (_, fate) = tcp_old_fate(&mut old, Duration::from_secs(5)).await;
+        assert_eq!(fate, "echoed");
+        olds.push(old);
+    }
+    let [mut old0, mut old1]: [TcpStream; 2] = olds.try_into().unwrap();
+    server.kill().unwrap();
+    server.wait().unwrap();
+    while_down(&app, r).await;
+    let mut server = beside_server_process(listen, tcp_target, udp_target);
+    tokio::time::sleep(r.idle).await;
+    let (udp, tcp_new, old0, old1) = tokio::join!(
+        echo_back_within(&app, b"after", Duration::from_secs(40)),
+        tcp_echo_within(tcp_entry, Duration::from_secs(40)),
+        tcp_old_fate(&mut old0, Duration::from_secs(45)),
+        tcp_old_fate(&mut old1, Duration::from_secs(45)),
+    );
+    server.kill().unwrap();
+    server.wait().unwrap();
+    let met = Beside {
+        udp,
+        tcp_new,
+        tcp_old: [old0, old1],
+    };
+    eprintln!("--udplisten, {r:?} ({client_flags}): {met:?}: {c_udp:?}");
+    assert_eq!(get(&c_udp.flows_opened), 1, "the same flow carries on");
+    met
+}
+
+/// A `--udptarget` server killed and started again on its port, seen by
+/// a `--udplisten` client: the flow is found again as a `--udp` client's
+/// is, by pings (the silent session is replaced through the TCP pool, so
+/// new TCP connections take the replacement too); the TCP connections
+/// opened before end within seconds (with `--conn 2` also the one on the
+/// second session), they do not wait for the 30 s idle timeout.
+///
+/// Base (no pings beside TCP): idle restart 27.0 s to the flow's echo,
+/// 26.7 s to a new TCP connection's, the old one ended at 26.7 s; no
+/// ICMP, 28.0-28.3 s, 28.0 s, 28.0 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_udptarget_server_is_found_by_the_flows_and_the_tcp_streams() {
+    tokio::time::timeout(Duration::from_secs(300), async {
+        let sending = Restart::SENDING;
+        let idle = beside_after_a_server_restart(Restart::IDLE, "").await;
+        let no_icmp = beside_after_a_server_restart(sending, "--noicmpreset").await;
+        let icmp = beside_after_a_server_restart(sending, "").await;
+        // The second TCP connection on the second pooled session, which
+        // the flows do not ride: closed with the first one's.
+        let two = beside_after_a_server_restart(sending, "--noicmpreset --conn 2").await;
+        for met in [&idle, &no_icmp, &icmp, &two] {
+            let udp = met.udp.expect("the flow came back");
+            assert!(udp < Duration::from_secs(8), "{met:?}");
+            let tcp = met.tcp_new.expect("a new TCP connection echoed");
+            assert!(tcp < Duration::from_secs(8), "{met:?}");
+            for (at, fate) in met.tcp_old {
+                assert_eq!(fate, "ended", "{met:?}");
+                assert!(at < Duration::from_secs(12), "{met:?}");
+            }
+        }
+    })
+    .await
+    .expect("test timed out");
+}
+
+/// A `--udplisten` client's path dropped both ways for 12 s while its
+/// flow sends (shorter than the sessions' 30 s idle timeout and the mux's
+/// keepalive timeout, longer than the flows' 3 s of silence before they
+/// dial a replacement): once the path is back the flow, a new TCP
+/// connection and the TCP connections opened before (one on each of
+/// `--conn 2` sessions) all carry on; the old sessions answer again, so
+/// neither is closed under its stream, whichever of the old session and
+/// the replacement answered first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn udplisten_flows_and_tcp_streams_carry_on_after_a_path_outage() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let tcp_target = kcpio_testkit::tcp::echo_server().await;
+        let (udp_target, _echoed, _) = echo_server().await;
+        let (server, _, s_udp) = start_beside(&format!(
+            "t server -l 127.0.0.1:0 -t {tcp_target} --udptarget {udp_target}"
+        ))
+        .await;
+        let relay = Relay::start(server, RelayConfig::symmetric(9, LinkConfig::clean()))
+            .await
+            .unwrap();
+        let (tcp_entry, udp_entry, c_udp) = start_beside(&format!(
+            "t client -l 127.0.0.1:0 --udplisten 127.0.0.1:0 -r {} --conn 2",
+            relay.local_addr()
+        ))
+        .await;
+        let app = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        app.connect(udp_entry.unwrap()).await.unwrap();
+        assert!(
+            echo_back_within(&app, b"before", Duration::from_secs(5))
+                .await
+                .is_some()
+        );
+        let mut old0 = TcpStream::connect(tcp_entry).await.unwrap();
+        let mut old1 = TcpStream::connect(tcp_entry).await.unwrap();
+        for old in [&mut old0, &mut old1] {
+            let (_, fate) = tcp_old_fate(old, Duration::from_secs(5)).await;
+            assert_eq!(fate, "echoed");
+        }
+        // The client knows that the server answers pings (as after any
+        // first seconds of use), so silence is noticed.
+        assert!(
+            until(Duration::from_secs(5), || get(&c_udp.control_in) > 0).await,
+            "{c_udp:?}"
+        );
+        relay.set_blackhole(true);
+        assert!(
+            echo_back_within(&app, b"cut", Duration::from_secs(12))
+                .await
+                .is_none()
+        );
+        relay.set_blackhole(false);
+        let (udp, tcp_new, old0, old1) = tokio::join!(
+            echo_back_within(&app, b"after", Duration::from_secs(20)),
+            tcp_echo_within(tcp_entry, Duration::from_secs(20)),
+            tcp_old_fate(&mut old0, Duration::from_secs(30)),
+            tcp_old_fate(&mut old1, Duration::from_secs(30)),
+        );
+        let met = Beside {
+            udp,
+            tcp_new,
+            tcp_old: [old0, old1],
+        };
+        eprintln!("--udplisten after a 12 s outage: {met:?}: {c_udp:?} {s_udp:?}");
+        let udp = met.udp.expect("the flow came back");
+        assert!(udp < Duration::from_secs(8), "{met:?}");
+        let tcp = met.tcp_new.expect("a new TCP connection echoed");
+        assert!(tcp < Duration::from_secs(8), "{met:?}");
+        for (_, fate) in met.tcp_old {
+            assert_eq!(fate, "echoed", "{met:?}");
+        }
+        assert_eq!(get(&c_udp.flows_opened), 1, "the same flow");
+        assert!(get(&c_udp.sessions_opened) <= 2, "{c_udp:?}");
     })
     .await
     .expect("test timed out");

@@ -12,6 +12,10 @@
 //! the TCP client's first pooled session ([`Sessions::Beside`]), whose
 //! byte stream carries the smux streams while its datagrams carry the
 //! flows, and the flows follow that slot when its session is replaced.
+//! They also trigger that replacement: a pooled session silent to their
+//! pings is replaced in the pool by the one dialled beside it
+//! ([`Pool::replace_first`]), and closed unless it answers soon after,
+//! with the other slots' sessions to the same server ([`Retiring`]).
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
@@ -32,7 +36,7 @@ use super::{
 };
 use crate::client::Pool;
 use crate::config::{HostPorts, Settings};
-use crate::log::Log;
+use crate::log::{Log, Repeats};
 use crate::stats::Stats;
 
 /// Which session carries the flows.
@@ -243,6 +247,20 @@ struct Heard {
     any: AtomicBool,
 }
 
+impl Heard {
+    /// Whether `d` (not a flow's datagram) is a pong: noted and counted;
+    /// anything else is the caller's to count.
+    fn note_pong(&self, d: &[u8], udp: &UdpStats) -> bool {
+        let pong = matches!(parse_control(d), Some(Control::Pong(_)));
+        if pong {
+            udp.count_control_in();
+            self.pong.store(true, Ordering::Relaxed);
+            self.any.store(true, Ordering::Relaxed);
+        }
+        pong
+    }
+}
+
 /// The client's local datagrams, read in batches: buffer `i` holds a
 /// flow header's room, then the payload of datagram `i`.
 struct Batch {
@@ -301,14 +319,17 @@ pub(crate) async fn run_udp_client(
     let idle_ticks = settings.udp.idle.as_secs().max(1);
     // The buffers live as long as the client: no allocation per datagram.
     let mut up = Batch::new();
-    let mut down = Down::new();
+    // With the session's sink installed no datagram is queued for this
+    // buffer: the wait below ends on the session's failure (or a datagram
+    // queued before the sink was, taken here first).
+    let mut down = vec![0u8; HEADER_LEN + MAX_UDP];
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     let mut ended: Option<Arc<KcpStream>> = None;
     // A session dialled beside a silent one, which the flows move to.
     let mut next: Option<Attached> = None;
-    // Pings only on a session of our own: a pooled one is the TCP
-    // client's, whose mux watches it.
-    let pinging = matches!(sessions, Sessions::Own);
+    // A pooled session the flows left for its silence, until it answers
+    // or is closed.
+    let mut retiring: Option<Retiring> = None;
     loop {
         let target = Target {
             sessions: &sessions,
@@ -351,6 +372,10 @@ pub(crate) async fn run_udp_client(
         let mut live = Liveness::default();
         let mut dialling: Option<Dial<'_>> = None;
         let mut lost: Option<io::Error> = None;
+        // The flows left this session for its silence (`--udplisten`).
+        let mut left_silent = false;
+        // Replacements that failed while this session stays silent.
+        let mut failed = Repeats::default();
         while lost.is_none() {
             tokio::select! {
                 r = up.recv(&local) => {
@@ -367,21 +392,15 @@ pub(crate) async fn run_udp_client(
                         live.sent = true;
                     }
                 }
-                r = kcp.recv_datagram(down.first()) => {
-                    let n = match r {
-                        Ok(n) => n,
-                        Err(e) => {
-                            lost = Some(e);
-                            continue;
+                r = kcp.recv_datagram(&mut down) => {
+                    match r {
+                        Ok(n) => {
+                            udp.tunnel_in.fetch_add(1, Ordering::Relaxed);
+                            let d = down.get(..n).unwrap_or_default();
+                            deliver(&local, &[d], (&mut lock(&flows), &heard), &udp);
                         }
-                    };
-                    // What else the session holds goes out in the same
-                    // system call (a failure shows at the next wait).
-                    let got = down.drain(n, &kcp);
-                    udp.tunnel_in.fetch_add(got as u64, Ordering::Relaxed);
-                    let batch: [&[u8]; RECV_BATCH] = std::array::from_fn(|i| down.get(i));
-                    let batch = batch.get(..got).unwrap_or_default();
-                    deliver(&local, batch, (&mut lock(&flows), &heard), &udp);
+                        Err(e) => lost = Some(e),
+                    }
                 }
                 r = async {
                     match dialling.as_mut() {
@@ -397,7 +416,7 @@ pub(crate) async fn run_udp_client(
                         continue;
                     }
                     match r {
-                        Ok(a) if carries(&a, &settings) => {
+                        Ok(Dialled::Own(a)) if carries(&a, &settings) => {
                             udp.replacements_taken.fetch_add(1, Ordering::Relaxed);
                             log.line(format!(
                                 "udp: the server answered nothing for {} s while the flows sent; \
@@ -407,8 +426,27 @@ pub(crate) async fn run_udp_client(
                             next = Some(a);
                             break;
                         }
+                        Ok(Dialled::Pooled(pool, fresh))
+                            if fresh.kcp().stats().datagram_fec.negotiated =>
+                        {
+                            udp.replacements_taken.fetch_add(1, Ordering::Relaxed);
+                            log.line(format!(
+                                "udp: the server answered nothing for {} s while the flows sent; \
+                                 a new session answered: moving the flows and new TCP \
+                                 connections to it (the old session's streams end unless it \
+                                 answers within {SILENT_TICKS} s)",
+                                live.silent
+                            ));
+                            let (mux, kcp) = pool.replace_first(&kcp, fresh).await;
+                            next = Some(Attached {
+                                kcp,
+                                mux: Some(Arc::downgrade(&mux)),
+                            });
+                            left_silent = true;
+                            break;
+                        }
                         Ok(_) => log.line("udp: the replacement session carries no datagrams; keeping the old one"),
-                        Err(e) => log.line(format!("udp: a replacement session failed: {e}")),
+                        Err(e) => failed.line(&log, format!("udp: a replacement session failed: {e}")),
                     }
                 }
                 _ = tick.tick() => {
@@ -416,16 +454,30 @@ pub(crate) async fn run_udp_client(
                     if live.heard {
                         // The old session answers: no replacement.
                         dialling = None;
+                        failed.clear();
                     }
-                    if pinging && live.tick() {
+                    if live.tick() {
                         live.pings += 1;
                         if kcp.try_send_datagram(&control(false, live.pings)).is_ok() {
                             udp.control_out.fetch_add(1, Ordering::Relaxed);
                         }
                     }
-                    if pinging && live.silent() && dialling.is_none() {
+                    if live.silent() && dialling.is_none() {
                         udp.replacements_dialled.fetch_add(1, Ordering::Relaxed);
-                        dialling = Some(Box::pin(dial(&remote, &settings, &log)));
+                        dialling = Some(match &sessions {
+                            Sessions::Own => Box::pin(async {
+                                dial(&remote, &settings, &log).await.map(Dialled::Own)
+                            }),
+                            Sessions::Beside(pool) => Box::pin(async move {
+                                let fresh = pool.dial_beside().await?;
+                                Ok(Dialled::Pooled(pool, fresh))
+                            }),
+                        });
+                    }
+                    if let Some(r) = retiring.as_mut()
+                        && r.tick(&udp, &log)
+                    {
+                        retiring = None;
                     }
                     lock(&flows).expire(idle_ticks, &udp, &log);
                     // Answered late: FEC-protected datagrams, fragmented
@@ -445,6 +497,13 @@ pub(crate) async fn run_udp_client(
         kcp.clear_datagram_sink();
         if let Some(e) = lost {
             log.line(format!("udp session lost: {e}; reconnecting"));
+        }
+        if left_silent
+            && let Some(mux) = mux
+            && let Sessions::Beside(pool) = &sessions
+        {
+            let others = pool.others();
+            retiring = Some(Retiring::watch((Arc::clone(&kcp), mux), others, &udp));
         }
         if own {
             stats.unwatch_session(&kcp);
@@ -503,60 +562,6 @@ struct Target<'a> {
     ended: Option<Arc<KcpStream>>,
 }
 
-/// The datagrams taken from the session at one wake-up: buffer `i` holds
-/// datagram `i` (flow header first), `lens[i]` bytes.
-struct Down {
-    bufs: Vec<u8>,
-    lens: [usize; RECV_BATCH],
-}
-
-impl Down {
-    /// [`HEADER_LEN`] + [`MAX_UDP`]: any datagram a session carries fits.
-    const STRIDE: usize = HEADER_LEN + MAX_UDP;
-
-    fn new() -> Self {
-        Self {
-            bufs: vec![0; RECV_BATCH * Self::STRIDE],
-            lens: [0; RECV_BATCH],
-        }
-    }
-
-    /// The buffer the next awaited datagram goes into.
-    fn first(&mut self) -> &mut [u8] {
-        self.bufs.get_mut(..Self::STRIDE).unwrap_or_default()
-    }
-
-    /// After a datagram of `n` bytes arrived in [`first`](Self::first):
-    /// takes what else `kcp` holds now, up to the batch. Returns how many.
-    fn drain(&mut self, n: usize, kcp: &KcpStream) -> usize {
-        self.lens[0] = n;
-        let mut got = 1;
-        for (len, buf) in self
-            .lens
-            .iter_mut()
-            .zip(self.bufs.chunks_mut(Self::STRIDE))
-            .skip(1)
-        {
-            match kcp.try_recv_datagram(buf) {
-                Ok(n) => *len = n,
-                Err(_) => break,
-            }
-            got += 1;
-        }
-        got
-    }
-
-    /// Datagram `i`.
-    fn get(&self, i: usize) -> &[u8] {
-        let len = self.lens.get(i).copied().unwrap_or(0);
-        self.bufs
-            .chunks(Self::STRIDE)
-            .nth(i)
-            .and_then(|b| b.get(..len))
-            .unwrap_or_default()
-    }
-}
-
 /// Hands `batch` (at most [`RECV_BATCH`] datagrams from the server) to
 /// their flows' sources, in one system call (`sendmmsg`) for the batch; a
 /// full socket drops and counts (`send_failed`). Pongs and delivered
@@ -573,11 +578,7 @@ fn deliver(
     let mut n = 0;
     for &d in batch.iter().take(RECV_BATCH) {
         let Some((id, seq)) = parse_header(d) else {
-            if let Some(Control::Pong(_)) = parse_control(d) {
-                udp.count_control_in();
-                heard.pong.store(true, Ordering::Relaxed);
-                heard.any.store(true, Ordering::Relaxed);
-            } else {
+            if !heard.note_pong(d, udp) {
                 udp.count_drop(DropReason::BadHeader);
             }
             continue;
@@ -635,6 +636,7 @@ async fn connect(
     } = target;
     // The pooled session last said not to negotiate (said once).
     let mut told = None;
+    let mut failed = Repeats::default();
     let mut wait = Duration::from_millis(250);
     loop {
         let attempt = async {
@@ -677,7 +679,7 @@ async fn connect(
                 "udp: the server did not negotiate FEC datagrams (not a kcpio server with \
                  --udp?) and --datashard is 0: this session carries no datagrams; retrying",
             ),
-            Err(e) => log.line(format!("re-connecting: {e}")),
+            Err(e) => failed.line(log, format!("re-connecting: {e}")),
         }
         // Keep draining while waiting: 0.25 s, 0.5 s, then every second, so
         // a restarted server is found soon after it is back.
@@ -694,7 +696,134 @@ async fn connect(
 }
 
 /// A session being dialled beside one that went silent.
-type Dial<'a> = std::pin::Pin<Box<dyn Future<Output = io::Result<Attached>> + Send + 'a>>;
+type Dial<'a> = std::pin::Pin<Box<dyn Future<Output = io::Result<Dialled<'a>>> + Send + 'a>>;
+
+/// A session dialled beside one that went silent.
+enum Dialled<'a> {
+    /// `--udp`: the flows' own.
+    Own(Attached),
+    /// `--udplisten`: a session for the pool's first slot, not in the
+    /// pool until the flows take it ([`Pool::replace_first`]).
+    Pooled(&'a Arc<Pool>, crate::client::Session),
+}
+
+/// The pooled sessions the flows left because their server answered
+/// nothing for [`SILENT_TICKS`] s while a new session answered
+/// (`--udplisten`): the old first-slot session (retired by the pool) and
+/// the other slots' sessions to the same server address (`--conn` above
+/// 1), whose TCP streams would wait for the session's idle timeout (30
+/// s) to fail. Each is pinged once a tick for [`SILENT_TICKS`] more
+/// ticks: one that answers is left to the pool (a path outage that
+/// ended, or a session made since: its streams carry on); the silent
+/// ones are closed and their streams end (a restarted server knows
+/// nothing of them), and the pool replaces a closed slot's at its next
+/// use.
+struct Retiring {
+    watched: Vec<Watched>,
+    ticks: u32,
+}
+
+/// One session [`Retiring`] watches, its datagrams taken by a sink that
+/// only notes pongs (the flows are on the new session; anything else is
+/// dropped as `no session`).
+struct Watched {
+    kcp: Arc<KcpStream>,
+    mux: Weak<Mux>,
+    heard: Arc<Heard>,
+}
+
+impl Watched {
+    fn new(kcp: Arc<KcpStream>, mux: Weak<Mux>, udp: &Arc<UdpStats>) -> Self {
+        let heard = Arc::new(Heard::default());
+        {
+            let (heard, udp) = (Arc::clone(&heard), Arc::clone(udp));
+            kcp.set_datagram_sink(move |batch| {
+                udp.tunnel_in
+                    .fetch_add(batch.len() as u64, Ordering::Relaxed);
+                for d in batch {
+                    if !heard.note_pong(d, &udp) {
+                        udp.count_drop(DropReason::NoSession);
+                    }
+                }
+            });
+        }
+        Self { kcp, mux, heard }
+    }
+}
+
+/// The session's datagrams go back to the driver's queue (and end with
+/// the session).
+impl Drop for Watched {
+    fn drop(&mut self) {
+        self.kcp.clear_datagram_sink();
+    }
+}
+
+impl Retiring {
+    /// Watches `old` (the session the flows left, its mux `mux`) and
+    /// those of `others` that went to the same server address and
+    /// negotiated FEC datagrams (no ping goes elsewhere).
+    fn watch(
+        (old, mux): (Arc<KcpStream>, Weak<Mux>),
+        others: Vec<(Arc<Mux>, Arc<KcpStream>)>,
+        udp: &Arc<UdpStats>,
+    ) -> Self {
+        let peer = old.peer_addr().ok();
+        let mut watched = vec![Watched::new(old, mux, udp)];
+        for (mux, kcp) in others {
+            let same = peer.is_some() && kcp.peer_addr().ok() == peer;
+            if same && !mux.is_closed() && kcp.stats().datagram_fec.negotiated {
+                watched.push(Watched::new(kcp, Arc::downgrade(&mux), udp));
+            }
+        }
+        Self { watched, ticks: 0 }
+    }
+
+    /// One tick: a ping to each still in question, or the verdict; `true`
+    /// when done watching.
+    fn tick(&mut self, udp: &UdpStats, log: &Log) -> bool {
+        let mut answered = 0;
+        self.watched.retain(|w| {
+            // One that ended meanwhile is the pool's already.
+            if w.mux.upgrade().is_none_or(|m| m.is_closed()) {
+                return false;
+            }
+            let pong = w.heard.pong.swap(false, Ordering::Relaxed);
+            answered += usize::from(pong);
+            !pong
+        });
+        if answered > 0 {
+            log.line(format!(
+                "udp: {answered} session(s) to the server answer again: their TCP streams \
+                 carry on"
+            ));
+        }
+        if self.watched.is_empty() {
+            return true;
+        }
+        if self.ticks >= SILENT_TICKS {
+            log.line(format!(
+                "udp: {} session(s) to the server answered nothing for {} more s: closing \
+                 them, their TCP streams end (the server restarted?)",
+                self.watched.len(),
+                self.ticks
+            ));
+            for w in &self.watched {
+                if let Some(m) = w.mux.upgrade() {
+                    m.close();
+                }
+            }
+            return true;
+        }
+        self.ticks += 1;
+        for w in &self.watched {
+            if w.kcp.try_send_datagram(&control(false, self.ticks)).is_ok() {
+                udp.control_out.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        false
+    }
+}
 
 /// A session of our own to `remote` (`--udp`).
 async fn dial(remote: &HostPorts, settings: &Settings, log: &Log) -> io::Result<Attached> {

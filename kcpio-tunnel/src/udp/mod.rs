@@ -48,7 +48,10 @@
 //! it from a keepalive probe and numbers its datagrams afresh, which the
 //! client's session then takes as replays), where no ICMP "port
 //! unreachable" tells it sooner. An idle client sends no pings; the
-//! session's keepalive probes keep it open.
+//! session's keepalive probes keep it open. A `--udplisten` client pings
+//! its pooled session too (always one that negotiated FEC datagrams: no
+//! other carries its flows), and its replacement goes into the TCP pool
+//! (see the module `client`).
 //!
 //! # Bounds
 //!
