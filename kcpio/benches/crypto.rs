@@ -19,9 +19,11 @@
 //! kcp-go's own benchmarks and prints the per-packet ratios.
 
 use std::hint::black_box;
+use std::time::Duration;
 
 use criterion::{Criterion, Throughput};
 use kcpio::crypto::{MAX_DATAGRAM, Method, PacketCrypto};
+use kcpio_testkit::cpu::ns_per_call;
 
 /// kcp-go's benchmark key bytes are arbitrary; any fixed key will do.
 fn key(method: Method) -> Vec<u8> {
@@ -139,18 +141,11 @@ fn criterion_benches(c: &mut Criterion) {
     }
 }
 
-/// CPU time this thread has run, in nanoseconds (Linux's schedstat).
-fn cpu_ns() -> u128 {
-    let stat = std::fs::read_to_string("/proc/thread-self/schedstat")
-        .expect("the CPU-time mode needs Linux's /proc/thread-self/schedstat");
-    stat.split_whitespace().next().unwrap().parse().unwrap()
-}
-
 /// Runs each case until it has used `millis` of CPU time (schedstat only
 /// advances at scheduler ticks, so runs must be long) and prints the CPU time
 /// per iteration.
 fn cpu_time_mode(millis: u64, filter: &str) {
-    let budget = u128::from(millis) * 1_000_000;
+    let budget = Duration::from_millis(millis);
     for mut case in cases() {
         if !case.name.contains(filter) {
             continue;
@@ -158,21 +153,8 @@ fn cpu_time_mode(millis: u64, filter: &str) {
         for _ in 0..100 {
             (case.run)();
         }
-        let start = cpu_ns();
-        let mut iters = 0u64;
-        let mut batch = 16u64;
-        loop {
-            for _ in 0..batch {
-                (case.run)();
-            }
-            iters += batch;
-            let used = cpu_ns() - start;
-            if used >= budget {
-                println!("{} {:.1} ns/op cpu", case.name, used as f64 / iters as f64);
-                break;
-            }
-            batch = (batch * 2).min(1 << 20);
-        }
+        let ns = ns_per_call(budget, &mut case.run);
+        println!("{} {ns:.1} ns/op cpu", case.name);
     }
 }
 

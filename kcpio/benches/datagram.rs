@@ -31,6 +31,7 @@ use std::time::Duration;
 
 use criterion::{Criterion, black_box};
 use kcpio::{Config, Conn, Key, Method, Preset};
+use kcpio_testkit::cpu::ns_per_call;
 
 /// The bulk probe's rate and size.
 const GAP: Duration = Duration::from_micros(1250);
@@ -170,27 +171,13 @@ fn bench(c: &mut Criterion) {
     g.finish();
 }
 
-fn cpu_ns() -> u128 {
-    let stat = std::fs::read_to_string("/proc/thread-self/schedstat")
-        .expect("the CPU-time mode needs Linux's /proc/thread-self/schedstat");
-    stat.split_whitespace().next().unwrap().parse().unwrap()
-}
-
 fn cpu_time_mode(millis: u64, rounds: usize) {
-    let budget = u128::from(millis) * 1_000_000;
+    let budget = Duration::from_millis(millis);
     let mut cases = cases();
     let mut per = vec![Vec::new(); cases.len()];
     for round in 0..rounds {
         for (i, (name, p)) in cases.iter_mut().enumerate() {
-            let start = cpu_ns();
-            let mut iters = 0u64;
-            while cpu_ns() - start < budget {
-                for _ in 0..64 {
-                    p.step();
-                }
-                iters += 64;
-            }
-            let ns = (cpu_ns() - start) as f64 / iters as f64;
+            let ns = ns_per_call(budget, || p.step());
             println!("round {round} {name} {:.2} us cpu per datagram", ns / 1e3);
             per[i].push(ns);
         }

@@ -16,9 +16,12 @@
 //! the CPU time per packet (the mode `benches/crypto.rs` documents;
 //! `lab/scripts/crypto_vs_kcpgo.sh` puts them beside kcp-go's).
 
+use std::time::Duration;
+
 use criterion::{Criterion, Throughput, black_box};
 use kcpio::arq::Timestamp;
 use kcpio::fec::{FecDecoder, FecEncoder, bench_support};
+use kcpio_testkit::cpu::ns_per_call;
 
 const DATA: usize = 10;
 const PARITY: usize = 3;
@@ -102,29 +105,11 @@ fn fec(c: &mut Criterion) {
     g.finish();
 }
 
-/// CPU time this thread has run, in nanoseconds (Linux's schedstat).
-fn cpu_ns() -> u128 {
-    let stat = std::fs::read_to_string("/proc/thread-self/schedstat")
-        .expect("the CPU-time mode needs Linux's /proc/thread-self/schedstat");
-    stat.split_whitespace().next().unwrap().parse().unwrap()
-}
-
 /// Runs `run` until it has used `millis` of CPU time; prints ns per iteration.
 fn cpu_time(name: &str, millis: u64, mut run: impl FnMut()) {
-    let budget = u128::from(millis) * 1_000_000;
     (0..1000).for_each(|_| run());
-    let start = cpu_ns();
-    let (mut iters, mut batch) = (0u64, 64u64);
-    loop {
-        (0..batch).for_each(|_| run());
-        iters += batch;
-        let used = cpu_ns() - start;
-        if used >= budget {
-            println!("{name} {:.1} ns/op cpu", used as f64 / iters as f64);
-            return;
-        }
-        batch = (batch * 2).min(1 << 20);
-    }
+    let ns = ns_per_call(Duration::from_millis(millis), run);
+    println!("{name} {ns:.1} ns/op cpu");
 }
 
 // `criterion_group!` expands to an undocumented `pub fn`; a private module

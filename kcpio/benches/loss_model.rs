@@ -14,8 +14,11 @@
 //! rebuild, then each case's median and the direct/kept ratio of the
 //! medians: a loaded machine disturbs CPU time far less than wall time.
 
+use std::time::Duration;
+
 use criterion::{Criterion, black_box};
 use kcpio::conn::loss_model_bench::Model;
+use kcpio_testkit::cpu::ns_per_call;
 
 const TARGET: f64 = 1e-4;
 const SEEN: u64 = 250;
@@ -63,28 +66,16 @@ fn bench(c: &mut Criterion) {
     g.finish();
 }
 
-fn cpu_ns() -> u128 {
-    let stat = std::fs::read_to_string("/proc/thread-self/schedstat")
-        .expect("the CPU-time mode needs Linux's /proc/thread-self/schedstat");
-    stat.split_whitespace().next().unwrap().parse().unwrap()
-}
-
 fn cpu_time_mode(millis: u64, rounds: usize) {
-    let budget = u128::from(millis) * 1_000_000;
+    let budget = Duration::from_millis(millis);
     let mut cases = cases();
     let mut per = vec![Vec::new(); cases.len()];
     for round in 0..rounds {
         for (i, (name, m, lost, runs, direct)) in cases.iter_mut().enumerate() {
-            let start = cpu_ns();
-            let mut iters = 0u64;
-            while cpu_ns() - start < budget {
-                for _ in 0..16 {
-                    m.update(SEEN, *lost, *runs, TARGET, *direct);
-                    black_box(m.table()[64]);
-                }
-                iters += 16;
-            }
-            let ns = (cpu_ns() - start) as f64 / iters as f64;
+            let ns = ns_per_call(budget, || {
+                m.update(SEEN, *lost, *runs, TARGET, *direct);
+                black_box(m.table()[64]);
+            });
             println!("round {round} {name} {:.1} us cpu", ns / 1e3);
             per[i].push(ns);
         }

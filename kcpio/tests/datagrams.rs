@@ -142,15 +142,7 @@ impl Drop for KcpListenerTask {
 /// datagrams 1 ms apart and collects the echoes until 2 s after the last.
 /// Returns the stream's halves and the distinct intact echoes.
 async fn datagram_round(addr: SocketAddr, config: &Config) -> (OwnedReadHalf, OwnedWriteHalf, u32) {
-    let mut stream = KcpStream::connect(addr, config).await.unwrap();
-    stream.write_all(b"hello").await.unwrap();
-    let mut hello = [0u8; 5];
-    tokio::time::timeout(TIMEOUT, stream.read_exact(&mut hello))
-        .await
-        .expect("stream echo in time")
-        .unwrap();
-    assert_eq!(&hello, b"hello");
-    let (r, w) = stream.into_split();
+    let (r, w) = connected(addr, config).await.into_split();
     let sender = tokio::spawn(async move {
         for seq in 0..u64::from(COUNT) {
             w.send_datagram(&datagram(seq)).await.unwrap();
@@ -503,14 +495,7 @@ fn field(line: &str, key: &str) -> Option<u64> {
 async fn try_recv_datagram_drains_what_arrived_then_says_would_block() {
     let config = config_ext("aes-128-gcm");
     let (addr, _server) = echo_server(&config).await;
-    let mut stream = KcpStream::connect(addr, &config).await.unwrap();
-    // The server learns of the session from stream data.
-    stream.write_all(b"hello").await.unwrap();
-    let mut hello = [0u8; 5];
-    tokio::time::timeout(TIMEOUT, stream.read_exact(&mut hello))
-        .await
-        .expect("the stream's echo")
-        .unwrap();
+    let stream = connected(addr, &config).await;
     let mut buf = vec![0u8; stream.max_datagram_payload()];
     let e = stream.try_recv_datagram(&mut buf).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::WouldBlock, "nothing queued yet");
@@ -564,6 +549,7 @@ async fn connected(addr: SocketAddr, config: &Config) -> KcpStream {
         .await
         .expect("the stream's echo")
         .unwrap();
+    assert_eq!(&hello, b"hello");
     stream
 }
 

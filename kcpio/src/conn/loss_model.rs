@@ -1054,15 +1054,19 @@ mod tests {
         (mass[cap][0] + mass[cap][1]) / k as f64
     }
 
+    /// Loss channels (loss rate, mean burst) the chain tests sweep: from
+    /// nearly clean to long bursts.
+    const CHANNELS: [(f64, f64); 5] = [
+        (0.005, 1.0),
+        (0.046, 1.05),
+        (0.09, 1.1),
+        (0.05, 3.0),
+        (0.3, 6.0),
+    ];
+
     #[test]
     fn the_ping_pong_chain_computes_what_the_swapping_one_did_to_the_bit() {
-        for (p, burst) in [
-            (0.005, 1.0),
-            (0.046, 1.05),
-            (0.09, 1.1),
-            (0.05, 3.0),
-            (0.3, 6.0),
-        ] {
+        for (p, burst) in CHANNELS {
             let r = (1.0 - 1.0f64 / burst).max(p);
             let q = p * (1.0 - r) / (1.0 - p);
             for k in 0..=MAX_K {
@@ -1079,13 +1083,7 @@ mod tests {
         // A rebuild's order (growing groups at a rising `m`), the channel
         // changing at `MARGIN_K`, and calls that restart the chain (a
         // smaller group, a smaller `m`).
-        for (p, burst) in [
-            (0.005, 1.0),
-            (0.046, 1.05),
-            (0.09, 1.1),
-            (0.05, 3.0),
-            (0.3, 6.0),
-        ] {
+        for (p, burst) in CHANNELS {
             let r = (1.0 - 1.0f64 / burst).max(p);
             let q = p * (1.0 - r) / (1.0 - p);
             let mut run = ResidualRun::new();

@@ -21,6 +21,9 @@ const BATCH_LEN: usize = max(DATAGRAM_FEC_RECV_QUEUE_LEN, DATAGRAM_QUEUE_LEN);
 /// Payload bytes one take holds at most.
 const BATCH_BYTES: usize = max(DATAGRAM_FEC_RECV_QUEUE_BYTES, DATAGRAM_QUEUE_BYTES);
 
+/// Takes up to this many datagrams are handed over from a small array.
+const SMALL: usize = 16;
+
 const fn max(a: usize, b: usize) -> usize {
     if a > b { a } else { b }
 }
@@ -71,9 +74,20 @@ impl SinkBatch {
         self.len > 0
     }
 
-    /// Calls `sink` with the batch's datagrams.
+    /// Calls `sink` with the batch's datagrams. Most takes hold one or a
+    /// few: their views are set up in a small array, not the largest
+    /// take's (4 KiB of stores per call).
     pub(crate) fn hand(&self, sink: &mut Sink) {
-        let mut views: [&[u8]; BATCH_LEN] = [&[]; BATCH_LEN];
+        if self.len <= SMALL {
+            self.hand_in::<SMALL>(sink);
+        } else {
+            self.hand_in::<BATCH_LEN>(sink);
+        }
+    }
+
+    /// [`hand`](Self::hand) with views for up to `N` datagrams.
+    fn hand_in<const N: usize>(&self, sink: &mut Sink) {
+        let mut views: [&[u8]; N] = [&[]; N];
         let mut start = 0;
         for (v, &end) in views.iter_mut().zip(&self.ends).take(self.len) {
             *v = self.buf.get(start..end).unwrap_or_default();
