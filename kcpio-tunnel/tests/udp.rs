@@ -1238,6 +1238,65 @@ async fn a_flow_carries_on_after_a_path_outage_shorter_than_the_idle_timeout() {
     .expect("test timed out");
 }
 
+/// The way back cut as the flow starts, so that none of the client's first
+/// pings is answered, and the server restarted behind the cut: the client
+/// judges a server that never answered a ping by the loss reports of its
+/// FEC datagram receiver, and their silence while the flow sends makes it
+/// dial a new session, which carries the flow once the path is back. (A
+/// session whose pings were never answered was never judged: the restarted
+/// server re-created the conversation from the client's keepalive probes,
+/// which kept it open, and the flow never came back.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_lost_before_it_answered_a_ping_is_found_by_its_silent_reports() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let (target, _echoed, _) = echo_server().await;
+        let listen = unused_udp_addr();
+        let serve = || {
+            tunnel_process(&format!(
+                "server --udp -l {listen} -t {target} --snmpperiod 0"
+            ))
+        };
+        let mut server = serve();
+        let relay = Relay::start(listen, RelayConfig::symmetric(7, LinkConfig::clean()))
+            .await
+            .unwrap();
+        let (entry, c_udp) = start(&format!(
+            "t client --udp -l 127.0.0.1:0 -r {}",
+            relay.local_addr()
+        ))
+        .await;
+        let cut = LinkConfig {
+            blackhole: true,
+            ..LinkConfig::clean()
+        };
+        relay.set_links(LinkConfig::clean(), cut);
+        let app = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        app.connect(entry).await.unwrap();
+        assert!(
+            echo_back_within(&app, b"cut", Duration::from_secs(2))
+                .await
+                .is_none()
+        );
+        assert!(get(&c_udp.control_out) > 0, "pinged: {c_udp:?}");
+        assert_eq!(get(&c_udp.control_in), 0, "no pong came: {c_udp:?}");
+        server.kill().unwrap();
+        server.wait().unwrap();
+        let mut server = serve();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        relay.set_links(LinkConfig::clean(), LinkConfig::clean());
+        let back = echo_back_within(&app, b"after", Duration::from_secs(20)).await;
+        server.kill().unwrap();
+        server.wait().unwrap();
+        eprintln!("restarted behind a cut way back, echoes in {back:?}: {c_udp:?}");
+        let back = back.unwrap_or_else(|| panic!("the flow never came back: {c_udp:?}"));
+        assert!(back < Duration::from_secs(8), "{back:?}");
+        assert!(get(&c_udp.replacements_taken) >= 1, "{c_udp:?}");
+        assert_eq!(get(&c_udp.flows_opened), 1, "the same flow");
+    })
+    .await
+    .expect("test timed out");
+}
+
 /// A client process killed and started again on its port: the server's
 /// old session lingers, the new client's flow works at once, and the old
 /// session and its flow are gone after the server's idle timeout (30 s).

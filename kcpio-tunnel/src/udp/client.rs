@@ -176,12 +176,20 @@ const START_PINGS: u32 = 3;
 const UNANSWERED_EVERY: u32 = 10;
 
 /// Whether the session's server still answers, judged once a second (a
-/// tick) from its pongs and the flows' datagrams.
+/// tick) from its pongs and the flows' datagrams; until it has answered a
+/// ping, also from the loss reports its FEC datagram receiver sends back
+/// (within 50 ms of any datagram it receives, whatever its version).
 #[derive(Debug, Default)]
 struct Liveness {
     /// The server answered a ping on this session.
     answers: bool,
-    /// A pong or a flow's datagram came since the last tick.
+    /// The session negotiated FEC datagrams: a live server reports what it
+    /// receives.
+    reporting: bool,
+    /// The session's count of reports received, at the last tick.
+    reports: u64,
+    /// A pong or a flow's datagram came since the last tick (or, from a
+    /// server that has not answered a ping, a report).
     heard: bool,
     /// A flow's datagram was handed to the session since the last tick.
     sent: bool,
@@ -215,10 +223,28 @@ impl Liveness {
         }
     }
 
-    /// A server that answers pings said nothing for [`SILENT_TICKS`] ticks
-    /// while the flows sent: time to dial a replacement.
+    /// The server said nothing for [`SILENT_TICKS`] ticks while the flows
+    /// sent (neither a pong nor a flow's datagram from a server that
+    /// answers pings; nor a report from one that has not answered yet, an
+    /// older kcpio's or one whose first pings met a dead path): time to
+    /// dial a replacement. A session without FEC datagrams (no reports),
+    /// whose server never answered, is never judged.
     fn silent(&self) -> bool {
-        self.answers && self.silent >= SILENT_TICKS
+        (self.answers || self.reporting) && self.silent >= SILENT_TICKS
+    }
+
+    /// Takes the session's FEC datagram state: whether it negotiated, and
+    /// its count of reports received. A report is heard only from a
+    /// server that has not answered a ping: one that answers is judged by
+    /// its pongs, which a server restarted under the old conversation
+    /// (numbering its datagrams afresh) cannot fake, while its reports
+    /// could still come.
+    fn absorb_reports(&mut self, negotiated: bool, reports_in: u64) {
+        self.reporting |= negotiated;
+        if reports_in != self.reports {
+            self.reports = reports_in;
+            self.heard |= !self.answers;
+        }
     }
 
     fn pong(&mut self) {
@@ -410,6 +436,8 @@ pub(crate) async fn run_udp_client(
                 }, if dialling.is_some() => {
                     dialling = None;
                     live.absorb(&heard);
+                    let fec = kcp.stats().datagram_fec;
+                    live.absorb_reports(fec.negotiated, fec.reports_in);
                     if live.heard {
                         // The old session answered meanwhile: keep it.
                         log.line("udp: the server answered again; dropping the replacement session");
@@ -451,6 +479,8 @@ pub(crate) async fn run_udp_client(
                 }
                 _ = tick.tick() => {
                     live.absorb(&heard);
+                    let fec = kcp.stats().datagram_fec;
+                    live.absorb_reports(fec.negotiated, fec.reports_in);
                     if live.heard {
                         // The old session answers: no replacement.
                         dialling = None;
@@ -1022,6 +1052,66 @@ mod tests {
             assert!(!tick(&mut live));
         }
         assert!(!live.silent());
+    }
+
+    /// A server that never answered a ping is judged by its FEC datagram
+    /// receiver's reports: reports while sending keep it; none for
+    /// SILENT_TICKS ticks while sending make it silent (before, such a
+    /// session was never judged, and a client whose first pings met a dead
+    /// path waited for its 30 s idle timeout). A server that answers is
+    /// judged by its pongs alone; a session without FEC datagrams (no
+    /// reports) never by silence.
+    #[test]
+    fn a_server_that_never_answered_a_ping_is_judged_by_its_reports() {
+        let mut live = Liveness::default();
+        live.absorb_reports(true, 0);
+        let mut reports = 0;
+        for _ in 0..20 {
+            live.sent = true;
+            reports += 3;
+            live.absorb_reports(true, reports);
+            tick(&mut live);
+            assert!(!live.silent());
+        }
+        assert!(!live.answers);
+        for t in 1..=SILENT_TICKS {
+            assert!(!live.silent(), "tick {t}");
+            live.sent = true;
+            live.absorb_reports(true, reports);
+            tick(&mut live);
+        }
+        assert!(live.silent());
+        // A report ends it.
+        live.absorb_reports(true, reports + 1);
+        tick(&mut live);
+        assert!(!live.silent());
+        // Without FEC datagrams there are no reports to judge by.
+        let mut live = Liveness::default();
+        for _ in 0..20 {
+            live.sent = true;
+            live.absorb_reports(false, 0);
+            tick(&mut live);
+            assert!(!live.silent());
+        }
+        // Once a server answers, its reports are not heard: only pongs and
+        // the flows' datagrams are (a restarted server could report under
+        // the old conversation while the client refuses its datagrams).
+        let mut live = Liveness {
+            sent: true,
+            ..Liveness::default()
+        };
+        live.absorb_reports(true, 0);
+        tick(&mut live);
+        live.pong();
+        tick(&mut live);
+        for t in 1..=SILENT_TICKS {
+            assert!(!live.silent(), "tick {t}");
+            live.sent = true;
+            reports += 1;
+            live.absorb_reports(true, reports);
+            tick(&mut live);
+        }
+        assert!(live.silent());
     }
 
     #[test]

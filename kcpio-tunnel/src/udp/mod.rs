@@ -37,12 +37,16 @@
 //! the session as datagrams (with FEC parity where negotiated). The client
 //! pings three times at a session's start (to learn whether the server
 //! answers: an older kcpio server counts a ping as `bad header` and never
-//! answers, and is then never pinged again on that session), and, with a
-//! server that answers, once a second while it hears nothing back
-//! (neither a pong nor a flow's datagram) after sending. After
-//! [`SILENT_TICKS`] such seconds it dials a new session beside the old one
-//! and moves the flows to it once it connects; anything heard from the old
-//! one first cancels the dial. This is how the client finds a restarted
+//! answers, and is then pinged only once per 10 s of silence while the
+//! flows send), and, with a server that answers, once a second while it
+//! hears nothing back (neither a pong nor a flow's datagram) after
+//! sending. A server that has not answered a ping yet (an older kcpio, or
+//! one whose first pings met a dead path) is judged instead by the loss
+//! reports its FEC datagram receiver sends within 50 ms of any datagram it
+//! receives. After [`SILENT_TICKS`] seconds of such silence while the flows
+//! send, the client dials a new session beside the old one and moves the
+//! flows to it once it connects; anything heard from the old one first
+//! cancels the dial. This is how the client finds a restarted
 //! server, which knows nothing of the old session (kcp-go's wire has no
 //! reset: the new process drops the old session's packets, or re-creates
 //! it from a keepalive probe and numbers its datagrams afresh, which the
