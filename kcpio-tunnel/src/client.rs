@@ -260,11 +260,18 @@ impl Pool {
         );
         // Silence while a stream waits is a wrong key or cipher, a server
         // that is not running, or a kcptun server that dropped us over a
-        // smux version it did not expect.
+        // smux version it did not expect. A session that carries only the
+        // UDP flows (`--udplisten`) may hear no stream byte at all: the
+        // server's datagrams (or the reports of its FEC datagram receiver)
+        // are its answer then.
         let log = self.log.clone();
+        let datagrams = kcp.stats_handle();
         tokio::spawn(async move {
             tokio::time::sleep(SILENCE_WARNING).await;
-            if !heard.load(Ordering::Relaxed) {
+            let answered = datagrams.stats().is_some_and(|s| {
+                s.oob_received + s.datagram_fec.datagrams_in + s.datagram_fec.reports_in > 0
+            });
+            if !heard.load(Ordering::Relaxed) && !answered {
                 log.line(format!(
                     "no reply from the server in {} s: check that it runs and that --key, --crypt, \
                      --smuxver and --nocomp match on both ends",

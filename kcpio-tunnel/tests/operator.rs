@@ -904,3 +904,77 @@ fn sessions_of_forged_openers_die_without_a_log_line_each() {
     let failed = err.matches("kcp session failed").count();
     assert_eq!(failed, 0, "a line per forged session: {err}");
 }
+
+/// A `--udplisten` client whose session carries only UDP flows hears no
+/// stream byte from the server: the server's datagrams are its answer. The
+/// "no reply from the server in 15 s" warning (meant for a wrong key or a
+/// server that is not running) is not written while the flow is echoed; it
+/// was, 15 s after every such session started.
+#[test]
+fn a_session_that_carries_only_udp_flows_is_not_called_silent() {
+    let echo = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let echo_at = echo.local_addr().unwrap();
+    echo.set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stopped = std::sync::Arc::clone(&stop);
+    let echoing = std::thread::spawn(move || {
+        let mut b = [0u8; 2048];
+        let end = std::time::Instant::now() + Duration::from_secs(60);
+        while std::time::Instant::now() < end && !stopped.load(std::sync::atomic::Ordering::Relaxed)
+        {
+            if let Ok((n, from)) = echo.recv_from(&mut b) {
+                let _ = echo.send_to(&b[..n], from);
+            }
+        }
+    });
+    let port = free_udp_range(2);
+    let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let tcp_at = tcp.local_addr().unwrap();
+    drop(tcp);
+    let mut server = Command::new(BIN)
+        .args(words(&format!(
+            "server -l 127.0.0.1:{port} -t 127.0.0.1:9 --udptarget {echo_at} --snmpperiod 0"
+        )))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut client = Command::new(BIN)
+        .args(words(&format!(
+            "client -l {tcp_at} -r 127.0.0.1:{port} --udplisten 127.0.0.1:{} --snmpperiod 0",
+            port + 1
+        )))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let app = UdpSocket::bind("127.0.0.1:0").unwrap();
+    app.connect(("127.0.0.1", port + 1)).unwrap();
+    app.set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    // One datagram every 100 ms for 17 s, past the warning's 15 s.
+    let mut echoed = 0;
+    let mut b = [0u8; 64];
+    for _ in 0..170 {
+        app.send(b"flow only").unwrap();
+        if app.recv(&mut b).is_ok_and(|n| &b[..n] == b"flow only") {
+            echoed += 1;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = client.kill();
+    let out = client.wait_with_output().unwrap();
+    let _ = server.kill();
+    let _ = server.wait();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    echoing.join().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(echoed > 150, "the flow was echoed: {echoed} of 170\n{err}");
+    assert!(
+        !err.contains("no reply from the server"),
+        "a warning for a server that answers:\n{err}"
+    );
+}
