@@ -1636,6 +1636,27 @@ impl DgramFec {
 
     // ============================================================= receive
 
+    /// Whether `packet` (an opened extension packet of this conversation)
+    /// is a data shard never received on the wire, or a copy of a shard
+    /// never delivered: what may make a new address a migration candidate,
+    /// as a new KCP segment does. A replay of one already here is not, nor
+    /// is parity or a report. Reads only.
+    pub(crate) fn is_fresh(&self, packet: &[u8]) -> bool {
+        let bits = match ext_type(packet) {
+            Some((VERSION, TYPE_DATA)) => &self.on_wire,
+            Some((VERSION, TYPE_COPY)) => &self.delivered,
+            _ => return false,
+        };
+        let Some(seq) = read_u32(packet, 0) else {
+            return false;
+        };
+        let Some(h) = self.highest else {
+            return true;
+        };
+        let ahead = seq_diff(seq, h);
+        ahead > 0 || (ahead.unsigned_abs() < WINDOW && !self.bit(bits, seq))
+    }
+
     /// One extension packet (conv already checked). Returns false when it
     /// is malformed (counted).
     pub(crate) fn handle(&mut self, packet: &[u8], sink: &mut Sink<'_>) -> bool {

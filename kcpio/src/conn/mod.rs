@@ -1558,10 +1558,19 @@ impl Conn {
     }
 
     /// Whether an opened datagram of this conversation carries something
-    /// this session never received ([`Kcp::is_fresh`]): what may make a new
-    /// address a migration candidate. Parity, OOB and other conversations'
-    /// packets are not.
+    /// this session never received ([`Kcp::is_fresh`], or a datagram
+    /// extension shard the FEC datagram receiver never had: a `--udp`
+    /// tunnel's session carries nothing else while its flows send): what
+    /// may make a new address a migration candidate. Parity, kcp-go OOB
+    /// packets and other conversations' packets are not.
     pub(crate) fn is_fresh(&self, packet: &[u8]) -> bool {
+        if let Some(dx) = self.dx.as_ref()
+            && matches!(fec::classify(packet), PacketKind::Oob)
+            && dgram_fec::ext_type(packet).is_some()
+        {
+            return fec::oob_payload(packet).is_some_and(|(c, _)| c == self.kcp.conv())
+                && dx.is_fresh(packet);
+        }
         kcp_of(packet).is_some_and(|k| self.kcp.is_fresh(k))
     }
 

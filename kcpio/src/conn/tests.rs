@@ -1213,3 +1213,75 @@ fn received_datagrams_are_stale_and_new_ones_fresh() {
     retrans[8..12].copy_from_slice(&ts.wrapping_add(100_000).to_le_bytes());
     assert!(pair.conns[1].is_fresh(&retrans));
 }
+
+/// Migration's freshness for FEC datagrams (a `--udp` tunnel's session
+/// carries nothing else while its flows send): a data shard the receiver
+/// never had is fresh; every extension packet it received is stale
+/// afterwards (a replay from elsewhere moves nothing), and parity and
+/// reports never are fresh.
+#[test]
+fn datagram_shards_are_fresh_until_received() {
+    let cfg = Config::builder()
+        .crypto(Method::Aes128Gcm, Key::passphrase("fresh datagrams"))
+        .datagram_fec(true)
+        .build()
+        .unwrap();
+    let crypto = cfg.packet_crypto();
+    let mut client = Conn::new(0x4242, &cfg).unwrap();
+    client.connect(Duration::ZERO);
+    let mut server = Conn::new(0x4242, &cfg).unwrap();
+    server.require_proof(Duration::ZERO);
+    server.answer_datagram_fec_only();
+    let mut slot = vec![0u8; 1500];
+    let mut to_server: Vec<Vec<u8>> = Vec::new();
+    let (mut fresh_data, mut stale_other) = (0, 0);
+    for t in 0..400u64 {
+        let now = Duration::from_millis(t);
+        if t % 5 == 0 && client.datagram_fec_negotiated() {
+            let _ = client.send_datagram(&[t as u8; 300]);
+        }
+        client.handle_timeout(now);
+        while let Some(tx) = client.poll_transmit(now, &mut slot) {
+            let n = crypto
+                .seal(&mut slot, tx.len, &[7; 16][..crypto.nonce_len()])
+                .unwrap();
+            let range = crypto.open(&mut slot[..n]).unwrap();
+            let plain = slot[range].to_vec();
+            if dgram_fec::ext_type(&plain).is_some() {
+                if server.is_fresh(&plain) {
+                    let kind = dgram_fec::ext_type(&plain).map(|(_, t)| t);
+                    assert!(
+                        matches!(kind, Some(0 | 1)),
+                        "only data shards and their copies are fresh: {kind:?}"
+                    );
+                    fresh_data += 1;
+                } else {
+                    stale_other += 1;
+                }
+            }
+            let _ = server.handle_packet(now, &plain);
+            to_server.push(plain);
+        }
+        server.handle_timeout(now);
+        while let Some(tx) = server.poll_transmit(now, &mut slot) {
+            let n = crypto
+                .seal(&mut slot, tx.len, &[7; 16][..crypto.nonce_len()])
+                .unwrap();
+            let range = crypto.open(&mut slot[..n]).unwrap();
+            let _ = client.handle_packet(now, &slot[range]);
+        }
+        let mut buf = [0u8; 2048];
+        while server.recv_datagram(&mut buf).is_ok() {}
+    }
+    assert!(client.datagram_fec_negotiated() && server.datagram_fec_negotiated());
+    assert!(fresh_data > 50, "new data shards are fresh: {fresh_data}");
+    assert!(stale_other > 0, "parity is never fresh");
+    let replays = to_server
+        .iter()
+        .filter(|p| dgram_fec::ext_type(p).is_some())
+        .count();
+    assert!(replays > fresh_data);
+    for p in &to_server {
+        assert!(!server.is_fresh(p), "a replay is stale");
+    }
+}

@@ -555,12 +555,29 @@ impl<S> Table<S> {
     ) -> Route {
         if inbound.oob {
             // Unreliable datagrams reach an existing session of their conv
-            // only: they never open, take over or close one.
-            return match self.by_addr.get(&peer) {
-                Some(id) if self.entry(id).is_some_and(|e| inbound.conv == Some(e.conv)) => {
-                    Route::Deliver(id)
-                }
-                _ => Route::Drop(Refusal::Oob),
+            // only: they never open, take over or close one. From an
+            // unknown address, with migration on, they go to their conv's
+            // migrating session (as any datagram does), which takes the
+            // address as a candidate only for a datagram-extension shard
+            // it never had (`Conn::is_fresh`), moving once its path probe
+            // is answered: a `--udp` tunnel's session carries nothing else
+            // while its flows send. From the session's own address they
+            // clear a candidate, as any datagram from home does.
+            let Some(id) = self.by_addr.get(&peer) else {
+                return self
+                    .migrating(inbound)
+                    .map_or(Route::Drop(Refusal::Oob), Route::Migrate);
+            };
+            let home = self
+                .entry_mut(id)
+                .filter(|e| inbound.conv == Some(e.conv))
+                .map(|e| {
+                    e.candidate = None;
+                    e.heard = now;
+                });
+            return match home {
+                Some(()) => Route::Deliver(id),
+                None => Route::Drop(Refusal::Oob),
             };
         }
         let Some(id) = self.by_addr.get(&peer) else {
@@ -636,17 +653,19 @@ impl<S> Table<S> {
     /// Where a datagram another shard forwarded goes: the session at its
     /// address, or the migrating session of its conv (never a new one).
     pub(crate) fn route_forwarded(&self, peer: SocketAddr, inbound: &Inbound<'_>) -> Route {
-        if inbound.oob {
-            return Route::Drop(Refusal::Oob);
-        }
+        let (mismatch, stale) = if inbound.oob {
+            (Refusal::Oob, Refusal::Oob)
+        } else {
+            (Refusal::ConvMismatch, Refusal::Stale)
+        };
         match self.by_addr.get(&peer) {
             Some(id) if self.entry(id).is_some_and(|e| inbound.conv == Some(e.conv)) => {
                 Route::Deliver(id)
             }
-            Some(_) => Route::Drop(Refusal::ConvMismatch),
+            Some(_) => Route::Drop(mismatch),
             None => self
                 .migrating(inbound)
-                .map_or(Route::Drop(Refusal::Stale), Route::Migrate),
+                .map_or(Route::Drop(stale), Route::Migrate),
         }
     }
 
@@ -1855,6 +1874,33 @@ mod tests {
                 Route::Drop(Refusal::UnknownSession)
             );
         }
+    }
+
+    /// With migration on, an out-of-band packet of a live session's conv
+    /// from an unknown address goes to that session to judge (a `--udp`
+    /// tunnel's client sends nothing else while its flows send), also when
+    /// another shard forwards it; never to a new session, and without
+    /// migration it is dropped. One from the session's own address clears
+    /// a candidate, as any datagram from home does.
+    #[test]
+    fn oob_packets_of_a_moved_peer_reach_their_session_to_judge() {
+        let (mut t, id) = with_session(10);
+        let r = route(&mut t, addr(2), &oob(5), 0);
+        assert_eq!(r, Route::Drop(Refusal::Oob), "migration off");
+        t.set_migration(true);
+        assert_eq!(route(&mut t, addr(2), &oob(5), 0), Route::Migrate(id));
+        let r = route(&mut t, addr(2), &oob(6), 0);
+        assert_eq!(r, Route::Drop(Refusal::Oob), "another conv");
+        let (mine, other) = (oob(5), oob(6));
+        let i = Inbound::parse(&mine).unwrap();
+        assert_eq!(t.route_forwarded(addr(3), &i), Route::Migrate(id));
+        let i = Inbound::parse(&other).unwrap();
+        assert_eq!(t.route_forwarded(addr(3), &i), Route::Drop(Refusal::Oob));
+        assert!(t.candidate_seen(id, addr(2), 16, true));
+        assert!(t.candidate(id).is_some());
+        assert_eq!(route(&mut t, addr(1), &oob(5), 0), Route::Deliver(id));
+        assert!(t.candidate(id).is_none(), "heard at home: it has not moved");
+        assert_eq!(t.live(), 1);
     }
 
     /// What the table offers another shard (`elsewhere`), from its one
