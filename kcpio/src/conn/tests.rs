@@ -1233,6 +1233,19 @@ fn datagram_shards_are_fresh_until_received() {
     server.require_proof(Duration::ZERO);
     server.answer_datagram_fec_only();
     let mut slot = vec![0u8; 1500];
+    // What `from` sends now, sealed and opened as on the wire.
+    let mut sent = |from: &mut Conn, now: Duration| {
+        let mut out = Vec::new();
+        from.handle_timeout(now);
+        while let Some(tx) = from.poll_transmit(now, &mut slot) {
+            let n = crypto
+                .seal(&mut slot, tx.len, &[7; 16][..crypto.nonce_len()])
+                .unwrap();
+            let range = crypto.open(&mut slot[..n]).unwrap();
+            out.push(slot[range].to_vec());
+        }
+        out
+    };
     let mut to_server: Vec<Vec<u8>> = Vec::new();
     let (mut fresh_data, mut stale_other) = (0, 0);
     for t in 0..400u64 {
@@ -1240,13 +1253,7 @@ fn datagram_shards_are_fresh_until_received() {
         if t % 5 == 0 && client.datagram_fec_negotiated() {
             let _ = client.send_datagram(&[t as u8; 300]);
         }
-        client.handle_timeout(now);
-        while let Some(tx) = client.poll_transmit(now, &mut slot) {
-            let n = crypto
-                .seal(&mut slot, tx.len, &[7; 16][..crypto.nonce_len()])
-                .unwrap();
-            let range = crypto.open(&mut slot[..n]).unwrap();
-            let plain = slot[range].to_vec();
+        for plain in sent(&mut client, now) {
             if dgram_fec::ext_type(&plain).is_some() {
                 if server.is_fresh(&plain) {
                     let kind = dgram_fec::ext_type(&plain).map(|(_, t)| t);
@@ -1262,13 +1269,8 @@ fn datagram_shards_are_fresh_until_received() {
             let _ = server.handle_packet(now, &plain);
             to_server.push(plain);
         }
-        server.handle_timeout(now);
-        while let Some(tx) = server.poll_transmit(now, &mut slot) {
-            let n = crypto
-                .seal(&mut slot, tx.len, &[7; 16][..crypto.nonce_len()])
-                .unwrap();
-            let range = crypto.open(&mut slot[..n]).unwrap();
-            let _ = client.handle_packet(now, &slot[range]);
+        for plain in sent(&mut server, now) {
+            let _ = client.handle_packet(now, &plain);
         }
         let mut buf = [0u8; 2048];
         while server.recv_datagram(&mut buf).is_ok() {}
