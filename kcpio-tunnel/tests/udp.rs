@@ -626,12 +626,17 @@ struct Relayed {
 }
 
 async fn through_relay(target: SocketAddr, seed: u64) -> Relayed {
-    let (server, s_udp) = start(&format!("t server --udp -l 127.0.0.1:0 -t {target}")).await;
+    through_relay_with(target, seed, "").await
+}
+
+/// [`through_relay`], with `opts` on both ends' command lines.
+async fn through_relay_with(target: SocketAddr, seed: u64, opts: &str) -> Relayed {
+    let (server, s_udp) = start(&format!("t server --udp -l 127.0.0.1:0 -t {target} {opts}")).await;
     let relay = Relay::start(server, RelayConfig::symmetric(seed, LinkConfig::clean()))
         .await
         .unwrap();
     let (entry, c_udp) = start(&format!(
-        "t client --udp -l 127.0.0.1:0 -r {}",
+        "t client --udp -l 127.0.0.1:0 -r {} {opts}",
         relay.local_addr()
     ))
     .await;
@@ -1302,17 +1307,9 @@ async fn a_server_lost_before_it_answered_a_ping_is_found_by_its_silent_reports(
 /// both ends is echoed again, and the client's UDP stats then.
 async fn echo_after_a_rebinding(opts: &str) -> (Duration, Arc<UdpStats>) {
     let (target, _echoed, _) = echo_server().await;
-    let (server, _) = start(&format!("t server --udp -l 127.0.0.1:0 -t {target} {opts}")).await;
-    let relay = Relay::start(server, RelayConfig::symmetric(9, LinkConfig::clean()))
-        .await
-        .unwrap();
-    let (entry, c_udp) = start(&format!(
-        "t client --udp -l 127.0.0.1:0 -r {} {opts}",
-        relay.local_addr()
-    ))
-    .await;
-    let app = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-    app.connect(entry).await.unwrap();
+    let Relayed {
+        relay, c_udp, app, ..
+    } = through_relay_with(target, 9, opts).await;
     assert!(
         echo_back_within(&app, b"before", Duration::from_secs(5))
             .await

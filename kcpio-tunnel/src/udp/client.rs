@@ -252,6 +252,14 @@ impl Liveness {
         self.heard = true;
     }
 
+    /// Takes what came from the server since the last look: what the
+    /// session's sink saw, and the session's reports.
+    fn look(&mut self, heard: &Heard, kcp: &KcpStream) {
+        self.absorb(heard);
+        let fec = kcp.stats().datagram_fec;
+        self.absorb_reports(fec.negotiated, fec.reports_in);
+    }
+
     /// Takes what the session's sink saw since the last look.
     fn absorb(&mut self, heard: &Heard) {
         if heard.pong.swap(false, Ordering::Relaxed) {
@@ -435,9 +443,7 @@ pub(crate) async fn run_udp_client(
                     }
                 }, if dialling.is_some() => {
                     dialling = None;
-                    live.absorb(&heard);
-                    let fec = kcp.stats().datagram_fec;
-                    live.absorb_reports(fec.negotiated, fec.reports_in);
+                    live.look(&heard, &kcp);
                     if live.heard {
                         // The old session answered meanwhile: keep it.
                         log.line("udp: the server answered again; dropping the replacement session");
@@ -478,9 +484,7 @@ pub(crate) async fn run_udp_client(
                     }
                 }
                 _ = tick.tick() => {
-                    live.absorb(&heard);
-                    let fec = kcp.stats().datagram_fec;
-                    live.absorb_reports(fec.negotiated, fec.reports_in);
+                    live.look(&heard, &kcp);
                     if live.heard {
                         // The old session answers: no replacement.
                         dialling = None;

@@ -973,21 +973,22 @@ impl Future for Driver {
             // waker (no system call), rather than by a whole round: at one
             // datagram per wake-up that round was a clock read, a flush and
             // a timer poll per datagram for nothing.
-            let mut polls = 0;
-            while polls <= batches {
-                polls += 1;
+            for poll in 1..=batches + 1 {
                 match this.poll_recv_batch(cx, now) {
-                    Poll::Ready(()) if polls > batches || !this.io.recv_drained() => {
-                        if polls >= batches {
-                            more = true;
-                            break;
-                        }
-                    }
-                    Poll::Ready(()) => {}
                     Poll::Pending => {
                         drained = true;
                         break;
                     }
+                    // The budget is spent: by a batch that left datagrams
+                    // waiting, or by the extra poll after a drained one
+                    // (datagrams came meanwhile).
+                    Poll::Ready(())
+                        if poll >= batches && (poll > batches || !this.io.recv_drained()) =>
+                    {
+                        more = true;
+                        break;
+                    }
+                    Poll::Ready(()) => {}
                 }
             }
             this.take_refusal(now);
