@@ -625,6 +625,59 @@ struct Relayed {
     app: UdpSocket,
 }
 
+/// A flow the server expired while the client still holds it (the
+/// server's `--udpidle` is the shorter) gets the target's replies again as
+/// soon as its source speaks: the server's new flow numbers them on from
+/// where the old one stopped, so the client's window does not take them
+/// for old ones (numbered from 0 again, the first 20 replies here were
+/// dropped as `duplicate`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flow_the_server_expired_first_gets_its_replies_when_its_source_speaks_again() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let (target, echoed, _) = echo_server().await;
+        let (server, s_udp) = start(&format!(
+            "t server --udp -l 127.0.0.1:0 -t {target} --udpidle 1"
+        ))
+        .await;
+        let (entry, c_udp) = start(&format!(
+            "t client --udp -l 127.0.0.1:0 -r {server} --udpidle 60"
+        ))
+        .await;
+        let app = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        app.connect(entry).await.unwrap();
+        let mut buf = [0u8; 64];
+        for i in 0..20u32 {
+            let msg = i.to_be_bytes();
+            app.send(&msg).await.unwrap();
+            let n = tokio::time::timeout(Duration::from_secs(5), app.recv(&mut buf))
+                .await
+                .expect("an echo")
+                .unwrap();
+            assert_eq!(&buf[..n], &msg);
+        }
+        assert!(
+            until(Duration::from_secs(8), || get(&s_udp.flows_expired) == 1).await,
+            "{s_udp:?}"
+        );
+        for i in 20..25u32 {
+            let msg = i.to_be_bytes();
+            app.send(&msg).await.unwrap();
+            let n = tokio::time::timeout(Duration::from_secs(3), app.recv(&mut buf))
+                .await
+                .unwrap_or_else(|_| panic!("no echo of {i}: {c_udp:?} {s_udp:?}"))
+                .unwrap();
+            assert_eq!(&buf[..n], &msg);
+        }
+        assert_eq!(get(&echoed), 25);
+        // The client kept its flow; the server opened a second one.
+        assert_eq!(get(&c_udp.flows_opened), 1);
+        assert_eq!(get(&s_udp.flows_opened), 2);
+        assert_eq!(c_udp.dropped_total(), 0, "{c_udp:?}");
+    })
+    .await
+    .expect("test timed out");
+}
+
 async fn through_relay(target: SocketAddr, seed: u64) -> Relayed {
     through_relay_with(target, seed, "").await
 }

@@ -23,7 +23,9 @@
 //! - flow id: chosen by the client for a local source address, never reused
 //!   by one client process (it wraps after 2^24 flows, skipping live ones);
 //!   the server creates a flow the first time an id arrives on a session.
-//! - sequence: per flow and direction, from 0, wrapping. The receiver keeps
+//! - sequence: per flow and direction, from 0, wrapping (a flow the server
+//!   reopens under an id it expired numbers its replies on from where the
+//!   old one stopped, as the client may still hold that flow). The receiver keeps
 //!   a window of the last [`WINDOW`] sequence numbers: a duplicate (a
 //!   replayed or twice-delivered datagram) or one older than the window is
 //!   dropped and counted; gaps that never fill are the flow's loss after
@@ -68,7 +70,8 @@
 //!   server socket is closed); a later datagram from the same source opens a
 //!   new flow.
 //! - Memory: a flow holds its addresses, counters and a 128-byte window; the
-//!   server adds a socket and a 64 KiB receive buffer per flow (cut into
+//!   server remembers where each of a session's last `--udpflows` expired
+//!   flows stopped (8 bytes each), and adds a socket and a 64 KiB receive buffer per flow (cut into
 //!   slots for batched reads, see below), and one 64 KiB buffer per session
 //!   for the session's datagrams; the client reads its local socket
 //!   into 8 buffers of 64 KiB and takes the session's datagrams into 8 more

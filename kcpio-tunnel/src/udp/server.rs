@@ -7,11 +7,11 @@
 //! server hands each session that negotiated FEC datagrams here too
 //! ([`serve_session`]), beside its smux streams.
 
-use std::collections::HashMap;
 use std::collections::hash_map::Entry;
+use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -75,8 +75,54 @@ struct Flow {
     /// Set by either direction on every datagram; cleared each tick.
     active: Arc<AtomicBool>,
     idle: u64,
+    /// The sequence number of the next datagram from the target (its
+    /// reader's, stored after each batch).
+    next_seq: Arc<AtomicU32>,
     counters: Arc<FlowCounters>,
     _slot: Slot,
+}
+
+/// One session's flows, and where the target's datagrams of its recently
+/// expired flows left off.
+#[derive(Default)]
+struct Flows {
+    open: HashMap<u32, Flow>,
+    ended: Ended,
+}
+
+/// `(flow id, next sequence number)` of a session's expired flows, oldest
+/// first, at most `--udpflows`.
+///
+/// The client may hold a flow longer than this end (a longer `--udpidle`,
+/// or ticks out of phase). When its id comes back, the new flow numbers
+/// the target's datagrams on from where the old one stopped: numbered from
+/// 0 again, they would be taken by the client's window as old (`duplicate`,
+/// `too old`) until they passed the old flow's count. The client holds at
+/// most `--udpflows` flows, and every flow this end expired after one the
+/// client still holds is held by the client too (it expires them no
+/// sooner), so such an id is not forgotten.
+#[derive(Default)]
+struct Ended(VecDeque<(u32, u32)>);
+
+impl Ended {
+    /// Remembers where expired flow `id` left off, forgetting the oldest
+    /// beyond `max`.
+    fn push(&mut self, id: u32, next_seq: u32, max: usize) {
+        self.0.push_back((id, next_seq));
+        while self.0.len() > max {
+            self.0.pop_front();
+        }
+    }
+
+    /// Where a flow opening as `id` numbers from: on from an expired flow
+    /// of that id, else 0. Scans at most `--udpflows` entries, once per
+    /// flow opened.
+    fn take(&mut self, id: u32) -> u32 {
+        match self.0.iter().position(|&(e, _)| e == id) {
+            Some(i) => self.0.remove(i).map_or(0, |(_, seq)| seq),
+            None => 0,
+        }
+    }
 }
 
 /// Serves the sessions of every listener until one fails to accept.
@@ -165,7 +211,7 @@ pub(crate) async fn serve_session(kcp: Arc<KcpStream>, from: SocketAddr, shared:
     }
     udp.watch_session(&kcp);
     udp.sessions_opened.fetch_add(1, Ordering::Relaxed);
-    let flows: Arc<Mutex<HashMap<u32, Flow>>> = Arc::default();
+    let flows: Arc<Mutex<Flows>> = Arc::default();
     {
         let flows = Arc::clone(&flows);
         let shared = Arc::clone(&shared);
@@ -196,7 +242,9 @@ pub(crate) async fn serve_session(kcp: Arc<KcpStream>, from: SocketAddr, shared:
             }
             _ = tick.tick() => {
                 negotiated_since(log, &kcp, &mut negotiated);
-                lock(&flows).retain(|id, f| {
+                let mut flows = lock(&flows);
+                let Flows { open, ended } = &mut *flows;
+                open.retain(|id, f| {
                     if f.active.swap(false, Ordering::Relaxed) {
                         f.idle = 0;
                     } else {
@@ -207,6 +255,8 @@ pub(crate) async fn serve_session(kcp: Arc<KcpStream>, from: SocketAddr, shared:
                     }
                     udp.flows_expired.fetch_add(1, Ordering::Relaxed);
                     close_flow(*id, f, &from, "expired", &shared);
+                    let next_seq = f.next_seq.load(Ordering::Relaxed);
+                    ended.push(*id, next_seq, shared.settings.udp.flows);
                     false
                 });
             }
@@ -214,7 +264,7 @@ pub(crate) async fn serve_session(kcp: Arc<KcpStream>, from: SocketAddr, shared:
     };
     kcp.clear_datagram_sink();
     log.line(format!("{from}: udp session ended: {why}"));
-    for (id, f) in lock(&flows).iter() {
+    for (id, f) in &lock(&flows).open {
         close_flow(*id, f, &from, "closed with its session", &shared);
     }
     if shared.own_sessions {
@@ -230,7 +280,7 @@ const SESSION_BATCH: usize = 32;
 /// is admitted to the target ([`admit`], [`forward`]).
 fn pass_on(
     batch: &[&[u8]],
-    flows: &mut HashMap<u32, Flow>,
+    flows: &mut Flows,
     session: &Weak<KcpStream>,
     (target, from): (SocketAddr, &SocketAddr),
     shared: &Arc<Shared>,
@@ -252,7 +302,7 @@ fn pass_on(
             }
         }
         forward(
-            flows,
+            &flows.open,
             pass.get(..passed).unwrap_or_default(),
             target,
             &shared.udp,
@@ -267,7 +317,7 @@ fn admit(
     d: &[u8],
     kcp: &Weak<KcpStream>,
     (target, from): (SocketAddr, &SocketAddr),
-    flows: &mut HashMap<u32, Flow>,
+    flows: &mut Flows,
     shared: &Arc<Shared>,
 ) -> Option<u32> {
     let udp = &shared.udp;
@@ -290,13 +340,13 @@ fn admit(
     };
     // One lookup for a known flow (the map hashes with SipHash: the ids
     // are the client's to choose).
-    let in_session = flows.len();
-    let flow = match flows.entry(id) {
+    let in_session = flows.open.len();
+    let flow = match flows.open.entry(id) {
         Entry::Occupied(e) => e.into_mut(),
         Entry::Vacant(e) => {
-            let opened = kcp
-                .upgrade()
-                .and_then(|kcp| open_flow(&kcp, id, target, shared, in_session));
+            let opened = kcp.upgrade().and_then(|kcp| {
+                open_flow(&kcp, (id, &mut flows.ended), target, shared, in_session)
+            });
             let Some(f) = opened else {
                 udp.count_drop(DropReason::TableFull);
                 return None;
@@ -355,7 +405,7 @@ fn forward(flows: &HashMap<u32, Flow>, pass: &[(u32, &[u8])], target: SocketAddr
 /// the socket cannot be made.
 fn open_flow(
     kcp: &Arc<KcpStream>,
-    id: u32,
+    (id, ended): (u32, &mut Ended),
     target: SocketAddr,
     shared: &Arc<Shared>,
     in_session: usize,
@@ -394,12 +444,13 @@ fn open_flow(
     let sock = Arc::new(sock);
     let active = Arc::new(AtomicBool::new(true));
     let counters = Arc::new(FlowCounters::default());
+    let next_seq = Arc::new(AtomicU32::new(ended.take(id)));
     shared.udp.flows_opened.fetch_add(1, Ordering::Relaxed);
     shared.udp.flows_open.fetch_add(1, Ordering::Relaxed);
     let reader = tokio::spawn(read_target(
         Arc::clone(&sock),
         Arc::clone(kcp),
-        id,
+        (id, Arc::clone(&next_seq)),
         Arc::clone(&active),
         Arc::clone(&counters),
         Arc::clone(&shared.udp),
@@ -410,6 +461,7 @@ fn open_flow(
         window: Window::default(),
         active,
         idle: 0,
+        next_seq,
         counters,
         _slot: slot,
     })
@@ -439,7 +491,7 @@ fn close_flow(id: u32, f: &Flow, from: &SocketAddr, how: &str, shared: &Shared) 
 async fn read_target(
     sock: Arc<RelaySocket>,
     kcp: Arc<KcpStream>,
-    id: u32,
+    (id, next_seq): (u32, Arc<AtomicU32>),
     active: Arc<AtomicBool>,
     counters: Arc<FlowCounters>,
     udp: Arc<UdpStats>,
@@ -448,7 +500,7 @@ async fn read_target(
     let (slots, stride) = flow_slots(max);
     // One buffer per flow, for its life.
     let mut buf = vec![0u8; slots * stride];
-    let mut seq = 0u32;
+    let mut seq = next_seq.load(Ordering::Relaxed);
     let mut from = [(0, SocketAddr::from(([0, 0, 0, 0], 0))); FLOW_BATCH];
     loop {
         let got = {
@@ -494,6 +546,9 @@ async fn read_target(
                 }
             }
         }
+        // Once a batch: the tick that expires this flow reads it (and this
+        // task is stopped only where it waits, above).
+        next_seq.store(seq, Ordering::Relaxed);
     }
 }
 
@@ -517,6 +572,27 @@ fn flow_slots(max: usize) -> (usize, usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Where expired flows left off: at most `--udpflows` remembered,
+    /// oldest forgotten first, each taken once by the flow that reopens.
+    #[test]
+    fn an_expired_flow_s_count_is_remembered_within_the_table_s_bound() {
+        let mut ended = Ended::default();
+        for id in 1..=5 {
+            ended.push(id, id * 100, 3);
+        }
+        assert_eq!(ended.0.len(), 3);
+        assert_eq!(ended.take(1), 0, "the oldest is forgotten");
+        assert_eq!(ended.take(2), 0);
+        assert_eq!(ended.take(4), 400);
+        assert_eq!(ended.take(4), 0, "taken once");
+        assert_eq!(ended.take(7), 0, "never seen: from 0");
+        ended.push(4, 401, 3);
+        assert_eq!(ended.take(5), 500);
+        assert_eq!(ended.take(3), 300);
+        assert_eq!(ended.take(4), 401);
+        assert!(ended.0.is_empty());
+    }
 
     /// The slots hold the longest datagram a session carries, all of them
     /// within the flow's one buffer of 64 KiB; one slot of that size when
