@@ -365,15 +365,23 @@ pub(crate) async fn run_udp_client(
     // or is closed.
     let mut retiring: Option<Retiring> = None;
     loop {
-        let target = Target {
-            sessions: &sessions,
-            remote: &remote,
-            settings: &settings,
-            ended: ended.take(),
-        };
         let Attached { kcp, mux } = match next.take() {
-            Some(a) => a,
-            None => connect(&local, target, &udp, &log, &mut up).await,
+            // The silent session the flows left goes now (held to the end
+            // of this session, it kept its socket and sent keepalive probes
+            // that kept the server's side of it open).
+            Some(a) => {
+                drop(ended.take());
+                a
+            }
+            None => {
+                let target = Target {
+                    sessions: &sessions,
+                    remote: &remote,
+                    settings: &settings,
+                    ended: ended.take(),
+                };
+                connect(&local, target, &udp, &log, &mut up).await
+            }
         };
         let mut max = kcp.max_datagram_payload();
         let mut negotiated = report_mtu(&log, &kcp);
