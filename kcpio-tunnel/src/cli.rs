@@ -242,7 +242,7 @@ pub(crate) struct Common {
     /// kcpio only: carry UDP instead of TCP. The client listens on UDP -l and gives each source address a flow; the server sends each flow to UDP -t from a socket of its own. All flows of a client cross one session as FEC-protected datagrams whose parity adapts to the loss (negotiated: both ends must be kcpio with --udp). --datashard/--parityshard only frame the session's stream (its keepalive probes here); 0 is fine, but both ends must agree
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub(crate) udp: Option<bool>,
-    /// kcpio only, --udp/--udplisten/--udptarget: the most flows at once (client: source addresses; server: per session, and --maxstreams over all sessions, each flow holding a descriptor). Datagrams of a new flow beyond it are dropped and counted
+    /// kcpio only, --udp/--udplisten/--udptarget: the most flows at once (client: source addresses; server: per session, and --maxstreams over all sessions, each flow holding a descriptor; at most 1048576). Datagrams of a new flow beyond it are dropped and counted
     #[arg(long, default_value_t = 1024)]
     pub(crate) udpflows: usize,
     /// kcpio only, --udp/--udplisten/--udptarget: seconds without a datagram either way after which a flow expires (its server socket closes); the next datagram from that source opens a new flow

@@ -315,9 +315,7 @@ pub(crate) fn resolve(cli: Cli) -> Result<Settings, String> {
         }
     }
     if udp {
-        if c.udpflows == 0 || c.udpidle == 0 {
-            return Err("--udpflows and --udpidle must be positive".to_owned());
-        }
+        check_udp_bounds(c.udpflows, c.udpidle)?;
         if role == Role::Server {
             let t = HostPorts::parse(&peer).map_err(|e| format!("--target {peer}: {e}"))?;
             if t.min != t.max {
@@ -368,9 +366,7 @@ pub(crate) fn resolve(cli: Cli) -> Result<Settings, String> {
         if hp.min != hp.max {
             return Err(format!("{flag} {a}: one port, not a range"));
         }
-        if c.udpflows == 0 || c.udpidle == 0 {
-            return Err("--udpflows and --udpidle must be positive".to_owned());
-        }
+        check_udp_bounds(c.udpflows, c.udpidle)?;
     }
     let datagram_fec = udp || udp_beside.is_some();
     if conn == 0 {
@@ -591,6 +587,21 @@ pub(crate) fn resolve(cli: Cli) -> Result<Settings, String> {
 }
 
 /// Go's `:port` means every address.
+/// The most flows `--udpflows` may ask for: the flow ids are 24 bits, and
+/// a client looking for a free one for a new source must find one soon.
+pub(crate) const MAX_UDP_FLOWS: usize = 1 << 20;
+
+/// `--udpflows` within 1..=[`MAX_UDP_FLOWS`], `--udpidle` positive.
+fn check_udp_bounds(flows: usize, idle: u64) -> Result<(), String> {
+    if flows == 0 || idle == 0 {
+        return Err("--udpflows and --udpidle must be positive".to_owned());
+    }
+    if flows > MAX_UDP_FLOWS {
+        return Err(format!("--udpflows {flows}: at most {MAX_UDP_FLOWS}"));
+    }
+    Ok(())
+}
+
 fn go_addr(addr: &str) -> String {
     if addr.starts_with(':') {
         format!("0.0.0.0{addr}")

@@ -848,6 +848,10 @@ fn udp_beside_tcp_flags_and_keys() {
             "kcpio-tunnel client --udplisten 127.0.0.1:1 --udpflows 0",
             "--udpflows",
         ),
+        (
+            "kcpio-tunnel client --udp --udpflows 1048577",
+            "--udpflows 1048577: at most 1048576",
+        ),
     ] {
         let e = p(bad).unwrap_err();
         assert!(e.contains(says), "{bad}: {e}");

@@ -105,8 +105,9 @@ impl Flows {
                 if self.by_id.len() >= self.max {
                     return None;
                 }
-                // Ids are not reused while live; the table is far smaller
-                // than the id space, so this ends within `max` steps.
+                // Ids are not reused while live; the table (at most
+                // `MAX_UDP_FLOWS`, 2^20) is far smaller than the id space
+                // (2^24), so this ends within `max` steps.
                 let mut id = self.next_id;
                 while self.by_id.contains_key(&id) {
                     id = (id + 1) & MAX_FLOW_ID;
