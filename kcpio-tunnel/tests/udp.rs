@@ -818,6 +818,41 @@ async fn start_beside(cmd: &str) -> (SocketAddr, Option<SocketAddr>, Arc<UdpStat
     (addr, udp_addr, udp)
 }
 
+/// A `--udptarget` whose name does not resolve costs the flows' datagrams
+/// (dropped and counted as `flow failed`; the server looks the name up again
+/// once a second), not the session: its TCP streams carry on. (The server
+/// used to give up on the session's datagrams for good after one failed
+/// lookup, counting nothing.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_udptarget_that_does_not_resolve_costs_the_datagrams_not_the_session() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let tcp_target = kcpio_testkit::tcp::echo_server().await;
+        let (server, _, s_udp) = start_beside(&format!(
+            "t server -l 127.0.0.1:0 -t {tcp_target} --udptarget nowhere.invalid:9"
+        ))
+        .await;
+        let (tcp_entry, udp_entry, _) = start_beside(&format!(
+            "t client -l 127.0.0.1:0 --udplisten 127.0.0.1:0 -r {server}"
+        ))
+        .await;
+        let app = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        app.connect(udp_entry.expect("the client's UDP socket"))
+            .await
+            .unwrap();
+        let failed = || s_udp.dropped(UdpDropReason::FlowFailed);
+        let counted = until(Duration::from_secs(10), || {
+            let _ = app.try_send(b"to nowhere");
+            failed() >= 10
+        })
+        .await;
+        assert!(counted, "{s_udp:?}");
+        assert_balanced("server", &s_udp);
+        tcp_echo_checked(tcp_entry, 64 << 10, 3).await;
+    })
+    .await
+    .expect("test timed out");
+}
+
 // One client process with `--udplisten` and one server with `--udptarget`:
 // two TCP connections of 1 MiB each way and 20 UDP flows, at once, cross
 // one KCP session (the relay sees one client socket) through 5% loss each

@@ -340,11 +340,15 @@ pub enum DropReason {
     TooOld,
     /// The local application or the target's socket refused it.
     SendFailed,
+    /// Server: its flow could not be opened (the target's name did not
+    /// resolve, or the flow's socket could not be made: the log says
+    /// which, a few times and then once a minute).
+    FlowFailed,
 }
 
 impl DropReason {
     /// Every reason, in counter order.
-    pub const ALL: [DropReason; 9] = [
+    pub const ALL: [DropReason; 10] = [
         DropReason::TableFull,
         DropReason::QueueFull,
         DropReason::TooLarge,
@@ -354,6 +358,7 @@ impl DropReason {
         DropReason::Duplicate,
         DropReason::TooOld,
         DropReason::SendFailed,
+        DropReason::FlowFailed,
     ];
 
     /// The reason's name in the stats line.
@@ -369,6 +374,7 @@ impl DropReason {
             DropReason::Duplicate => "duplicate",
             DropReason::TooOld => "too old",
             DropReason::SendFailed => "send failed",
+            DropReason::FlowFailed => "flow failed",
         }
     }
 }

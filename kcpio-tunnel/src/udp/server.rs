@@ -24,7 +24,7 @@ use super::{
     parse_control, parse_header, put_header, send_each,
 };
 use crate::config::Settings;
-use crate::log::Log;
+use crate::log::{Log, Repeats};
 use crate::stats::Stats;
 
 /// What every session's flows share: the settings, the counters and the
@@ -41,6 +41,9 @@ pub(crate) struct Shared {
     log: Log,
     /// Flows open over all sessions.
     open: AtomicUsize,
+    /// Failures to resolve the target or open a flow's socket: logged a few
+    /// times, then once a minute (they come once per datagram).
+    failures: Mutex<Repeats>,
 }
 
 /// A flow's share of the descriptor budget, returned when it is dropped.
@@ -140,6 +143,7 @@ pub(crate) async fn run_udp_server(
         stats,
         log,
         open: AtomicUsize::new(0),
+        failures: Mutex::default(),
     });
     let mut set = tokio::task::JoinSet::new();
     for i in 0..listeners.len() {
@@ -175,6 +179,7 @@ pub(crate) fn beside(
         stats,
         log,
         open: AtomicUsize::new(0),
+        failures: Mutex::default(),
     })
 }
 
@@ -193,15 +198,11 @@ pub(crate) async fn serve_session(kcp: Arc<KcpStream>, from: SocketAddr, shared:
     } else {
         "--udptarget"
     };
-    let target = match tokio::net::lookup_host(&shared.target).await {
-        Ok(mut a) => a.next(),
-        Err(e) => {
-            log.line(format!("{from}: {flag} {}: {e}", shared.target));
-            return;
-        }
-    };
-    let Some(target) = target else {
-        log.line(format!("{from}: {flag} {}: no address", shared.target));
+    // With the sink installed no datagram is queued for this buffer: the
+    // wait below ends on the session's failure (or a datagram that came
+    // between the sink's removal and now, passed on below).
+    let mut buf = vec![0u8; HEADER_LEN + MAX_UDP];
+    let Some(target) = resolve(&kcp, &from, flag, &shared, &mut buf).await else {
         return;
     };
     log.line(format!("{from}: udp session opened, flows go to {target}"));
@@ -224,10 +225,6 @@ pub(crate) async fn serve_session(kcp: Arc<KcpStream>, from: SocketAddr, shared:
     }
     let idle_ticks = shared.settings.udp.idle.as_secs().max(1);
     let mut tick = tokio::time::interval(Duration::from_secs(1));
-    // With the sink installed no datagram is queued for this buffer: the
-    // wait ends on the session's failure (or a datagram that came between
-    // the sink's removal and now, passed on below).
-    let mut buf = vec![0u8; HEADER_LEN + MAX_UDP];
     let why = loop {
         tokio::select! {
             r = kcp.recv_datagram(&mut buf) => {
@@ -271,6 +268,53 @@ pub(crate) async fn serve_session(kcp: Arc<KcpStream>, from: SocketAddr, shared:
         shared.stats.unwatch_session(&kcp);
     }
     udp.unwatch_session(&kcp);
+}
+
+/// The target's address, looked up once a second until it resolves (a name
+/// may fail for a while): its session's datagrams meanwhile are dropped and
+/// counted (`flow failed`). `None` when the session failed first.
+async fn resolve(
+    kcp: &KcpStream,
+    from: &SocketAddr,
+    flag: &str,
+    shared: &Shared,
+    buf: &mut [u8],
+) -> Option<SocketAddr> {
+    let udp = &shared.udp;
+    loop {
+        let found = match tokio::net::lookup_host(&shared.target).await {
+            Ok(mut a) => a.next().ok_or_else(|| "no address".to_owned()),
+            Err(e) => Err(e.to_string()),
+        };
+        match found {
+            Ok(target) => return Some(target),
+            Err(e) => lock(&shared.failures).line(
+                &shared.log,
+                format!(
+                    "{from}: {flag} {}: {e}; the session's datagrams are dropped (flow failed) \
+                     until it resolves",
+                    shared.target
+                ),
+            ),
+        }
+        let retry = tokio::time::sleep(Duration::from_secs(1));
+        tokio::pin!(retry);
+        loop {
+            tokio::select! {
+                r = kcp.recv_datagram(buf) => match r {
+                    Ok(_) => {
+                        udp.tunnel_in.fetch_add(1, Ordering::Relaxed);
+                        udp.count_drop(DropReason::FlowFailed);
+                    }
+                    Err(e) => {
+                        shared.log.line(format!("{from}: udp session ended: {e}"));
+                        return None;
+                    }
+                },
+                () = &mut retry => break,
+            }
+        }
+    }
 }
 
 /// Datagrams the server sends to the target per system call at most.
@@ -344,12 +388,16 @@ fn admit(
     let flow = match flows.open.entry(id) {
         Entry::Occupied(e) => e.into_mut(),
         Entry::Vacant(e) => {
-            let opened = kcp.upgrade().and_then(|kcp| {
-                open_flow(&kcp, (id, &mut flows.ended), target, shared, in_session)
-            });
-            let Some(f) = opened else {
-                udp.count_drop(DropReason::TableFull);
-                return None;
+            let opened = match kcp.upgrade() {
+                Some(kcp) => open_flow(&kcp, (id, &mut flows.ended), target, shared, in_session),
+                None => Err(DropReason::NoSession),
+            };
+            let f = match opened {
+                Ok(f) => f,
+                Err(why) => {
+                    udp.count_drop(why);
+                    return None;
+                }
             };
             shared.log.stream(format!("{from}: udp flow {id} opened"));
             e.insert(f)
@@ -400,47 +448,35 @@ fn forward(flows: &HashMap<u32, Flow>, pass: &[(u32, &[u8])], target: SocketAddr
     }
 }
 
-/// Opens flow `id`'s socket toward `target` and its reader; `None` when
-/// the session holds `--udpflows` flows, all sessions `--maxstreams`, or
-/// the socket cannot be made.
+/// Opens flow `id`'s socket toward `target` and its reader; `TableFull`
+/// when the session holds `--udpflows` flows or all sessions
+/// `--maxstreams`, `FlowFailed` when the socket cannot be made (logged).
 fn open_flow(
     kcp: &Arc<KcpStream>,
     (id, ended): (u32, &mut Ended),
     target: SocketAddr,
     shared: &Arc<Shared>,
     in_session: usize,
-) -> Option<Flow> {
+) -> Result<Flow, DropReason> {
     if in_session >= shared.settings.udp.flows {
-        return None;
+        return Err(DropReason::TableFull);
     }
-    let slot = Slot::take(shared)?;
+    let slot = Slot::take(shared).ok_or(DropReason::TableFull)?;
+    let failed = |e: String| {
+        lock(&shared.failures).line(&shared.log, format!("udp flow {id}: {e}"));
+        DropReason::FlowFailed
+    };
     let any: SocketAddr = if target.is_ipv4() {
         (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
     } else {
         (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
     };
-    let sock = match std::net::UdpSocket::bind(any) {
-        Ok(s) => s,
-        Err(e) => {
-            shared.log.line(format!("udp flow {id}: bind: {e}"));
-            return None;
-        }
-    };
+    let sock = std::net::UdpSocket::bind(any).map_err(|e| failed(format!("bind: {e}")))?;
     super::size_buffers(socket2::SockRef::from(&sock), shared.settings.udp.sockbuf);
     // Connecting a UDP socket only records the address: it does not wait.
-    if let Err(e) = sock.connect(target) {
-        shared
-            .log
-            .line(format!("udp flow {id}: connect {target}: {e}"));
-        return None;
-    }
-    let sock = match RelaySocket::from_std(sock) {
-        Ok(s) => s,
-        Err(e) => {
-            shared.log.line(format!("udp flow {id}: {e}"));
-            return None;
-        }
-    };
+    sock.connect(target)
+        .map_err(|e| failed(format!("connect {target}: {e}")))?;
+    let sock = RelaySocket::from_std(sock).map_err(|e| failed(e.to_string()))?;
     let sock = Arc::new(sock);
     let active = Arc::new(AtomicBool::new(true));
     let counters = Arc::new(FlowCounters::default());
@@ -455,7 +491,7 @@ fn open_flow(
         Arc::clone(&counters),
         Arc::clone(&shared.udp),
     ));
-    Some(Flow {
+    Ok(Flow {
         sock,
         reader,
         window: Window::default(),
