@@ -83,14 +83,15 @@ pub(crate) struct LimitStats {
 impl Stats {
     /// What an operator would call activity: sessions, streams, TCP bytes
     /// and rejected datagrams (keepalives alone do not count).
-    fn activity(&self) -> [u64; 20] {
+    fn activity(&self) -> [u64; 21] {
         let l = self.limits();
-        let udp = self.udp.get().map_or([0; 4], |u| u.activity());
+        let udp = self.udp.get().map_or([0; 5], |u| u.activity());
         [
             udp[0],
             udp[1],
             udp[2],
             udp[3],
+            udp[4],
             l.budget_charged as u64,
             l.mux_buffered as u64,
             l.mux_send_buffered as u64,

@@ -465,9 +465,12 @@ impl UdpStats {
 
     /// Changes an operator would see, for the "log only when something
     /// changed" rule.
-    pub(crate) fn activity(&self) -> [u64; 4] {
+    pub(crate) fn activity(&self) -> [u64; 5] {
         [
             self.flows_opened.load(Ordering::Relaxed),
+            // Flows expire after their datagrams stopped: the line that
+            // says they are gone would not be written otherwise.
+            self.flows_expired.load(Ordering::Relaxed),
             self.local_in.load(Ordering::Relaxed),
             self.tunnel_in.load(Ordering::Relaxed),
             self.dropped_total(),
@@ -608,6 +611,17 @@ pub(crate) fn session_datagram_line(sessions: impl Iterator<Item = kcpio::Sessio
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Flows that expire after their traffic stopped are news for the
+    /// stats line ("written only when something changed"): the line that
+    /// says they are gone is written.
+    #[test]
+    fn expired_flows_are_activity_for_the_stats_line() {
+        let u = UdpStats::default();
+        let before = u.activity();
+        u.flows_expired.fetch_add(1, Ordering::Relaxed);
+        assert_ne!(u.activity(), before);
+    }
 
     /// The session line names the datagrams the FEC receiver refused as
     /// replays: a restarted server's datagrams under the old conversation
