@@ -54,7 +54,10 @@ fn accepted(taken: Taken) -> Option<io::Result<(KcpStream, SocketAddr)>> {
 /// source address). A new
 /// conversation's opener from an address that has a session replaces it, as
 /// kcp-go does for a restarted client; it is checked completely first, so a
-/// datagram that could not open a session never disturbs one.
+/// datagram that could not open a session never disturbs one, and a session
+/// whose peer proved it receives is replaced only once the newcomer's peer
+/// proves it too (until then it keeps its datagrams): a replayed opener of
+/// anyone's conversation, sent from its address, does not end it.
 ///
 /// # Hostile peers
 ///
@@ -74,7 +77,12 @@ fn accepted(taken: Taken) -> Option<io::Result<(KcpStream, SocketAddr)>> {
 ///   64-bit hash of its bytes as received) for 15 minutes, at most 65,536
 ///   of them (about 4 MiB; under a sustained flood of openers the horizon
 ///   shrinks to the time 65,536 openers take); the same datagram opens
-///   nothing again, from any address (`replayed`).
+///   nothing again, from any address (`replayed`). Nor does any opener of
+///   a conversation whose peer proved it receives in the last 15 minutes
+///   (its conv remembered, at most 65,536, about 2 MiB): a replay of its
+///   other opener-shaped datagrams, which replayed answers would prove,
+///   never reaches `accept` again. A client that drew a conv so
+///   remembered (one chance in 65,536 at worst) dials again with another.
 /// - **Session cap and backlog**: at most
 ///   [`max_sessions`](crate::ConfigBuilder::max_sessions) sessions (4,096,
 ///   over all the listener's sockets; `refused_cap`). A new peer is refused

@@ -281,6 +281,33 @@ async fn forged_takeovers_leave_a_live_session_alone() {
     assert_eq!((st.conv_mismatch, st.replayed), (2, 1), "{st:?}");
 }
 
+/// A replayed opener of another conversation from a live session's address
+/// (anyone who captured one datagram on its way to the server can send it
+/// from there) does not end the live session: kcp-go's takeover, for a
+/// client restarted at the same address, now waits until the newcomer's
+/// peer proves it receives, which a replay's never does. (It reset the live
+/// session at once, under every cipher.)
+#[tokio::test]
+async fn a_replayed_opener_of_another_conversation_does_not_end_a_live_session() {
+    let config = Config::builder().build().unwrap();
+    let (listener, addr) = echo_listener(&config).await;
+    let sock = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    sock.connect(addr).await.unwrap();
+    let mut got = std::collections::BTreeMap::new();
+    sock.send(&push(0, b"live ")).await.unwrap();
+    assert_eq!(echoed(&sock, &mut got, 5).await, b"live ");
+    let opened = listener.stats().sessions_opened;
+    sock.send(&push_conv(0x5eed_0001, 0, b"someone else's"))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    sock.send(&push(1, b"still here")).await.unwrap();
+    assert_eq!(echoed(&sock, &mut got, 15).await, b"live still here");
+    let st = listener.stats();
+    // The newcomer was opened; it never proves, and goes at its timeout.
+    assert_eq!(st.sessions_opened, opened + 1, "{st:?}");
+}
+
 /// Under a flood of forged openers from many source addresses at full
 /// loopback speed, a real client with the default configuration connects
 /// and gets its echo within 5 s: the flood holds at most the session cap

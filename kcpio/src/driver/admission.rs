@@ -9,6 +9,7 @@
 //! |---|---|---|
 //! | the same (peer, conv) closed less than [`TOMBSTONE_TTL`] ago | `Tombstoned` | tombstones ([`MAX_TOMBSTONES`], oldest forgotten first) |
 //! | the same datagram opened a session within [`REPLAY_HORIZON`], from any address | `Replay` | keyed 64-bit fingerprints ([`MAX_REPLAY`], oldest first) |
+//! | a session of the same conv proved its peer receives within [`REPLAY_HORIZON`] (a replay of a conversation's other datagrams, whose replayed answers would prove it again) | `Replay` | convs ([`MAX_REPLAY`], oldest first) |
 //! | the session cap, unless the oldest session that never proved its return path can be evicted (once it has had time to prove itself, or for the retransmitted opener of a peer refused so) | `SessionCap` | the unproven queue (at most 2 × sessions + 64 ids), refused openers ([`MAX_REFUSED`], oldest first) |
 //! | the accept backlog is full: `accept_backlog` proven sessions wait for `accept` | `Backlog` | (the backlog's own bound) |
 //! | the source IP's token bucket (burst, then per second) | `RateLimited` | buckets ([`MAX_RATE_SOURCES`], oldest first) |
@@ -106,6 +107,8 @@ pub(crate) struct Limits {
 struct Memo {
     /// Fingerprints of the datagrams that opened sessions, and until when.
     replay: BoundedMap<u64, Duration>,
+    /// Convs of sessions whose peers proved they receive, and until when.
+    proven: BoundedMap<u32, Duration>,
     /// Session creations per source address.
     sources: BoundedMap<IpAddr, Bucket>,
     /// Sessions a source IP may open at once, and per second after that.
@@ -148,6 +151,7 @@ impl Limits {
             max_sessions,
             memo: Mutex::new(Memo {
                 replay: BoundedMap::new(MAX_REPLAY),
+                proven: BoundedMap::new(MAX_REPLAY),
                 sources: BoundedMap::new(MAX_RATE_SOURCES),
                 rate_burst,
                 rate_per_sec,
@@ -260,7 +264,12 @@ impl Admission {
     /// 1. a tombstone of the same (peer, conv) refuses the retransmitted
     ///    opener of a conversation closed less than `TOMBSTONE_TTL` ago;
     /// 2. a datagram that opened a session within `REPLAY_HORIZON` (the
-    ///    last `MAX_REPLAY` of them) is a replay, from any address;
+    ///    last `MAX_REPLAY` of them) is a replay, from any address; so is
+    ///    an opener of a conv whose session proved its peer receives
+    ///    within it ([`proven`](Self::proven)): a replay of another of
+    ///    that conversation's datagrams that looks like an opener (a
+    ///    retransmitted probe, a first PUSH after it), which replayed
+    ///    answers would prove again and hand to `accept`;
     /// 3. the session cap (the sessions of every shard sharing the
     ///    limits; a takeover, `replaces`, frees its slot): when it is
     ///    reached, the oldest session that
@@ -297,14 +306,21 @@ impl Admission {
         backlog: impl FnOnce() -> usize,
         fingerprint: impl FnOnce() -> u64,
     ) -> Result<Option<SessionId>, Refusal> {
+        // Expiry is read from the value: a key inserted again keeps its
+        // first place in the order, so `expire` may stop before it.
+        let live = |until: Option<&mut Duration>| until.is_some_and(|u| *u > now);
         self.tombstones.expire(|&until| until <= now);
-        if self.tombstones.contains_key(&(peer, conv)) {
+        if live(self.tombstones.get_mut(&(peer, conv))) {
             return Err(Refusal::Tombstoned);
         }
         let limits = self.limits.clone();
         let mut memo = limits.memo();
         memo.replay.expire(|&until| until <= now);
         memo.replay.make_room();
+        memo.proven.expire(|&until| until <= now);
+        if live(memo.proven.get_mut(&conv)) {
+            return Err(Refusal::Replay);
+        }
         let print = fingerprint();
         if memo.replay.contains_key(&print) {
             return Err(Refusal::Replay);
@@ -360,6 +376,17 @@ impl Admission {
         }
     }
 
+    /// A session of `conv` proved at `now` that its peer receives: no
+    /// opener of `conv` opens another until `now + REPLAY_HORIZON` (the
+    /// last `MAX_REPLAY` such convs, shared by the listener's shards). A
+    /// new client that drew it (one chance in 65,536 at worst) is refused
+    /// as a replay until it dials again with another.
+    pub(crate) fn proven(&self, conv: u32, now: Duration) {
+        let mut memo = self.limits.memo();
+        memo.proven.make_room();
+        memo.proven.insert(conv, now + REPLAY_HORIZON);
+    }
+
     /// A proven session for (`peer`, `conv`) closed at `now`: its late
     /// datagrams open nothing until `now + TOMBSTONE_TTL`.
     pub(crate) fn closed(&mut self, peer: SocketAddr, conv: u32, now: Duration) {
@@ -399,9 +426,11 @@ impl Admission {
         assert!(self.refused.len() <= MAX_REFUSED);
         let memo = self.limits.memo();
         memo.replay.check();
+        memo.proven.check();
         memo.sources.check();
         assert!(self.tombstones.len() <= MAX_TOMBSTONES);
         assert!(memo.replay.len() <= MAX_REPLAY);
+        assert!(memo.proven.len() <= MAX_REPLAY);
         assert!(memo.sources.len() <= MAX_RATE_SOURCES);
     }
 }

@@ -279,6 +279,7 @@ pub mod sim_support {
                 table::Route::Accept {
                     conv,
                     replaces: None,
+                    displaces: None,
                     evicts: None,
                 } => Route::Accept(conv),
                 table::Route::Accept { .. } => {
@@ -305,8 +306,8 @@ pub mod sim_support {
 
         /// After input: the session's peer proved it receives. True when
         /// it just did: the driver hands it to `accept` now.
-        pub fn set_proven(&mut self, s: Session, conn: &Conn) -> bool {
-            conn.is_proven() && self.table.set_proven(s.0)
+        pub fn set_proven(&mut self, s: Session, conn: &Conn, now: Duration) -> bool {
+            conn.is_proven() && self.table.set_proven(s.0, now)
         }
 
         /// [`from_elsewhere`](super::from_elsewhere) on this table.

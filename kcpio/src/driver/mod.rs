@@ -399,6 +399,7 @@ impl Driver {
             Route::Accept {
                 conv,
                 replaces,
+                displaces,
                 evicts,
             } => {
                 if let Some(old) = replaces {
@@ -409,10 +410,14 @@ impl Driver {
                     self.remove_session(unproven, SessionError::DeadLink, now);
                 }
                 // It waits in the table, not in the accept backlog, until
-                // its peer proves it receives (`deliver_run`).
+                // its peer proves it receives (`deliver_run`); so does the
+                // takeover of a proven session at its address.
                 let Some((id, _)) = self.insert_session(d.peer, conv, now) else {
                     return;
                 };
+                if let Some(old) = displaces {
+                    self.table.displace(id, old);
+                }
                 id
             }
         };
@@ -712,10 +717,15 @@ impl Driver {
         // A listener's session joins the accept backlog once its peer has
         // proved it receives: forged openers never reach `accept`.
         if proven
-            && self.table.set_proven(id)
+            && self.table.set_proven(id, now)
             && let Some(session) = self.table.get(id)
         {
             self.shared.accept.push(session.clone(), session.peer);
+        }
+        // A restarted peer proved it receives: the session it took over
+        // from its address goes (kcp-go replaces it at the opener).
+        if proven && let Some(old) = self.table.settle_takeover(id) {
+            self.remove_session(old, SessionError::Reset, now);
         }
         // Woken outside the lock, so the reader does not block on it.
         if let Some(w) = read_waker {

@@ -37,12 +37,18 @@ pub(crate) enum Route {
     /// Hand it to this session.
     Deliver(SessionId),
     /// A new conversation passed validation and admission: create its
-    /// session (after removing `replaces`, a takeover) and deliver.
+    /// session (after removing `replaces`) and deliver.
     Accept {
         /// The new conversation.
         conv: u32,
-        /// The address's old session, replaced by a restarted peer.
+        /// The address's session that never proved it receives, replaced
+        /// at once by a restarted peer (or another forged opener).
         replaces: Option<SessionId>,
+        /// The address's proven session, which the new one takes over only
+        /// once its own peer proves it receives ([`Table::displace`],
+        /// [`Table::settle_takeover`]): until then it keeps its datagrams,
+        /// so a replayed opener cannot end it.
+        displaces: Option<SessionId>,
         /// The oldest session that never proved it receives, evicted to
         /// make room at the session cap.
         evicts: Option<SessionId>,
@@ -220,6 +226,10 @@ struct Entry<S> {
     heard: Duration,
     /// Candidates so far.
     candidacies: u32,
+    /// The proven session this one takes over from its address once its
+    /// own peer proves it receives (a restarted client's, or a replayed
+    /// opener's that never will).
+    displaces: Option<SessionId>,
     session: S,
 }
 
@@ -398,18 +408,21 @@ impl<S> Table<S> {
         self.unproven_live
     }
 
-    /// Records that `id`'s peer proved it receives (idempotent, O(1)).
-    /// True when it just did on an accepting table: a listener's session
-    /// joins the accept backlog now, and only now (see
+    /// Records that `id`'s peer proved it receives at `now` (idempotent,
+    /// O(1)). True when it just did on an accepting table: a listener's
+    /// session joins the accept backlog now, and only now (see
     /// [`Admission::admit`]'s backlog rule), whether or not the backlog is
-    /// full, as its peer is real.
-    pub(crate) fn set_proven(&mut self, id: SessionId) -> bool {
+    /// full, as its peer is real. Its conv opens no other session for a
+    /// while ([`Admission::proven`]).
+    pub(crate) fn set_proven(&mut self, id: SessionId, now: Duration) -> bool {
         let accepting = self.accepting;
         if let Some(e) = self.entry_mut(id)
             && !e.proven
         {
             e.proven = true;
+            let conv = e.conv;
             self.unproven_live -= 1;
+            self.admission.proven(conv, now);
             return accepting;
         }
         false
@@ -465,6 +478,7 @@ impl<S> Table<S> {
                 candidate: None,
                 heard: Duration::ZERO,
                 candidacies: 0,
+                displaces: None,
                 session: make(id),
             });
         }
@@ -506,9 +520,40 @@ impl<S> Table<S> {
         self.live -= 1;
         if self.by_addr.get(&entry.peer) == Some(id) {
             self.by_addr.remove(&entry.peer);
+            // A newcomer that never proved gives the address back to the
+            // session it would have taken over.
+            if let Some(old) = entry.displaces
+                && self.entry(old).is_some_and(|o| o.peer == entry.peer)
+            {
+                self.by_addr.insert(entry.peer, old);
+            }
         }
         self.forget_conv(id, entry.conv);
         Some(entry)
+    }
+
+    /// `new`, just inserted at `old`'s address, takes `old` over once its
+    /// peer proves it receives ([`settle_takeover`](Self::settle_takeover));
+    /// until then `old` keeps the datagrams of its conv from there.
+    pub(crate) fn displace(&mut self, new: SessionId, old: SessionId) {
+        if self.entry(old).is_some()
+            && let Some(e) = self.entry_mut(new)
+        {
+            e.displaces = Some(old);
+        }
+    }
+
+    /// The session `id` took over, once `id`'s peer proved it receives:
+    /// the driver removes it (as kcp-go replaces a restarted client's old
+    /// conversation). `None` otherwise, and from then on.
+    pub(crate) fn settle_takeover(&mut self, id: SessionId) -> Option<SessionId> {
+        let e = self.entry_mut(id).filter(|e| e.proven)?;
+        let old = e.displaces.take()?;
+        let peer = e.peer;
+        // Not one that moved away meanwhile (its peer is elsewhere now).
+        self.entry(old)
+            .is_some_and(|o| o.peer == peer)
+            .then_some(old)
     }
 
     /// `id`, which held `conv`, left the conv index.
@@ -568,6 +613,7 @@ impl<S> Table<S> {
                     .migrating(inbound)
                     .map_or(Route::Drop(Refusal::Oob), Route::Migrate);
             };
+            let id = self.displaced_for(id, inbound).unwrap_or(id);
             let home = self
                 .entry_mut(id)
                 .filter(|e| inbound.conv == Some(e.conv))
@@ -604,26 +650,60 @@ impl<S> Table<S> {
                 _ => Route::Drop(Refusal::UnknownSession),
             };
         };
+        // The datagrams of a session a newcomer would take over still
+        // reach it until the newcomer's peer proves it receives.
+        let id = self.displaced_for(id, inbound).unwrap_or(id);
         let current = self.entry_mut(id).map(|e| {
             // The peer still sends from its address: whatever sent from
-            // the candidate (a copy relayed from elsewhere) does not move it.
-            e.candidate = None;
-            e.heard = now;
-            e.conv
+            // the candidate (a copy relayed from elsewhere) does not move
+            // it. Only its own conv's datagrams (or parity, which names
+            // none) say so: another conv's, dropped below, are anyone's.
+            if inbound.conv.is_none_or(|c| c == e.conv) {
+                e.candidate = None;
+                e.heard = now;
+            }
+            (e.conv, e.proven, e.displaces)
         });
         match (inbound.conv, current) {
-            (Some(conv), Some(cur)) if conv != cur => {
+            (Some(conv), Some((cur, proven, displaced))) if conv != cur => {
                 // kcp-go: a new conversation from the same address replaces
                 // the old one (a restarted client). Only an opener may, and
-                // only once it passed everything a newcomer must.
-                if inbound.opener && self.accepting {
-                    self.admit_new(peer, conv, Some(id), inbound, now, backlog, fingerprint)
-                } else {
-                    Route::Drop(Refusal::ConvMismatch)
+                // only once it passed everything a newcomer must; a proven
+                // session is replaced only once the newcomer's peer proves
+                // it receives (a replayed opener's never does).
+                if !(inbound.opener && self.accepting) {
+                    return Route::Drop(Refusal::ConvMismatch);
+                }
+                // An unproven one frees its place at once (admission counts
+                // it so); a displaced one keeps it until it goes.
+                let replaces = (!proven).then_some(id);
+                let route =
+                    self.admit_new(peer, conv, replaces, inbound, now, backlog, fingerprint);
+                match route {
+                    Route::Accept { conv, evicts, .. } => Route::Accept {
+                        conv,
+                        replaces,
+                        displaces: if proven {
+                            Some(id)
+                        } else {
+                            displaced.filter(|&d| self.entry(d).is_some())
+                        },
+                        evicts,
+                    },
+                    other => other,
                 }
             }
             _ => Route::Deliver(id),
         }
+    }
+
+    /// The session that `id` (the session at the datagram's address)
+    /// would take over, when the datagram is of its conv.
+    fn displaced_for(&self, id: SessionId, inbound: &Inbound<'_>) -> Option<SessionId> {
+        let e = self.entry(id)?;
+        let old = e.displaces?;
+        let o = self.entry(old)?;
+        (inbound.conv == Some(o.conv) && o.peer == e.peer).then_some(old)
     }
 
     /// The proven session, alone with its conv, that a datagram from an
@@ -891,6 +971,7 @@ impl<S> Table<S> {
             Ok(evicts) => Route::Accept {
                 conv,
                 replaces,
+                displaces: None,
                 evicts,
             },
             Err(r) => Route::Drop(r),
@@ -1018,6 +1099,7 @@ pub(crate) fn fuzz(data: &[u8]) {
                     Route::Accept {
                         conv,
                         replaces,
+                        displaces,
                         evicts,
                     } => {
                         assert!(Inbound::parse(&packet).is_ok_and(|i| i.is_opener()));
@@ -1027,6 +1109,13 @@ pub(crate) fn fuzz(data: &[u8]) {
                         }
                         // Unproven: it joins the backlog when it proves.
                         let id = t.insert(peer, conv, false, |_| conv);
+                        if let Some(old) = displaces {
+                            assert!(
+                                t.entry(old).is_some_and(|o| o.proven),
+                                "displaces a proven one"
+                            );
+                            t.displace(id, old);
+                        }
                         ids.push(id);
                     }
                     Route::Deliver(id) => assert!(t.get(id).is_some()),
@@ -1065,11 +1154,15 @@ pub(crate) fn fuzz(data: &[u8]) {
             5 => {
                 if let Some(id) = pick(&ids) {
                     let was_unproven = unproven_in(&t.slots, id);
-                    let joins = t.set_proven(id);
+                    let joins = t.set_proven(id, now);
                     // Once per session, when it proves: the backlog's
                     // only way in, full or not.
                     assert_eq!(joins, was_unproven, "joins the backlog when it proves");
                     backlog += usize::from(joins);
+                    // A takeover settles when the newcomer proves.
+                    if let Some(old) = t.settle_takeover(id) {
+                        assert!(t.remove(old, now).is_some(), "a removable session");
+                    }
                 }
             }
             6 => {
@@ -1105,7 +1198,26 @@ impl<S> Table<S> {
             entries.iter().filter(|(_, _, e)| !e.proven).count(),
             self.unproven_live
         );
-        assert_eq!(self.by_addr.map.len(), self.live);
+        // Every session is at its address, or displaced there by the
+        // newcomer that holds it.
+        let mut displaced = 0;
+        for &(idx, generation, e) in &entries {
+            let id = SessionId {
+                idx: idx as u32,
+                generation,
+            };
+            let at = self.by_addr.map.get(&e.peer).copied();
+            if at != Some(id) {
+                let by = at.and_then(|a| self.entry(a)).and_then(|a| a.displaces);
+                assert_eq!(
+                    by,
+                    Some(id),
+                    "a session neither at its address nor displaced"
+                );
+                displaced += 1;
+            }
+        }
+        assert_eq!(self.by_addr.map.len() + displaced, self.live);
         if let Some((peer, id)) = self.by_addr.last.get() {
             assert_eq!(
                 self.by_addr.map.get(&peer),
@@ -1218,13 +1330,21 @@ mod tests {
         if let Route::Accept {
             conv,
             replaces,
+            displaces,
             evicts,
         } = r
         {
             for old in [replaces, evicts].into_iter().flatten() {
                 t.remove(old, now);
             }
-            t.insert(peer, conv, proven, |_| conv);
+            let id = t.insert(peer, conv, proven, |_| conv);
+            if let Some(old) = displaces {
+                t.displace(id, old);
+            }
+            // A proven newcomer settles its takeover at once.
+            if let Some(old) = t.settle_takeover(id) {
+                t.remove(old, now);
+            }
         }
         r
     }
@@ -1237,6 +1357,7 @@ mod tests {
         Route::Accept {
             conv,
             replaces: None,
+            displaces: None,
             evicts: None,
         }
     }
@@ -1404,36 +1525,184 @@ mod tests {
         assert_eq!(route(&mut c, addr(1), &oob(9), 0), Route::Deliver(cid));
     }
 
+    /// kcp-go's takeover (a restarted client's new conv from the old
+    /// one's address), held until the newcomer's peer proves it receives:
+    /// until then the old session keeps its conv's datagrams, and a
+    /// newcomer that never proves (a replayed opener) gives the address
+    /// back when it goes. Once it proves, the old session goes, tombstoned.
     #[test]
-    fn takeover_replaces_and_tombstones_the_old_conversation() {
-        let (mut t, old) = with_session(1);
-        // A restarted client: a new conv's opener, even at the cap (it
-        // frees a slot).
-        let r = feed(&mut t, addr(1), &push(6, 0, false), 1);
+    fn takeover_replaces_and_tombstones_the_old_conversation_once_the_newcomer_proves() {
+        let (mut t, old) = with_session(2);
+        let r = feed_as(&mut t, addr(1), &push(6, 0, false), secs(1), false);
         assert_eq!(
             r,
             Route::Accept {
                 conv: 6,
-                replaces: Some(old),
+                replaces: None,
+                displaces: Some(old),
                 evicts: None,
             }
         );
+        t.check(2);
+        assert_eq!(t.live(), 2);
+        // The old conv's datagrams still reach the old session; the new
+        // conv's the newcomer.
+        assert_eq!(
+            route(&mut t, addr(1), &push(5, 3, false), 1),
+            Route::Deliver(old)
+        );
+        let Route::Deliver(new) = route(&mut t, addr(1), &push(6, 1, false), 1) else {
+            panic!("the newcomer's conv delivers")
+        };
+        // A replayed opener's newcomer never proves: it goes (its proof
+        // timeout), and the old session has its address back.
+        assert_eq!(t.remove(new, secs(11)), Some(6));
+        t.check(2);
+        assert_eq!(
+            route(&mut t, addr(1), &push(5, 4, false), 11),
+            Route::Deliver(old)
+        );
+        // A restarted client's newcomer proves: the old session goes.
+        let r = feed_as(&mut t, addr(1), &push(7, 0, false), secs(12), false);
+        assert!(matches!(r, Route::Accept { displaces: Some(o), .. } if o == old));
+        let Route::Deliver(new) = route(&mut t, addr(1), &push(7, 1, false), 12) else {
+            panic!("the newcomer's conv delivers")
+        };
+        assert!(t.set_proven(new, Duration::ZERO));
+        assert_eq!(t.settle_takeover(new), Some(old));
+        assert_eq!(t.settle_takeover(new), None, "once");
+        assert_eq!(t.remove(old, secs(12)), Some(5));
+        t.check(2);
         assert_eq!(t.live(), 1);
-        assert_eq!(t.get(old), None, "the old id is stale");
         // Late packets of the old conv: a mismatch, and a retransmitted
         // opener of it is tombstoned.
         assert_eq!(
-            route(&mut t, addr(1), &push(5, 3, false), 2),
+            route(&mut t, addr(1), &push(5, 3, false), 13),
             Route::Drop(Refusal::ConvMismatch)
         );
         assert_eq!(
-            route(&mut t, addr(1), &seg(81, 5, 0, 0, false, 9), 2),
+            route(&mut t, addr(1), &seg(81, 5, 0, 0, false, 9), 13),
             Route::Drop(Refusal::Tombstoned)
         );
         t.stop_accepting();
         assert_eq!(
-            route(&mut t, addr(1), &push(7, 0, false), 2),
+            route(&mut t, addr(1), &push(8, 0, false), 13),
             Route::Drop(Refusal::ConvMismatch)
+        );
+    }
+
+    /// An unproven session at the address is replaced at once (it frees
+    /// its place, even at the cap), and a newcomer replacing the newcomer
+    /// of a pending takeover inherits it.
+    #[test]
+    fn an_unproven_session_is_replaced_at_once_and_a_pending_takeover_passes_on() {
+        let mut t: Table<u32> = Table::new(true, 2, 10);
+        feed_as(&mut t, addr(1), &push(5, 0, false), secs(0), false);
+        let Route::Deliver(first) = route(&mut t, addr(1), &push(5, 1, false), 0) else {
+            panic!()
+        };
+        let r = feed_as(&mut t, addr(1), &push(6, 0, false), secs(1), false);
+        assert!(
+            matches!(r, Route::Accept { replaces: Some(f), displaces: None, .. } if f == first),
+            "{r:?}"
+        );
+        assert_eq!(t.live(), 1);
+        let Route::Deliver(six) = route(&mut t, addr(1), &push(6, 1, false), 1) else {
+            panic!()
+        };
+        assert!(t.set_proven(six, Duration::ZERO));
+        // A takeover of the proven one is pending...
+        let r = feed_as(&mut t, addr(1), &push(7, 0, false), secs(2), false);
+        assert!(matches!(r, Route::Accept { displaces: Some(s), .. } if s == six));
+        let Route::Deliver(seven) = route(&mut t, addr(1), &push(7, 1, false), 2) else {
+            panic!()
+        };
+        // ...when another opener replaces its newcomer: the takeover is
+        // the new one's.
+        let r = feed_as(&mut t, addr(1), &push(8, 0, false), secs(3), false);
+        assert_eq!(
+            r,
+            Route::Accept {
+                conv: 8,
+                replaces: Some(seven),
+                displaces: Some(six),
+                evicts: None,
+            }
+        );
+        t.check(2);
+        assert_eq!(
+            route(&mut t, addr(1), &push(6, 2, false), 3),
+            Route::Deliver(six)
+        );
+    }
+
+    /// A conversation whose peer proved it receives opens no second
+    /// session within the replay horizon, from any address: a replay of
+    /// its other opener-shaped datagrams (a retransmitted probe, the first
+    /// PUSH after it), which replayed answers would prove and hand to
+    /// `accept`, is refused. (Only the one datagram that opened it was.)
+    #[test]
+    fn a_proven_conversation_is_not_opened_again_by_a_replay() {
+        let mut t: Table<u32> = Table::new(true, 10, 10);
+        feed_as(&mut t, addr(1), &push(5, 0, false), secs(0), false);
+        let Route::Deliver(id) = route(&mut t, addr(1), &push(5, 1, false), 0) else {
+            panic!()
+        };
+        assert!(t.set_proven(id, secs(0)));
+        // While it lives (no migration): another address.
+        let probe = seg(83, 5, 0, 0, false, 1);
+        assert_eq!(
+            route(&mut t, addr(2), &probe, 1),
+            Route::Drop(Refusal::Replay)
+        );
+        // After it ended: from anywhere, its own address included once the
+        // tombstone is gone, until the horizon.
+        assert_eq!(t.remove(id, secs(2)), Some(5));
+        let late = secs(2) + TOMBSTONE_TTL + secs(1);
+        assert_eq!(
+            route_at(&mut t, addr(1), &seg(81, 5, 0, 0, false, 2), late),
+            Route::Drop(Refusal::Replay)
+        );
+        assert_eq!(
+            route_at(&mut t, addr(3), &seg(81, 5, 0, 0, false, 3), late),
+            Route::Drop(Refusal::Replay)
+        );
+        // Another conv is welcome; after the horizon, so is this one.
+        assert!(matches!(
+            route_at(&mut t, addr(3), &push(6, 0, false), late),
+            Route::Accept { .. }
+        ));
+        assert!(matches!(
+            route_at(
+                &mut t,
+                addr(4),
+                &seg(81, 5, 0, 0, false, 4),
+                REPLAY_HORIZON + secs(1)
+            ),
+            Route::Accept { .. }
+        ));
+        t.check(10);
+    }
+
+    /// A tombstone refreshed by a second close of the same (peer, conv)
+    /// keeps its first place in the memory's order: it refuses until its
+    /// own time is up, not until it reaches the front.
+    #[test]
+    fn a_tombstone_refuses_until_its_own_time_only() {
+        let mut t: Table<u32> = Table::new(true, 10, 10);
+        t.admission.closed(addr(1), 5, secs(0));
+        t.admission.closed(addr(2), 6, secs(1));
+        // (addr 1, conv 5) again, later: its value moves, its place not.
+        t.admission.closed(addr(1), 5, secs(30));
+        let after = secs(1) + TOMBSTONE_TTL + secs(1);
+        // addr 2's expired behind the refreshed one at the front.
+        assert!(matches!(
+            route_at(&mut t, addr(2), &push(6, 0, false), after),
+            Route::Accept { .. }
+        ));
+        assert_eq!(
+            route_at(&mut t, addr(1), &push(5, 0, false), after),
+            Route::Drop(Refusal::Tombstoned)
         );
     }
 
@@ -1635,6 +1904,7 @@ mod tests {
             Route::Accept {
                 conv: 5,
                 replaces: None,
+                displaces: None,
                 evicts: Some(evicted),
             }
         );
@@ -1652,7 +1922,7 @@ mod tests {
         newcomer_evicts(&mut t, second);
         assert_eq!((t.live(), t.unproven()), (4, 2));
         // No tombstone: its real peer, retransmitting its opener, gets in.
-        t.set_proven(third);
+        t.set_proven(third, Duration::ZERO);
         assert_eq!(t.unproven(), 1);
         refused_openers(&mut t, 200, 12);
         let r = feed_as(&mut t, ip(2), &seg(81, 2, 0, 0, false, 1), at, true);
@@ -1707,6 +1977,7 @@ mod tests {
             Route::Accept {
                 conv: 100,
                 replaces: None,
+                displaces: None,
                 evicts: Some(first),
             }
         );
@@ -1736,6 +2007,7 @@ mod tests {
                 conv,
                 replaces,
                 evicts,
+                ..
             } = r
             else {
                 return Err(r);
@@ -1769,8 +2041,8 @@ mod tests {
         assert_eq!(backlog, 0, "no forged session joined the backlog");
         let first = connect(&mut t, backlog, 1).expect("a real client gets in");
         // Joins the backlog once it proves, and once only.
-        assert!(t.set_proven(first));
-        assert!(!t.set_proven(first));
+        assert!(t.set_proven(first, Duration::ZERO));
+        assert!(!t.set_proven(first, Duration::ZERO));
         backlog += 1;
         flood(&mut t, backlog, 2000);
         // Two more clients admitted while one place is free: both prove
@@ -1778,7 +2050,7 @@ mod tests {
         let second = connect(&mut t, backlog, 2).expect("admitted");
         let third = connect(&mut t, backlog, 3).expect("admitted");
         for id in [second, third] {
-            assert!(t.set_proven(id), "a proven session joins, full or not");
+            assert!(t.set_proven(id, at), "a proven session joins, full or not");
             backlog += 1;
         }
         assert_eq!(backlog, 3);
@@ -2019,8 +2291,17 @@ mod tests {
         // A stale datagram from a third address changes nothing.
         assert!(!t.candidate_seen(id, addr(4), 60, false));
         assert_eq!(t.candidate(id).map(|c| c.addr), Some(addr(2)));
-        // A datagram from the session's own address ends the candidacy:
-        // the peer is still there.
+        // Another conv's datagram from the session's address (anyone's:
+        // a captured one, spoofed) is dropped and says nothing of the
+        // peer: the candidacy stands. (It ended it, so such datagrams
+        // every 100 ms kept a moved client from ever being followed.)
+        assert_eq!(
+            route(&mut t, addr(1), &push(9, 3, false), 1),
+            Route::Drop(Refusal::ConvMismatch)
+        );
+        assert_eq!(t.candidate(id).map(|c| c.addr), Some(addr(2)));
+        // A datagram of its conv from the session's own address ends the
+        // candidacy: the peer is still there.
         assert_eq!(
             route(&mut t, addr(1), &push(5, 8, false), 1),
             Route::Deliver(id)
@@ -2123,7 +2404,7 @@ mod tests {
         let Route::Deliver(a) = route(&mut t, addr(1), &push(5, 1, false), 0) else {
             panic!()
         };
-        t.set_proven(a);
+        t.set_proven(a, Duration::ZERO);
         assert_eq!(
             route(&mut t, addr(2), &push(5, 3, false), 0),
             Route::Drop(Refusal::NotOpener)

@@ -830,7 +830,7 @@ impl Sim {
         let conn = &mut self.nodes[i].conn;
         let _ = conn.handle_packet_at(now, arrived, plain);
         if let Some(h) = self.host.as_mut() {
-            h.table.set_proven(session, &self.nodes[i].conn);
+            h.table.set_proven(session, &self.nodes[i].conn, now);
         }
     }
 
