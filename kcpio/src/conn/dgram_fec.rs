@@ -262,9 +262,11 @@ pub struct DatagramFecStats {
     /// Data shards rebuilt from parity.
     pub recovered: u64,
     /// Data shards never received nor rebuilt (counted `64` shards behind
-    /// the newest).
+    /// the newest; one that is received or rebuilt later, still within
+    /// the 1,024-shard window, is taken back off).
     pub lost_after_fec: u64,
-    /// Data shards lost on the wire (before FEC), counted the same way.
+    /// Data shards lost on the wire (before FEC), counted the same way
+    /// (one that arrives later is taken back off).
     pub lost_on_wire: u64,
     /// Queued datagrams dropped unsent, oldest first: the path's rate
     /// estimate could not carry them in time, or the send queue was full
@@ -469,6 +471,14 @@ pub(crate) struct DgramFec {
     /// Delivered (or recovered) bits and wire-arrival bits of the window.
     delivered: Vec<u64>,
     on_wire: Vec<u64>,
+    /// Shards counted lost on the wire: one arriving later (reordered
+    /// past [`ACCOUNT_LAG`]) is taken back off the stats.
+    missed: Vec<u64>,
+    /// The losses the reports told so far: the most `lost_on_wire` was
+    /// at any report. A late shard makes `lost_on_wire` fall, and a
+    /// report's counters only rise: it stays counted lost in them, its
+    /// arrival not counted received, until losses catch up.
+    reported_lost: u64,
     /// Shards found missing by a shard that waited at a full queue.
     full_queue: Vec<u64>,
     /// Shards received or lost on the wire at a full queue, and the part
@@ -603,6 +613,8 @@ impl DgramFec {
             highest: None,
             delivered: vec![0; WINDOW as usize / 64],
             on_wire: vec![0; WINDOW as usize / 64],
+            missed: vec![0; WINDOW as usize / 64],
+            reported_lost: 0,
             full_queue: vec![0; WINDOW as usize / 64],
             seen_full: 0,
             lost_full: 0,
@@ -1240,10 +1252,16 @@ impl DgramFec {
         };
         let out = buf.get_mut(..len)?;
         put_header(out, 0, TAKES_COPIES | TAKES_WIDE, TYPE_REPORT, conv);
-        let received = self.stats.data_shards_in as u32;
+        // Each shard in the counters once: received, or lost. A shard
+        // counted lost that came later (reordered past the lag) stays
+        // lost here, or it went into the reports twice and their sum
+        // outgrew what the sender sent (which then refused them all).
+        self.reported_lost = self.reported_lost.max(self.stats.lost_on_wire);
+        let received = (self.stats.data_shards_in + self.stats.lost_on_wire)
+            .saturating_sub(self.reported_lost) as u32;
         let fields = [
             received,
-            self.stats.lost_on_wire as u32,
+            self.reported_lost as u32,
             self.loss_runs,
             self.stats.lost_after_fec as u32,
             self.rx_bytes,
@@ -1598,6 +1616,7 @@ impl DgramFec {
             let wire = self.bit(&self.on_wire, s);
             if !wire {
                 self.stats.lost_on_wire += 1;
+                Self::set_bit(&mut self.missed, s, true);
                 if self.bit(&self.full_queue, s) {
                     self.lost_full = self.lost_full.wrapping_add(1);
                     self.seen_full = self.seen_full.wrapping_add(1);
@@ -1680,6 +1699,7 @@ impl DgramFec {
             self.accounted = seq;
             self.delivered.fill(0);
             self.on_wire.fill(0);
+            self.missed.fill(0);
             self.full_queue.fill(0);
             return true;
         };
@@ -1694,6 +1714,7 @@ impl DgramFec {
             self.account(true);
             self.delivered.fill(0);
             self.on_wire.fill(0);
+            self.missed.fill(0);
             self.full_queue.fill(0);
             self.accounted = seq;
         } else {
@@ -1707,6 +1728,7 @@ impl DgramFec {
             while seq_diff(seq, s) >= 0 {
                 Self::set_bit(&mut self.delivered, s, false);
                 Self::set_bit(&mut self.on_wire, s, false);
+                Self::set_bit(&mut self.missed, s, false);
                 Self::set_bit(&mut self.full_queue, s, false);
                 s = s.wrapping_add(1);
             }
@@ -1733,6 +1755,11 @@ impl DgramFec {
         // quarter of the shards received under jitter and the sender read
         // 6.7% loss for 5.2% (a bursty simulator link, seed 1).
         let rebuilt = self.bit(&self.delivered, seq);
+        // Counted lost on the wire (reordered past the lag): not lost.
+        let late = self.bit(&self.missed, seq);
+        if late {
+            self.stats.lost_on_wire = self.stats.lost_on_wire.saturating_sub(1);
+        }
         Self::set_bit(&mut self.on_wire, seq, true);
         self.stats.data_shards_in += 1;
         self.rx_bytes = self
@@ -1777,7 +1804,8 @@ impl DgramFec {
                     s = s.wrapping_add(1);
                 }
             }
-            if full {
+            // (A late shard was seen where it was counted lost.)
+            if full && !late {
                 self.seen_full = self.seen_full.wrapping_add(1);
             }
         }
@@ -1872,6 +1900,10 @@ impl DgramFec {
 
     /// Hands a data body's payload on: whole, or into its reassembly.
     fn deliver(&mut self, seq: u32, body: &[u8], sink: &mut Sink<'_>, recovered: bool) {
+        // Counted lost after FEC (never delivered when counted), here now.
+        if self.bit(&self.missed, seq) && !self.bit(&self.delivered, seq) {
+            self.stats.lost_after_fec = self.stats.lost_after_fec.saturating_sub(1);
+        }
         Self::set_bit(&mut self.delivered, seq, true);
         let (Some(&frg), Some(dlen)) = (body.get(2), read_u16(body, 3)) else {
             return;
