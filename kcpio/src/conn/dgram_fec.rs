@@ -2089,7 +2089,7 @@ impl DgramFec {
             return true;
         }
         let body = p.get(PARITY_HDR..).unwrap_or_default();
-        match self.rx.take_parity((first, k, m, idx), body) {
+        match self.rx.take_parity((first, k, m, idx), body, h) {
             Parity::Conflict => false,
             Parity::Duplicate => true,
             Parity::Stored => {
@@ -3106,5 +3106,65 @@ mod hostile {
         assert_eq!(d.highest, Some(100));
         assert!(feed(&mut d, &mut q, t, &data(101, 0, &[3; 20])));
         assert_eq!(d.stats.datagrams_in, 2);
+    }
+
+    /// A parity row `idx` of group `first` shaped `(k, m)` over `shards`
+    /// (data shard packets, in order).
+    fn parity_of(shards: &[Vec<u8>], first: u32, m: u8, idx: usize) -> Vec<u8> {
+        let k = shards.len();
+        let len = shards.iter().map(|b| b.len() - HDR).max().unwrap();
+        let mut arena = vec![0u8; k * STRIDE];
+        for (i, b) in shards.iter().enumerate() {
+            arena[i * STRIDE..i * STRIDE + b.len() - HDR].copy_from_slice(&b[HDR..]);
+        }
+        let mut parity = vec![0u8; usize::from(m) * STRIDE];
+        let mut enc = VandermondeCodec::for_decoding(k, usize::from(m)).unwrap();
+        enc.encode(&arena, STRIDE, len, &mut parity).unwrap();
+        let mut p = vec![0u8; PARITY_HDR + len];
+        put_header(&mut p, first, idx as u8, TYPE_PARITY, CONV);
+        p[HDR] = k as u8;
+        p[HDR + 1] = m;
+        p[PARITY_HDR..].copy_from_slice(&parity[idx * STRIDE..idx * STRIDE + len]);
+        p
+    }
+
+    #[test]
+    fn parity_of_a_group_long_passed_leaves_its_slot_for_a_new_group() {
+        let mut d = fec();
+        let mut q = DatagramQueue::default();
+        let t = Duration::ZERO;
+        // Group 0 of (4, 1): shards 1 and 2 and its parity came, 0 and 3
+        // were lost; it can never be rebuilt.
+        let a: Vec<Vec<u8>> = (0..4u8).map(|i| data(u32::from(i), 0, &[i; 30])).collect();
+        for s in &a[1..3] {
+            assert!(feed(&mut d, &mut q, t, s));
+        }
+        assert!(feed(&mut d, &mut q, t, &parity_of(&a, 0, 1, 0)));
+        assert_eq!(d.rx.occupied().count(), 1);
+        // Traffic far past it: group 200 of (4, 1), its parity in.
+        let b: Vec<Vec<u8>> = (0..4u8)
+            .map(|i| data(200 + u32::from(i), 0, &[i; 30]))
+            .collect();
+        assert!(feed(&mut d, &mut q, t, &b[0]));
+        assert!(feed(&mut d, &mut q, t, &parity_of(&b, 200, 1, 0)));
+        // Once around the sequence space, in jumps.
+        let mut seq = 200u32;
+        for _ in 0..31 {
+            seq = seq.wrapping_add(1 << 27);
+            assert!(feed(&mut d, &mut q, t, &data(seq, 0, &[9; 30])));
+        }
+        assert!(feed(&mut d, &mut q, t, &data(u32::MAX - 20, 0, &[9; 30])));
+        // Group 0 again, of (2, 1): shard 0 lost, rebuilt from shard 1
+        // and the parity.
+        let c: Vec<Vec<u8>> = (0..2u8)
+            .map(|i| data(u32::from(i), 0, &[7 + i; 40]))
+            .collect();
+        assert!(feed(&mut d, &mut q, t, &c[1]));
+        let (recovered, malformed) = (d.stats.recovered, d.stats.malformed);
+        assert!(feed(&mut d, &mut q, t, &parity_of(&c, 0, 1, 0)));
+        assert_eq!(d.stats.malformed, malformed);
+        assert_eq!(d.stats.recovered, recovered + 1);
+        // What waits: parity of none of the old groups.
+        assert_eq!(d.rx.occupied().count(), 0);
     }
 }
