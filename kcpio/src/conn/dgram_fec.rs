@@ -116,6 +116,9 @@ const REPORT_FULL: usize = REPORT_BASE + 8;
 /// With the echo: the `seq` of the data shard the queueing delay was
 /// measured on.
 const REPORT_LEN: usize = REPORT_FULL + 4;
+/// The least plaintext room of a packet the extension works with: a
+/// report's (configuration refuses an mtu leaving less).
+pub(crate) const MIN_PLAIN: usize = REPORT_LEN;
 /// Every this many data shards, the sender notes when it sent one and
 /// its bytes sent so far; [`SENT_LOG`] notes are kept (4,096 shards: a
 /// 200 ms path at 100 Mbit/s with a full 200 ms queue has about 3,000
@@ -309,7 +312,9 @@ pub struct DatagramFecStats {
     /// Extension packets refused as malformed or inconsistent (forged
     /// groups, impossible shapes or lengths).
     pub malformed: u64,
-    /// Partial datagrams dropped: timed out or evicted by newer ones.
+    /// Partial datagrams dropped: timed out or evicted by newer ones; and
+    /// datagrams longer than this side's `max_datagram_payload` (a peer
+    /// with a larger mtu).
     pub fragments_dropped: u64,
     /// Reports sent and received.
     pub reports_out: u64,
@@ -1258,7 +1263,13 @@ impl DgramFec {
         } else {
             REPORT_FULL
         };
-        let out = buf.get_mut(..len)?;
+        let Some(out) = buf.get_mut(..len) else {
+            // No room for it (an mtu under [`MIN_PLAIN`], which
+            // configuration refuses): not due again, or the deadline
+            // stayed in the past and the driver spun on it.
+            self.report_due = None;
+            return None;
+        };
         put_header(out, 0, TAKES_COPIES | TAKES_WIDE, TYPE_REPORT, conv);
         // Each shard in the counters once: received, or lost. A shard
         // counted lost that came later (reordered past the lag) stays
@@ -1942,6 +1953,12 @@ impl DgramFec {
             return;
         }
         if count == 1 {
+            // Longer than this side's maximum (a peer with a larger mtu):
+            // dropped, as a reassembled one is.
+            if payload.len() > self.max_datagram {
+                self.stats.fragments_dropped += 1;
+                return;
+            }
             self.push(payload, sink);
             return;
         }
@@ -3166,5 +3183,50 @@ mod hostile {
         assert_eq!(d.stats.recovered, recovered + 1);
         // What waits: parity of none of the old groups.
         assert_eq!(d.rx.occupied().count(), 0);
+    }
+
+    #[test]
+    fn a_slot_too_short_for_a_report_does_not_keep_its_deadline_due() {
+        let plain = 40;
+        let mut d = DgramFec::new(Duration::from_millis(15), 1e-4, 0, plain);
+        d.set_negotiated();
+        let mut q = DatagramQueue::default();
+        assert!(feed(&mut d, &mut q, Duration::ZERO, &data(0, 0, &[1; 10])));
+        let t = Duration::from_millis(100);
+        let mut buf = vec![0u8; plain];
+        let mut out = DatagramQueue::default();
+        assert!(d.poll_transmit(t, &mut buf, &mut out, CONV).is_none());
+        let due = d.poll_timeout(None);
+        assert!(due.is_none_or(|at| at > t), "{due:?} at {t:?}: spins");
+    }
+
+    #[test]
+    fn a_whole_datagram_beyond_the_advertised_maximum_is_dropped() {
+        // A peer with a larger mtu sends one packet longer than this
+        // side's maximum (16 fragments of 21 bytes at a 40-byte plaintext).
+        let plain = 40;
+        let mut d = DgramFec::new(Duration::from_millis(15), 1e-4, 0, plain);
+        d.set_negotiated();
+        let max = DgramFec::max_payload(plain);
+        let mut q = DatagramQueue::default();
+        assert!(feed(
+            &mut d,
+            &mut q,
+            Duration::ZERO,
+            &data(0, 0, &vec![5; max + 1])
+        ));
+        assert_eq!(
+            q.front_len(),
+            None,
+            "a datagram over the {max}-byte maximum"
+        );
+        assert_eq!(d.stats.fragments_dropped, 1);
+        assert!(feed(
+            &mut d,
+            &mut q,
+            Duration::ZERO,
+            &data(1, 0, &vec![5; max])
+        ));
+        assert_eq!(q.front_len(), Some(max));
     }
 }
