@@ -245,6 +245,11 @@ const IP_UDP: usize = 28;
 /// parity table costs 0.1-1 ms, the more for wide groups; reports come every
 /// [`REPORT_EVERY`]): a flood of reports costs no more than one.
 const MODEL_EVERY: Duration = Duration::from_millis(10);
+/// Reports refused in a row, each agreeing with the one before, after
+/// which the newest becomes the baseline: a bad baseline (a forged first
+/// report, or a gap of over 2^24 shards) silences the peer's reports
+/// for three of them, not for good.
+const REBASE_AFTER: u8 = 2;
 
 /// Counters and estimates of the datagram extension, in
 /// [`SessionStats::datagram_fec`](super::SessionStats::datagram_fec).
@@ -468,6 +473,11 @@ pub(crate) struct DgramFec {
     last_report: Option<[u32; 7]>,
     /// When (this side's clock) the last report was taken.
     last_report_at: Duration,
+    /// The last report refused against `last_report`, when it came, and
+    /// how many refused in a row each agreed with the one before
+    /// ([`REBASE_AFTER`]).
+    refused_report: Option<([u32; 7], Duration)>,
+    refused_agreeing: u8,
     /// Wire bytes of data and parity sent, and the part of them reports
     /// have claimed as received: a report never claims more than was sent.
     tx_bytes: u64,
@@ -617,6 +627,8 @@ impl DgramFec {
             drain_next: 0,
             last_report: None,
             last_report_at: Duration::ZERO,
+            refused_report: None,
+            refused_agreeing: 0,
             tx_bytes: 0,
             claimed_bytes: 0,
             claimed_shards: 0,
@@ -1452,6 +1464,7 @@ impl DgramFec {
         if seq_diff(cur[4], last[4]) <= 0 || recv > 1 << 24 || lost > 1 << 24 {
             // Old, reordered or absurd: keep the earlier counters.
             self.last_report = Some(last);
+            self.refused_report(now, cur);
             return true;
         }
         // The peer cannot have received or missed more shards than this
@@ -1464,8 +1477,11 @@ impl DgramFec {
             || f64::from(dt) / 1000.0 > 2.0 * local + 1.0
         {
             self.last_report = Some(last);
+            self.refused_report(now, cur);
             return false;
         }
+        self.refused_report = None;
+        self.refused_agreeing = 0;
         self.claimed_shards += shards;
         // Nor received more bytes than were sent.
         let bytes = u64::from(bytes).min(self.tx_bytes - self.claimed_bytes);
@@ -1618,6 +1634,37 @@ impl DgramFec {
             self.budget = Some(budget.max(MIN_BUDGET));
         }
         true
+    }
+
+    /// A report `cur` refused against the baseline. Reports refused in a
+    /// row that agree with each other (the clock on, by no more than ours
+    /// allows, the counters up by at most 2^24) are the peer's own: the
+    /// baseline was bad (a forged first report, counters 2^31 ahead or a
+    /// clock far off, or a gap of over 2^24 shards), and after
+    /// [`REBASE_AFTER`] of them the newest becomes the baseline. Nothing
+    /// is counted, claimed or modelled from it: what a report claims stays
+    /// capped by what was sent and not yet claimed.
+    fn refused_report(&mut self, now: Duration, cur: [u32; 7]) {
+        let agrees = self.refused_report.is_some_and(|(prev, at)| {
+            let dt = cur[4].wrapping_sub(prev[4]);
+            let local = now.saturating_sub(at).as_secs_f64();
+            seq_diff(cur[4], prev[4]) > 0
+                && f64::from(dt) / 1000.0 <= 2.0 * local + 1.0
+                && cur[0].wrapping_sub(prev[0]) <= 1 << 24
+                && cur[1].wrapping_sub(prev[1]) <= 1 << 24
+        });
+        self.refused_agreeing = if agrees {
+            self.refused_agreeing.saturating_add(1)
+        } else {
+            0
+        };
+        self.refused_report = Some((cur, now));
+        if self.refused_agreeing >= REBASE_AFTER {
+            self.last_report = Some(cur);
+            self.last_report_at = now;
+            self.refused_report = None;
+            self.refused_agreeing = 0;
+        }
     }
 
     /// Counts shards far enough behind the newest as received or lost (on
@@ -3228,5 +3275,61 @@ mod hostile {
             &data(1, 0, &vec![5; max])
         ));
         assert_eq!(q.front_len(), Some(max));
+    }
+
+    #[test]
+    fn a_forged_first_report_silences_the_honest_ones_only_briefly() {
+        let at = |ms| Duration::from_millis(ms);
+        for forged in [
+            // A clock 2^30 ms ahead, behind, counters 2^31 ahead.
+            [0, 0, 0, 0, 0, 1000 + (1 << 30)],
+            [0, 0, 0, 0, 0, 1000u32.wrapping_sub(1 << 30)],
+            [1 << 31, 1 << 31, 0, 0, 0, 1000],
+        ] {
+            let mut d = fec();
+            let mut q = DatagramQueue::default();
+            send(&mut d, 1000, Duration::ZERO);
+            assert!(feed(&mut d, &mut q, at(10), &report(forged)));
+            let mut taken = None;
+            for i in 1..=10u32 {
+                let before = d.model.updates;
+                let r = report([10 * i, 0, 0, 0, 1000 * i, 1000 + 50 * i]);
+                let _ = feed(&mut d, &mut q, at(10 + 50 * u64::from(i)), &r);
+                if d.model.updates > before {
+                    taken = Some(i);
+                    break;
+                }
+            }
+            assert!(
+                taken.is_some_and(|i| i <= 4),
+                "{forged:?}: honest report first taken {taken:?}"
+            );
+            // Nothing beyond what was sent was claimed.
+            assert!(d.claimed_shards <= d.stats.data_shards_out);
+        }
+    }
+
+    #[test]
+    fn a_gap_of_more_than_2_24_shards_between_reports_silences_them_only_briefly() {
+        let at = |ms| Duration::from_millis(ms);
+        let mut d = fec();
+        let mut q = DatagramQueue::default();
+        send(&mut d, 100, Duration::ZERO);
+        assert!(feed(&mut d, &mut q, at(10), &report([0, 0, 0, 0, 0, 1000])));
+        // A minute of reports lost at 300,000 shards/s: 18 million sent.
+        d.stats.data_shards_out = 18_000_000;
+        let mut taken = None;
+        let base = (1 << 24) + 1_000_000;
+        for i in 0..10u32 {
+            let before = d.model.updates;
+            let r = report([base + 10 * i, 0, 0, 0, 1000 * i, 61_000 + 50 * i]);
+            let _ = feed(&mut d, &mut q, at(60_010 + 50 * u64::from(i)), &r);
+            if d.model.updates > before {
+                taken = Some(i);
+                break;
+            }
+        }
+        assert!(taken.is_some_and(|i| i <= 3), "first taken {taken:?}");
+        assert!(d.claimed_shards <= d.stats.data_shards_out);
     }
 }
