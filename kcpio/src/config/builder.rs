@@ -257,6 +257,13 @@ impl ConfigBuilder {
     /// kcp-go or kcptun peer, datagrams leave as kcp-go OOB packets and the
     /// wire is exactly kcp-go's. On also allows datagrams without stream
     /// FEC ([`fec`](Self::fec)).
+    ///
+    /// # Errors
+    ///
+    /// On, [`build`](Self::build) fails with [`ConfigError::OutOfRange`]
+    /// when the [`mtu`](Self::mtu) leaves a packet under 50 bytes of
+    /// plaintext, the extension's loss report (an mtu under 78 with
+    /// `aes-128-gcm`).
     #[must_use]
     pub fn datagram_fec(mut self, on: bool) -> Self {
         self.datagram_fec = on;

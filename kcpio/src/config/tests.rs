@@ -578,3 +578,21 @@ fn debug_never_shows_the_key() {
     assert!(!format!("{c:?}").contains("hunter2"));
     assert!(!format!("{:?}", Key::passphrase("hunter2")).contains("hunter2"));
 }
+
+#[test]
+fn datagram_fec_needs_room_for_its_report() {
+    // Under aes-128-gcm with FEC a 70-byte mtu leaves a KCP segment room
+    // (25 bytes and more) but 42 plaintext bytes: less than a report.
+    let b = || {
+        Config::builder()
+            .crypto(Method::Aes128Gcm, Key::passphrase("k"))
+            .fec(10, 3)
+            .window(8192, 8192)
+            .mtu(70)
+    };
+    assert!(b().build().is_ok());
+    let e = b().datagram_fec(true).build().unwrap_err();
+    assert!(matches!(e, ConfigError::OutOfRange { .. }), "{e}");
+    assert!(e.to_string().contains("datagram_fec"), "{e}");
+    assert!(b().mtu(78).datagram_fec(true).build().is_ok());
+}

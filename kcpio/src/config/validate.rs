@@ -100,6 +100,19 @@ impl ConfigBuilder {
             });
         }
         range("mtu", self.mtu, min_mtu, MAX_DATAGRAM)?;
+        // The datagram extension's loss report fills a packet's plaintext
+        // (an mtu of 61-77 under `aes-128-gcm` leaves a KCP segment room
+        // but not it).
+        let sealed = self.carrier.overhead() + crypto.header_len() + crypto.trailer_len();
+        let min_mtu = sealed + crate::conn::DATAGRAM_FEC_MIN_PLAIN;
+        if self.datagram_fec && self.mtu < min_mtu {
+            return Err(ConfigError::OutOfRange {
+                name: "mtu (with datagram_fec: room for its 50-byte loss report)",
+                value: self.mtu as u64,
+                min: min_mtu as u64,
+                max: MAX_DATAGRAM as u64,
+            });
+        }
         let explicit_rto = self.min_rto.is_some() || self.max_rto.is_some();
         let config = self.assemble(crypto);
         let arq = &config.inner.arq;

@@ -116,6 +116,9 @@ const REPORT_FULL: usize = REPORT_BASE + 8;
 /// With the echo: the `seq` of the data shard the queueing delay was
 /// measured on.
 const REPORT_LEN: usize = REPORT_FULL + 4;
+/// The least plaintext room of a packet the extension works with: a
+/// report's (configuration refuses an mtu leaving less).
+pub(crate) const MIN_PLAIN: usize = REPORT_LEN;
 /// Every this many data shards, the sender notes when it sent one and
 /// its bytes sent so far; [`SENT_LOG`] notes are kept (4,096 shards: a
 /// 200 ms path at 100 Mbit/s with a full 200 ms queue has about 3,000
@@ -173,6 +176,14 @@ const REASM_SLOTS: usize = 4;
 const REASM_TIMEOUT: Duration = Duration::from_secs(1);
 /// The replay window, in data shards.
 const WINDOW: u32 = 1024;
+/// The farthest a data shard may jump ahead of the newest: 2^28 shards
+/// lost in a row (4.5 minutes of every shard at a million a second,
+/// 12 Gbit/s of full packets) while the session lives. A shard further
+/// ahead is a replay: under AEAD the only way to reach the window, one
+/// recorded long ago looks ahead once the newest is over 2^31 past it, and
+/// taken as a jump it restarted the window there (delivered again), and
+/// every real shard after it looked 2^31 behind (the channel dead).
+const MAX_JUMP: u32 = 1 << 28;
 /// Shards behind the newest before one is counted lost on the wire (and,
 /// with no recovery by then, after FEC).
 const ACCOUNT_LAG: u32 = 64;
@@ -234,6 +245,11 @@ const IP_UDP: usize = 28;
 /// parity table costs 0.1-1 ms, the more for wide groups; reports come every
 /// [`REPORT_EVERY`]): a flood of reports costs no more than one.
 const MODEL_EVERY: Duration = Duration::from_millis(10);
+/// Reports refused in a row, each agreeing with the one before, after
+/// which the newest becomes the baseline: a bad baseline (a forged first
+/// report, or a gap of over 2^24 shards) silences the peer's reports
+/// for three of them, not for good.
+const REBASE_AFTER: u8 = 2;
 
 /// Counters and estimates of the datagram extension, in
 /// [`SessionStats::datagram_fec`](super::SessionStats::datagram_fec).
@@ -262,9 +278,11 @@ pub struct DatagramFecStats {
     /// Data shards rebuilt from parity.
     pub recovered: u64,
     /// Data shards never received nor rebuilt (counted `64` shards behind
-    /// the newest).
+    /// the newest; one that is received or rebuilt later, still within
+    /// the 1,024-shard window, is taken back off).
     pub lost_after_fec: u64,
-    /// Data shards lost on the wire (before FEC), counted the same way.
+    /// Data shards lost on the wire (before FEC), counted the same way
+    /// (one that arrives later is taken back off).
     pub lost_on_wire: u64,
     /// Queued datagrams dropped unsent, oldest first: the path's rate
     /// estimate could not carry them in time, or the send queue was full
@@ -299,7 +317,9 @@ pub struct DatagramFecStats {
     /// Extension packets refused as malformed or inconsistent (forged
     /// groups, impossible shapes or lengths).
     pub malformed: u64,
-    /// Partial datagrams dropped: timed out or evicted by newer ones.
+    /// Partial datagrams dropped: timed out or evicted by newer ones; and
+    /// datagrams longer than this side's `max_datagram_payload` (a peer
+    /// with a larger mtu).
     pub fragments_dropped: u64,
     /// Reports sent and received.
     pub reports_out: u64,
@@ -453,6 +473,11 @@ pub(crate) struct DgramFec {
     last_report: Option<[u32; 7]>,
     /// When (this side's clock) the last report was taken.
     last_report_at: Duration,
+    /// The last report refused against `last_report`, when it came, and
+    /// how many refused in a row each agreed with the one before
+    /// ([`REBASE_AFTER`]).
+    refused_report: Option<([u32; 7], Duration)>,
+    refused_agreeing: u8,
     /// Wire bytes of data and parity sent, and the part of them reports
     /// have claimed as received: a report never claims more than was sent.
     tx_bytes: u64,
@@ -469,6 +494,14 @@ pub(crate) struct DgramFec {
     /// Delivered (or recovered) bits and wire-arrival bits of the window.
     delivered: Vec<u64>,
     on_wire: Vec<u64>,
+    /// Shards counted lost on the wire: one arriving later (reordered
+    /// past [`ACCOUNT_LAG`]) is taken back off the stats.
+    missed: Vec<u64>,
+    /// The losses the reports told so far: the most `lost_on_wire` was
+    /// at any report. A late shard makes `lost_on_wire` fall, and a
+    /// report's counters only rise: it stays counted lost in them, its
+    /// arrival not counted received, until losses catch up.
+    reported_lost: u64,
     /// Shards found missing by a shard that waited at a full queue.
     full_queue: Vec<u64>,
     /// Shards received or lost on the wire at a full queue, and the part
@@ -594,6 +627,8 @@ impl DgramFec {
             drain_next: 0,
             last_report: None,
             last_report_at: Duration::ZERO,
+            refused_report: None,
+            refused_agreeing: 0,
             tx_bytes: 0,
             claimed_bytes: 0,
             claimed_shards: 0,
@@ -603,6 +638,8 @@ impl DgramFec {
             highest: None,
             delivered: vec![0; WINDOW as usize / 64],
             on_wire: vec![0; WINDOW as usize / 64],
+            missed: vec![0; WINDOW as usize / 64],
+            reported_lost: 0,
             full_queue: vec![0; WINDOW as usize / 64],
             seen_full: 0,
             lost_full: 0,
@@ -1238,12 +1275,24 @@ impl DgramFec {
         } else {
             REPORT_FULL
         };
-        let out = buf.get_mut(..len)?;
+        let Some(out) = buf.get_mut(..len) else {
+            // No room for it (an mtu under [`MIN_PLAIN`], which
+            // configuration refuses): not due again, or the deadline
+            // stayed in the past and the driver spun on it.
+            self.report_due = None;
+            return None;
+        };
         put_header(out, 0, TAKES_COPIES | TAKES_WIDE, TYPE_REPORT, conv);
-        let received = self.stats.data_shards_in as u32;
+        // Each shard in the counters once: received, or lost. A shard
+        // counted lost that came later (reordered past the lag) stays
+        // lost here, or it went into the reports twice and their sum
+        // outgrew what the sender sent (which then refused them all).
+        self.reported_lost = self.reported_lost.max(self.stats.lost_on_wire);
+        let received = (self.stats.data_shards_in + self.stats.lost_on_wire)
+            .saturating_sub(self.reported_lost) as u32;
         let fields = [
             received,
-            self.stats.lost_on_wire as u32,
+            self.reported_lost as u32,
             self.loss_runs,
             self.stats.lost_after_fec as u32,
             self.rx_bytes,
@@ -1415,6 +1464,7 @@ impl DgramFec {
         if seq_diff(cur[4], last[4]) <= 0 || recv > 1 << 24 || lost > 1 << 24 {
             // Old, reordered or absurd: keep the earlier counters.
             self.last_report = Some(last);
+            self.refused_report(now, cur);
             return true;
         }
         // The peer cannot have received or missed more shards than this
@@ -1427,8 +1477,11 @@ impl DgramFec {
             || f64::from(dt) / 1000.0 > 2.0 * local + 1.0
         {
             self.last_report = Some(last);
+            self.refused_report(now, cur);
             return false;
         }
+        self.refused_report = None;
+        self.refused_agreeing = 0;
         self.claimed_shards += shards;
         // Nor received more bytes than were sent.
         let bytes = u64::from(bytes).min(self.tx_bytes - self.claimed_bytes);
@@ -1583,6 +1636,37 @@ impl DgramFec {
         true
     }
 
+    /// A report `cur` refused against the baseline. Reports refused in a
+    /// row that agree with each other (the clock on, by no more than ours
+    /// allows, the counters up by at most 2^24) are the peer's own: the
+    /// baseline was bad (a forged first report, counters 2^31 ahead or a
+    /// clock far off, or a gap of over 2^24 shards), and after
+    /// [`REBASE_AFTER`] of them the newest becomes the baseline. Nothing
+    /// is counted, claimed or modelled from it: what a report claims stays
+    /// capped by what was sent and not yet claimed.
+    fn refused_report(&mut self, now: Duration, cur: [u32; 7]) {
+        let agrees = self.refused_report.is_some_and(|(prev, at)| {
+            let dt = cur[4].wrapping_sub(prev[4]);
+            let local = now.saturating_sub(at).as_secs_f64();
+            seq_diff(cur[4], prev[4]) > 0
+                && f64::from(dt) / 1000.0 <= 2.0 * local + 1.0
+                && cur[0].wrapping_sub(prev[0]) <= 1 << 24
+                && cur[1].wrapping_sub(prev[1]) <= 1 << 24
+        });
+        self.refused_agreeing = if agrees {
+            self.refused_agreeing.saturating_add(1)
+        } else {
+            0
+        };
+        self.refused_report = Some((cur, now));
+        if self.refused_agreeing >= REBASE_AFTER {
+            self.last_report = Some(cur);
+            self.last_report_at = now;
+            self.refused_report = None;
+            self.refused_agreeing = 0;
+        }
+    }
+
     /// Counts shards far enough behind the newest as received or lost (on
     /// the wire, and after FEC); `all` counts up to the newest.
     fn account(&mut self, all: bool) {
@@ -1598,6 +1682,7 @@ impl DgramFec {
             let wire = self.bit(&self.on_wire, s);
             if !wire {
                 self.stats.lost_on_wire += 1;
+                Self::set_bit(&mut self.missed, s, true);
                 if self.bit(&self.full_queue, s) {
                     self.lost_full = self.lost_full.wrapping_add(1);
                     self.seen_full = self.seen_full.wrapping_add(1);
@@ -1654,7 +1739,8 @@ impl DgramFec {
             return true;
         };
         let ahead = seq_diff(seq, h);
-        ahead > 0 || (ahead.unsigned_abs() < WINDOW && !self.bit(bits, seq))
+        (ahead > 0 && ahead.unsigned_abs() <= MAX_JUMP)
+            || (ahead.unsigned_abs() < WINDOW && !self.bit(bits, seq))
     }
 
     /// One extension packet (conv already checked). Returns false when it
@@ -1673,13 +1759,15 @@ impl DgramFec {
         ok
     }
 
-    /// Moves the window to take `seq`; false when `seq` is too old.
+    /// Moves the window to take `seq`; false when `seq` is too old, or
+    /// further ahead than [`MAX_JUMP`] (a replay).
     fn admit(&mut self, seq: u32) -> bool {
         let Some(h) = self.highest else {
             self.highest = Some(seq);
             self.accounted = seq;
             self.delivered.fill(0);
             self.on_wire.fill(0);
+            self.missed.fill(0);
             self.full_queue.fill(0);
             return true;
         };
@@ -1688,12 +1776,17 @@ impl DgramFec {
             // `ahead` may be `i32::MIN`: half the sequence space away.
             return ahead.unsigned_abs() < WINDOW;
         }
+        if ahead as u32 > MAX_JUMP {
+            // Further than any live session jumps: a replay.
+            return false;
+        }
         if ahead as u32 >= WINDOW {
             // A jump past the whole window (a long outage, or a forgery
             // under a cipher without authentication): restart it.
             self.account(true);
             self.delivered.fill(0);
             self.on_wire.fill(0);
+            self.missed.fill(0);
             self.full_queue.fill(0);
             self.accounted = seq;
         } else {
@@ -1707,6 +1800,7 @@ impl DgramFec {
             while seq_diff(seq, s) >= 0 {
                 Self::set_bit(&mut self.delivered, s, false);
                 Self::set_bit(&mut self.on_wire, s, false);
+                Self::set_bit(&mut self.missed, s, false);
                 Self::set_bit(&mut self.full_queue, s, false);
                 s = s.wrapping_add(1);
             }
@@ -1733,6 +1827,11 @@ impl DgramFec {
         // quarter of the shards received under jitter and the sender read
         // 6.7% loss for 5.2% (a bursty simulator link, seed 1).
         let rebuilt = self.bit(&self.delivered, seq);
+        // Counted lost on the wire (reordered past the lag): not lost.
+        let late = self.bit(&self.missed, seq);
+        if late {
+            self.stats.lost_on_wire = self.stats.lost_on_wire.saturating_sub(1);
+        }
         Self::set_bit(&mut self.on_wire, seq, true);
         self.stats.data_shards_in += 1;
         self.rx_bytes = self
@@ -1777,7 +1876,8 @@ impl DgramFec {
                     s = s.wrapping_add(1);
                 }
             }
-            if full {
+            // (A late shard was seen where it was counted lost.)
+            if full && !late {
                 self.seen_full = self.seen_full.wrapping_add(1);
             }
         }
@@ -1872,6 +1972,10 @@ impl DgramFec {
 
     /// Hands a data body's payload on: whole, or into its reassembly.
     fn deliver(&mut self, seq: u32, body: &[u8], sink: &mut Sink<'_>, recovered: bool) {
+        // Counted lost after FEC (never delivered when counted), here now.
+        if self.bit(&self.missed, seq) && !self.bit(&self.delivered, seq) {
+            self.stats.lost_after_fec = self.stats.lost_after_fec.saturating_sub(1);
+        }
         Self::set_bit(&mut self.delivered, seq, true);
         let (Some(&frg), Some(dlen)) = (body.get(2), read_u16(body, 3)) else {
             return;
@@ -1896,6 +2000,12 @@ impl DgramFec {
             return;
         }
         if count == 1 {
+            // Longer than this side's maximum (a peer with a larger mtu):
+            // dropped, as a reassembled one is.
+            if payload.len() > self.max_datagram {
+                self.stats.fragments_dropped += 1;
+                return;
+            }
             self.push(payload, sink);
             return;
         }
@@ -2043,7 +2153,7 @@ impl DgramFec {
             return true;
         }
         let body = p.get(PARITY_HDR..).unwrap_or_default();
-        match self.rx.take_parity((first, k, m, idx), body) {
+        match self.rx.take_parity((first, k, m, idx), body, h) {
             Parity::Conflict => false,
             Parity::Duplicate => true,
             Parity::Stored => {
@@ -3013,5 +3123,213 @@ mod hostile {
         assert_eq!(&buf[HDR + BODY_HDR..n], &payload[..]);
         // No staging copy: that is for datagrams cut into fragments.
         assert_eq!(d.frag.capacity(), 0);
+    }
+
+    #[test]
+    fn a_shard_recorded_half_the_sequence_space_ago_cannot_take_the_window_over() {
+        let mut d = fec();
+        let mut q = DatagramQueue::default();
+        let t = Duration::ZERO;
+        let old = data(5, 0, &[1; 20]);
+        assert!(feed(&mut d, &mut q, t, &old));
+        // The newest moves on in jumps a live session may make (each a
+        // long outage) to 2^31 + 2^24 past the recorded shard.
+        let mut seq = 5u32;
+        for _ in 0..129 {
+            seq = seq.wrapping_add(1 << 24);
+            let mut q = DatagramQueue::default();
+            assert!(feed(&mut d, &mut q, t, &data(seq, 0, &[2; 20])));
+        }
+        assert_eq!(d.stats.datagrams_in, 130);
+        // Replayed now, it looks 2^31 - 2^24 ahead: refused, not a jump.
+        assert!(!d.is_fresh(&old));
+        let replays = d.stats.replays;
+        assert!(feed(&mut d, &mut q, t, &old));
+        assert_eq!(d.stats.replays, replays + 1);
+        assert_eq!(
+            d.stats.datagrams_in, 130,
+            "the old datagram delivered again"
+        );
+        // The real flow goes on.
+        let next = data(seq.wrapping_add(1), 0, &[3; 20]);
+        assert!(d.is_fresh(&next));
+        assert!(feed(&mut d, &mut q, t, &next));
+        assert_eq!(d.stats.datagrams_in, 131, "the real shard after it refused");
+    }
+
+    #[test]
+    fn a_jump_past_the_replay_bound_is_refused_and_leaves_the_window() {
+        let mut d = fec();
+        let mut q = DatagramQueue::default();
+        let t = Duration::ZERO;
+        assert!(feed(&mut d, &mut q, t, &data(100, 0, &[1; 20])));
+        let far = data(100 + MAX_JUMP + 1, 0, &[2; 20]);
+        assert!(!d.is_fresh(&far));
+        assert!(feed(&mut d, &mut q, t, &far));
+        assert_eq!((d.stats.replays, d.stats.datagrams_in), (1, 1));
+        assert_eq!(d.highest, Some(100));
+        assert!(feed(&mut d, &mut q, t, &data(101, 0, &[3; 20])));
+        assert_eq!(d.stats.datagrams_in, 2);
+    }
+
+    /// A parity row `idx` of group `first` shaped `(k, m)` over `shards`
+    /// (data shard packets, in order).
+    fn parity_of(shards: &[Vec<u8>], first: u32, m: u8, idx: usize) -> Vec<u8> {
+        let k = shards.len();
+        let len = shards.iter().map(|b| b.len() - HDR).max().unwrap();
+        let mut arena = vec![0u8; k * STRIDE];
+        for (i, b) in shards.iter().enumerate() {
+            arena[i * STRIDE..i * STRIDE + b.len() - HDR].copy_from_slice(&b[HDR..]);
+        }
+        let mut parity = vec![0u8; usize::from(m) * STRIDE];
+        let mut enc = VandermondeCodec::for_decoding(k, usize::from(m)).unwrap();
+        enc.encode(&arena, STRIDE, len, &mut parity).unwrap();
+        let mut p = vec![0u8; PARITY_HDR + len];
+        put_header(&mut p, first, idx as u8, TYPE_PARITY, CONV);
+        p[HDR] = k as u8;
+        p[HDR + 1] = m;
+        p[PARITY_HDR..].copy_from_slice(&parity[idx * STRIDE..idx * STRIDE + len]);
+        p
+    }
+
+    #[test]
+    fn parity_of_a_group_long_passed_leaves_its_slot_for_a_new_group() {
+        let mut d = fec();
+        let mut q = DatagramQueue::default();
+        let t = Duration::ZERO;
+        // Group 0 of (4, 1): shards 1 and 2 and its parity came, 0 and 3
+        // were lost; it can never be rebuilt.
+        let a: Vec<Vec<u8>> = (0..4u8).map(|i| data(u32::from(i), 0, &[i; 30])).collect();
+        for s in &a[1..3] {
+            assert!(feed(&mut d, &mut q, t, s));
+        }
+        assert!(feed(&mut d, &mut q, t, &parity_of(&a, 0, 1, 0)));
+        assert_eq!(d.rx.occupied().count(), 1);
+        // Traffic far past it: group 200 of (4, 1), its parity in.
+        let b: Vec<Vec<u8>> = (0..4u8)
+            .map(|i| data(200 + u32::from(i), 0, &[i; 30]))
+            .collect();
+        assert!(feed(&mut d, &mut q, t, &b[0]));
+        assert!(feed(&mut d, &mut q, t, &parity_of(&b, 200, 1, 0)));
+        // Once around the sequence space, in jumps.
+        let mut seq = 200u32;
+        for _ in 0..31 {
+            seq = seq.wrapping_add(1 << 27);
+            assert!(feed(&mut d, &mut q, t, &data(seq, 0, &[9; 30])));
+        }
+        assert!(feed(&mut d, &mut q, t, &data(u32::MAX - 20, 0, &[9; 30])));
+        // Group 0 again, of (2, 1): shard 0 lost, rebuilt from shard 1
+        // and the parity.
+        let c: Vec<Vec<u8>> = (0..2u8)
+            .map(|i| data(u32::from(i), 0, &[7 + i; 40]))
+            .collect();
+        assert!(feed(&mut d, &mut q, t, &c[1]));
+        let (recovered, malformed) = (d.stats.recovered, d.stats.malformed);
+        assert!(feed(&mut d, &mut q, t, &parity_of(&c, 0, 1, 0)));
+        assert_eq!(d.stats.malformed, malformed);
+        assert_eq!(d.stats.recovered, recovered + 1);
+        // What waits: parity of none of the old groups.
+        assert_eq!(d.rx.occupied().count(), 0);
+    }
+
+    #[test]
+    fn a_slot_too_short_for_a_report_does_not_keep_its_deadline_due() {
+        let plain = 40;
+        let mut d = DgramFec::new(Duration::from_millis(15), 1e-4, 0, plain);
+        d.set_negotiated();
+        let mut q = DatagramQueue::default();
+        assert!(feed(&mut d, &mut q, Duration::ZERO, &data(0, 0, &[1; 10])));
+        let t = Duration::from_millis(100);
+        let mut buf = vec![0u8; plain];
+        let mut out = DatagramQueue::default();
+        assert!(d.poll_transmit(t, &mut buf, &mut out, CONV).is_none());
+        let due = d.poll_timeout(None);
+        assert!(due.is_none_or(|at| at > t), "{due:?} at {t:?}: spins");
+    }
+
+    #[test]
+    fn a_whole_datagram_beyond_the_advertised_maximum_is_dropped() {
+        // A peer with a larger mtu sends one packet longer than this
+        // side's maximum (16 fragments of 21 bytes at a 40-byte plaintext).
+        let plain = 40;
+        let mut d = DgramFec::new(Duration::from_millis(15), 1e-4, 0, plain);
+        d.set_negotiated();
+        let max = DgramFec::max_payload(plain);
+        let mut q = DatagramQueue::default();
+        assert!(feed(
+            &mut d,
+            &mut q,
+            Duration::ZERO,
+            &data(0, 0, &vec![5; max + 1])
+        ));
+        assert_eq!(
+            q.front_len(),
+            None,
+            "a datagram over the {max}-byte maximum"
+        );
+        assert_eq!(d.stats.fragments_dropped, 1);
+        assert!(feed(
+            &mut d,
+            &mut q,
+            Duration::ZERO,
+            &data(1, 0, &vec![5; max])
+        ));
+        assert_eq!(q.front_len(), Some(max));
+    }
+
+    #[test]
+    fn a_forged_first_report_silences_the_honest_ones_only_briefly() {
+        let at = |ms| Duration::from_millis(ms);
+        for forged in [
+            // A clock 2^30 ms ahead, behind, counters 2^31 ahead.
+            [0, 0, 0, 0, 0, 1000 + (1 << 30)],
+            [0, 0, 0, 0, 0, 1000u32.wrapping_sub(1 << 30)],
+            [1 << 31, 1 << 31, 0, 0, 0, 1000],
+        ] {
+            let mut d = fec();
+            let mut q = DatagramQueue::default();
+            send(&mut d, 1000, Duration::ZERO);
+            assert!(feed(&mut d, &mut q, at(10), &report(forged)));
+            let mut taken = None;
+            for i in 1..=10u32 {
+                let before = d.model.updates;
+                let r = report([10 * i, 0, 0, 0, 1000 * i, 1000 + 50 * i]);
+                let _ = feed(&mut d, &mut q, at(10 + 50 * u64::from(i)), &r);
+                if d.model.updates > before {
+                    taken = Some(i);
+                    break;
+                }
+            }
+            assert!(
+                taken.is_some_and(|i| i <= 4),
+                "{forged:?}: honest report first taken {taken:?}"
+            );
+            // Nothing beyond what was sent was claimed.
+            assert!(d.claimed_shards <= d.stats.data_shards_out);
+        }
+    }
+
+    #[test]
+    fn a_gap_of_more_than_2_24_shards_between_reports_silences_them_only_briefly() {
+        let at = |ms| Duration::from_millis(ms);
+        let mut d = fec();
+        let mut q = DatagramQueue::default();
+        send(&mut d, 100, Duration::ZERO);
+        assert!(feed(&mut d, &mut q, at(10), &report([0, 0, 0, 0, 0, 1000])));
+        // A minute of reports lost at 300,000 shards/s: 18 million sent.
+        d.stats.data_shards_out = 18_000_000;
+        let mut taken = None;
+        let base = (1 << 24) + 1_000_000;
+        for i in 0..10u32 {
+            let before = d.model.updates;
+            let r = report([base + 10 * i, 0, 0, 0, 1000 * i, 61_000 + 50 * i]);
+            let _ = feed(&mut d, &mut q, at(60_010 + 50 * u64::from(i)), &r);
+            if d.model.updates > before {
+                taken = Some(i);
+                break;
+            }
+        }
+        assert!(taken.is_some_and(|i| i <= 3), "first taken {taken:?}");
+        assert!(d.claimed_shards <= d.stats.data_shards_out);
     }
 }

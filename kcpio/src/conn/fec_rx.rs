@@ -138,16 +138,19 @@ impl RxShards {
     }
 
     /// Keeps parity row `idx` (`body`, at most `STRIDE` bytes, unpadded)
-    /// of group `first` shaped `(k, m)`.
+    /// of group `first` shaped `(k, m)`, a group the caller found in the
+    /// ring around `newest`, the newest data shard.
     pub(super) fn take_parity(
         &mut self,
         (first, k, m, idx): (u32, u8, u8, u8),
         body: &[u8],
+        newest: u32,
     ) -> Parity {
         if body.len() > STRIDE {
             // Callers refuse these first; refused here too, never sliced.
             return Parity::Conflict;
         }
+        self.expire(newest);
         let mine = self.slots.iter().flatten().filter(|s| s.0 == first);
         // Conflicting shapes for one group: keep the first seen.
         if mine.clone().any(|s| (s.1, s.2) != (k, m)) {
@@ -288,6 +291,23 @@ impl RxShards {
         ok
     }
 
+    /// Drops the parity of groups out of the ring around `newest` (their
+    /// first shard `RING` or more behind it, or more than `RING` ahead):
+    /// a group that never completed held its slots until round-robin
+    /// eviction, and once the numbers wrapped a new group with its
+    /// `first` was refused (another shape) or fed its rows.
+    fn expire(&mut self, newest: u32) {
+        for i in self.occupied() {
+            if let Some((first, ..)) = self.slots[i] {
+                let behind = newest.wrapping_sub(first) as i32;
+                if behind >= RING as i32 || behind < -(RING as i32) {
+                    self.slots[i] = None;
+                    self.occupied &= !(1 << i);
+                }
+            }
+        }
+    }
+
     /// Drops group `first`'s parity.
     pub(super) fn clear(&mut self, first: u32) {
         for i in self.occupied() {
@@ -316,7 +336,7 @@ mod tests {
                 rx.clear(first);
             } else {
                 let idx = (rng >> 20) as u8 % 4;
-                let _ = rx.take_parity((first, 8, 4, idx), &[1, 2, 3]);
+                let _ = rx.take_parity((first, 8, 4, idx), &[1, 2, 3], first);
             }
             let stored: Vec<usize> = (0..PSLOTS).filter(|&i| rx.slots[i].is_some()).collect();
             assert_eq!(rx.occupied().collect::<Vec<_>>(), stored);
@@ -331,5 +351,23 @@ mod tests {
                 assert_eq!(holding, masked);
             }
         }
+    }
+
+    #[test]
+    fn parity_of_groups_out_of_the_ring_is_dropped_before_a_row_is_taken() {
+        let mut rx = RxShards::new();
+        assert_eq!(rx.take_parity((0, 4, 1, 0), &[1; 8], 3), Parity::Stored);
+        assert_eq!(rx.take_parity((100, 4, 1, 0), &[1; 8], 103), Parity::Stored);
+        assert_eq!(rx.occupied().count(), 2);
+        // Group 0 is a ring behind 128: gone; 100 stays.
+        assert_eq!(rx.take_parity((130, 4, 1, 0), &[1; 8], 130), Parity::Stored);
+        assert_eq!(rx.occupied().count(), 2);
+        assert!(rx.slots.iter().flatten().all(|s| s.0 != 0));
+        // Once around: group 0 again, another shape, taken (130 is more
+        // than a ring ahead of 1: gone; 100 could be a group ahead).
+        assert_eq!(rx.take_parity((0, 2, 1, 0), &[1; 8], 1), Parity::Stored);
+        let firsts: Vec<u32> = rx.slots.iter().flatten().map(|s| s.0).collect();
+        assert_eq!(firsts.len(), 2, "{firsts:?}");
+        assert!(firsts.contains(&0) && firsts.contains(&100), "{firsts:?}");
     }
 }

@@ -641,7 +641,7 @@ impl StreamFec {
             return true;
         }
         let body = p.get(BODY_AT..).unwrap_or_default();
-        match self.rx.take_parity((first, k, m, idx), body) {
+        match self.rx.take_parity((first, k, m, idx), body, h) {
             Parity::Conflict => false,
             Parity::Duplicate => true,
             Parity::Stored => {
