@@ -554,11 +554,19 @@ impl Driver {
         let Some(session) = self.table.detach(id) else {
             return;
         };
-        g.moved(session.conv, to);
-        bump(&self.shared.counters.handed_off);
+        let conv = session.conv;
+        g.moved(conv, to);
         let live = &self.shared.counters.sessions_live;
         live.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-        target.adopt(Adopted { session, peer });
+        match target.adopt(Adopted { session, peer }) {
+            Ok(()) => bump(&self.shared.counters.handed_off),
+            // That driver has ended (the listener closed as the peer
+            // moved): the session stays here, or no driver would serve it.
+            Err(a) => {
+                g.moved(conv, *me);
+                self.adopt(a);
+            }
+        }
     }
 
     /// A datagram of session `id`'s conversation from an address that is
@@ -1011,7 +1019,9 @@ impl Future for Driver {
             }
             // A send just reported the peer's port unreachable: act now.
             more |= this.io.refused || this.io.path_failed;
-            if this.finished() {
+            // Not while a session another shard handed over waits in the
+            // inbox: this task must run on to serve it.
+            if this.finished() && this.shared.end() {
                 return Poll::Ready(());
             }
             if !this.deferred.is_empty() {

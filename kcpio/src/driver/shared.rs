@@ -380,6 +380,8 @@ pub(crate) struct Inbox {
     /// Sessions another driver hands to this one: their peer moved to an
     /// address the kernel steers to this socket.
     pub(crate) adopted: Vec<Adopted>,
+    /// The task has ended: sessions handed to it are refused.
+    pub(crate) gone: bool,
 }
 
 /// Datagrams waiting in one driver's inbox from its listener's other
@@ -474,8 +476,30 @@ impl DriverShared {
     }
 
     /// Hands this driver a session whose peer now reaches this socket.
-    pub(crate) fn adopt(&self, a: Adopted) {
-        self.wake_with(|inbox| inbox.adopted.push(a));
+    ///
+    /// # Errors
+    ///
+    /// The session back when this driver's task has ended (its listener
+    /// closed and its sessions were done): the caller keeps it.
+    pub(crate) fn adopt(&self, a: Adopted) -> Result<(), Adopted> {
+        let mut refused = None;
+        self.wake_with(|inbox| {
+            if inbox.gone {
+                refused = Some(a);
+            } else {
+                inbox.adopted.push(a);
+            }
+        });
+        refused.map_or(Ok(()), Err)
+    }
+
+    /// The task is ending: true, and no session can be handed to it from
+    /// now on, unless one was handed over since its inbox was last drained
+    /// (it must run on for it).
+    pub(crate) fn end(&self) -> bool {
+        let mut inbox = lock(&self.inbox);
+        inbox.gone = inbox.adopted.is_empty();
+        inbox.gone
     }
 
     /// The listener handle is gone: refuse new peers, drop the backlog, and
