@@ -71,7 +71,8 @@
 //!   new flow.
 //! - Memory: a flow holds its addresses, counters and a 128-byte window; the
 //!   server remembers where each of a session's last `--udpflows` expired
-//!   flows stopped (8 bytes each), and adds a socket and a 64 KiB receive buffer per flow (cut into
+//!   flows stopped (about 50 bytes each), and adds a socket and a 64 KiB
+//!   receive buffer per flow (cut into
 //!   slots for batched reads, see below), and one 64 KiB buffer per session
 //!   for the session's datagrams; the client reads its local socket
 //!   into 8 buffers of 64 KiB and takes the session's datagrams into 8 more

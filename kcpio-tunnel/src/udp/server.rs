@@ -104,27 +104,52 @@ struct Flows {
 /// most `--udpflows` flows, and every flow this end expired after one the
 /// client still holds is held by the client too (it expires them no
 /// sooner), so such an id is not forgotten.
+///
+/// Looked up in O(1) per flow opened (the ids are the client's: SipHash);
+/// the order queue holds at most twice the entries, plus 16, before it is
+/// compacted.
 #[derive(Default)]
-struct Ended(VecDeque<(u32, u32)>);
+struct Ended {
+    /// Flow id: (next sequence number, when it was remembered).
+    by_id: HashMap<u32, (u32, u64)>,
+    /// (flow id, when), oldest first; an entry whose id was taken or
+    /// remembered again since is stale and skipped.
+    order: VecDeque<(u32, u64)>,
+    count: u64,
+}
 
 impl Ended {
     /// Remembers where expired flow `id` left off, forgetting the oldest
     /// beyond `max`.
     fn push(&mut self, id: u32, next_seq: u32, max: usize) {
-        self.0.push_back((id, next_seq));
-        while self.0.len() > max {
-            self.0.pop_front();
+        let when = self.count;
+        self.count += 1;
+        self.by_id.insert(id, (next_seq, when));
+        self.order.push_back((id, when));
+        while self.by_id.len() > max {
+            let Some((old, at)) = self.order.pop_front() else {
+                break;
+            };
+            if self.by_id.get(&old).is_some_and(|&(_, w)| w == at) {
+                self.by_id.remove(&old);
+            }
+        }
+        if self.order.len() > 2 * max + 16 {
+            let by_id = &self.by_id;
+            self.order
+                .retain(|(i, at)| by_id.get(i).is_some_and(|&(_, w)| w == *at));
         }
     }
 
     /// Where a flow opening as `id` numbers from: on from an expired flow
-    /// of that id, else 0. Scans at most `--udpflows` entries, once per
-    /// flow opened.
+    /// of that id, else 0.
     fn take(&mut self, id: u32) -> u32 {
-        match self.0.iter().position(|&(e, _)| e == id) {
-            Some(i) => self.0.remove(i).map_or(0, |(_, seq)| seq),
-            None => 0,
-        }
+        self.by_id.remove(&id).map_or(0, |(seq, _)| seq)
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.by_id.len()
     }
 }
 
@@ -617,7 +642,7 @@ mod tests {
         for id in 1..=5 {
             ended.push(id, id * 100, 3);
         }
-        assert_eq!(ended.0.len(), 3);
+        assert_eq!(ended.len(), 3);
         assert_eq!(ended.take(1), 0, "the oldest is forgotten");
         assert_eq!(ended.take(2), 0);
         assert_eq!(ended.take(4), 400);
@@ -627,7 +652,16 @@ mod tests {
         assert_eq!(ended.take(5), 500);
         assert_eq!(ended.take(3), 300);
         assert_eq!(ended.take(4), 401);
-        assert!(ended.0.is_empty());
+        assert_eq!(ended.len(), 0);
+        // Taken and remembered again many times: the order queue stays
+        // within its bound.
+        for round in 0..100 {
+            ended.push(9, round, 3);
+            assert_eq!(ended.take(9), round);
+        }
+        ended.push(9, 7, 3);
+        assert!(ended.order.len() <= 2 * 3 + 16);
+        assert_eq!(ended.take(9), 7);
     }
 
     /// The slots hold the longest datagram a session carries, all of them
