@@ -223,9 +223,10 @@ pub(crate) async fn serve_session(kcp: Arc<KcpStream>, from: SocketAddr, shared:
     } else {
         "--udptarget"
     };
-    // With the sink installed no datagram is queued for this buffer: the
-    // wait below ends on the session's failure (or a datagram that came
-    // between the sink's removal and now, passed on below).
+    // The session's datagrams reach this buffer only while no sink is
+    // installed: while the target is looked up (dropped), and between the
+    // sink's removal and now (passed on below). With the sink, the wait
+    // below ends on the session's failure.
     let mut buf = vec![0u8; HEADER_LEN + MAX_UDP];
     let Some(target) = resolve(&kcp, &from, flag, &shared, &mut buf).await else {
         return;
