@@ -38,6 +38,11 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub const DEFAULT_DATAGRAM_FEC_DEADLINE: Duration = Duration::from_millis(15);
 /// [`ConfigBuilder::datagram_fec_residual_ppm`]'s default: 10^-4.
 pub const DEFAULT_DATAGRAM_FEC_RESIDUAL_PPM: u32 = 100;
+/// The plaintext a packet must leave for the datagram extension's longest
+/// loss report (its layout is `conn::dgram_fec`'s, which checks this at
+/// compile time): validation refuses an mtu with less under
+/// `datagram_fec`.
+pub(crate) const DATAGRAM_FEC_MIN_PLAIN: usize = 50;
 /// [`ConfigBuilder::mtu`]'s default, kcp-go's.
 pub(super) const DEFAULT_MTU: usize = 1400;
 /// [`ConfigBuilder::window`]'s default, send and receive: a 100 Mbit/s ×

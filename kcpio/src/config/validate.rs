@@ -104,7 +104,7 @@ impl ConfigBuilder {
         // (an mtu of 61-77 under `aes-128-gcm` leaves a KCP segment room
         // but not it).
         let sealed = self.carrier.overhead() + crypto.header_len() + crypto.trailer_len();
-        let min_mtu = sealed + crate::conn::DATAGRAM_FEC_MIN_PLAIN;
+        let min_mtu = sealed + super::DATAGRAM_FEC_MIN_PLAIN;
         if self.datagram_fec && self.mtu < min_mtu {
             return Err(ConfigError::OutOfRange {
                 name: "mtu (with datagram_fec: room for its 50-byte loss report)",

@@ -116,9 +116,9 @@ const REPORT_FULL: usize = REPORT_BASE + 8;
 /// With the echo: the `seq` of the data shard the queueing delay was
 /// measured on.
 const REPORT_LEN: usize = REPORT_FULL + 4;
-/// The least plaintext room of a packet the extension works with: a
-/// report's (configuration refuses an mtu leaving less).
-pub(crate) const MIN_PLAIN: usize = REPORT_LEN;
+// Configuration refuses an mtu that leaves a packet less plaintext than
+// the longest report.
+const _: () = assert!(REPORT_LEN == crate::config::DATAGRAM_FEC_MIN_PLAIN);
 /// Every this many data shards, the sender notes when it sent one and
 /// its bytes sent so far; [`SENT_LOG`] notes are kept (4,096 shards: a
 /// 200 ms path at 100 Mbit/s with a full 200 ms queue has about 3,000
@@ -1276,7 +1276,7 @@ impl DgramFec {
             REPORT_FULL
         };
         let Some(out) = buf.get_mut(..len) else {
-            // No room for it (an mtu under [`MIN_PLAIN`], which
+            // No room for it (an mtu under `DATAGRAM_FEC_MIN_PLAIN`, which
             // configuration refuses): not due again, or the deadline
             // stayed in the past and the driver spun on it.
             self.report_due = None;

@@ -124,8 +124,6 @@ pub use datagram::{
     DATAGRAM_QUEUE_BYTES, DATAGRAM_QUEUE_LEN,
 };
 pub use dgram_fec::DatagramFecStats;
-/// The least plaintext room per packet the datagram extension needs.
-pub(crate) use dgram_fec::MIN_PLAIN as DATAGRAM_FEC_MIN_PLAIN;
 pub use error::{ConnError, SessionError};
 /// The loss model's table rebuild for `benches/loss_model.rs`. Not part of the API.
 #[doc(hidden)]
