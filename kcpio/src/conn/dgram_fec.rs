@@ -77,7 +77,7 @@ use super::datagram::{
     DATAGRAM_FEC_OPEN_QUEUE_BYTES, DATAGRAM_FEC_OPEN_QUEUE_LEN, DATAGRAM_FEC_SEND_QUEUE_BYTES,
     DATAGRAM_FEC_SEND_QUEUE_LEN, DATAGRAM_QUEUE_BYTES, DatagramQueue,
 };
-use super::fec_rx::{Gathered, Parity, RING, RxShards, STRIDE};
+use super::fec_rx::{Gathered, Parity, RING, RxShards, STRIDE, seq_diff};
 #[cfg(test)]
 use super::loss_model::PRIOR_LOSS;
 use super::loss_model::{Codecs, LossModel, MAX_K, MAX_M, OwdBase, WindowedMax};
@@ -353,10 +353,6 @@ fn put_copy(buf: &mut [u8], body: &[u8], seq: u32, idx: usize, conv: u32) -> Opt
     put_header(out, seq, idx as u8, TYPE_COPY, conv);
     out[HDR..].copy_from_slice(body);
     Some(out.len())
-}
-
-fn seq_diff(a: u32, b: u32) -> i32 {
-    a.wrapping_sub(b) as i32
 }
 
 fn ms16(now: Duration) -> u16 {

@@ -11,6 +11,12 @@ use super::loss_model::{Codecs, MAX_K, MAX_M};
 use crate::fec::codec::ErasureCodec;
 use crate::fec::grow_arena;
 
+/// How far shard number `a` is ahead of `b` (negative: behind), across the
+/// wrap of the 32-bit numbers.
+pub(super) fn seq_diff(a: u32, b: u32) -> i32 {
+    a.wrapping_sub(b) as i32
+}
+
 /// Arena stride of one shard body.
 pub(super) const STRIDE: usize = 1504;
 /// Received data shards kept for recovery.
@@ -187,7 +193,7 @@ impl RxShards {
     /// group holds shard `seq`.
     pub(super) fn group_holding(&self, i: usize, seq: u32) -> Option<u32> {
         let (first, k, ..) = (*self.slots.get(i)?)?;
-        let off = seq.wrapping_sub(first) as i32;
+        let off = seq_diff(seq, first);
         (0..i32::from(k)).contains(&off).then_some(first)
     }
 
@@ -299,7 +305,7 @@ impl RxShards {
     fn expire(&mut self, newest: u32) {
         for i in self.occupied() {
             if let Some((first, ..)) = self.slots[i] {
-                let behind = newest.wrapping_sub(first) as i32;
+                let behind = seq_diff(newest, first);
                 if behind >= RING as i32 || behind < -(RING as i32) {
                     self.slots[i] = None;
                     self.occupied &= !(1 << i);

@@ -44,7 +44,7 @@
 
 use std::time::Duration;
 
-use super::fec_rx::{Gathered, Parity, RING, RxShards, STRIDE};
+use super::fec_rx::{Gathered, Parity, RING, RxShards, STRIDE, seq_diff};
 use super::loss_model::{Codecs, LossModel, NARROW_K, NARROW_M, OwdBase, WindowedMax};
 use crate::fec::codec::ErasureCodec;
 use crate::fec::{DATA_HEADER, FLAG_DATA, FLAG_OOB, FLAG_PARITY, grow_arena, read_u16, read_u32};
@@ -189,10 +189,6 @@ fn set(bits: &mut [u64; WINDOW as usize / 64], s: u32, v: bool) {
     } else {
         bits[i / 64] &= !(1 << (i % 64));
     }
-}
-
-fn seq_diff(a: u32, b: u32) -> i32 {
-    a.wrapping_sub(b) as i32
 }
 
 /// The adaptive stream FEC of one session: sender and receiver.
