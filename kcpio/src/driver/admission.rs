@@ -308,9 +308,9 @@ impl Admission {
     ) -> Result<Option<SessionId>, Refusal> {
         // Expiry is read from the value: a key inserted again keeps its
         // first place in the order, so `expire` may stop before it.
-        let live = |until: Option<&mut Duration>| until.is_some_and(|u| *u > now);
+        let unexpired = |until: Option<&Duration>| until.is_some_and(|&u| u > now);
         self.tombstones.expire(|&until| until <= now);
-        if live(self.tombstones.get_mut(&(peer, conv))) {
+        if unexpired(self.tombstones.get(&(peer, conv))) {
             return Err(Refusal::Tombstoned);
         }
         let limits = self.limits.clone();
@@ -318,7 +318,7 @@ impl Admission {
         memo.replay.expire(|&until| until <= now);
         memo.replay.make_room();
         memo.proven.expire(|&until| until <= now);
-        if live(memo.proven.get_mut(&conv)) {
+        if unexpired(memo.proven.get(&conv)) {
             return Err(Refusal::Replay);
         }
         let print = fingerprint();

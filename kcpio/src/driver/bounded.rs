@@ -47,6 +47,11 @@ impl<K: Eq + Hash + Clone, V> BoundedMap<K, V> {
     }
 
     /// The value of `key`.
+    pub(crate) fn get(&self, key: &K) -> Option<&V> {
+        self.map.get(key)
+    }
+
+    /// The value of `key`, to change.
     pub(crate) fn get_mut(&mut self, key: &K) -> Option<&mut V> {
         self.map.get_mut(key)
     }
